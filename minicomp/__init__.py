@@ -1,0 +1,29 @@
+"""minicomp: a standalone tensor compiler in pure Python with a CUDA C code generator.
+
+Tensor expressions and schedules (TVM-TE style)::
+
+    import minicomp as mc
+    A = mc.placeholder((M, K), "float32", name="A")
+    k = mc.reduce_axis(K, name="k")
+    C = mc.compute((M, N), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = mc.Schedule([C])
+    kern = mc.build(s, target="sm_86")
+    out = kern(a, b)
+"""
+from minicomp.errors import (CodegenError, CompileError, ExprError, LoweringError, MinicompError, NVRTCError,
+                             RuntimeLaunchError, ScheduleError, SimulatorCompileError, SimulatorError, TEError)
+from minicomp.target import Target, TargetError
+from minicomp.ir.expr import (Expr, IterVar, all_of, cast, const, erf, exp, log, power, rsqrt, select, sigmoid, sqrt,
+                              tanh, var)
+from minicomp.ir.te import Tensor, compute, max, min, placeholder, reduce_axis, sum  # noqa: A004
+from minicomp.ir.dag import ComputeDAG
+from minicomp.ir.schedule import Schedule
+from minicomp.codegen.kernel import Kernel, build
+
+__version__ = "0.1.0"
+
+__all__ = ["CodegenError", "CompileError", "ExprError", "LoweringError", "MinicompError", "NVRTCError",
+           "RuntimeLaunchError", "ScheduleError", "SimulatorCompileError", "SimulatorError", "TEError", "Target",
+           "TargetError", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp", "log", "power", "rsqrt", "select",
+           "sigmoid", "sqrt", "tanh", "var", "Tensor", "compute", "max", "min", "placeholder", "reduce_axis", "sum",
+           "ComputeDAG", "Schedule", "Kernel", "build"]

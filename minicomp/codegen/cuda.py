@@ -1,0 +1,212 @@
+"""The CUDA C emitter: loop-nest Program -> CUDA C text (what NVRTC compiles and the simulator runs).
+
+Expressions print through one table (``CODE_FOR_OP``); statements through one method per
+node kind. Output is deterministic: the same Program gives the same text, byte for byte.
+Integer ``//`` and ``%`` print as C ``/`` and ``%`` when the operands are provably
+non-negative (the common case after bound inference), else through floor helpers.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from minicomp.errors import CodegenError
+from minicomp.ir.expr import Expr
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Program, Seq, Store, Sync
+from minicomp.ir.ops import Op
+from minicomp.ir.simplify import bounds
+
+C_TYPE = {"float32": "float", "float64": "double", "float16": "half", "int32": "int", "int64": "long long", "bool": "bool"}
+
+_PREC = {Op.OR: 1, Op.AND: 2, Op.EQ: 3, Op.NE: 3, Op.LT: 4, Op.LE: 4, Op.GT: 4, Op.GE: 4,
+         Op.ADD: 5, Op.SUB: 5, Op.MUL: 6, Op.DIV: 6, Op.FLOORDIV: 6, Op.FLOORMOD: 6}
+_SYM = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.FLOORDIV: "/", Op.FLOORMOD: "%", Op.LT: "<",
+        Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "==", Op.NE: "!=", Op.AND: "&&", Op.OR: "||"}
+
+_F32_CALL = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "tanhf", "erf": "erff",
+             "pow": "powf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "exp2": "exp2f", "log2": "log2f",
+             "round": "roundf"}
+
+PRELUDE = """\
+__device__ __forceinline__ int mc_floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ int mc_floormod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+"""
+
+_COMB_C = {"sum": lambda a, b, t: f"{a} + {b}", "prod": lambda a, b, t: f"{a} * {b}",
+           "max": lambda a, b, t: f"{'fmaxf' if t == 'float32' else 'max'}({a}, {b})",
+           "min": lambda a, b, t: f"{'fminf' if t == 'float32' else 'min'}({a}, {b})"}
+
+
+def _float_lit(v: float, dtype: str) -> str:
+  if math.isinf(v):
+    return ("__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)") if dtype == "float32" else (
+      "(1.0/0.0)" if v > 0 else "(-1.0/0.0)")
+  if math.isnan(v): return "__int_as_float(0x7fffffff)"
+  s = repr(float(v))
+  if "e" not in s and "." not in s: s += ".0"
+  return s + ("f" if dtype == "float32" else "")
+
+
+class CUDARenderer:
+  """Render a Program to CUDA C."""
+  indent = "  "
+
+  def __init__(self):
+    self.ranges: dict[str, tuple[int, int]] = {}
+    self.uses_floor_helpers = False
+
+  # -- expressions
+  def expr(self, e: Expr, prec: int = 0) -> str:
+    fn = CODE_FOR_OP.get(e.op)
+    if fn is None: raise CodegenError(f"failed to render {e.op.name} node: {e}")
+    return fn(self, e, prec)
+
+  def _binary(self, e: Expr, prec: int) -> str:
+    op = e.op
+    if op in (Op.FLOORDIV, Op.FLOORMOD):
+      lo_a, _ = bounds(e.src[0], self.ranges); lo_b, _ = bounds(e.src[1], self.ranges)
+      if lo_a is None or lo_a < 0 or lo_b is None or lo_b <= 0:
+        self.uses_floor_helpers = True
+        return f"mc_{'floordiv' if op is Op.FLOORDIV else 'floormod'}({self.expr(e.src[0])}, {self.expr(e.src[1])})"
+    p = _PREC[op]
+    s = f"{self.expr(e.src[0], p)} {_SYM[op]} {self.expr(e.src[1], p + 1)}"
+    return f"({s})" if p < prec else s
+
+  def _minmax(self, e: Expr, prec: int) -> str:
+    name = "min" if e.op is Op.MIN else "max"
+    if e.dtype == "float32": name = "f" + name + "f"
+    elif e.dtype == "float64": name = "f" + name
+    return f"{name}({self.expr(e.src[0])}, {self.expr(e.src[1])})"
+
+  def _call(self, e: Expr, prec: int) -> str:
+    args = [self.expr(s) for s in e.src]
+    f32 = e.dtype == "float32"
+    if e.arg == "sigmoid":
+      one = "1.0f" if f32 else "1.0"
+      return f"({one} / ({one} + {'expf' if f32 else 'exp'}(-{self.expr(e.src[0], 7)})))"
+    if e.arg == "abs" and e.dtype.startswith("int"): return f"abs({args[0]})"
+    if e.arg == "rsqrt" and not f32: return f"rsqrt({args[0]})"
+    name = _F32_CALL[e.arg] if f32 else {"abs": "fabs"}.get(e.arg, e.arg)
+    return f"{name}({', '.join(args)})"
+
+  def _const(self, e: Expr, prec: int) -> str:
+    if e.dtype == "bool": return "true" if e.arg else "false"
+    if e.dtype.startswith("float"): return _float_lit(e.arg, e.dtype)
+    s = str(int(e.arg)) + ("LL" if e.dtype == "int64" else "")
+    return f"({s})" if e.arg < 0 and prec > 0 else s
+
+  def _var(self, e: Expr, prec: int) -> str:
+    return f"((int){e.arg})" if e.arg.startswith(("threadIdx.", "blockIdx.")) else e.arg
+
+  # -- statements
+  def stmt(self, s, depth: int, out: list[str]) -> None:
+    ind = self.indent * depth
+    if isinstance(s, Seq):
+      for x in s.stmts: self.stmt(x, depth, out)
+    elif isinstance(s, For):
+      if not s.extent.is_const: raise CodegenError(f"loop {s.var} has a symbolic extent {s.extent}; substitute values first")
+      n = int(s.extent.arg)
+      self.ranges[s.var] = (0, n - 1)
+      if n == 1:
+        out.append(f"{ind}{{ const int {s.var} = 0;")
+        self.stmt(s.body, depth + 1, out)
+        out.append(f"{ind}}}")
+        return
+      if s.kind in ("unroll", "vectorize", "vthread"): out.append(f"{ind}#pragma unroll")
+      out.append(f"{ind}for (int {s.var} = 0; {s.var} < {n}; ++{s.var}) {{" + ("  // " + s.kind if s.kind in ("vthread", "vectorize") else ""))
+      self.stmt(s.body, depth + 1, out)
+      out.append(f"{ind}}}")
+    elif isinstance(s, If):
+      out.append(f"{ind}if ({self.expr(s.cond)}) {{")
+      self.stmt(s.then, depth + 1, out)
+      out.append(f"{ind}}}")
+    elif isinstance(s, Store):
+      out.append(f"{ind}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
+    elif isinstance(s, Sync):
+      out.append(f"{ind}__syncthreads();")
+    elif isinstance(s, Comment):
+      out.append(f"{ind}// {s.text}")
+    elif isinstance(s, CrossThreadReduce):
+      self._cross_thread(s, depth, out)
+    else:
+      raise CodegenError(f"failed to render statement {type(s).__name__}: {s}")
+
+  def _cross_thread(self, s: CrossThreadReduce, depth: int, out: list[str]) -> None:
+    ind, ind2 = self.indent * depth, self.indent * (depth + 1)
+    bx, by, bz = self.block
+    t = C_TYPE[s.dst.dtype]
+    comb = lambda a, b: _COMB_C[s.combiner](a, b, s.dst.dtype)
+    row = "((int)threadIdx.z * " + str(by) + " + (int)threadIdx.y)" if by * bz > 1 else "0"
+    tx = "(int)threadIdx.x"
+    final = lambda tot: comb(self.expr(s.init), tot) if s.init is not None else tot
+    out.append(f"{ind}{{  // cross-thread {s.combiner} over threadIdx.x ({s.method})")
+    if s.method == "shuffle" and bx % 32 == 0:
+      nw = bx // 32
+      out.append(f"{ind2}{t} mc_v = {self.expr(s.value)};")
+      out.append(f"{ind2}for (int mc_off = 16; mc_off > 0; mc_off >>= 1) mc_v = {comb('mc_v', '__shfl_down_sync(0xffffffffu, mc_v, mc_off, 32)')};")
+      out.append(f"{ind2}if (({tx} & 31) == 0) {s.scratch.name}[{row} * {nw} + ({tx} >> 5)] = mc_v;")
+      out.append(f"{ind2}__syncthreads();")
+      out.append(f"{ind2}if ({self.expr(s.cond)}) {{")
+      out.append(f"{ind2}  {t} mc_t = {s.scratch.name}[{row} * {nw}];")
+      if nw > 1: out.append(f"{ind2}  for (int mc_w = 1; mc_w < {nw}; ++mc_w) mc_t = {comb('mc_t', f'{s.scratch.name}[{row} * {nw} + mc_w]')};")
+      out.append(f"{ind2}  {s.dst.name}[{self.expr(s.index)}] = {final('mc_t')};")
+      out.append(f"{ind2}}}")
+    else:
+      p2 = 1 << max(0, (bx - 1).bit_length())
+      out.append(f"{ind2}{s.scratch.name}[{row} * {bx} + {tx}] = {self.expr(s.value)};")
+      out.append(f"{ind2}__syncthreads();")
+      out.append(f"{ind2}for (int mc_s = {p2 // 2}; mc_s > 0; mc_s >>= 1) {{")
+      a, b = f"{s.scratch.name}[{row} * {bx} + {tx}]", f"{s.scratch.name}[{row} * {bx} + {tx} + mc_s]"
+      out.append(f"{ind2}  if ({tx} < mc_s && {tx} + mc_s < {bx}) {a} = {comb(a, b)};")
+      out.append(f"{ind2}  __syncthreads();")
+      out.append(f"{ind2}}}")
+      out.append(f"{ind2}if ({self.expr(s.cond)}) {s.dst.name}[{self.expr(s.index)}] = {final(f'{s.scratch.name}[{row} * {bx}]')};")
+    out.append(f"{ind2}__syncthreads();")
+    out.append(f"{ind}}}")
+
+  # -- kernels
+  def kernel(self, k: Kernel) -> str:
+    self.block = k.block
+    self.ranges = {}
+    for v, tag in k.bindings:
+      d = "xyz".index(tag[-1])
+      self.ranges[v] = (0, (k.grid if tag.startswith("block") else k.block)[d] - 1)
+    params = []
+    for b in k.params:
+      const_ = "" if b.name in k.written else "const "
+      params.append(f"{const_}{C_TYPE[b.dtype]}* __restrict__ {b.name}")
+    nthreads = k.block[0] * k.block[1] * k.block[2]
+    lines = [f'extern "C" __global__ void __launch_bounds__({nthreads}) {k.name}({", ".join(params)}) {{']
+    for b in k.allocs:
+      if not b.size.is_const: raise CodegenError(f"buffer {b.name} has a symbolic size {b.size}; substitute values first")
+      n = int(b.size.arg)
+      if b.scope == "shared": lines.append(f"  __shared__ __align__(16) {C_TYPE[b.dtype]} {b.name}[{n}];")
+      else: lines.append(f"  {C_TYPE[b.dtype]} {b.name}[{n}];")
+    for v, tag in k.bindings:
+      lines.append(f"  const int {v} = {tag};")
+    self.stmt(k.body, 1, lines)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+  def program(self, p: Program) -> str:
+    bodies = [self.kernel(k) for k in p.kernels]
+    head = PRELUDE if self.uses_floor_helpers else ""
+    return head + "\n".join(bodies)
+
+
+CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, int], str]] = {
+  Op.CONST: CUDARenderer._const, Op.VAR: CUDARenderer._var,
+  **{op: CUDARenderer._binary for op in _SYM},
+  Op.MIN: CUDARenderer._minmax, Op.MAX: CUDARenderer._minmax,
+  Op.NEG: lambda r, e, p: f"-{r.expr(e.src[0], 7)}",
+  Op.NOT: lambda r, e, p: f"!{r.expr(e.src[0], 7)}",
+  Op.SELECT: lambda r, e, p: f"({r.expr(e.src[0], 1)} ? {r.expr(e.src[1], 1)} : {r.expr(e.src[2], 1)})",
+  Op.CAST: lambda r, e, p: f"(({C_TYPE[e.dtype]}){r.expr(e.src[0], 7)})",
+  Op.CALL: CUDARenderer._call,
+  Op.LOAD: lambda r, e, p: f"{e.arg.name}[{r.expr(e.src[0])}]",
+}
+
+
+def emit_cuda(p: Program) -> str:
+  """CUDA C source for every kernel of ``p``."""
+  return CUDARenderer().program(p)

@@ -1,0 +1,272 @@
+"""Compile CUDA C with NVRTC to PTX and CUBIN, and read ptxas resource usage from the log.
+
+NVRTC needs no GPU and no driver, so every kernel minicomp emits is compiled here for its
+target arch, on any machine. ``--ptxas-options=-v`` makes ptxas report, per entry function,
+registers, static shared memory, spills and stack; :func:`parse_ptxas_log` turns that into
+:class:`Resources`. Results are cached in memory and on disk (``cache_dir("nvrtc")``,
+disabled by ``MINICOMP_NVRTC_CACHE=0``), keyed by source, arch, options and NVRTC version.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from minicomp.codegen.cache import atomic_write, cache_dir, cache_key
+from minicomp.errors import NVRTCError
+from minicomp.target import Target, TargetError, as_target
+
+_logger = logging.getLogger("minicomp")
+PROGRAM_NAME = "minicomp_kernel.cu"
+_CONTEXT_LINES = 2
+_MAX_ERRORS_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Resources:
+  """What ptxas reports for one entry function (``--ptxas-options=-v``)."""
+  registers: int = 0
+  shared_bytes: int = 0  # static __shared__ memory per block
+  spill_stores: int = 0
+  spill_loads: int = 0
+  stack_bytes: int = 0  # stack frame of the entry function
+  barriers: int = 0
+  constant_bytes: int = 0  # cmem[0] (kernel parameters); sm_90 ptxas does not print it
+
+  def __str__(self) -> str:
+    return (f"regs={self.registers} smem={self.shared_bytes}B "
+            f"spills={self.spill_stores}/{self.spill_loads} stack={self.stack_bytes}B")
+
+
+@dataclass(frozen=True)
+class CudaBinary:
+  """The output of one NVRTC compilation.
+
+  ``resources`` has one entry per ``__global__`` function, keyed by its name as ptxas
+  prints it (the plain name for ``extern "C"`` kernels, the mangled name otherwise).
+  ``options`` are the caller's options only; ``--gpu-architecture`` and
+  ``--ptxas-options=-v`` are always added.
+  """
+  arch: str
+  ptx: str
+  cubin: bytes
+  log: str
+  resources: dict[str, Resources]
+  options: tuple[str, ...] = ()
+  source: str = field(default="", repr=False)
+
+  @property
+  def warnings(self) -> tuple[str, ...]:
+    """Compiler warning lines worth showing (NVRTC's sm_70 deprecation notice left out)."""
+    return tuple(ln for ln in self.log.splitlines()
+                 if "warning" in ln and "are deprecated and may be removed" not in ln)
+
+
+# ptxas -v lines (CUDA 12.x):
+#   ptxas info    : Compiling entry function 'k' for 'sm_80'
+#   ptxas info    : Function properties for k
+#   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+#   ptxas info    : Used 10 registers, used 1 barriers, 512 bytes smem, 360 bytes cmem[0]
+_ENTRY_RE = re.compile(r"Compiling entry function '([^']+)'")
+_PROPS_RE = re.compile(r"Function properties for (\S+)")
+_STACK_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED_RE = re.compile(r"ptxas info\s*: Used (\d+) registers")
+_FIELD_RES = {"barriers": re.compile(r"used (\d+) barriers"),
+              "shared_bytes": re.compile(r"(\d+) bytes smem"),
+              "constant_bytes": re.compile(r"(\d+) bytes cmem\[0\]")}
+
+
+def parse_ptxas_log(log: str) -> dict[str, Resources]:
+  """Resource usage per entry function from an NVRTC log compiled with ``--ptxas-options=-v``.
+
+  Only entry functions (kernels) appear; properties of non-inlined ``__device__``
+  functions are skipped. A kernel ptxas named without a "Used" line gets zeros.
+
+  Examples
+  --------
+  >>> log = '''ptxas info    : Compiling entry function 'k' for 'sm_80'
+  ... ptxas info    : Function properties for k
+  ... ptxas         .     0 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+  ... ptxas info    : Used 32 registers, used 1 barriers, 512 bytes smem, 360 bytes cmem[0]'''
+  >>> str(parse_ptxas_log(log)["k"])
+  'regs=32 smem=512B spills=8/4 stack=0B'
+  """
+  fields: dict[str, dict[str, int]] = {}
+  entry = props = None  # last entry compiled; function the next stack line belongs to
+  for line in log.splitlines():
+    if m := _ENTRY_RE.search(line):
+      entry = props = m.group(1)
+      fields.setdefault(entry, {})
+    elif m := _PROPS_RE.search(line):
+      props = m.group(1)
+    elif m := _STACK_RE.search(line):
+      if props in fields:
+        stack, stores, loads = map(int, m.groups())
+        fields[props].update(stack_bytes=stack, spill_stores=stores, spill_loads=loads)
+    elif (m := _USED_RE.search(line)) and entry is not None:
+      fields[entry]["registers"] = int(m.group(1))
+      for name, rx in _FIELD_RES.items():
+        if f := rx.search(line):
+          fields[entry][name] = int(f.group(1))
+  return {name: Resources(**f) for name, f in fields.items()}
+
+
+# ---- NVRTC calls -------------------------------------------------------------------------
+
+def _nvrtc():
+  """The NVRTC binding, imported on first use so ``import minicomp`` stays fast."""
+  try:
+    from cuda.bindings import nvrtc
+  except ImportError as e:  # the wheel is a hard dependency; say how to fix a broken install
+    raise NVRTCError(f"NVRTC is not available ({e}); install cuda-bindings and "
+                     "nvidia-cuda-nvrtc-cu12 (pip install 'cuda-bindings<13' 'nvidia-cuda-nvrtc-cu12<13')") from e
+  return nvrtc
+
+
+def _call(fn, *args):
+  """Call one NVRTC function; return its outputs, raise NVRTCError on a bad status."""
+  err, *out = fn(*args)
+  if err != _nvrtc().nvrtcResult.NVRTC_SUCCESS:
+    raise NVRTCError(f"{fn.__name__} failed: {_status_name(err)}")
+  return None if not out else out[0] if len(out) == 1 else out
+
+
+def _status_name(err) -> str:
+  _, name = _nvrtc().nvrtcGetErrorString(err)
+  return name.decode() if isinstance(name, bytes) else str(name)
+
+
+@functools.cache
+def nvrtc_version() -> tuple[int, int]:
+  """The (major, minor) version of the NVRTC library in use, e.g. ``(12, 9)``."""
+  major, minor = _call(_nvrtc().nvrtcVersion)
+  return int(major), int(minor)
+
+
+def _get(prog, size_fn, get_fn) -> bytes:
+  buf = b" " * _call(size_fn, prog)
+  _call(get_fn, prog, buf)
+  return buf
+
+
+def _compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[str, bytes, str]:
+  """Run NVRTC once: (ptx, cubin, log) or NVRTCError with the errors and source context."""
+  nv = _nvrtc()
+  prog = _call(nv.nvrtcCreateProgram, source.encode(), PROGRAM_NAME.encode(), 0, [], [])
+  try:
+    opts = [f"--gpu-architecture={arch}", "--ptxas-options=-v", *options]
+    err, = nv.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+    log = _get(prog, nv.nvrtcGetProgramLogSize, nv.nvrtcGetProgramLog).rstrip(b"\0").decode(errors="replace")
+    if err != nv.nvrtcResult.NVRTC_SUCCESS:
+      raise NVRTCError(_error_message(source, arch, opts, _status_name(err), log), log=log, source=source)
+    ptx = _get(prog, nv.nvrtcGetPTXSize, nv.nvrtcGetPTX).rstrip(b"\0").decode()
+    cubin = _get(prog, nv.nvrtcGetCUBINSize, nv.nvrtcGetCUBIN)
+    return ptx, cubin, log
+  finally:
+    nv.nvrtcDestroyProgram(prog)
+
+
+_ERROR_RE = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?:catastrophic )?error\b.*$", re.M)
+
+
+def _error_message(source: str, arch: str, opts: list[str], status: str, log: str) -> str:
+  """The NVRTC error lines, each followed by the source lines around it (numbered, ``>`` marks it)."""
+  lines = source.splitlines()
+  out = [f"NVRTC failed to compile {PROGRAM_NAME} for {arch} ({status}); options: {' '.join(opts)}"]
+  errors = list(_ERROR_RE.finditer(log))
+  for m in errors[:_MAX_ERRORS_SHOWN]:
+    out.append(m.group(0))
+    if m.group("file") != PROGRAM_NAME:
+      continue  # an error inside an #include'd header: no source of ours to show
+    n = int(m.group("line"))
+    for i in range(max(1, n - _CONTEXT_LINES), min(len(lines), n + _CONTEXT_LINES) + 1):
+      out.append(f"  {'>' if i == n else ' '} {i:4d} | {lines[i - 1]}")
+  if len(errors) > _MAX_ERRORS_SHOWN:
+    out.append(f"... and {len(errors) - _MAX_ERRORS_SHOWN} more errors (see .log)")
+  if not errors:  # e.g. an invalid option: NVRTC has no line to point at, show its whole log
+    out.append(log.strip() or "(empty NVRTC log)")
+  return "\n".join(out)
+
+
+# ---- caching -----------------------------------------------------------------------------
+
+_memory: dict[str, CudaBinary] = {}
+_memory_lock = threading.Lock()
+
+
+def clear_memory_cache() -> None:
+  """Forget every in-memory result (the disk cache is untouched)."""
+  with _memory_lock:
+    _memory.clear()
+
+
+def _disk_enabled() -> bool:
+  return os.environ.get("MINICOMP_NVRTC_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _disk_load(key: str) -> tuple[str, bytes, str] | None:
+  try:  # the .log is written last: its presence means the entry is complete
+    d = cache_dir("nvrtc")
+    log = (d / f"{key}.log").read_text()
+    return (d / f"{key}.ptx").read_text(), (d / f"{key}.cubin").read_bytes(), log
+  except OSError:
+    return None
+
+
+def _disk_store(key: str, ptx: str, cubin: bytes, log: str) -> None:
+  try:
+    d = cache_dir("nvrtc")
+    atomic_write(d / f"{key}.ptx", ptx.encode())
+    atomic_write(d / f"{key}.cubin", cubin)
+    atomic_write(d / f"{key}.log", log.encode())
+  except OSError as e:  # a read-only or full cache folder must not fail a compile
+    _logger.warning("could not write NVRTC cache entry %s: %s", key, e)
+
+
+def compile_cuda(source: str, arch: str | Target, options: Sequence[str] = ()) -> CudaBinary:
+  """Compile CUDA C ``source`` for ``arch`` with NVRTC; results are cached.
+
+  Parameters
+  ----------
+  source : str
+      A full translation unit; kernels should be ``extern "C" __global__``.
+  arch : str or Target
+      ``"sm_70"`` .. ``"sm_90"`` (see :data:`minicomp.target.SUPPORTED_ARCHS`).
+  options : sequence of str
+      Extra NVRTC options, e.g. ``["--use_fast_math"]``. Do not pass the arch here.
+
+  Returns
+  -------
+  CudaBinary
+      PTX, CUBIN, the NVRTC log and ptxas :class:`Resources` per kernel.
+
+  Raises
+  ------
+  TargetError
+      ``arch`` is not a supported target, or ``options`` sets the arch.
+  NVRTCError
+      NVRTC rejected the source; the message quotes each error with the source lines
+      around it, ``.log`` holds the full log and ``.source`` the source.
+  """
+  arch = as_target(arch).arch
+  options = tuple(options)
+  if any(o.startswith(("--gpu-architecture", "-arch")) for o in options):
+    raise TargetError(f"pass the arch as compile_cuda(arch=...), not in options {options}")
+  version = "%d.%d" % nvrtc_version()
+  key = cache_key(source, arch, "\0".join(options), version)
+  with _memory_lock:
+    hit = _memory.get(key)
+  if hit is not None:
+    return hit
+  disk = _disk_enabled()
+  found = _disk_load(key) if disk else None
+  ptx, cubin, log = found if found is not None else _compile(source, arch, options)
+  if disk and found is None:
+    _disk_store(key, ptx, cubin, log)
+  binary = CudaBinary(arch, ptx, cubin, log, parse_ptxas_log(log), options, source)
+  with _memory_lock:
+    return _memory.setdefault(key, binary)

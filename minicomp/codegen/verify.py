@@ -1,0 +1,49 @@
+"""Resource checks on a lowered program, before any CUDA is emitted.
+
+A violation raises :class:`~minicomp.errors.ScheduleError` naming the schedule step that
+caused it (the bind that made the block too large, the cache_read whose tile does not fit
+in shared memory), so the search can prune the candidate and a user can fix the schedule.
+"""
+from __future__ import annotations
+
+import math
+
+from minicomp.errors import ScheduleError
+from minicomp.ir.loop import Program
+from minicomp.ir.state import State, THREAD_TAGS
+from minicomp.target import Target
+
+DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "bool": 1}
+
+
+def _steps_matching(state: State, pred) -> str:
+  hits = [f"step {k} {st}" for k, st in enumerate(state.steps) if pred(st)]
+  return "; ".join(hits[-3:]) if hits else "(no step: the default schedule)"
+
+
+def check_resources(state: State, prog: Program, target: Target) -> None:
+  """Threads per block, block dims, shared memory per block and vthread extents against ``target``."""
+  for k in prog.kernels:
+    n = math.prod(k.block)
+    if n > target.max_threads_per_block or any(b > m for b, m in zip(k.block, target.max_block_dims)):
+      raise ScheduleError(
+        f"kernel {k.name}: block {k.block} has {n} threads; {target.arch} allows {target.max_threads_per_block} per block "
+        f"(and at most {target.max_block_dims} per dim). Caused by: "
+        + _steps_matching(state, lambda st: getattr(st, "annotation", None) in THREAD_TAGS or st.kind == "cross_thread_reduce"))
+    if any(g > m for g, m in zip(k.grid, target.max_grid_dims)):
+      raise ScheduleError(f"kernel {k.name}: grid {k.grid} exceeds the {target.arch} limits {target.max_grid_dims}")
+    smem = sum(int(b.size.arg) * DTYPE_BYTES[b.dtype] for b in k.allocs if b.scope == "shared")
+    if smem > target.max_shared_bytes_per_block:
+      names = [b.name for b in k.allocs if b.scope == "shared"]
+      raise ScheduleError(
+        f"kernel {k.name}: {smem} bytes of shared memory ({', '.join(names)}); {target.arch} allows "
+        f"{target.max_shared_bytes_per_block} per block. Caused by: "
+        + _steps_matching(state, lambda st: (st.kind == "cache_read" and st.scope == "shared") or st.kind == "compute_at"))
+  for st in state.stages:
+    for it, a in st.annotations:
+      if a != "vthread" or it not in st.leaves: continue
+      e = st.leaf_extents()[it]
+      if e.is_const and int(e.arg) > target.max_vthread_extent:
+        raise ScheduleError(
+          f"stage {st.name}: vthread loop {it!r} has extent {int(e.arg)} > {target.max_vthread_extent}. Caused by: "
+          + _steps_matching(state, lambda s_: getattr(s_, "stage", None) == st.name and getattr(s_, "iter", None) == it))

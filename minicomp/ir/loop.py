@@ -1,0 +1,105 @@
+"""Loop-nest IR: the lowered program the CUDA emitter prints.
+
+Statements are frozen dataclasses; expressions are :class:`~minicomp.ir.expr.Expr`, with
+LOAD nodes whose ``arg`` is a :class:`Buffer` and whose single index is already flattened.
+Loop extents are Exprs (symbolic for Felix; concrete after substitution).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from minicomp.ir.expr import Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+  """A flat array: a kernel parameter (global) or an allocation (shared / local)."""
+  name: str
+  dtype: str
+  scope: str           # "global" | "shared" | "local"
+  size: Expr           # elements
+  role: str = "temp"   # "input" | "output" | "temp"
+
+  def __repr__(self): return f"Buffer({self.name}, {self.dtype}, {self.scope}, {self.size})"
+
+
+@dataclass(frozen=True)
+class For:
+  var: str
+  extent: Expr
+  body: "Stmt"
+  kind: str = "serial"       # "serial" | "unroll" | "vectorize" | "vthread"
+
+
+@dataclass(frozen=True)
+class Seq:
+  stmts: tuple["Stmt", ...]
+
+
+@dataclass(frozen=True)
+class If:
+  cond: Expr
+  then: "Stmt"
+
+
+@dataclass(frozen=True)
+class Store:
+  buffer: Buffer
+  index: Expr
+  value: Expr
+
+
+@dataclass(frozen=True)
+class Sync:
+  pass
+
+
+@dataclass(frozen=True)
+class Comment:
+  text: str
+
+
+@dataclass(frozen=True)
+class CrossThreadReduce:
+  """Reduce ``value`` (one per thread) over the ``extent`` threads of threadIdx.x and store ``combiner(dst, total)``.
+
+  ``method`` is "shuffle" (warp shuffles, plus shared memory across warps) or "tree" (shared-memory tree).
+  Every thread of the block executes it; ``cond`` guards the final store (thread 0 stores
+  ``combiner(init, total)``, or ``total`` when there is no init).
+  """
+  combiner: str
+  value: Expr
+  extent: int
+  method: str
+  dst: Buffer
+  index: Expr
+  cond: Expr
+  scratch: Buffer
+  init: Expr | None = None
+
+
+Stmt = Union[For, Seq, If, Store, Sync, Comment, CrossThreadReduce]
+
+
+@dataclass
+class Kernel:
+  """One ``__global__`` function and its launch configuration."""
+  name: str
+  params: list[Buffer]
+  allocs: list[Buffer]
+  bindings: list[tuple[str, str]]          # (C variable, "threadIdx.x" | "blockIdx.y" | ...)
+  grid: tuple[int, int, int]
+  block: tuple[int, int, int]
+  body: Stmt
+  stages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Program:
+  """A lowered schedule: kernels launched in order over a set of global buffers."""
+  kernels: list[Kernel]
+  inputs: list[Buffer]
+  outputs: list[Buffer]
+  temps: list[Buffer]
+  shapes: dict[str, tuple[int, ...]]   # by buffer name

@@ -1,0 +1,451 @@
+"""Lowering: a schedule State -> a loop-nest Program (kernels, buffers, launch configs).
+
+Stages computed at root become kernels; stages computed at a loop of another stage are
+emitted inside that loop. The work happens in three passes:
+
+1. *inline*: bodies of inlined stages are substituted into their consumers;
+2. *bound inference* (consumers first): a stage computed at loop ``L`` of ``T`` covers the
+   region its consumers read while the loops inside ``L`` sweep their range (for a shared
+   buffer the threadIdx loops sweep too: the block fills it together). Regions are symbolic
+   in the loops outside ``L``; their extents must not be (a tile has a fixed size);
+3. *nest building*: loops, guards for non-divisible splits and partial regions, reduction
+   init / update, cross-thread reductions, ``__syncthreads()`` around shared-memory stages.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from minicomp.errors import LoweringError, ScheduleError
+from minicomp.ir.bound import max_over, relax
+from minicomp.ir.expr import Expr, all_of, as_expr, const, free_vars, map_loads, max_, min_, substitute, var, walk
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Program, Seq, Store, Sync
+from minicomp.ir.ops import Op
+from minicomp.ir.simplify import bounds, simplify
+from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Fuse, Split, Stage, State
+from minicomp.ir.te import reduce_identity
+
+_COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": max_, "min": min_}
+
+
+def _c_ident(s: str) -> str:
+  s = re.sub(r"[^0-9A-Za-z_]", "_", s)
+  return s if not s[0].isdigit() else "_" + s
+
+
+@dataclass
+class _Info:
+  """What lowering knows about one non-inlined compute stage."""
+  st: Stage
+  body: Expr                                  # inlined body (REDUCE node for reductions)
+  kernel: str = ""
+  scope: str = "global"
+  lo: list[Expr] = field(default_factory=list)      # region start per output dim (symbolic in outer loops)
+  ext: list[Expr] = field(default_factory=list)     # region extent per output dim
+  root_ext: dict[str, Expr] = field(default_factory=dict)
+  leaf_ext: dict[str, Expr] = field(default_factory=dict)
+  cvar: dict[str, str] = field(default_factory=dict)       # leaf iter -> C variable name
+  root_val: dict[str, Expr] = field(default_factory=dict)  # root axis -> value in loop variables
+  preds: list[Expr] = field(default_factory=list)
+  buffer: Buffer | None = None
+  strides: list[Expr] = field(default_factory=list)
+
+
+class _Lowerer:
+  def __init__(self, state: State, name: str):
+    self.s, self.name = state, name
+    self.info: dict[str, _Info] = {}
+    self.in_buffers: dict[str, Buffer] = {}
+    self.ranges: dict[str, tuple[int, int]] = {}     # concrete ranges of all loop variables
+    self.sym_ranges: dict[str, tuple[Expr, Expr]] = {}
+    self._scratch: dict[str, list[Buffer]] = {}
+
+  # ----------------------------------------------------------------------------------------
+  def run(self) -> Program:
+    s = self.s
+    for st in s.stages:
+      if st.attach.kind == "at":
+        t = s.stage(st.attach.stage)
+        if t.attach == INLINE: raise ScheduleError(f"compute_at {st.name} -> {t.name}: the target stage is inlined")
+        if st.attach.iter not in t.leaves:
+          raise ScheduleError(f"compute_at {st.name} -> {t.name}.{st.attach.iter}: that loop no longer exists")
+    for st in s.stages:
+      if st.is_placeholder:
+        self.in_buffers[st.name] = Buffer(_c_ident(st.name), st.tensor.dtype, "global", const(math.prod(st.tensor.shape)), "input")
+    bodies = self._inline()
+    for st in s.stages:
+      if not st.is_placeholder and st.attach != INLINE:
+        self.info[st.name] = _Info(st, bodies[st.name])
+    self._name_vars()
+    for name in reversed(list(self.info)):
+      self._infer(self.info[name])
+    for i in self.info.values(): i.kernel = self._kernel_root(i.st.name)
+    self._make_buffers()
+    kernels = [self._kernel(n) for n, i in self.info.items() if i.st.attach.kind == "root"]
+    temps = [i.buffer for i in self.info.values() if i.buffer.role == "temp" and i.buffer.scope == "global"]
+    outs = [self.info[o].buffer for o in s.outputs]
+    ins = [self.in_buffers[st.name] for st in s.stages if st.is_placeholder]
+    shapes = {_c_ident(st.name): st.tensor.shape for st in s.stages}
+    return Program(kernels, ins, outs, temps, shapes)
+
+  # ----------------------------------------------------------------------------------------
+  def _inline(self) -> dict[str, Expr]:
+    out: dict[str, Expr] = {}
+    for st in self.s.stages:
+      if st.is_placeholder: continue
+
+      def sub(n: Expr) -> Expr:
+        src = self.s.stage(n.arg.name)
+        if src.attach != INLINE: return n
+        b = out[src.name]
+        return substitute(b, {a.name: i for a, i in zip(src.tensor.axes, n.src)})
+      out[st.name] = map_loads(st.tensor.body, sub)
+    return out
+
+  def _name_vars(self):
+    count: dict[str, int] = {}
+    for i in self.info.values():
+      for it in i.st.leaves: count[_c_ident(it)] = count.get(_c_ident(it), 0) + 1
+    taken = {b.name for b in self.in_buffers.values()} | {_c_ident(n) for n in self.info}
+    for i in self.info.values():
+      for it in i.st.leaves:
+        c = _c_ident(it)
+        i.cvar[it] = c if count[c] == 1 and c not in taken else _c_ident(f"{i.st.name}_{it}")
+
+  def _kernel_root(self, name: str) -> str:
+    st = self.s.stage(name)
+    return name if st.attach.kind == "root" else self._kernel_root(st.attach.stage)
+
+  def _ancestors(self, name: str) -> list[tuple[str, str]]:
+    """(stage, loop) attach points from ``name`` up to its kernel root."""
+    out, st = [], self.s.stage(name)
+    while st.attach.kind == "at":
+      out.append((st.attach.stage, st.attach.iter)); st = self.s.stage(st.attach.stage)
+    return out
+
+  def _inside(self, t: str, it: str) -> set[str]:
+    """C variables of every loop nested strictly inside loop ``it`` of stage ``t``."""
+    ti = self.info[t]
+    pos = ti.st.leaves.index(it)
+    out = {ti.cvar[x] for x in ti.st.leaves[pos + 1:]}
+    for o in self.info.values():
+      if o.st.attach.kind == "at" and o.st.attach.stage == t and ti.st.leaves.index(o.st.attach.iter) >= pos:
+        out |= self._subtree(o)
+    return out
+
+  def _subtree(self, o: _Info) -> set[str]:
+    out = set(o.cvar.values())
+    for p in self.info.values():
+      if p.st.attach.kind == "at" and p.st.attach.stage == o.st.name: out |= self._subtree(p)
+    return out
+
+  def _bound_leaves(self, i: _Info, tags) -> list[str]:
+    return [i.cvar[it] for it, a in i.st.annotations if a in tags and it in i.st.leaves]
+
+  # ----------------------------------------------------------------------------------------
+  def _infer(self, i: _Info):
+    st, t = i.st, i.st.tensor
+    shape = [const(d) for d in t.shape]
+    if st.attach.kind == "root":
+      i.lo, i.ext = [const(0)] * len(shape), shape
+      i.scope = "global"
+    else:
+      i.scope = st.scope or self._infer_scope(st)
+      i.lo, i.ext = self._region(i, shape)
+    i.root_ext = {a.name: e for a, e in zip(t.axes, i.ext)}
+    i.root_ext.update({a.name: a.extent for a in t.reduce_axes})
+    i.leaf_ext = st.leaf_extents(i.root_ext)
+    for it in st.leaves:
+      e = i.leaf_ext[it]
+      self.sym_ranges[i.cvar[it]] = (const(0), e - 1)
+      if e.is_const: self.ranges[i.cvar[it]] = (0, int(e.arg) - 1)
+    # leaf values -> root values
+    val: dict[str, Expr] = {it: var(i.cvar[it]) for it in st.leaves}
+    preds: list[Expr] = []
+    for r in reversed(st.relations):
+      if isinstance(r, Split):
+        v = val[r.children[0]]
+        for c, f in zip(r.children[1:], r.factors): v = v * as_expr(f) + val[c]
+        val[r.parent] = v
+        prod = const(1)
+        for f in r.factors: prod = prod * as_expr(f)
+        divisible = simplify(i.leaf_ext[r.parent] % prod)
+        if not (divisible.is_const and divisible.arg == 0): preds.append(v < i.leaf_ext[r.parent])
+      else:
+        exts = [i.leaf_ext[p] for p in r.parents]
+        for k, p in enumerate(r.parents):
+          stride = const(1)
+          for e in exts[k + 1:]: stride = stride * e
+          v = val[r.child] // stride
+          val[p] = v if k == 0 else v % exts[k]
+    for d, a in enumerate(t.axes):
+      v = simplify(val[a.name] + i.lo[d], self.ranges)
+      i.root_val[a.name] = v
+      if st.attach.kind == "at":
+        preds += [v < int(t.shape[d]), v >= 0]
+    for a in t.reduce_axes: i.root_val[a.name] = simplify(val[a.name], self.ranges)
+    i.preds = [p for p in (simplify(p, self.ranges) for p in preds) if not (p.is_const and p.arg)]
+
+  def _infer_scope(self, st: Stage) -> str:
+    under_block = False
+    for t, it in self._ancestors(st.name):
+      ts = self.s.stage(t)
+      anns = {ts.annotation(x) for x in ts.leaves[:ts.leaves.index(it) + 1]}
+      if anns & set(THREAD_TAGS): return "local"
+      if anns & set(BLOCK_TAGS): under_block = True
+    return "shared" if under_block else "local" if not self._kernel_has_threads(st.name) else "shared"
+
+  def _kernel_has_threads(self, name: str) -> bool:
+    root = self._kernel_root(name)
+    return any(a in THREAD_TAGS for n, o in self.info.items() if self._kernel_root(n) == root for _, a in o.st.annotations)
+
+  def _region(self, i: _Info, shape: list[Expr]) -> tuple[list[Expr], list[Expr]]:
+    st = i.st
+    t_name, it = st.attach.stage, st.attach.iter
+    inner = self._inside(t_name, it)
+    relaxed_names = set(inner)
+    if i.scope in ("shared", "global"):
+      for o in self.info.values():
+        if self._kernel_root(o.st.name) == self._kernel_root(t_name): relaxed_names |= set(self._bound_leaves(o, THREAD_TAGS))
+    rng = {v: self.sym_ranges[v] for v in relaxed_names if v in self.sym_ranges}
+    los: list[list[Expr]] = [[] for _ in shape]
+    his: list[list[Expr]] = [[] for _ in shape]
+    for q in self.info.values():
+      if q is i or not any(n.op is Op.LOAD and n.arg.name == st.name for n in walk(q.body)): continue
+      if q.st.name != t_name and not (set(q.cvar.values()) <= inner):
+        raise ScheduleError(f"compute_at {st.name} -> {t_name}.{it}: its consumer {q.st.name!r} is computed outside loop {it!r}")
+      env = dict(q.root_val)
+      for n in walk(q.body):
+        if n.op is not Op.LOAD or n.arg.name != st.name: continue
+        for d, e in enumerate(n.src):
+          r = relax(simplify(substitute(e, env), self.ranges), rng)
+          if r is None: r = (const(0), shape[d] - 1)
+          los[d].append(simplify(r[0], self.ranges)); his[d].append(simplify(r[1], self.ranges))
+    if not los or not los[0]:
+      raise ScheduleError(f"compute_at {st.name} -> {t_name}.{it}: no stage inside that loop reads {st.name!r}")
+    lo, ext = [], []
+    for d in range(len(shape)):
+      l, h = los[d][0], his[d][0]
+      for x in los[d][1:]: l = simplify(min_(l, x), self.ranges)
+      for x in his[d][1:]: h = simplify(max_(h, x), self.ranges)
+      e = simplify(h - l + 1, self.ranges)
+      if not e.is_const:
+        m = max_over(e, self.ranges)
+        if m is None:
+          raise LoweringError(f"compute_at {st.name} -> {t_name}.{it}: cannot bound the extent {e} of dim {d}")
+        e = const(m)
+      if e.arg >= shape[d].arg: l, e = const(0), shape[d]
+      lo.append(l); ext.append(e)
+    return lo, ext
+
+  # ----------------------------------------------------------------------------------------
+  def _make_buffers(self):
+    for n, i in self.info.items():
+      st = i.st
+      dt = st.tensor.dtype
+      if st.attach.kind == "root":
+        role = "output" if n in self.s.outputs else "temp"
+        i.buffer = Buffer(_c_ident(n), dt, "global", const(math.prod(st.tensor.shape)), role)
+        exts = [const(d) for d in st.tensor.shape]
+      else:
+        exts = list(i.ext)
+      strides, acc = [const(1)] * len(exts), const(1)
+      align = {a: (f, o) for a, f, o in st.storage_align}
+      for d in range(len(exts) - 1, -1, -1):
+        if d in align:
+          f, o = align[d]
+          acc = simplify((acc + f - 1 - o) // f * f + o) if acc.is_const and acc.arg % f != o else acc
+        strides[d] = acc
+        acc = simplify(acc * exts[d])
+      i.strides = strides
+      if st.attach.kind != "root":
+        i.buffer = Buffer(_c_ident(n), dt, i.scope, acc, "temp")
+
+  def _flat(self, i: _Info, idx) -> Expr:
+    e = const(0)
+    for d, x in enumerate(idx): e = e + (x - i.lo[d]) * i.strides[d]
+    return simplify(e, self.ranges)
+
+  def _rewrite_loads(self, e: Expr) -> Expr:
+    def f(n: Expr) -> Expr:
+      name = n.arg.name
+      if name in self.in_buffers:
+        shp = self.s.stage(name).tensor.shape
+        flat, stride = const(0), 1
+        for d in range(len(shp) - 1, -1, -1):
+          flat = flat + n.src[d] * stride; stride *= shp[d]
+        return Expr.make(Op.LOAD, n.dtype, (simplify(flat, self.ranges),), self.in_buffers[name])
+      q = self.info[name]
+      return Expr.make(Op.LOAD, n.dtype, (self._flat(q, n.src),), q.buffer)
+    return map_loads(e, f)
+
+  # ----------------------------------------------------------------------------------------
+  def _kernel(self, root: str) -> Kernel:
+    members = [n for n, i in self.info.items() if i.kernel == root]
+    block = [1, 1, 1]
+    grid = [1, 1, 1]
+    bindings: list[tuple[str, str]] = []
+    for n in members:
+      i = self.info[n]
+      for it, a in i.st.annotations:
+        if it not in i.st.leaves or a not in BLOCK_TAGS + THREAD_TAGS: continue
+        e = i.leaf_ext[it]
+        if not e.is_const: raise LoweringError(f"stage {n}: extent of {it} bound to {a} is symbolic ({e}); substitute values first")
+        if a in BLOCK_TAGS:
+          if n != root:
+            raise ScheduleError(f"{_step_of(self.s, n, it)}: only the kernel's root stage may bind blockIdx ({n}.{it} -> {a})")
+          grid[BLOCK_TAGS.index(a)] = int(e.arg)
+        else:
+          d = THREAD_TAGS.index(a)
+          block[d] = max(block[d], int(e.arg))
+        bindings.append((i.cvar[it], a))
+    self.block = block
+    body = self._stage_stmt(root)
+    params_seen: dict[str, tuple[Buffer, bool]] = {}
+    allocs = []
+    for n in members:
+      i = self.info[n]
+      if i.buffer.scope == "global": params_seen[i.buffer.name] = (i.buffer, True)
+      elif i.buffer not in allocs: allocs.append(i.buffer)
+    allocs += self._scratch.pop(root, [])
+    for b in _buffers_read(body):
+      if b.scope == "global" and b.name not in params_seen: params_seen[b.name] = (b, False)
+    order = [b for b in self.in_buffers.values()] + [i.buffer for i in self.info.values()]
+    params = [b for b in order if b.name in params_seen]
+    k = Kernel(f"{_c_ident(self.name)}_{_c_ident(root)}" if len([x for x in self.info.values() if x.st.attach.kind == "root"]) > 1
+               else f"{_c_ident(self.name)}_kernel", params, allocs, bindings, tuple(grid), tuple(block), body, members)
+    k.written = {b.name for b, w in params_seen.values() if w}
+    return k
+
+  def _stage_stmt(self, name: str):
+    i = self.info[name]
+    st = i.st
+    t = st.tensor
+    red = t.reduce
+    leaves = st.leaves
+    anns = dict(st.annotations)
+    guards = list(i.preds)
+    # threads of the block that this stage does not use
+    if i.scope in ("global", "shared"):
+      bound = {a for _, a in st.annotations}
+      for d, tag in enumerate(THREAD_TAGS):
+        if self.block[d] > 1 and tag not in bound and not self._under_tag(name, tag):
+          guards.append(var(f"threadIdx.{'xyz'[d]}") < 1)
+    for it, a in st.annotations:
+      if a in THREAD_TAGS and it in leaves and int(i.leaf_ext[it].arg) < self.block[THREAD_TAGS.index(a)]:
+        guards.append(var(i.cvar[it]) < i.leaf_ext[it])
+    ct = dict(st.cross_thread)
+    idx = self._flat(i, [i.root_val[a.name] for a in t.axes])
+    value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))
+    value = simplify(value, self.ranges)
+    reduce_leaves = [x for x in leaves if st.kind(x) == "reduce"]
+    red_names = {i.cvar[x] for x in reduce_leaves}
+    sp_guards = [g for g in guards if not (free_vars(g) & red_names)]
+    unroll_kind = self._auto_unroll(i)
+
+    def guard(stmt, gs):
+      return If(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
+
+    if red is None:
+      inner = guard(Store(i.buffer, idx, value), guards)
+      init_stmt = None
+    elif ct:
+      if any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
+        raise ScheduleError(f"{_step_of(self.s, name, list(ct)[0])}: with a cross-thread reduction, every spatial loop of "
+                            f"{name!r} must be outside its reduction loops; order is {list(leaves)}")
+      acc = Buffer(_c_ident(name) + "_red", t.dtype, "local", const(1))
+      init_v = reduce_identity(red.combiner, t.dtype)
+      inner = guard(Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value)), guards)
+      init_stmt = Store(acc, const(0), init_v)
+      scratch = Buffer(_c_ident(name) + "_red_buf", t.dtype, "shared", const(self.block[0] * self.block[1] * self.block[2]))
+      self._scratch.setdefault(i.kernel, []).extend([acc, scratch])
+      it_ct = list(ct)[0]
+      total_extent = int(i.leaf_ext[it_ct].arg)
+      tx_is = var(i.cvar[it_ct])
+      ctr = CrossThreadReduce(red.combiner, Expr.make(Op.LOAD, t.dtype, (const(0),), acc), total_extent, ct[it_ct],
+                              i.buffer, idx, simplify(all_of(tx_is < 1, *sp_guards), self.ranges), scratch, red.init)
+    else:
+      init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
+      load_self = Expr.make(Op.LOAD, t.dtype, (idx,), i.buffer)
+      inner = guard(Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value)), guards)
+      init_stmt = guard(Store(i.buffer, idx, init_v), sp_guards)
+
+    first_red = leaves.index(reduce_leaves[0]) if reduce_leaves else None
+
+    def loop(it, body):
+      a = anns.get(it, "none")
+      if a in BLOCK_TAGS or a in THREAD_TAGS: return body
+      kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": "vthread"}.get(a, unroll_kind.get(it, "serial"))
+      return For(i.cvar[it], i.leaf_ext[it], body, kind)
+
+    def nest(j):
+      if j == len(leaves): return inner
+      it = leaves[j]
+      attached = [self._attached_stmt(o) for o in self.info.values()
+                  if o.st.attach.kind == "at" and o.st.attach.stage == name and o.st.attach.iter == it]
+      body = nest(j + 1)
+      body = Seq(tuple(attached) + (body,)) if attached else body
+      stmt = loop(it, body)
+      if first_red is not None and j == first_red:
+        init_nest = init_stmt
+        for x in reversed(leaves[j:]):
+          if st.kind(x) == "spatial": init_nest = loop(x, init_nest)
+        stmt = Seq((init_nest, stmt))
+        if ct: stmt = Seq((stmt, ctr))
+      return stmt
+    return Seq((Comment(f"stage {name}" + (f" ({i.scope})" if st.attach.kind == "at" else "")), nest(0)))
+
+  def _attached_stmt(self, o: _Info):
+    s = self._stage_stmt(o.st.name)
+    return Seq((Sync(), s, Sync())) if o.scope == "shared" else s
+
+  def _under_tag(self, name: str, tag: str) -> bool:
+    for t, it in self._ancestors(name):
+      ts = self.s.stage(t)
+      if tag in {ts.annotation(x) for x in ts.leaves[:ts.leaves.index(it) + 1]}: return True
+    return False
+
+  def _auto_unroll(self, i: _Info) -> dict[str, str]:
+    m = i.st.auto_unroll_max_step
+    out: dict[str, str] = {}
+    if m <= 0: return out
+    prod = 1
+    for it in reversed(i.st.leaves):
+      if i.st.annotation(it) != "none": continue
+      e = i.leaf_ext[it]
+      if not e.is_const: break
+      prod *= int(e.arg)
+      if prod > m: break
+      out[it] = "unroll"
+    return out
+
+
+def _buffers_read(stmt) -> list[Buffer]:
+  out: list[Buffer] = []
+
+  def ex(e):
+    for n in walk(e):
+      if n.op is Op.LOAD and isinstance(n.arg, Buffer) and n.arg not in out: out.append(n.arg)
+
+  def go(s):
+    if isinstance(s, For): ex(s.extent); go(s.body)
+    elif isinstance(s, Seq): [go(x) for x in s.stmts]
+    elif isinstance(s, If): ex(s.cond); go(s.then)
+    elif isinstance(s, Store): ex(s.index); ex(s.value)
+    elif isinstance(s, CrossThreadReduce): ex(s.value); ex(s.index); ex(s.cond)
+  go(stmt)
+  return out
+
+
+def _step_of(s: State, stage: str, it: str) -> str:
+  """The step that last touched loop ``it`` of ``stage`` (for error messages)."""
+  for k in range(len(s.steps) - 1, -1, -1):
+    st = s.steps[k]
+    if getattr(st, "stage", None) == stage and getattr(st, "iter", None) == it: return f"step {k} {st}"
+  return f"stage {stage} loop {it}"
+
+
+def lower(state: State, name: str = "default") -> Program:
+  """Lower a schedule state to a loop-nest Program."""
+  return _Lowerer(state, name).run()

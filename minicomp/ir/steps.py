@@ -1,0 +1,374 @@
+"""Schedule steps as data: each is a frozen dataclass that applies to a State and round-trips JSON.
+
+Stages and loops are named (``"C"``, ``"i.0"``), so a step list reads like a script and
+replays on a fresh State from the same ComputeDAG to the same program, byte for byte.
+Symbolic split factors serialise as ``{"var": name}``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar
+
+from minicomp.errors import ScheduleError
+from minicomp.ir.expr import Expr, var
+from minicomp.ir.ops import Op
+from minicomp.ir.state import (ANNOTATIONS, BLOCK_TAGS, INLINE, ROOT, THREAD_TAGS, Attach, Fuse, Split, State,
+                               check_positive_factor, unique_name)
+from minicomp.ir.te import Tensor
+
+STEP_TYPES: dict[str, type["Step"]] = {}
+
+
+def register(cls):
+  STEP_TYPES[cls.kind] = cls
+  return cls
+
+
+def _factor_json(f):
+  return {"var": f.arg} if isinstance(f, Expr) else f
+
+
+def _factor_from_json(f):
+  return var(f["var"]) if isinstance(f, dict) else f
+
+
+@dataclass(frozen=True)
+class Step:
+  kind: ClassVar[str] = ""
+
+  def apply(self, s: State) -> Any: raise NotImplementedError
+
+  def to_json(self) -> dict:
+    d = {"step": self.kind}
+    for f in fields(self):
+      v = getattr(self, f.name)
+      if f.name == "factors": v = [_factor_json(x) for x in v]
+      elif isinstance(v, tuple): v = list(v)
+      d[f.name] = v
+    return d
+
+  @staticmethod
+  def from_json(d: dict) -> "Step":
+    d = dict(d)
+    cls = STEP_TYPES.get(d.pop("step", None))
+    if cls is None: raise ScheduleError(f"unknown step in JSON: {d}")
+    kw = {}
+    for f in fields(cls):
+      v = d[f.name]
+      if f.name == "factors": v = tuple(_factor_from_json(x) for x in v)
+      elif isinstance(v, list): v = tuple(v)
+      kw[f.name] = v
+    return cls(**kw)
+
+  def __str__(self) -> str: return json.dumps(self.to_json())
+
+
+def _loop(s: State, stage: str, it: str, what: str):
+  st = s.stage(stage)
+  if st.is_placeholder: raise ScheduleError(f"{what}: {stage!r} is a placeholder; it has no loops")
+  if st.attach == INLINE: raise ScheduleError(f"{what}: stage {stage!r} is inlined; it has no loops")
+  if it not in st.leaves: raise ScheduleError(f"{what}: {stage!r} has no loop {it!r}; its loops are {list(st.leaves)}")
+  return st
+
+
+@register
+@dataclass(frozen=True)
+class SplitStep(Step):
+  """Split loop ``iter`` into ``len(factors) + 1`` loops; ``factors`` are the inner extents, outer to inner."""
+  kind: ClassVar[str] = "split"
+  stage: str
+  iter: str
+  factors: tuple
+
+  def apply(self, s: State):
+    st = _loop(s, self.stage, self.iter, "split")
+    if not self.factors: raise ScheduleError(f"split {self.stage}.{self.iter}: needs at least one factor")
+    fs = tuple(check_positive_factor(f, f"split {self.stage}.{self.iter}") for f in self.factors)
+    if st.annotation(self.iter) != "none":
+      raise ScheduleError(f"split {self.stage}.{self.iter}: the loop is already annotated {st.annotation(self.iter)!r}")
+    names = set(dict(st.kinds))
+    children = []
+    for k in range(len(fs) + 1):
+      n = unique_name(names, f"{self.iter}.{k}"); names.add(n); children.append(n)
+    kind = st.kind(self.iter)
+    pos = st.leaves.index(self.iter)
+    s.set_stage(replace(st, leaves=st.leaves[:pos] + tuple(children) + st.leaves[pos + 1:],
+                        relations=st.relations + (Split(self.iter, tuple(children), fs),),
+                        kinds=st.kinds + tuple((c, kind) for c in children)))
+    _move_attach(s, self.stage, {self.iter: children[-1]})
+    return tuple(children)
+
+
+@register
+@dataclass(frozen=True)
+class FuseStep(Step):
+  """Fuse adjacent loops (outer to inner) into one."""
+  kind: ClassVar[str] = "fuse"
+  stage: str
+  iters: tuple
+
+  def apply(self, s: State):
+    if not self.iters: raise ScheduleError(f"fuse {self.stage}: needs at least one loop")
+    st = None
+    for it in self.iters: st = _loop(s, self.stage, it, "fuse")
+    pos = [st.leaves.index(it) for it in self.iters]
+    if pos != list(range(pos[0], pos[0] + len(pos))):
+      raise ScheduleError(f"fuse {self.stage} {list(self.iters)}: loops must be adjacent and in order; order is {list(st.leaves)}")
+    kinds = {st.kind(it) for it in self.iters}
+    if len(kinds) > 1: raise ScheduleError(f"fuse {self.stage} {list(self.iters)}: cannot fuse spatial with reduce loops")
+    for it in self.iters:
+      if st.annotation(it) != "none": raise ScheduleError(f"fuse {self.stage}.{it}: loop is annotated {st.annotation(it)!r}")
+    if len(self.iters) == 1: return self.iters[0]
+    child = unique_name(set(dict(st.kinds)), ".".join(self.iters) + ".fused")
+    s.set_stage(replace(st, leaves=st.leaves[:pos[0]] + (child,) + st.leaves[pos[-1] + 1:],
+                        relations=st.relations + (Fuse(tuple(self.iters), child),),
+                        kinds=st.kinds + ((child, kinds.pop()),)))
+    _move_attach(s, self.stage, {it: child for it in self.iters})
+    return child
+
+
+@register
+@dataclass(frozen=True)
+class ReorderStep(Step):
+  """Reorder the given loops among the positions they occupy (others stay in place)."""
+  kind: ClassVar[str] = "reorder"
+  stage: str
+  order: tuple
+
+  def apply(self, s: State):
+    st = None
+    for it in self.order: st = _loop(s, self.stage, it, "reorder")
+    if st is None: return
+    if len(set(self.order)) != len(self.order): raise ScheduleError(f"reorder {self.stage}: repeated loop in {list(self.order)}")
+    slots = sorted(st.leaves.index(it) for it in self.order)
+    leaves = list(st.leaves)
+    for p, it in zip(slots, self.order): leaves[p] = it
+    s.set_stage(replace(st, leaves=tuple(leaves)))
+
+
+@register
+@dataclass(frozen=True)
+class AnnotateStep(Step):
+  """Bind a loop to a GPU index (blockIdx.*, threadIdx.*, vthread) or mark it unroll / vectorize."""
+  kind: ClassVar[str] = "annotate"
+  stage: str
+  iter: str
+  annotation: str
+
+  def apply(self, s: State):
+    st = _loop(s, self.stage, self.iter, "annotate")
+    a = self.annotation
+    if a not in ANNOTATIONS: raise ScheduleError(f"annotate {self.stage}.{self.iter}: unknown annotation {a!r}; use one of {ANNOTATIONS}")
+    if st.kind(self.iter) == "reduce" and (a in BLOCK_TAGS or a in THREAD_TAGS or a == "vthread"):
+      raise ScheduleError(f"bind {self.stage}.{self.iter} -> {a}: {self.iter!r} is a reduction loop; binding it to a GPU "
+                          "index needs a cross-thread reduction: use cross_thread_reduce(stage, loop) instead")
+    if a in BLOCK_TAGS + THREAD_TAGS:
+      for other, b in st.annotations:
+        if b == a and other != self.iter: raise ScheduleError(f"bind {self.stage}.{self.iter} -> {a}: {other!r} is already bound to {a}")
+    anns = tuple((k, v) for k, v in st.annotations if k != self.iter) + ((self.iter, a),)
+    s.set_stage(replace(st, annotations=anns))
+
+
+@register
+@dataclass(frozen=True)
+class CrossThreadReduceStep(Step):
+  """Bind a reduction loop to threadIdx.x: threads reduce partial results together (warp shuffle or shared-memory tree)."""
+  kind: ClassVar[str] = "cross_thread_reduce"
+  stage: str
+  iter: str
+  method: str = "shuffle"
+
+  def apply(self, s: State):
+    st = _loop(s, self.stage, self.iter, "cross_thread_reduce")
+    if st.kind(self.iter) != "reduce": raise ScheduleError(f"cross_thread_reduce {self.stage}.{self.iter}: not a reduction loop")
+    if self.method not in ("shuffle", "tree"): raise ScheduleError(f"cross_thread_reduce: method must be 'shuffle' or 'tree', got {self.method!r}")
+    if st.cross_thread: raise ScheduleError(f"cross_thread_reduce {self.stage}: already has a cross-thread reduction")
+    if any(b == "threadIdx.x" for _, b in st.annotations): raise ScheduleError(f"cross_thread_reduce {self.stage}: threadIdx.x already bound")
+    s.set_stage(replace(st, annotations=st.annotations + ((self.iter, "threadIdx.x"),),
+                        cross_thread=((self.iter, self.method),)))
+
+
+@register
+@dataclass(frozen=True)
+class PragmaStep(Step):
+  """``auto_unroll_max_step``: unroll inner loops whose total trip count is at most ``value``."""
+  kind: ClassVar[str] = "pragma"
+  stage: str
+  iter: str
+  pragma: str
+  value: int
+
+  def apply(self, s: State):
+    st = _loop(s, self.stage, self.iter, "pragma")
+    if self.pragma != "auto_unroll_max_step": raise ScheduleError(f"pragma {self.pragma!r} unknown; known: auto_unroll_max_step")
+    if not isinstance(self.value, int) or self.value < 0: raise ScheduleError(f"pragma auto_unroll_max_step: value must be an int >= 0, got {self.value!r}")
+    s.set_stage(replace(st, auto_unroll_max_step=self.value))
+
+
+def _check_attachable(s: State, name: str, what: str):
+  st = s.stage(name)
+  if st.is_placeholder: raise ScheduleError(f"{what}: {name!r} is a placeholder")
+  if name in s.outputs: raise ScheduleError(f"{what}: {name!r} is an output of the DAG; it must stay at root")
+  return st
+
+
+@register
+@dataclass(frozen=True)
+class ComputeAtStep(Step):
+  """Compute ``stage`` inside loop ``iter`` of ``target`` (which must consume it, directly or not)."""
+  kind: ClassVar[str] = "compute_at"
+  stage: str
+  target: str
+  iter: str
+
+  def apply(self, s: State):
+    st = _check_attachable(s, self.stage, f"compute_at {self.stage} -> {self.target}.{self.iter}")
+    if not s.reaches(self.stage, self.target):
+      raise ScheduleError(f"compute_at {self.stage} -> {self.target}.{self.iter}: {self.target!r} does not consume "
+                          f"{self.stage!r}, so it is not an ancestor in the loop tree")
+    _loop(s, self.target, self.iter, f"compute_at {self.stage}")
+    s.set_stage(replace(st, attach=Attach("at", self.target, self.iter)))
+
+
+@register
+@dataclass(frozen=True)
+class ComputeInlineStep(Step):
+  """Substitute the stage's expression into its consumers (no loops of its own)."""
+  kind: ClassVar[str] = "compute_inline"
+  stage: str
+
+  def apply(self, s: State):
+    st = _check_attachable(s, self.stage, f"compute_inline {self.stage}")
+    if st.tensor.reduce_axes: raise ScheduleError(f"compute_inline {self.stage}: a reduction cannot be inlined")
+    for o in s.stages:
+      if o.attach.kind == "at" and o.attach.stage == self.stage:
+        raise ScheduleError(f"compute_inline {self.stage}: stage {o.name!r} is computed at it")
+    s.set_stage(replace(st, attach=INLINE))
+
+
+@register
+@dataclass(frozen=True)
+class ComputeRootStep(Step):
+  """Compute the stage at the top level (its own kernel)."""
+  kind: ClassVar[str] = "compute_root"
+  stage: str
+
+  def apply(self, s: State):
+    st = s.stage(self.stage)
+    if st.is_placeholder: raise ScheduleError(f"compute_root: {self.stage!r} is a placeholder")
+    s.set_stage(replace(st, attach=ROOT))
+
+
+def _copy_tensor(name: str, src: Tensor) -> Tensor:
+  from minicomp.ir.te import compute
+  return compute(src.shape, lambda *ax: src[ax], name=name)
+
+
+@register
+@dataclass(frozen=True)
+class CacheReadStep(Step):
+  """Add a stage ``<tensor>.<scope>`` that copies ``tensor``; ``readers`` read the copy instead."""
+  kind: ClassVar[str] = "cache_read"
+  tensor: str
+  scope: str
+  readers: tuple
+
+  def apply(self, s: State):
+    what = f"cache_read {self.tensor} -> {self.scope}"
+    if self.scope not in ("shared", "local"): raise ScheduleError(f"{what}: scope must be 'shared' or 'local'")
+    src = s.stage(self.tensor)
+    if not self.readers: raise ScheduleError(f"{what}: needs at least one reader")
+    for r in self.readers:
+      if r not in s.consumers(self.tensor): raise ScheduleError(f"{what}: {r!r} does not read {self.tensor!r}")
+    name = unique_name({x.name for x in s.stages}, f"{self.tensor}.{self.scope}")
+    new_t = _copy_tensor(name, src.tensor)
+    from minicomp.ir.state import Stage
+    root = tuple(a.name for a in new_t.axes)
+    new_st = Stage(name, new_t, root, tuple((a, "spatial") for a in root), root, scope=self.scope)
+    for r in self.readers: _rewrite_reads(s, r, self.tensor, new_t)
+    s.stages.insert(s.index(self.tensor) + 1, new_st)
+    return name
+
+
+@register
+@dataclass(frozen=True)
+class CacheWriteStep(Step):
+  """Compute ``stage`` into a ``<stage>.<scope>`` buffer; ``stage`` becomes a copy out of it. Apply before other steps on the stage."""
+  kind: ClassVar[str] = "cache_write"
+  stage: str
+  scope: str
+
+  def apply(self, s: State):
+    what = f"cache_write {self.stage} -> {self.scope}"
+    if self.scope not in ("local", "shared"): raise ScheduleError(f"{what}: scope must be 'local' or 'shared'")
+    st = s.stage(self.stage)
+    if st.is_placeholder: raise ScheduleError(f"{what}: {self.stage!r} is a placeholder")
+    if st.relations or st.annotations or st.attach != ROOT:
+      raise ScheduleError(f"{what}: apply cache_write before any other step on {self.stage!r}")
+    from minicomp.ir.state import Stage
+    from minicomp.ir.te import Tensor as T
+    name = unique_name({x.name for x in s.stages}, f"{self.stage}.{self.scope}")
+    old = st.tensor
+    cache_t = T(name, old.shape, old.dtype, old.axes, old.body, old.tag)
+    copy_t = _copy_tensor(self.stage, cache_t)
+    cache_st = Stage(name, cache_t, st.root, st.kinds, st.leaves, scope=self.scope)
+    root = tuple(a.name for a in copy_t.axes)
+    s.set_stage(Stage(self.stage, copy_t, root, tuple((a, "spatial") for a in root), root))
+    s.stages.insert(s.index(self.stage), cache_st)
+    return name
+
+
+@register
+@dataclass(frozen=True)
+class StorageAlignStep(Step):
+  """Pad the row stride of the stage's buffer at ``axis`` to ``k*factor + offset`` elements (avoids bank conflicts)."""
+  kind: ClassVar[str] = "storage_align"
+  stage: str
+  axis: int
+  factor: int
+  offset: int
+
+  def apply(self, s: State):
+    st = s.stage(self.stage)
+    what = f"storage_align {self.stage} axis={self.axis}"
+    if st.is_placeholder: raise ScheduleError(f"{what}: placeholder")
+    if not 0 <= self.axis < len(st.tensor.shape) - 1: raise ScheduleError(f"{what}: axis must be in [0, {len(st.tensor.shape) - 1})")
+    if self.factor <= 0 or not 0 <= self.offset < self.factor: raise ScheduleError(f"{what}: need factor > 0 and 0 <= offset < factor")
+    s.set_stage(replace(st, storage_align=tuple(a for a in st.storage_align if a[0] != self.axis) + ((self.axis, self.factor, self.offset),)))
+
+
+def _move_attach(s: State, stage: str, moved: dict[str, str]) -> None:
+  """Stages computed at a loop that was split / fused follow it (to the innermost part: same position)."""
+  for o in list(s.stages):
+    if o.attach.kind == "at" and o.attach.stage == stage and o.attach.iter in moved:
+      s.set_stage(replace(o, attach=Attach("at", stage, moved[o.attach.iter])))
+
+
+def _rewrite_reads(s: State, reader: str, old: str, new_t: Tensor) -> None:
+  from minicomp.ir.expr import map_loads
+  st = s.stage(reader)
+  t = st.tensor
+  body = map_loads(t.body, lambda n: Expr.make(Op.LOAD, n.dtype, n.src, new_t) if n.arg.name == old else n)
+  nt = Tensor(t.name, t.shape, t.dtype, t.axes, body, t.tag)
+  s.set_stage(replace(st, tensor=nt))
+
+
+def apply_step(s: State, step: Step, index: int | None = None):
+  """Apply ``step`` to ``s`` (in place), record it, and return what the step returns (new loop / stage names)."""
+  try:
+    out = step.apply(s)
+  except ScheduleError as e:
+    at = f"step {index if index is not None else len(s.steps)} {step}"
+    raise ScheduleError(f"{at}: {e}") from None
+  s.steps.append(step)
+  return out
+
+
+def steps_to_json(steps) -> str:
+  return json.dumps([st.to_json() for st in steps], indent=1)
+
+
+def steps_from_json(text: str | list) -> list[Step]:
+  data = json.loads(text) if isinstance(text, str) else text
+  return [Step.from_json(d) for d in data]

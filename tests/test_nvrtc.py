@@ -1,0 +1,210 @@
+"""NVRTC compilation (no GPU needed), ptxas resource parsing, the cache, and the pycuda runtime."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from minicomp.codegen import gpu_runtime, nvrtc
+from minicomp.codegen.gpu_runtime import GpuModule, gpu_available, gpu_status, kernel_params
+from minicomp.codegen.nvrtc import Resources, compile_cuda, parse_ptxas_log
+from minicomp.errors import NVRTCError, RuntimeLaunchError
+from minicomp.target import TargetError
+
+SMEM_KERNEL = """
+extern "C" __global__ void reverse(float* __restrict__ a) {
+  __shared__ float tile[256];
+  tile[threadIdx.x] = a[blockIdx.x * 256 + threadIdx.x];
+  __syncthreads();
+  a[blockIdx.x * 256 + threadIdx.x] = tile[255 - threadIdx.x];
+}
+"""
+
+TWO_KERNELS = """
+extern "C" __global__ void add(const float* __restrict__ x, const float* __restrict__ y, float* z, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) z[i] = x[i] + y[i];
+}
+extern "C" __global__ void scale(float* z, float s, int n) {
+  __shared__ double buf[64];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  buf[threadIdx.x % 64] = s;
+  __syncthreads();
+  if (i < n) z[i] *= (float)buf[(threadIdx.x + 1) % 64];
+}
+"""
+
+BROKEN = """extern "C" __global__ void k(float* a) {
+  int i = threadIdx.x;
+  float v = a[i] + ;
+  a[i] = v * undefined_name;
+}
+"""
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+  """Each test gets its own disk cache folder and an empty in-memory cache."""
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path / "cache"))
+  monkeypatch.delenv("MINICOMP_NVRTC_CACHE", raising=False)
+  nvrtc.clear_memory_cache()
+  yield
+  nvrtc.clear_memory_cache()
+
+
+@pytest.mark.parametrize("arch", ["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"])
+def test_compile_each_arch(arch):
+  b = compile_cuda(SMEM_KERNEL, arch)
+  r = b.resources["reverse"]
+  assert b.arch == arch and r.registers > 0 and r.barriers == 1
+  assert r.shared_bytes == 256 * 4
+  assert r.spill_stores == r.spill_loads == 0
+  assert len(b.cubin) > 0 and f".target {arch}" in b.ptx
+  assert not any("deprecated" in w for w in b.warnings)  # sm_70's NVRTC notice is filtered
+  assert "spills=0/0" in str(r) and "smem=1024B" in str(r)
+
+
+def test_two_kernels_and_options():
+  b = compile_cuda(TWO_KERNELS, "sm_86", ["--use_fast_math"])
+  assert set(b.resources) == {"add", "scale"}
+  assert b.resources["add"].shared_bytes == 0 and b.resources["scale"].shared_bytes == 64 * 8
+  assert b.options == ("--use_fast_math",)
+  assert compile_cuda(TWO_KERNELS, "sm_86").ptx != b.ptx  # options are part of the key and change the code
+
+
+def test_syntax_error_names_source_line():
+  with pytest.raises(NVRTCError) as info:
+    compile_cuda(BROKEN, "sm_80")
+  msg = str(info.value)
+  assert "(3): error" in msg and "(4): error" in msg
+  assert ">    3 |   float v = a[i] + ;" in msg  # the offending line, numbered and marked
+  assert "   1 | extern" in msg and "   5 | }" in msg  # two lines of context either side
+  assert info.value.source == BROKEN and "undefined_name" in info.value.log
+
+
+def test_bad_arch_and_option():
+  with pytest.raises(TargetError):
+    compile_cuda(SMEM_KERNEL, "sm_61")
+  with pytest.raises(TargetError):
+    compile_cuda(SMEM_KERNEL, "sm_80", ["--gpu-architecture=sm_86"])
+  with pytest.raises(NVRTCError, match="unrecognized option"):
+    compile_cuda(SMEM_KERNEL, "sm_80", ["--no-such-option"])
+
+
+def test_cache_memory_and_disk(tmp_path, monkeypatch):
+  first = compile_cuda(SMEM_KERNEL, "sm_86")
+  assert compile_cuda(SMEM_KERNEL, "sm_86") is first  # in-memory hit
+  files = sorted(p.suffix for p in (tmp_path / "cache" / "nvrtc").iterdir())
+  assert files == [".cubin", ".log", ".ptx"]
+  nvrtc.clear_memory_cache()
+  monkeypatch.setattr(nvrtc, "_compile", lambda *a: pytest.fail("should be served from the disk cache"))
+  again = compile_cuda(SMEM_KERNEL, "sm_86")
+  assert again == first and again is not first
+  assert again.resources == first.resources  # re-parsed from the cached log
+
+
+def test_disk_cache_disabled(tmp_path, monkeypatch):
+  monkeypatch.setenv("MINICOMP_NVRTC_CACHE", "0")
+  compile_cuda(SMEM_KERNEL, "sm_75")
+  d = tmp_path / "cache" / "nvrtc"
+  assert not d.exists() or not any(d.iterdir())
+
+
+def test_nvrtc_version():
+  major, minor = nvrtc.nvrtc_version()
+  assert major == 12 and minor >= 0
+
+
+def test_parse_ptxas_log_with_spills():
+  log = """nvrtc: warning: Architectures prior to '<compute/sm>_75' are deprecated
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'gemm' for 'sm_80'
+ptxas info    : Function properties for gemm
+ptxas         .     48 bytes stack frame, 40 bytes spill stores, 36 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 48 bytes cumulative stack size, 16384 bytes smem, 380 bytes cmem[0]
+ptxas info    : Compile time = 12.5 ms
+ptxas info    : Compiling entry function '_Z4tinyPf' for 'sm_80'
+ptxas info    : Function properties for _Z4tinyPf
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers
+ptxas info    : Function properties for _Z6helperf
+ptxas         .     16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+"""
+  res = parse_ptxas_log(log)
+  assert res == {
+      "gemm": Resources(registers=255, shared_bytes=16384, spill_stores=40, spill_loads=36,
+                        stack_bytes=48, barriers=1, constant_bytes=380),
+      "_Z4tinyPf": Resources(registers=8),  # sm_90-style line without smem / cmem
+  }  # the non-entry helper is not a kernel
+  assert str(res["gemm"]) == "regs=255 smem=16384B spills=40/36 stack=48B"
+  assert parse_ptxas_log("") == {}
+
+
+def test_kernel_params():
+  assert kernel_params(TWO_KERNELS) == {"add": (True, True, False, None), "scale": (False, None, None)}
+  src = 'extern "C" __global__ void __launch_bounds__(128) k(float* const p, int n) {}'
+  assert kernel_params(src) == {"k": (False, None)}
+
+
+def _fake_driver(log: list):
+  """A stand-in for pycuda.driver that runs kernel "add" of TWO_KERNELS with numpy."""
+  class Alloc:
+    def __init__(self, n): self.buf = bytearray(n)
+    def free(self): log.append("free")
+
+  def add(x, y, z, n, grid, block, shared):
+    log.append(("add", grid, block, shared, type(n)))
+    a, b = (np.frombuffer(p.buf, np.float32) for p in (x, y))
+    np.frombuffer(z.buf, np.float32)[:n] = a[:n] + b[:n]
+
+  class Event:
+    def record(self): pass
+    def synchronize(self): pass
+    def time_till(self, other): return 2.0
+
+  def htod(dev, host): dev.buf[:] = host.tobytes()
+  def dtoh(host, dev): host[...] = np.frombuffer(dev.buf, host.dtype).reshape(host.shape)
+  module = types.SimpleNamespace(get_function={"add": add}.__getitem__)
+  return types.SimpleNamespace(mem_alloc=Alloc, memcpy_htod=htod, memcpy_dtoh=dtoh, Event=Event,
+                               module_from_buffer=lambda cubin: module)
+
+
+def test_gpu_module_plumbing_with_fake_driver(monkeypatch):
+  log: list = []
+  monkeypatch.setattr(gpu_runtime, "_state", {"available": True, "reason": "fake", "driver": _fake_driver(log)})
+  mod = GpuModule(compile_cuda(TWO_KERNELS, "sm_86"))
+  x, y = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+  x0, z = x.copy(), np.zeros(8, np.float32)
+  assert mod.launch("add", grid=1, block=(8,), shared_bytes=0, args=[x, y, z, 8], time=True) == 0.002
+  assert np.array_equal(z, x0 + 1) and np.array_equal(x, x0)
+  assert log[0] == ("add", (1, 1, 1), (8, 1, 1), 0, np.int32) and log.count("free") == 3
+  with pytest.raises(RuntimeLaunchError, match=r"add<<<.*takes 4 arguments"):
+    mod.launch("add", 1, 8, 0, [x, y, z])
+  with pytest.raises(RuntimeLaunchError, match=r"nope<<<grid=1, block=8.*KeyError"):
+    mod.launch("nope", 1, 8, 0, [x])
+
+
+@pytest.mark.gpu
+def test_gpu_module_runs_on_gpu():
+  if not gpu_available():
+    pytest.skip(f"no CUDA GPU / pycuda: {gpu_status()}")
+  from minicomp.target import SUPPORTED_ARCHS
+  import pycuda.driver as drv
+  major, minor = drv.Device(0).compute_capability()
+  arch = f"sm_{major}{minor}"
+  if arch not in SUPPORTED_ARCHS:  # a CUBIN runs only on its own major arch
+    pytest.skip(f"GPU arch {arch} is not a minicomp target")
+  mod = GpuModule(compile_cuda(TWO_KERNELS + SMEM_KERNEL, arch))
+  n = 1000
+  rng = np.random.default_rng(0)
+  x, y, z = rng.random(n, np.float32), rng.random(n, np.float32), np.zeros(n, np.float32)
+  seconds = mod.launch("add", grid=(n + 255) // 256, block=256, shared_bytes=0, args=[x, y, z, n], time=True)
+  np.testing.assert_allclose(z, x + y, rtol=1e-6)
+  assert seconds is not None and seconds > 0
+  mod.launch("scale", (n + 255) // 256, 256, 0, [z, 2.0, n])
+  np.testing.assert_allclose(z, 2 * (x + y), rtol=1e-6)
+  a = rng.random(512, np.float32)
+  expect = np.concatenate([a[255::-1], a[:255:-1]])
+  mod.launch("reverse", 2, 256, 0, [a])
+  np.testing.assert_array_equal(a, expect)
