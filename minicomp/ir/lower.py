@@ -301,7 +301,7 @@ class _Lowerer:
           block[d] = max(block[d], int(e.arg))
         bindings.append((i.cvar[it], a))
     self.block = block
-    body = self._stage_stmt(root)
+    body = _tidy(self._stage_stmt(root))
     params_seen: dict[str, tuple[Buffer, bool]] = {}
     allocs = []
     for n in members:
@@ -419,6 +419,21 @@ class _Lowerer:
       if prod > m: break
       out[it] = "unroll"
     return out
+
+
+def _tidy(s):
+  """Flatten nested sequences and drop a barrier that directly follows another one."""
+  if isinstance(s, Seq):
+    out: list = []
+    for x in s.stmts:
+      x = _tidy(x)
+      for y in (x.stmts if isinstance(x, Seq) else (x,)):
+        if isinstance(y, Sync) and out and isinstance(out[-1], Sync): continue
+        out.append(y)
+    return out[0] if len(out) == 1 else Seq(tuple(out))
+  if isinstance(s, For): return For(s.var, s.extent, _tidy(s.body), s.kind)
+  if isinstance(s, If): return If(s.cond, _tidy(s.then))
+  return s
 
 
 def _buffers_read(stmt) -> list[Buffer]:

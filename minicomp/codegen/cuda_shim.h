@@ -1,0 +1,374 @@
+// cuda_shim.h: compile the CUDA C that minicomp emits with a host C++17 compiler.
+//
+// Used by minicomp/codegen/simulator.py: its translation unit is this header, the kernel
+// source verbatim, then one generated launcher per kernel that calls mc_sim::launch().
+// Blocks run one after another; the threads of a block run as cooperative fibers (one
+// stack each, reused across blocks and launches) on the calling OS thread, so only
+// __syncthreads() and the warp functions switch threads; every other statement runs as
+// written. Include it in one translation unit only (it defines globals).
+#pragma once
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"
+// Probe big stack frames page by page: a fiber overflowing its stack hits its own guard
+// page instead of silently writing into a neighbouring fiber's stack.
+#pragma GCC optimize("stack-clash-protection")
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#if !defined(__x86_64__) || defined(MC_SIM_UCONTEXT)
+#include <ucontext.h>
+#define MC_SIM_USE_UCONTEXT 1
+#endif
+#ifndef MC_SIM_STACK
+#define MC_SIM_STACK 65536  // bytes of stack per CUDA thread (plus one guard page)
+#endif
+
+// ---- qualifiers, vector types, built-in variables ---------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __shared__ static  // one instance, shared by every fiber (= thread) of the block
+#define __constant__ static
+#define __align__(n) __attribute__((aligned(n)))  // not alignas: `static alignas(16) T a;` is ill-formed
+struct uint3 { unsigned int x, y, z; };  struct dim3 { unsigned int x, y, z; };
+struct __align__(8) float2 { float x, y; };  struct float3 { float x, y, z; };
+struct __align__(16) float4 { float x, y, z, w; };  struct __align__(16) double2 { double x, y; };
+struct __align__(8) int2 { int x, y; };  struct int3 { int x, y, z; };
+struct __align__(16) int4 { int x, y, z, w; };
+struct __align__(8) uint2 { unsigned int x, y; };  struct __align__(16) uint4 { unsigned int x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float3 make_float3(float x, float y, float z) { return {x, y, z}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return {x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+// Plain (not static) globals, so the compiler reloads them after every fiber switch.
+#define MC_HIDDEN __attribute__((visibility("hidden")))
+MC_HIDDEN uint3 threadIdx;  // the running fiber's index, set on every switch
+MC_HIDDEN uint3 blockIdx;
+MC_HIDDEN dim3 blockDim, gridDim;
+constexpr int warpSize = 32;
+
+// ---- math: libm declarations instead of <math.h> (which costs ~0.2 s of compile time) ----
+extern "C" {
+#define MC_F1(f) float f(float) noexcept;
+#define MC_F2(f) float f(float, float) noexcept;
+#define MC_D1(f) double f(double) noexcept;
+#define MC_D2(f) double f(double, double) noexcept;
+MC_F1(expf) MC_F1(logf) MC_F1(sqrtf) MC_F1(tanhf) MC_F1(erff) MC_F1(fabsf) MC_F1(floorf)
+MC_F1(ceilf) MC_F1(exp2f) MC_F1(log2f) MC_F1(log10f) MC_F1(sinf) MC_F1(cosf) MC_F1(tanf)
+MC_F1(truncf) MC_F1(roundf) MC_F1(rintf) MC_F1(log1pf) MC_F1(expm1f) MC_F1(erfcf) MC_F1(atanf)
+MC_F2(powf) MC_F2(fmaxf) MC_F2(fminf) MC_F2(fmodf) MC_F2(atan2f)
+MC_D1(exp) MC_D1(log) MC_D1(sqrt) MC_D1(tanh) MC_D1(erf) MC_D1(fabs) MC_D1(floor) MC_D1(ceil)
+MC_D1(exp2) MC_D1(log2) MC_D1(round) MC_D2(pow) MC_D2(fmax) MC_D2(fmin)
+float fmaf(float, float, float) noexcept;
+double fma(double, double, double) noexcept;
+int abs(int) noexcept;
+long long llabs(long long) noexcept;
+}
+#ifndef INFINITY
+#define INFINITY (__builtin_inff())
+#endif
+#ifndef NAN
+#define NAN (__builtin_nanf(""))
+#endif
+#ifndef FLT_MAX
+#define FLT_MAX __FLT_MAX__
+#endif
+inline long long abs(long long x) { return llabs(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __powf(float a, float b) { return powf(a, b); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __saturatef(float x) { return fminf(fmaxf(x, 0.0f), 1.0f); }
+#define MC_MINMAX(T) \
+  inline T min(T a, T b) { return a < b ? a : b; } inline T max(T a, T b) { return a > b ? a : b; }
+MC_MINMAX(int) MC_MINMAX(unsigned int) MC_MINMAX(long) MC_MINMAX(unsigned long)
+MC_MINMAX(long long) MC_MINMAX(unsigned long long)
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+#define MC_MINMAX_MIXED(R, A, B) \
+  inline R min(A a, B b) { return min((R)a, (R)b); } inline R max(A a, B b) { return max((R)a, (R)b); }
+MC_MINMAX_MIXED(unsigned, int, unsigned) MC_MINMAX_MIXED(unsigned, unsigned, int)
+MC_MINMAX_MIXED(double, float, double) MC_MINMAX_MIXED(double, double, float)
+#ifdef __FLT16_MAX__
+typedef _Float16 half;  // storage and conversions as in cuda_fp16.h
+typedef _Float16 __half;
+inline half __float2half(float x) { return (half)x; }
+inline float __half2float(half x) { return (float)x; }
+#endif
+template <class To, class From> inline To mc_sim_bitcast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "bit cast between types of different sizes");
+  To r; __builtin_memcpy(&r, &v, sizeof r); return r;
+}
+inline int __float_as_int(float x) { return mc_sim_bitcast<int>(x); }
+inline float __int_as_float(int x) { return mc_sim_bitcast<float>(x); }
+inline unsigned __float_as_uint(float x) { return mc_sim_bitcast<unsigned>(x); }
+inline float __uint_as_float(unsigned x) { return mc_sim_bitcast<float>(x); }
+inline long long __double_as_longlong(double x) { return mc_sim_bitcast<long long>(x); }
+inline double __longlong_as_double(long long x) { return mc_sim_bitcast<double>(x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+template <class T> inline T __ldg(const T* p) { return *p; }
+// Fibers never preempt each other, so a read-modify-write is atomic as written.
+#define MC_ATOMIC(T) \
+  inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; } \
+  inline T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
+MC_ATOMIC(int) MC_ATOMIC(unsigned int) MC_ATOMIC(unsigned long long) MC_ATOMIC(float) MC_ATOMIC(double)
+#define MC_ATOMIC_INT(T) \
+  inline T atomicMax(T* p, T v) { T o = *p; *p = o > v ? o : v; return o; } \
+  inline T atomicMin(T* p, T v) { T o = *p; *p = o < v ? o : v; return o; } \
+  inline T atomicCAS(T* p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
+MC_ATOMIC_INT(int) MC_ATOMIC_INT(unsigned int) MC_ATOMIC_INT(unsigned long long)
+
+// ---- fiber contexts ------------------------------------------------------------------------
+#ifndef MC_SIM_USE_UCONTEXT
+// x86-64 switch without swapcontext's sigprocmask system call: push the callee-saved
+// registers on the old stack, swap stack pointers, pop them from the new stack.
+extern "C" MC_HIDDEN void mc_sim_switch(void** save_sp, void* load_sp);
+__asm__(".text\n.globl mc_sim_switch\n.hidden mc_sim_switch\n.type mc_sim_switch,@function\n"
+        "mc_sim_switch:\n pushq %rbp\n pushq %rbx\n pushq %r12\n pushq %r13\n pushq %r14\n"
+        " pushq %r15\n movq %rsp, (%rdi)\n movq %rsi, %rsp\n popq %r15\n popq %r14\n"
+        " popq %r13\n popq %r12\n popq %rbx\n popq %rbp\n ret\n.size mc_sim_switch, .-mc_sim_switch\n");
+#endif
+namespace mc_sim __attribute__((visibility("hidden"))) {
+#ifdef MC_SIM_USE_UCONTEXT
+struct Ctx { ucontext_t uc; };
+inline void ctx_init(Ctx* c, char* stack, size_t size, void (*fn)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack; c->uc.uc_stack.ss_size = size; c->uc.uc_link = nullptr;
+  makecontext(&c->uc, fn, 0);
+}
+inline void ctx_switch(Ctx* from, Ctx* to) { swapcontext(&from->uc, &to->uc); }
+#else
+struct Ctx { void* sp; };
+inline void ctx_init(Ctx* c, char* stack, size_t size, void (*fn)()) {
+  void** top = (void**)((uintptr_t)(stack + size) & ~(uintptr_t)15);
+  top[-1] = nullptr;    // fake return address: fn starts as if called (rsp % 16 == 8)
+  top[-2] = (void*)fn;  // popped by `ret`
+  for (int i = 3; i <= 8; ++i) top[-i] = nullptr;  // rbp rbx r12..r15
+  c->sp = top - 8;
+}
+inline void ctx_switch(Ctx* from, Ctx* to) { mc_sim_switch(&from->sp, to->sp); }
+#endif
+
+// ---- the threads of one block: a FIFO of ready fibers, block and warp barriers -----------
+constexpr int MAXT = 1024;
+constexpr size_t GUARD = 4096;
+struct Fiber { Ctx ctx; uint3 tid; bool started; };
+struct Warp { unsigned live, arrived, mask; };  // lane bitmasks
+Fiber fib[MAXT];
+char* stacks[MAXT];  // mapped on first use, kept for later blocks and launches
+Warp warps[MAXT / 32];
+unsigned long long slots[MAXT];  // per-lane values exchanged by shuffles and votes
+int waiters[MAXT], queue[MAXT];  // block-barrier arrivals; ready fibers (ring)
+int nthreads, cur, live, arrived, bar_line, qhead, qlen, failed;
+Ctx sched;  // the launching OS thread
+void (*body)(void**);
+void** args;
+char errmsg[768];
+
+inline void push(int t) { queue[(qhead + qlen++) % nthreads] = t; }
+inline int pop() {
+  if (!qlen) return -1;
+  int t = queue[qhead]; qhead = (qhead + 1) % nthreads; --qlen; return t;
+}
+void entry();
+inline void resume(Ctx* from, int t) {  // switch to fiber t, starting it if new
+  cur = t; threadIdx = fib[t].tid;
+  if (!fib[t].started) ctx_init(&fib[t].ctx, stacks[t] + GUARD, MC_SIM_STACK, entry);
+  fib[t].started = true;
+  ctx_switch(from, &fib[t].ctx);
+}
+inline int where(char* buf, size_t n) {
+  return snprintf(buf, n, "block (%u,%u,%u) thread (%u,%u,%u): ", blockIdx.x, blockIdx.y,
+                  blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+}
+__attribute__((noreturn, format(printf, 1, 2))) inline void fail(const char* fmt, ...) {
+  int n = where(errmsg, sizeof errmsg);
+  va_list ap; va_start(ap, fmt); vsnprintf(errmsg + n, sizeof errmsg - n, fmt, ap); va_end(ap);
+  failed = 1;
+  ctx_switch(&fib[cur].ctx, &sched);  // abandon the block's fibers; never resumed
+  __builtin_unreachable();
+}
+__attribute__((noreturn)) inline void deadlock() {
+  int in_warp = 0;
+  for (int w = 0; w < (nthreads + 31) / 32; ++w) in_warp += __builtin_popcount(warps[w].arrived);
+  fail("deadlock: %d thread(s) wait at __syncthreads() (line %d), %d at a warp-level sync "
+       "(__shfl*_sync/__syncwarp/vote) and %d exited; no thread can go on",
+       arrived, arrived ? bar_line : 0, in_warp, nthreads - live);
+}
+inline void wait_here() {  // block the running fiber, run the next ready one
+  int t = pop();
+  if (t < 0) deadlock();
+  resume(&fib[cur].ctx, t);
+}
+inline void release_warp(int w, int except) {
+  unsigned a = warps[w].arrived;
+  warps[w].arrived = 0;
+  for (; a; a &= a - 1) if (w * 32 + __builtin_ctz(a) != except) push(w * 32 + __builtin_ctz(a));
+}
+inline bool warp_complete(const Warp& w) { return (w.arrived & w.mask & w.live) == (w.mask & w.live); }
+// A block barrier completes when every thread that has not exited arrived (as bar.sync on
+// sm_70+); the threads of one barrier instance must arrive at the same __syncthreads() line.
+inline void syncthreads(int line) {
+  if (arrived == 0) bar_line = line;
+  else if (line != bar_line)
+    fail("divergent __syncthreads(): reached the one on line %d while %d thread(s) wait at "
+         "the one on line %d", line, arrived, bar_line);
+  waiters[arrived++] = cur;
+  if (arrived < live) return wait_here();
+  for (int i = 0; i < arrived - 1; ++i) push(waiters[i]);  // the last arrival runs on
+  arrived = 0;
+}
+inline void warp_sync(unsigned mask) {  // rendezvous of the live lanes in `mask`
+  Warp& w = warps[cur >> 5];
+  if (!w.arrived) w.mask = mask;
+  w.arrived |= 1u << (cur & 31);
+  if (warp_complete(w)) release_warp(cur >> 5, cur);
+  else wait_here();
+}
+inline void exit_fiber() {  // an exited thread counts as arrived at every barrier
+  --live;
+  Warp& w = warps[cur >> 5];
+  w.live &= ~(1u << (cur & 31));
+  if (w.arrived && warp_complete(w)) release_warp(cur >> 5, -1);
+  if (arrived && arrived == live) {
+    for (int i = 0; i < arrived; ++i) push(waiters[i]);
+    arrived = 0;
+  }
+  int t = pop();
+  if (t >= 0) resume(&fib[cur].ctx, t);
+  else if (live == 0) ctx_switch(&fib[cur].ctx, &sched);  // the block is done
+  else deadlock();
+}
+inline void entry() { body(args); exit_fiber(); }
+// PTX shfl.sync semantics: mode 0 idx, 1 up, 2 down, 3 bfly; c = clamp | segmask << 8.
+template <class T> inline T shfl(unsigned mask, T v, int mode, int b, int c) {
+  static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffle of a type over 8 bytes");
+  int me = cur, lane = me & 31, seg = (c >> 8) & 31, j;
+  int maxl = (lane & seg) | (c & 31 & ~seg), minl = lane & seg;
+  bool ok;
+  switch (mode) {
+    case 0: j = minl | (b & 31 & ~seg); ok = j <= maxl; break;
+    case 1: j = lane - b; ok = j >= maxl; break;
+    case 2: j = lane + b; ok = j <= maxl; break;
+    default: j = lane ^ b; ok = j <= maxl; break;
+  }
+  __builtin_memcpy(&slots[me], &v, sizeof v);
+  warp_sync(mask);
+  T r = v;
+  if (ok && (me & ~31) + j < nthreads) __builtin_memcpy(&r, &slots[(me & ~31) + j], sizeof r);
+  warp_sync(mask);  // no lane overwrites its slot before every lane has read
+  return r;
+}
+inline unsigned ballot(unsigned mask, int p) {
+  int me = cur;
+  slots[me] = p != 0;
+  warp_sync(mask);
+  unsigned r = 0, lanes = warps[me >> 5].live & mask;
+  for (int l = 0; l < 32 && (me & ~31) + l < nthreads; ++l)
+    if ((lanes >> l & 1) && slots[(me & ~31) + l]) r |= 1u << l;
+  warp_sync(mask);
+  return r;
+}
+
+// ---- launch: the blocks of the grid in turn; faults become an error message --------------
+sigjmp_buf fault_jb;
+pthread_t owner;
+const int fault_sigs[4] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+struct sigaction old_act[4];
+stack_t old_ss;
+char altstack[64 * 1024];  // the handler must run even when a fiber overflowed its stack
+inline void on_fault(int sig, siginfo_t* si, void*) {
+  if (!pthread_equal(pthread_self(), owner)) {  // another thread's fault: previous handler
+    for (int i = 0; i < 4; ++i) if (fault_sigs[i] == sig) sigaction(sig, &old_act[i], nullptr);
+    return;
+  }
+  char* a = (char*)si->si_addr;
+  int n = where(errmsg, sizeof errmsg);
+  if (sig == SIGFPE || sig == SIGILL)
+    snprintf(errmsg + n, sizeof errmsg - n, "%s", sig == SIGFPE ? "arithmetic fault (SIGFPE: integer "
+             "division by zero or overflow)" : "illegal instruction (SIGILL, e.g. a null pointer access)");
+  else if (stacks[cur] && a >= stacks[cur] && a < stacks[cur] + GUARD)
+    snprintf(errmsg + n, sizeof errmsg - n, "stack overflow: a thread may use at most %d bytes of "
+             "stack (local arrays included)", MC_SIM_STACK);
+  else
+    snprintf(errmsg + n, sizeof errmsg - n, "memory fault at address %p (out-of-bounds index or "
+             "invalid pointer)", (void*)a);
+  siglongjmp(fault_jb, 1);
+}
+inline int run_grid() {
+  unsigned long long nblocks = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
+  for (unsigned long long b = 0; b < nblocks && !failed; ++b) {
+    blockIdx = {(unsigned)(b % gridDim.x), (unsigned)(b / gridDim.x % gridDim.y),
+                (unsigned)(b / ((unsigned long long)gridDim.x * gridDim.y))};
+    live = nthreads; arrived = 0; qhead = 0; qlen = 0;
+    for (int w = 0; w < (nthreads + 31) / 32; ++w)
+      warps[w] = {nthreads - 32 * w >= 32 ? ~0u : (1u << (nthreads - 32 * w)) - 1, 0u, 0u};
+    for (int t = 0; t < nthreads; ++t) { fib[t].started = false; push(t); }
+    resume(&sched, pop());  // returns when the block finished or failed
+  }
+  return failed;
+}
+inline int launch(const unsigned* cfg, void (*fn)(void**), void** a) {
+  gridDim = {cfg[0], cfg[1], cfg[2]};
+  blockDim = {cfg[3], cfg[4], cfg[5]};
+  nthreads = (int)(cfg[3] * cfg[4] * cfg[5]);
+  body = fn; args = a; failed = 0; errmsg[0] = 0;
+  if (nthreads < 1 || nthreads > MAXT) { snprintf(errmsg, sizeof errmsg, "bad block size"); return 1; }
+  for (int t = 0; t < nthreads; ++t) {
+    if (!stacks[t]) {
+      void* p = mmap(nullptr, GUARD + MC_SIM_STACK, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) { snprintf(errmsg, sizeof errmsg, "cannot map fiber stacks"); return 1; }
+      mprotect(p, GUARD, PROT_NONE);
+      stacks[t] = (char*)p;
+    }
+    fib[t].tid = {t % cfg[3], t / cfg[3] % cfg[4], t / (cfg[3] * cfg[4])};
+  }
+  owner = pthread_self();
+  stack_t ss = {};
+  ss.ss_sp = altstack; ss.ss_size = sizeof altstack;
+  sigaltstack(&ss, &old_ss);
+  struct sigaction sa = {};
+  sa.sa_sigaction = on_fault; sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 4; ++i) sigaction(fault_sigs[i], &sa, &old_act[i]);
+  int rc;
+  if (sigsetjmp(fault_jb, 1)) rc = 1;  // a fault: errmsg says where
+  else rc = run_grid();
+  for (int i = 0; i < 4; ++i) sigaction(fault_sigs[i], &old_act[i], nullptr);
+  sigaltstack(&old_ss, nullptr);
+  return rc;
+}
+}  // namespace mc_sim
+
+extern "C" const char* mc_sim_error() { return mc_sim::errmsg; }
+
+// ---- CUDA synchronisation and warp functions on top of the fibers -------------------------
+#define __syncthreads() ::mc_sim::syncthreads(__LINE__)
+inline void __syncwarp(unsigned mask = 0xffffffffu) { mc_sim::warp_sync(mask); }
+inline unsigned __activemask() { return mc_sim::warps[mc_sim::cur >> 5].live; }  // non-exited lanes
+template <class T> inline T __shfl_sync(unsigned m, T v, int src, int w = 32) { return mc_sim::shfl(m, v, 0, src, ((32 - w) << 8) | 31); }
+template <class T> inline T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) { return mc_sim::shfl(m, v, 1, (int)d, (32 - w) << 8); }
+template <class T> inline T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) { return mc_sim::shfl(m, v, 2, (int)d, ((32 - w) << 8) | 31); }
+template <class T> inline T __shfl_xor_sync(unsigned m, T v, int lm, int w = 32) { return mc_sim::shfl(m, v, 3, lm, ((32 - w) << 8) | 31); }
+inline unsigned __ballot_sync(unsigned m, int p) { return mc_sim::ballot(m, p); }
+inline int __any_sync(unsigned m, int p) { return mc_sim::ballot(m, p) != 0; }
+inline int __all_sync(unsigned m, int p) { return mc_sim::ballot(m, !p) == 0; }

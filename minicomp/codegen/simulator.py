@@ -1,0 +1,255 @@
+"""CPU simulator: runs the exact CUDA C text minicomp emits on the host CPU.
+
+The source is compiled by a host C++ compiler together with ``cuda_shim.h``, which
+maps the CUDA qualifiers, built-in variables, vector types and intrinsics onto C++.
+Blocks run one after another; the threads of a block run as cooperative fibers, so
+``__syncthreads()`` and the warp shuffles / votes really synchronise and exchange
+values between threads. It checks kernel semantics; its run times say nothing
+about a GPU.
+
+Barrier semantics (as ``bar.sync`` on sm_70+): a barrier completes when every thread
+of the block that has not exited arrived, so threads may return early. All threads of
+one barrier instance must reach the same ``__syncthreads()`` line (else
+:class:`SimulatorError`, "divergent"), and a state where no thread can go on raises
+:class:`SimulatorError` ("deadlock") instead of hanging. A busy-wait on memory written
+by another thread of the block never yields and does hang. Memory faults (invalid
+pointers, fiber stack overflow) and integer division by zero raise
+:class:`SimulatorError`; an out-of-bounds access that lands in mapped memory is not
+detected. Dynamic shared memory (``extern __shared__``) is not supported.
+
+Example::
+
+  mod = build_simulator(src, {"add": ["const float*", "const float*", "float*", "int"]})
+  mod.launch("add", grid=(4, 1, 1), block=(256, 1, 1), args=[a, b, c, 1000])
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from minicomp.codegen.cache import cache_dir, cache_key
+from minicomp.errors import SimulatorCompileError, SimulatorError
+
+SHIM_PATH = Path(__file__).with_name("cuda_shim.h")
+FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-fno-strict-aliasing", "-w")
+SOURCE_NAME = "kernel.cu"  # file names in compiler messages (set by #line)
+LAUNCHER_NAME = "minicomp_launcher.cpp"
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_THREADS = 1024
+
+# C element / scalar types a kernel parameter may have, and their numpy dtypes.
+_DTYPES: dict[str, np.dtype] = {k: np.dtype(v) for k, v in {
+  "float": np.float32, "double": np.float64, "bool": np.bool_,
+  "char": np.int8, "signed char": np.int8, "int8_t": np.int8, "unsigned char": np.uint8, "uint8_t": np.uint8,
+  "half": np.float16, "__half": np.float16,
+  "short": np.int16, "int16_t": np.int16, "unsigned short": np.uint16, "uint16_t": np.uint16,
+  "int": np.int32, "int32_t": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "uint32_t": np.uint32,
+  "long long": np.int64, "long long int": np.int64, "int64_t": np.int64,
+  "unsigned long long": np.uint64, "uint64_t": np.uint64,
+}.items()}
+_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
+
+# One lock for every module: the fiber state lives in each .so, but the fault signal
+# handlers it installs during a launch are process-wide.
+_LAUNCH_LOCK = threading.Lock()
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+  """One kernel parameter: its C type, its name in the source, and its numpy dtype."""
+  ctype: str
+  name: str
+  dtype: np.dtype
+  pointer: bool
+  const: bool  # pointee is const (the kernel only reads the array)
+
+
+@dataclass(frozen=True)
+class SimModule:
+  """The simulator build of one CUDA source; :meth:`launch` runs one of its kernels."""
+  path: Path
+  kernels: Mapping[str, tuple[Param, ...]]
+  _lib: ctypes.CDLL = field(repr=False, compare=False)
+
+  def launch(self, name: str, grid: tuple[int, int, int], block: tuple[int, int, int],
+             args: Sequence[np.ndarray | int | float]) -> None:
+    """Run kernel ``name`` over ``grid`` x ``block`` threads; arrays are modified in place.
+
+    Pointer parameters take C-contiguous arrays of the matching dtype (``float*`` ->
+    float32, ``int*`` -> int32, ...), scalar parameters take Python numbers. Safe to
+    call from several Python threads (launches are serialised). Raises
+    :class:`SimulatorError` on bad arguments, deadlock, divergent barriers and faults.
+    """
+    params = self.kernels.get(name)
+    if params is None:
+      raise SimulatorError(f"unknown kernel {name!r}; this module has {sorted(self.kernels)}")
+    grid, block = _dims(name, "grid", grid, MAX_GRID), _dims(name, "block", block, MAX_BLOCK)
+    if block[0] * block[1] * block[2] > MAX_THREADS:
+      raise SimulatorError(f"{name}: block {block} has {block[0] * block[1] * block[2]} threads, more than {MAX_THREADS}")
+    if len(args) != len(params):
+      raise SimulatorError(f"{name}: takes {len(params)} arguments, got {len(args)}")
+    keep = [_arg_value(name, i, p, v) for i, (p, v) in enumerate(zip(params, args))]
+    argv = (ctypes.c_void_p * max(1, len(keep)))(*(k.ctypes.data for k in keep))
+    cfg = (ctypes.c_uint * 6)(*grid, *block)
+    fn = getattr(self._lib, f"mc_sim_launch_{name}")
+    with _LAUNCH_LOCK:
+      rc = fn(argv, cfg)
+      msg = self._lib.mc_sim_error().decode(errors="replace") if rc else ""
+    if rc:
+      raise SimulatorError(f"{name}: {msg}")
+
+
+def build_simulator(source: str, kernels: Mapping[str, Sequence[str]], *, cxx: str = "g++") -> SimModule:
+  """Compile CUDA ``source`` for the CPU simulator (cached) and load it.
+
+  ``kernels`` maps each kernel name in ``source`` to the C types of its parameters,
+  e.g. ``{"matmul": ["const float*", "const float*", "float*", "int"]}``. The shared
+  object is cached under ``cache_dir("sim")``, keyed by the source, this spec, the
+  shim, the compiler version and the flags, so a rebuild of the same source only
+  loads it. Raises :class:`SimulatorCompileError` (with the compiler log and the
+  offending kernel source lines) when the compiler rejects the source.
+  """
+  params = {name: _parse_params(source, name, types) for name, types in kernels.items()}
+  spec = "\n".join(f"{name}({', '.join(types)})" for name, types in kernels.items())
+  tu = _translation_unit(source, params)  # also in the key: the launcher template may change
+  key = cache_key(source, spec, _shim_text(), _compiler_version(cxx), " ".join(FLAGS), tu)
+  path = cache_dir("sim") / f"{key}.so"
+  if not path.exists():
+    _compile(tu, source, cxx, path)
+  return SimModule(path, params, _load(path, list(params)))
+
+
+def _translation_unit(source: str, params: Mapping[str, tuple[Param, ...]]) -> str:
+  """Shim include + source verbatim (line numbers kept by #line) + one launcher per kernel."""
+  out = ['#include "cuda_shim.h"', f'#line 1 "{SOURCE_NAME}"', source, f'#line 1 "{LAUNCHER_NAME}"']
+  for name, ps in params.items():
+    call = ", ".join(f"*static_cast<{p.ctype}*>(a[{i}])" for i, p in enumerate(ps))
+    out.append(f'extern "C" int mc_sim_launch_{name}(void** args, const unsigned* cfg) {{\n'
+               f"  return ::mc_sim::launch(cfg, [](void** a) {{ {name}({call}); }}, args);\n}}")
+  return "\n".join(out) + "\n"
+
+
+def _compile(tu: str, source: str, cxx: str, out: Path) -> None:
+  """Compile ``tu`` in a temporary folder next to ``out``, then move the .so into place."""
+  with tempfile.TemporaryDirectory(dir=out.parent, prefix="build-") as tmp:
+    cpp, so = Path(tmp) / "sim.cpp", Path(tmp) / "sim.so"
+    cpp.write_text(tu)
+    cmd = [cxx, *FLAGS, f"-I{SHIM_PATH.parent}", "-o", str(so), str(cpp)]
+    r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+    if r.returncode != 0:
+      raise SimulatorCompileError(_compile_message(cxx, r.stderr + r.stdout, source), log=r.stderr + r.stdout, source=source)
+    os.replace(so, out)
+
+
+def _compile_message(cxx: str, log: str, source: str) -> str:
+  """The compiler's error lines, each followed by the kernel source line it names."""
+  lines, msg = source.splitlines(), [f"{cxx} rejected the kernel source (CPU simulator build):"]
+  for m in re.finditer(r"^(\S+?):(\d+):(?:\d+:)? (?:fatal )?error: .*$", log, re.M):
+    msg.append("  " + m.group(0))
+    if m.group(1) == SOURCE_NAME and 0 < int(m.group(2)) <= len(lines):
+      msg.append(f"  {int(m.group(2)):5d} | {lines[int(m.group(2)) - 1].strip()}")
+    elif m.group(1) == LAUNCHER_NAME:
+      msg.append("        (in a generated launcher: do the kernels' parameter types match their signatures?)")
+  if len(msg) == 1:
+    msg.append(log.strip()[-2000:])
+  return "\n".join(msg[:41])
+
+
+def _parse_params(source: str, name: str, types: Sequence[str]) -> tuple[Param, ...]:
+  """Params of kernel ``name`` from its C types; names come from its signature when found."""
+  if not re.fullmatch(r"[A-Za-z_]\w*", name):
+    raise SimulatorError(f"kernel name {name!r} is not a C identifier")
+  sig = re.search(rf"\b{name}\s*\(([^)]*)\)", source)
+  if sig is None:
+    raise SimulatorError(f"kernel {name!r} is not defined in the source")
+  names = [(re.findall(r"\w+", p) or [""])[-1] for p in sig.group(1).split(",")]
+  if len(names) != len(types):
+    names = [f"arg{i}" for i in range(len(types))]
+  out = []
+  for i, (ctype, pname) in enumerate(zip(types, names)):
+    words = ctype.replace("*", " * ").split()
+    base = " ".join(w for w in words if w not in _QUALIFIERS and w != "*")
+    stars = words.count("*")
+    if base not in _DTYPES or stars > 1:
+      raise SimulatorError(f"{name}: parameter {i} ({pname}) has unsupported type {ctype!r}")
+    const = stars == 1 and "const" in words[:words.index("*")]
+    out.append(Param(ctype, pname, _DTYPES[base], stars == 1, const))
+  return tuple(out)
+
+
+def _arg_value(kernel: str, i: int, p: Param, v: object) -> np.ndarray:
+  """An array whose data holds the argument's bytes (a pointer value or a scalar)."""
+  what = f"{kernel}: argument {i} ({p.name}, {p.ctype})"
+  if p.pointer:
+    if not isinstance(v, np.ndarray):
+      raise SimulatorError(f"{what} expects a numpy array, got {type(v).__name__}")
+    if v.dtype != p.dtype:
+      raise SimulatorError(f"{what} expects dtype {p.dtype}, got {v.dtype}")
+    if not v.flags.c_contiguous:
+      raise SimulatorError(f"{what} expects a C-contiguous array (use np.ascontiguousarray)")
+    if not p.const and not v.flags.writeable:
+      raise SimulatorError(f"{what} is written by the kernel but the array is read-only")
+    return np.array([v.ctypes.data], dtype=np.uintp)
+  if isinstance(v, np.ndarray) or not isinstance(v, (int, float, np.number, np.bool_)):
+    raise SimulatorError(f"{what} expects a number, got {type(v).__name__}")
+  if p.dtype.kind in "iub" and isinstance(v, (float, np.floating)):
+    raise SimulatorError(f"{what} expects an integer, got {v!r}")
+  try:
+    return np.array(v, dtype=p.dtype)
+  except OverflowError as e:
+    raise SimulatorError(f"{what}: {v!r} does not fit in {p.dtype}") from e
+
+
+def _dims(kernel: str, what: str, dims: Sequence[int], limits: tuple[int, int, int]) -> tuple[int, int, int]:
+  """Validate a grid / block shape: three ints, each in [1, limit]."""
+  dims = tuple(dims)
+  if len(dims) != 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
+    raise SimulatorError(f"{kernel}: {what} must be three ints, got {dims!r}")
+  for d, lim, axis in zip(dims, limits, "xyz"):
+    if not 1 <= d <= lim:
+      raise SimulatorError(f"{kernel}: {what}.{axis} = {d} is outside [1, {lim}]")
+  return tuple(int(d) for d in dims)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version(cxx: str) -> str:
+  """The compiler's ``--version`` text (part of the cache key)."""
+  try:
+    r = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
+  except (OSError, subprocess.CalledProcessError) as e:
+    raise SimulatorError(f"C++ compiler {cxx!r} for the CPU simulator is not usable: {e}") from e
+  return r.stdout.strip()
+
+
+@functools.lru_cache(maxsize=1)
+def _shim_text() -> str:
+  return SHIM_PATH.read_text()
+
+
+def _load(path: Path, names: Sequence[str]) -> ctypes.CDLL:
+  """dlopen ``path`` once per process and declare its launcher signatures."""
+  with _LAUNCH_LOCK:
+    lib = _LIBS.get(str(path))
+    if lib is None:
+      try:
+        lib = ctypes.CDLL(str(path))
+      except OSError as e:
+        raise SimulatorError(f"cannot load simulator build {path} (delete it to rebuild): {e}") from e
+      lib.mc_sim_error.restype = ctypes.c_char_p
+      _LIBS[str(path)] = lib
+    for n in names:
+      fn = getattr(lib, f"mc_sim_launch_{n}")
+      fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+  return lib
