@@ -161,7 +161,8 @@ class _Lowerer:
       self.sym_ranges[i.cvar[it]] = (const(0), e - 1)
       if e.is_const: self.ranges[i.cvar[it]] = (0, int(e.arg) - 1)
     # leaf values -> root values
-    val: dict[str, Expr] = {it: var(i.cvar[it]) for it in st.leaves}
+    # a loop of extent 1 is no loop: its variable is 0 everywhere
+    val: dict[str, Expr] = {it: const(0) if _is_one(i.leaf_ext[it]) else var(i.cvar[it]) for it in st.leaves}
     preds: list[Expr] = []
     for r in reversed(st.relations):
       if isinstance(r, Split):
@@ -375,7 +376,7 @@ class _Lowerer:
 
     def loop(it, body):
       a = anns.get(it, "none")
-      if a in BLOCK_TAGS or a in THREAD_TAGS: return body
+      if a in BLOCK_TAGS or a in THREAD_TAGS or _is_one(i.leaf_ext[it]): return body
       kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": "vthread"}.get(a, unroll_kind.get(it, "serial"))
       return For(i.cvar[it], i.leaf_ext[it], body, kind)
 
@@ -419,6 +420,10 @@ class _Lowerer:
       if prod > m: break
       out[it] = "unroll"
     return out
+
+
+def _is_one(e: Expr) -> bool:
+  return e.is_const and e.arg == 1
 
 
 def _tidy(s):
