@@ -215,7 +215,8 @@ class _Lowerer:
     for q in self.info.values():
       if q is i or not any(n.op is Op.LOAD and n.arg.name == st.name for n in walk(q.body)): continue
       if q.st.name != t_name and not (set(q.cvar.values()) <= inner):
-        raise ScheduleError(f"compute_at {st.name} -> {t_name}.{it}: its consumer {q.st.name!r} is computed outside loop {it!r}")
+        raise ScheduleError(f"{_step_of(self.s, st.name, None, 'compute_at')}: its consumer {q.st.name!r} is computed outside "
+                            f"loop {t_name}.{it}; compute it inside that loop too, or attach {st.name!r} further out")
       env = dict(q.root_val)
       for n in walk(q.body):
         if n.op is not Op.LOAD or n.arg.name != st.name: continue
@@ -224,7 +225,7 @@ class _Lowerer:
           if r is None: r = (const(0), shape[d] - 1)
           los[d].append(simplify(r[0], self.ranges)); his[d].append(simplify(r[1], self.ranges))
     if not los or not los[0]:
-      raise ScheduleError(f"compute_at {st.name} -> {t_name}.{it}: no stage inside that loop reads {st.name!r}")
+      raise ScheduleError(f"{_step_of(self.s, st.name, None, 'compute_at')}: no stage inside loop {t_name}.{it} reads {st.name!r}")
     lo, ext = [], []
     for d in range(len(shape)):
       l, h = los[d][0], his[d][0]
@@ -458,12 +459,14 @@ def _buffers_read(stmt) -> list[Buffer]:
   return out
 
 
-def _step_of(s: State, stage: str, it: str) -> str:
-  """The step that last touched loop ``it`` of ``stage`` (for error messages)."""
+def _step_of(s: State, stage: str, it: str | None, kind: str | None = None) -> str:
+  """The step that last touched loop ``it`` of ``stage`` (or the last ``kind`` step on it), for error messages."""
   for k in range(len(s.steps) - 1, -1, -1):
     st = s.steps[k]
-    if getattr(st, "stage", None) == stage and getattr(st, "iter", None) == it: return f"step {k} {st}"
-  return f"stage {stage} loop {it}"
+    if getattr(st, "stage", None) != stage: continue
+    if (it is not None and getattr(st, "iter", None) == it) or (kind is not None and st.kind == kind):
+      return f"step {k} {st}"
+  return f"stage {stage}" + (f" loop {it}" if it else "")
 
 
 def lower(state: State, name: str = "default") -> Program:

@@ -1,0 +1,190 @@
+"""Schedule steps: JSON round trip, replay determinism, state printing, and bad schedules."""
+import json
+
+import numpy as np
+import pytest
+
+import minicomp as mc
+from minicomp import workloads as W
+from minicomp.ir.steps import Step, steps_from_json
+
+
+def tiled(wl, tile=32, thread=4):
+  import test_workloads as T
+  return T.mm_tiled_shared(wl, tile=tile, thread=thread)
+
+
+def test_json_round_trip_and_byte_identical_replay():
+  wl = W.matmul(70, 50, 33, bias_relu=True)
+  s = tiled(wl)
+  text = s.to_json()
+  steps = steps_from_json(text)
+  assert [st.to_json() for st in steps] == json.loads(text)
+  s2 = mc.Schedule.from_json(wl.outputs, text)
+  assert s2.to_json() == text
+  k1, k2 = mc.build(s, "sm_80"), mc.build(s2, "sm_80")
+  assert k1.source == k2.source
+  # and a third, rebuilt from scratch, is identical too (determinism)
+  assert mc.build(tiled(W.matmul(70, 50, 33, bias_relu=True)), "sm_80").source == k1.source
+
+
+def test_symbolic_split_factor_round_trip_and_symbolic_extents():
+  wl = W.matmul(64, 64, 64)
+  s = mc.Schedule(wl.outputs)
+  f = mc.var("f")
+  i, j = s.axis("C")
+  io, ii = s.split("C", i, f)
+  d = json.loads(s.to_json())
+  assert d[0]["factors"] == [{"var": "f"}]
+  s2 = mc.Schedule.from_json(wl.outputs, s.to_json())
+  assert s2.state.steps[0].factors == (f,)
+  ext = s.state.stage("C").leaf_extents()
+  assert ext[ii] == f
+  from minicomp.ir.evaluate import evaluate
+  assert evaluate(ext[io], {"f": 16}) == 4 and evaluate(ext[io], {"f": 5}) == 13
+
+
+def test_state_print_lists_loops():
+  wl = W.matmul(64, 64, 64)
+  s = mc.Schedule(wl.outputs)
+  io, ii = s.split("C", "i", 8)
+  s.bind("C", io, "blockIdx.x")
+  text = str(s)
+  assert "for i.0 in 0..8  @blockIdx.x" in text and "for i.1 in 0..8" in text
+
+
+def test_steps_return_new_names():
+  wl = W.matmul(64, 64, 64)
+  s = mc.Schedule(wl.outputs)
+  assert s.split("C", "i", [4, 2]) == ("i.0", "i.1", "i.2")
+  assert s.fuse("C", "i.1", "i.2") == "i.1.i.2.fused"
+  assert s.cache_read("A", "shared", ["C"]) == "A.shared"
+  assert s.loops("C") == ["i.0", "i.1.i.2.fused", "j", "k"]
+
+
+# ---------------------------------------------------------------------------------------------
+# bad schedules raise ScheduleError naming the step
+
+def _mm():
+  wl = W.matmul(64, 48, 40)
+  return wl, mc.Schedule(wl.outputs)
+
+
+@pytest.mark.parametrize("factor", [0, -3, 2.5, True])
+def test_bad_split_factor(factor):
+  _, s = _mm()
+  with pytest.raises(mc.ScheduleError, match=r"step 0 .*split"):
+    s.split("C", "i", factor)
+
+
+def test_split_unknown_loop_names_the_loops():
+  _, s = _mm()
+  with pytest.raises(mc.ScheduleError, match=r"has no loop 'q'; its loops are \['i', 'j', 'k'\]"):
+    s.split("C", "q", 4)
+
+
+def test_bind_reduction_axis_without_cross_thread_reduction():
+  _, s = _mm()
+  s.split("C", "i", 8)
+  with pytest.raises(mc.ScheduleError, match=r"step 1 .*reduction loop.*cross_thread_reduce"):
+    s.bind("C", "k", "threadIdx.x")
+
+
+def test_too_many_threads_per_block():
+  _, s = _mm()
+  f = s.fuse("C", "i", "j")
+  fo, fi = s.split("C", f, 2048)
+  s.bind("C", fo, "blockIdx.x")
+  s.bind("C", fi, "threadIdx.x")
+  with pytest.raises(mc.ScheduleError, match=r"2048 threads.*allows 1024.*step 3 .*threadIdx.x"):
+    mc.build(s, "sm_80")
+
+
+def test_shared_memory_over_limit():
+  wl = W.matmul(256, 256, 256)
+  s = mc.Schedule(wl.outputs)
+  i, j = s.axis("C")
+  io, ii = s.split("C", i, 128)
+  s.bind("C", io, "blockIdx.x")
+  AS = s.cache_read("A", "shared", ["C"])
+  BS = s.cache_read("B", "shared", ["C"])
+  s.compute_at(AS, "C", io)    # A tile 128 x 256 floats = 128 KiB
+  with pytest.raises(mc.ScheduleError, match=r"bytes of shared memory.*allows 49152.*cache_read"):
+    mc.build(s, "sm_86")
+
+
+def test_compute_at_non_ancestor():
+  wl = W.softmax(8, 16)
+  s = mc.Schedule(wl.outputs)
+  with pytest.raises(mc.ScheduleError, match=r"step 0 .*compute_at.*does not consume"):
+    s.compute_at("expsum", "rowmax", "i")
+
+
+def test_vthread_extent_limit():
+  _, s = _mm()
+  io, ii = s.split("C", "i", 16)
+  s.bind("C", ii, "vthread")
+  with pytest.raises(mc.ScheduleError, match=r"vthread.*16 > 8.*step 1"):
+    mc.build(s, "sm_80")
+
+
+def test_other_bad_steps():
+  wl, s = _mm()
+  with pytest.raises(mc.ScheduleError, match="not a reduction loop"):
+    s.cross_thread_reduce("C", "i")
+  with pytest.raises(mc.ScheduleError, match="adjacent"):
+    s.fuse("C", "i", "k")
+  with pytest.raises(mc.ScheduleError, match="placeholder"):
+    s.compute_inline("A")
+  with pytest.raises(mc.ScheduleError, match="output"):
+    s.compute_at("C", "C", "i")
+  with pytest.raises(mc.ScheduleError, match="no stage named"):
+    s.split("Z", "i", 2)
+  with pytest.raises(mc.ScheduleError, match="unknown annotation"):
+    s.bind("C", "i", "warpIdx.x")
+  with pytest.raises(mc.ScheduleError, match="a reduction cannot be inlined"):
+    wl2 = W.softmax(4, 4); s2 = mc.Schedule(wl2.outputs); s2.compute_inline("rowmax")
+  s.split("C", "i", 4)
+  with pytest.raises(mc.ScheduleError, match="before any other step"):
+    s.cache_write("C", "local")
+  with pytest.raises(mc.ScheduleError, match="unknown step"):
+    Step.from_json({"step": "teleport"})
+  assert len(s.steps) == 1   # failed steps are not recorded
+
+
+def test_block_binding_only_on_kernel_root():
+  wl = W.softmax(8, 64)
+  s = mc.Schedule(wl.outputs)
+  s.compute_at("rowmax", "softmax", "i")
+  with pytest.raises(mc.ScheduleError, match=r"step 0 .*compute_at.*consumer 'expsum' is computed outside loop softmax.i"):
+    mc.build(s, "sm_80")
+  s.compute_at("expsum", "softmax", "i")
+  s.bind("rowmax", "i", "blockIdx.x")
+  with pytest.raises(mc.ScheduleError, match="only the kernel's root stage may bind blockIdx"):
+    mc.build(s, "sm_80")
+
+
+def test_bad_inputs_to_kernel():
+  wl, s = _mm()
+  k = mc.build(s, "sm_80")
+  a, b = wl.random_inputs()
+  with pytest.raises(mc.RuntimeLaunchError, match="expected shape"):
+    k(a.T, b)
+  with pytest.raises(mc.RuntimeLaunchError, match="expected dtype float32"):
+    k(a.astype(np.float64), b)
+  with pytest.raises(mc.RuntimeLaunchError, match="takes 2 inputs"):
+    k(a)
+
+
+def test_te_errors():
+  A = mc.placeholder((4, 4), name="A")
+  with pytest.raises(mc.TEError, match="has 2 dims"):
+    A[1]
+  k = mc.reduce_axis(4, "k")
+  with pytest.raises(mc.TEError, match="top-level"):
+    mc.compute((4,), lambda i: mc.sum(A[i, k], axis=k) + 1.0, name="bad")
+  with pytest.raises(mc.TEError, match="positive"):
+    mc.placeholder((0, 3))
+  B = mc.compute((4,), lambda i: A[i, i], name="A")
+  with pytest.raises(mc.TEError, match="unique"):
+    mc.ComputeDAG([B])
