@@ -188,3 +188,68 @@ def test_te_errors():
   B = mc.compute((4,), lambda i: A[i, i], name="A")
   with pytest.raises(mc.TEError, match="unique"):
     mc.ComputeDAG([B])
+
+
+# ---------------------------------------------------------------------------------------------
+# symbolic schedules
+
+def _symbolic_matmul():
+  wl = W.matmul(128, 96, 64)
+  s = mc.Schedule(wl.outputs)
+  f1, f2, f3, kf = mc.var("f1"), mc.var("f2"), mc.var("f3"), mc.var("kf")
+  CL = s.cache_write("C", "local")
+  i, j = s.axis("C")
+  io, ii = s.split("C", i, f1); jo, ji = s.split("C", j, f2)
+  ty, ii = s.split("C", ii, f3)
+  s.reorder("C", io, jo, ty, ii, ji)
+  s.bind("C", io, "blockIdx.y"); s.bind("C", jo, "blockIdx.x"); s.bind("C", ty, "threadIdx.y")
+  s.compute_at(CL, "C", ty)
+  ci, cj, ck = s.loops(CL)
+  ko, ki = s.split(CL, ck, kf)
+  s.reorder(CL, ko, ki, ci, cj)
+  AS = s.cache_read("A", "shared", [CL])
+  s.compute_at(AS, CL, ko)
+  return wl, s
+
+
+def _loop_extents(stmt, env):
+  """Extents (> 1) of every loop in program order, evaluated with ``env``."""
+  from minicomp.ir.evaluate import evaluate
+  from minicomp.ir.loop import For, If, Seq
+  out = []
+
+  def go(x):
+    if isinstance(x, For):
+      e = int(evaluate(x.extent, env))
+      if e > 1: out.append(e)
+      go(x.body)
+    elif isinstance(x, Seq): [go(y) for y in x.stmts]
+    elif isinstance(x, If): go(x.then)
+  go(stmt)
+  return out
+
+
+def test_symbolic_program_agrees_with_concrete_lowering():
+  from minicomp.ir.evaluate import evaluate
+  wl, s = _symbolic_matmul()
+  assert s.params() == ["f1", "f2", "f3", "kf"]
+  sym = s.lower()
+  assert not isinstance(sym.kernels[0].grid[0], int)   # grid is an expression of f1, f2
+  with pytest.raises(mc.ScheduleError, match="symbolic"):
+    mc.build(s, "sm_80")
+  rng = np.random.default_rng(0)
+  for _ in range(12):
+    vals = {"f1": int(rng.choice([8, 16, 32])), "f2": int(rng.choice([4, 8, 12])), "f3": int(rng.choice([2, 4])),
+            "kf": int(rng.choice([4, 8, 16]))}
+    conc_s = s.substitute(vals)
+    conc = conc_s.lower()
+    ks, kc = sym.kernels[0], conc.kernels[0]
+    assert tuple(int(evaluate(mc.const(0) + d, vals)) for d in ks.grid) == kc.grid
+    assert tuple(int(evaluate(mc.const(0) + d, vals)) for d in ks.block) == kc.block
+    assert [int(evaluate(b.size, vals)) for b in ks.allocs] == [int(b.size.arg) for b in kc.allocs]
+    assert _loop_extents(ks.body, vals) == _loop_extents(kc.body, vals)
+  kern = mc.build(conc_s, "sm_80")
+  ins = wl.random_inputs()
+  np.testing.assert_allclose(kern(*ins), wl.reference(*ins), rtol=1e-4, atol=1e-4)
+  with pytest.raises(mc.ScheduleError, match="no value"):
+    s.substitute({"f1": 4})

@@ -166,6 +166,8 @@ class CUDARenderer:
 
   # -- kernels
   def kernel(self, k: Kernel) -> str:
+    if not all(isinstance(d, int) for d in k.grid + k.block):
+      raise CodegenError(f"kernel {k.name}: launch dims grid={k.grid} block={k.block} are symbolic; substitute values first")
     self.block = k.block
     self.ranges = {}
     for v, tag in k.bindings:

@@ -24,6 +24,9 @@ def _steps_matching(state: State, pred) -> str:
 def check_resources(state: State, prog: Program, target: Target) -> None:
   """Threads per block, block dims, shared memory per block and vthread extents against ``target``."""
   for k in prog.kernels:
+    if not all(isinstance(d, int) for d in k.grid + k.block) or not all(b.size.is_const for b in k.allocs):
+      raise ScheduleError(f"kernel {k.name}: the program is symbolic (grid={k.grid}, block={k.block}); "
+                          "substitute schedule parameters (Schedule.substitute) before building")
     n = math.prod(k.block)
     if n > target.max_threads_per_block or any(b > m for b, m in zip(k.block, target.max_block_dims)):
       raise ScheduleError(

@@ -70,7 +70,7 @@ class CrossThreadReduce:
   """
   combiner: str
   value: Expr
-  extent: int
+  extent: Expr
   method: str
   dst: Buffer
   index: Expr
@@ -89,8 +89,8 @@ class Kernel:
   params: list[Buffer]
   allocs: list[Buffer]
   bindings: list[tuple[str, str]]          # (C variable, "threadIdx.x" | "blockIdx.y" | ...)
-  grid: tuple[int, int, int]
-  block: tuple[int, int, int]
+  grid: tuple          # ints, or Exprs of the schedule parameters for a symbolic program
+  block: tuple
   body: Stmt
   stages: list[str] = field(default_factory=list)
 

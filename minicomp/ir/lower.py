@@ -78,6 +78,7 @@ class _Lowerer:
       if not st.is_placeholder and st.attach != INLINE:
         self.info[st.name] = _Info(st, bodies[st.name])
     self._name_vars()
+    self.loop_vars = {c for i in self.info.values() for c in i.cvar.values()}
     for name in reversed(list(self.info)):
       self._infer(self.info[name])
     for i in self.info.values(): i.kernel = self._kernel_root(i.st.name)
@@ -159,7 +160,8 @@ class _Lowerer:
     for it in st.leaves:
       e = i.leaf_ext[it]
       self.sym_ranges[i.cvar[it]] = (const(0), e - 1)
-      if e.is_const: self.ranges[i.cvar[it]] = (0, int(e.arg) - 1)
+      self.ranges[i.cvar[it]] = (0, int(e.arg) - 1) if e.is_const else (0, None)
+      for v in free_vars(e): self.ranges.setdefault(v, (1, None))   # schedule parameters are positive
     # leaf values -> root values
     # a loop of extent 1 is no loop: its variable is 0 everywhere
     val: dict[str, Expr] = {it: const(0) if _is_one(i.leaf_ext[it]) else var(i.cvar[it]) for it in st.leaves}
@@ -232,12 +234,14 @@ class _Lowerer:
       for x in los[d][1:]: l = simplify(min_(l, x), self.ranges)
       for x in his[d][1:]: h = simplify(max_(h, x), self.ranges)
       e = simplify(h - l + 1, self.ranges)
-      if not e.is_const:
-        m = max_over(e, self.ranges)
+      if not e.is_const and free_vars(e) & self.loop_vars:
+        # the tile size varies with the outer loops (fused / strided indices): allocate the largest
+        m = max_over(e, self.ranges) if free_vars(e) <= set(self.ranges) else None
         if m is None:
-          raise LoweringError(f"compute_at {st.name} -> {t_name}.{it}: cannot bound the extent {e} of dim {d}")
+          raise LoweringError(f"{_step_of(self.s, st.name, None, 'compute_at')}: cannot bound the extent {e} of dim {d} "
+                              "of the computed region (it depends on loops with symbolic extents)")
         e = const(m)
-      if e.arg >= shape[d].arg: l, e = const(0), shape[d]
+      if e.is_const and e.arg >= shape[d].arg: l, e = const(0), shape[d]
       lo.append(l); ext.append(e)
     return lo, ext
 
@@ -285,22 +289,21 @@ class _Lowerer:
   # ----------------------------------------------------------------------------------------
   def _kernel(self, root: str) -> Kernel:
     members = [n for n, i in self.info.items() if i.kernel == root]
-    block = [1, 1, 1]
-    grid = [1, 1, 1]
+    block: list[Expr] = [const(1)] * 3
+    grid: list[Expr] = [const(1)] * 3
     bindings: list[tuple[str, str]] = []
     for n in members:
       i = self.info[n]
       for it, a in i.st.annotations:
         if it not in i.st.leaves or a not in BLOCK_TAGS + THREAD_TAGS: continue
         e = i.leaf_ext[it]
-        if not e.is_const: raise LoweringError(f"stage {n}: extent of {it} bound to {a} is symbolic ({e}); substitute values first")
         if a in BLOCK_TAGS:
           if n != root:
             raise ScheduleError(f"{_step_of(self.s, n, it)}: only the kernel's root stage may bind blockIdx ({n}.{it} -> {a})")
-          grid[BLOCK_TAGS.index(a)] = int(e.arg)
+          grid[BLOCK_TAGS.index(a)] = e
         else:
           d = THREAD_TAGS.index(a)
-          block[d] = max(block[d], int(e.arg))
+          block[d] = simplify(max_(block[d], e))
         bindings.append((i.cvar[it], a))
     self.block = block
     body = _tidy(self._stage_stmt(root))
@@ -315,8 +318,9 @@ class _Lowerer:
       if b.scope == "global" and b.name not in params_seen: params_seen[b.name] = (b, False)
     order = [b for b in self.in_buffers.values()] + [i.buffer for i in self.info.values()]
     params = [b for b in order if b.name in params_seen]
-    k = Kernel(f"{_c_ident(self.name)}_{_c_ident(root)}" if len([x for x in self.info.values() if x.st.attach.kind == "root"]) > 1
-               else f"{_c_ident(self.name)}_kernel", params, allocs, bindings, tuple(grid), tuple(block), body, members)
+    n_roots = len([x for x in self.info.values() if x.st.attach.kind == "root"])
+    kname = f"{_c_ident(self.name)}_{_c_ident(root)}" if n_roots > 1 else f"{_c_ident(self.name)}_kernel"
+    k = Kernel(kname, params, allocs, bindings, _dims(grid), _dims(block), body, members)
     k.written = {b.name for b, w in params_seen.values() if w}
     return k
 
@@ -332,10 +336,10 @@ class _Lowerer:
     if i.scope in ("global", "shared"):
       bound = {a for _, a in st.annotations}
       for d, tag in enumerate(THREAD_TAGS):
-        if self.block[d] > 1 and tag not in bound and not self._under_tag(name, tag):
+        if not _is_one(self.block[d]) and tag not in bound and not self._under_tag(name, tag):
           guards.append(var(f"threadIdx.{'xyz'[d]}") < 1)
     for it, a in st.annotations:
-      if a in THREAD_TAGS and it in leaves and int(i.leaf_ext[it].arg) < self.block[THREAD_TAGS.index(a)]:
+      if a in THREAD_TAGS and it in leaves and i.leaf_ext[it] != self.block[THREAD_TAGS.index(a)]:
         guards.append(var(i.cvar[it]) < i.leaf_ext[it])
     ct = dict(st.cross_thread)
     idx = self._flat(i, [i.root_val[a.name] for a in t.axes])
@@ -360,10 +364,10 @@ class _Lowerer:
       init_v = reduce_identity(red.combiner, t.dtype)
       inner = guard(Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value)), guards)
       init_stmt = Store(acc, const(0), init_v)
-      scratch = Buffer(_c_ident(name) + "_red_buf", t.dtype, "shared", const(self.block[0] * self.block[1] * self.block[2]))
+      scratch = Buffer(_c_ident(name) + "_red_buf", t.dtype, "shared", simplify(self.block[0] * self.block[1] * self.block[2]))
       self._scratch.setdefault(i.kernel, []).extend([acc, scratch])
       it_ct = list(ct)[0]
-      total_extent = int(i.leaf_ext[it_ct].arg)
+      total_extent = i.leaf_ext[it_ct]
       tx_is = var(i.cvar[it_ct])
       ctr = CrossThreadReduce(red.combiner, Expr.make(Op.LOAD, t.dtype, (const(0),), acc), total_extent, ct[it_ct],
                               i.buffer, idx, simplify(all_of(tx_is < 1, *sp_guards), self.ranges), scratch, red.init)
@@ -421,6 +425,11 @@ class _Lowerer:
       if prod > m: break
       out[it] = "unroll"
     return out
+
+
+def _dims(es: list[Expr]) -> tuple:
+  """Launch dimensions: ints when concrete, Exprs of the schedule parameters when symbolic."""
+  return tuple(int(e.arg) if e.is_const else e for e in es)
 
 
 def _is_one(e: Expr) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from minicomp.errors import ScheduleError
+from minicomp.ir.expr import Expr
 from minicomp.ir.dag import ComputeDAG
 from minicomp.ir.state import State
 from minicomp.ir import steps as S
@@ -128,6 +129,25 @@ class Schedule:
     """Replay steps (JSON text or list) on a fresh state of ``outputs``."""
     s = Schedule(outputs)
     for k, st in enumerate(S.steps_from_json(text)): S.apply_step(s.state, st, k)
+    return s
+
+  def params(self) -> list[str]:
+    """Names of the symbolic schedule parameters (variables used as split factors)."""
+    out: list[str] = []
+    for st in self.state.steps:
+      for f in getattr(st, "factors", ()):
+        if isinstance(f, Expr) and f.arg not in out: out.append(f.arg)
+    return out
+
+  def substitute(self, values: dict[str, int]) -> "Schedule":
+    """The concrete schedule with each symbolic parameter replaced by ``values[name]``."""
+    missing = [p for p in self.params() if p not in values]
+    if missing: raise ScheduleError(f"substitute: no value for schedule parameter(s) {missing}")
+    s = Schedule(self.dag)
+    for k, st in enumerate(self.state.steps):
+      if isinstance(st, S.SplitStep):
+        st = S.SplitStep(st.stage, st.iter, tuple(values[f.arg] if isinstance(f, Expr) else f for f in st.factors))
+      S.apply_step(s.state, st, k)
     return s
 
   def lower(self, name: str = "default"):

@@ -76,7 +76,10 @@ def bounds(e: Expr, ranges: Ranges | None = None) -> Bound:
 
 def _mul_bounds(e: Expr, ranges: Ranges) -> Bound:
   a, b = bounds(e.src[0], ranges), bounds(e.src[1], ranges)
-  if None in a or None in b: return (None, None)
+  if None in a or None in b:
+    if a[0] is not None and b[0] is not None and a[0] >= 0 and b[0] >= 0:   # both non-negative
+      return (a[0] * b[0], None if a[1] is None or b[1] is None else a[1] * b[1])
+    return (None, None)
   ps = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
   return (min(ps), max(ps))
 
@@ -104,7 +107,28 @@ def linear(e: Expr) -> tuple[dict[Expr, int], int]:
     if a.is_const:
       tb, cb = linear(b); k = int(a.arg)
       return ({t: k * v for t, v in tb.items() if k * v != 0}, k * cb)
+    # distribute a product of sums of symbolic terms (small ones only): (x - 1) * f -> x*f - f
+    ta, ca = linear(a); tb, cb = linear(b)
+    parts_a = list(ta.items()) + ([(None, ca)] if ca else [])
+    parts_b = list(tb.items()) + ([(None, cb)] if cb else [])
+    if len(parts_a) * len(parts_b) > 1 and len(parts_a) * len(parts_b) <= 16:
+      out: dict[Expr, int] = {}
+      c = 0
+      for x, kx in parts_a:
+        for y, ky in parts_b:
+          if x is None and y is None: c += kx * ky; continue
+          t = x if y is None else y if x is None else _product(x, y)
+          out[t] = out.get(t, 0) + kx * ky
+      return ({t: k for t, k in out.items() if k != 0}, c)
+    if len(parts_a) == 1 and len(parts_b) == 1 and parts_a[0][0] is not None and parts_b[0][0] is not None:
+      return ({_product(parts_a[0][0], parts_b[0][0]): parts_a[0][1] * parts_b[0][1]}, 0)
   return ({e: 1}, 0)
+
+
+def _product(x: Expr, y: Expr) -> Expr:
+  """A canonical product atom (factors ordered, so x*y and y*x are one term)."""
+  if repr(y) < repr(x): x, y = y, x
+  return Expr.make(Op.MUL, x.dtype, (x, y))
 
 
 def _term_key(item):
