@@ -282,3 +282,54 @@ def test_broadcast_chain_partially_inlined():
   s.compute_at("relu", Z, a)   # relu tile in shared memory for the block, add stays a global temp
   k = run_and_check(wl, s)
   assert len(k.launches) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# vectorization: float4 / float2 when the access is contiguous and provably aligned
+
+@pytest.mark.parametrize("width", [2, 4])
+def test_vectorize_elementwise(width):
+  wl = W.broadcast_chain(4, 16, 32)
+  s = mc.Schedule(wl.outputs)
+  for n in ("mul", "add", "relu"): s.compute_inline(n)
+  Z = wl.outputs[0]
+  f = s.fuse(Z, *s.axis(Z))
+  fo, fv = s.split(Z, f, width)
+  fo, t = s.split(Z, fo, 64)
+  s.bind(Z, fo, "blockIdx.x"); s.bind(Z, t, "threadIdx.x"); s.vectorize(Z, fv)
+  k = run_and_check(wl, s)
+  assert f"reinterpret_cast<float{width}*>(out + " in k.source
+
+
+def test_vectorize_falls_back_when_unaligned_or_guarded():
+  wl = W.broadcast_chain(3, 5, 7)      # 105 elements: the split by 4 needs a guard
+  s = mc.Schedule(wl.outputs)
+  for n in ("mul", "add", "relu"): s.compute_inline(n)
+  Z = wl.outputs[0]
+  f = s.fuse(Z, *s.axis(Z))
+  fo, fv = s.split(Z, f, 4)
+  s.bind(Z, fo, "threadIdx.x"); s.vectorize(Z, fv)
+  k = run_and_check(wl, s)
+  assert "float4" not in k.source and "// vectorize" in k.source
+
+
+@pytest.mark.parametrize("K,vectorized", [(128, True), (129, False)])
+def test_vectorized_cooperative_fetch(K, vectorized):
+  wl = W.matmul(64, 64, K)
+  s = mc.Schedule(wl.outputs)
+  C = wl.outputs[0]
+  i, j = s.axis(C)
+  io, ii = s.split(C, i, 32); jo, ji = s.split(C, j, 32)
+  s.reorder(C, io, jo, ii, ji)
+  s.bind(C, io, "blockIdx.y"); s.bind(C, jo, "blockIdx.x"); s.bind(C, ii, "threadIdx.y"); s.bind(C, ji, "threadIdx.x")
+  (k,) = s.reduce_axis(C)
+  ko, ki = s.split(C, k, 16)
+  s.reorder(C, io, jo, ii, ji, ko, ki)
+  AS = s.cache_read("A", "shared", [C])
+  s.compute_at(AS, C, ko)
+  f = s.fuse(AS, *s.loops(AS))       # 32 x 16 tile
+  fo, fv = s.split(AS, f, 4)
+  fo, tx = s.split(AS, fo, 32)
+  s.bind(AS, tx, "threadIdx.x"); s.vectorize(AS, fv)
+  k_ = run_and_check(wl, s)
+  assert ("reinterpret_cast<const float4*>(A + " in k_.source) == vectorized

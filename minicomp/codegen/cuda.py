@@ -11,10 +11,10 @@ import math
 from typing import Callable
 
 from minicomp.errors import CodegenError
-from minicomp.ir.expr import Expr
+from minicomp.ir.expr import Expr, const, free_vars, map_loads, substitute, var, walk
 from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Program, Seq, Store, Sync
 from minicomp.ir.ops import Op
-from minicomp.ir.simplify import bounds
+from minicomp.ir.simplify import bounds, build_linear, linear, multiple_of, simplify
 
 C_TYPE = {"float32": "float", "float64": "double", "float16": "half", "int32": "int", "int64": "long long", "bool": "bool"}
 
@@ -112,6 +112,7 @@ class CUDARenderer:
         self.stmt(s.body, depth + 1, out)
         out.append(f"{ind}}}")
         return
+      if s.kind == "vectorize" and self._vectorized(s, depth, out): return
       if s.kind in ("unroll", "vectorize", "vthread"): out.append(f"{ind}#pragma unroll")
       out.append(f"{ind}for (int {s.var} = 0; {s.var} < {n}; ++{s.var}) {{" + ("  // " + s.kind if s.kind in ("vthread", "vectorize") else ""))
       self.stmt(s.body, depth + 1, out)
@@ -130,6 +131,42 @@ class CUDARenderer:
       self._cross_thread(s, depth, out)
     else:
       raise CodegenError(f"failed to render statement {type(s).__name__}: {s}")
+
+  def _vectorized(self, s: For, depth: int, out: list[str]) -> bool:
+    """Emit a vectorize loop as float2/float4 loads and stores when every access is provably
+    contiguous in the loop variable and aligned; return False (scalar fallback) otherwise."""
+    n = int(s.extent.arg)
+    st = s.body
+    if n not in (2, 4) or not isinstance(st, Store) or st.buffer.dtype != "float32" or st.buffer.scope == "local": return False
+    v = s.var
+    vec_loads: dict[Expr, int] = {}
+    for node in walk(st.value):
+      if node.op is Op.LOAD and v in free_vars(node.src[0]):
+        if node.arg.scope == "local" or node.dtype != "float32" or _aligned_base(node.src[0], v, n) is None: return False
+        vec_loads.setdefault(node, len(vec_loads))
+    if _aligned_base(st.index, v, n) is None: return False
+    rest = map_loads(st.value, lambda x: const(0.0) if x in vec_loads else x)
+    if v in free_vars(rest): return False   # the loop variable is used outside contiguous loads
+    ind, ind2 = self.indent * depth, self.indent * (depth + 1)
+    vt = f"float{n}"
+    out.append(f"{ind}{{  // {s.var}: vectorized ({vt})")
+    for node, k in vec_loads.items():
+      base = self.expr(_aligned_base(node.src[0], v, n))
+      out.append(f"{ind2}const {vt} mc_v{k} = *reinterpret_cast<const {vt}*>({node.arg.name} + {base});")
+    dst = f"*reinterpret_cast<{vt}*>({st.buffer.name} + {self.expr(_aligned_base(st.index, v, n))})"
+    if len(vec_loads) == 1 and st.value in vec_loads:   # a plain copy
+      out.append(f"{ind2}{dst} = mc_v0;")
+      out.append(f"{ind}}}")
+      return True
+    out.append(f"{ind2}{vt} mc_r;")
+    for lane in range(n):
+      comp = "xyzw"[lane]
+      val = map_loads(st.value, lambda x: var(f"mc_v{vec_loads[x]}.{comp}", "float32") if x in vec_loads else x)
+      val = simplify(substitute(val, {v: const(lane)}), self.ranges)
+      out.append(f"{ind2}mc_r.{comp} = {self.expr(val)};")
+    out.append(f"{ind2}{dst} = mc_r;")
+    out.append(f"{ind}}}")
+    return True
 
   def _cross_thread(self, s: CrossThreadReduce, depth: int, out: list[str]) -> None:
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
@@ -207,6 +244,16 @@ CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, int], str]] = {
   Op.CALL: CUDARenderer._call,
   Op.LOAD: lambda r, e, p: f"{e.arg.name}[{r.expr(e.src[0])}]",
 }
+
+
+def _aligned_base(index: Expr, v: str, n: int) -> Expr | None:
+  """``index - v`` when ``index`` is ``base + v`` with ``base`` provably a multiple of ``n``; else None."""
+  terms, c = linear(index)
+  if terms.get(var(v)) != 1: return None
+  base_terms = {t: k for t, k in terms.items() if t != var(v)}
+  if any(v in free_vars(t) for t in base_terms): return None
+  if c % n or any((k * multiple_of(t)) % n for t, k in base_terms.items()): return None
+  return build_linear(base_terms, c)
 
 
 def emit_cuda(p: Program) -> str:

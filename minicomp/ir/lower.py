@@ -336,7 +336,8 @@ class _Lowerer:
     if i.scope in ("global", "shared"):
       bound = {a for _, a in st.annotations}
       for d, tag in enumerate(THREAD_TAGS):
-        if not _is_one(self.block[d]) and tag not in bound and not self._under_tag(name, tag):
+        # a shared-memory stage covers the whole block's region: one thread per unbound dim is enough
+        if not _is_one(self.block[d]) and tag not in bound and (i.scope == "shared" or not self._under_tag(name, tag)):
           guards.append(var(f"threadIdx.{'xyz'[d]}") < 1)
     for it, a in st.annotations:
       if a in THREAD_TAGS and it in leaves and i.leaf_ext[it] != self.block[THREAD_TAGS.index(a)]:
@@ -354,7 +355,7 @@ class _Lowerer:
       return If(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
 
     if red is None:
-      inner = guard(Store(i.buffer, idx, value), guards)
+      inner = Store(i.buffer, idx, value)
       init_stmt = None
     elif ct:
       if any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
@@ -362,7 +363,7 @@ class _Lowerer:
                             f"{name!r} must be outside its reduction loops; order is {list(leaves)}")
       acc = Buffer(_c_ident(name) + "_red", t.dtype, "local", const(1))
       init_v = reduce_identity(red.combiner, t.dtype)
-      inner = guard(Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value)), guards)
+      inner = Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value))
       init_stmt = Store(acc, const(0), init_v)
       scratch = Buffer(_c_ident(name) + "_red_buf", t.dtype, "shared", simplify(self.block[0] * self.block[1] * self.block[2]))
       self._scratch.setdefault(i.kernel, []).extend([acc, scratch])
@@ -374,7 +375,7 @@ class _Lowerer:
     else:
       init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
       load_self = Expr.make(Op.LOAD, t.dtype, (idx,), i.buffer)
-      inner = guard(Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value)), guards)
+      inner = Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value))
       init_stmt = guard(Store(i.buffer, idx, init_v), sp_guards)
 
     first_red = leaves.index(reduce_leaves[0]) if reduce_leaves else None
@@ -385,12 +386,24 @@ class _Lowerer:
       kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": "vthread"}.get(a, unroll_kind.get(it, "serial"))
       return For(i.cvar[it], i.leaf_ext[it], body, kind)
 
+    # each guard wraps the body of the innermost loop it depends on (hoisted out of the loops it does not
+    # depend on), but never above a point where another stage is attached or a reduction starts: those
+    # may hold barriers or cross-thread reductions that every thread must reach
+    pos = {i.cvar[x]: p for p, x in enumerate(leaves)}
+    floor = max([leaves.index(o.st.attach.iter) for o in self.info.values()
+                 if o.st.attach.kind == "at" and o.st.attach.stage == name] + ([first_red] if first_red is not None else []) + [-1])
+    at_level: dict[int, list[Expr]] = {}
+    for g in guards:
+      lv = max([pos[v] for v in free_vars(g) if v in pos] + [floor])
+      at_level.setdefault(lv, []).append(g)
+
     def nest(j):
-      if j == len(leaves): return inner
+      if j == len(leaves): return guard(inner, at_level.get(j - 1, [])) if j else inner
       it = leaves[j]
       attached = [self._attached_stmt(o) for o in self.info.values()
                   if o.st.attach.kind == "at" and o.st.attach.stage == name and o.st.attach.iter == it]
       body = nest(j + 1)
+      if j + 1 < len(leaves): body = guard(body, at_level.get(j, []))
       body = Seq(tuple(attached) + (body,)) if attached else body
       stmt = loop(it, body)
       if first_red is not None and j == first_red:
@@ -400,7 +413,8 @@ class _Lowerer:
         stmt = Seq((init_nest, stmt))
         if ct: stmt = Seq((stmt, ctr))
       return stmt
-    return Seq((Comment(f"stage {name}" + (f" ({i.scope})" if st.attach.kind == "at" else "")), nest(0)))
+    return Seq((Comment(f"stage {name}" + (f" ({i.scope})" if st.attach.kind == "at" else "")),
+                guard(nest(0), at_level.get(-1, []))))
 
   def _attached_stmt(self, o: _Info):
     s = self._stage_stmt(o.st.name)

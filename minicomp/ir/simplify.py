@@ -56,7 +56,8 @@ def bounds(e: Expr, ranges: Ranges | None = None) -> Bound:
     if op is Op.FLOORDIV:
       return (None if a[0] is None else a[0] // d, None if a[1] is None else a[1] // d)
     if a[0] is not None and a[1] is not None and a[0] >= 0 and a[1] < d: return a
-    return (0, d - 1)
+    import math
+    return (0, d - math.gcd(multiple_of(e.src[0]), d))   # x % d of a multiple of g is at most d - g
   if op in (Op.MIN, Op.MAX):
     b = bounds(e.src[1], ranges)
     f = min if op is Op.MIN else max
@@ -152,22 +153,35 @@ def build_linear(terms: dict[Expr, int], c: int, dtype: str = "int32") -> Expr:
   return out
 
 
-def _merge_divmod(terms: dict[Expr, int]) -> dict[Expr, int]:
-  """``k*d*(x // d) + k*(x % d) -> k*x``."""
+def _merge_divmod(terms: dict[Expr, int], ranges: Ranges | None = None) -> dict[Expr, int]:
+  """``c*(y % b) + c*b*(x // (a*b)) -> c*y`` where ``y == x // a`` (``a`` may be 1: ``y == x``).
+
+  This undoes the index arithmetic of fused loops: ``(f // 32 % 16) * 32 + f // 512 * 512 + f % 32 -> f``.
+  """
   changed = True
   while changed:
     changed = False
     for t, k in list(terms.items()):
-      if t.op is Op.FLOORMOD and t.src[1].is_const:
-        d = t.src[1].arg
-        q = Expr.make(Op.FLOORDIV, t.dtype, t.src)
-        if terms.get(q) == k * d:
-          del terms[t]; del terms[q]
-          for tt, kk in linear(t.src[0])[0].items(): terms[tt] = terms.get(tt, 0) + kk * k
-          terms = {a: b for a, b in terms.items() if b != 0}
-          changed = True
-          break
+      if t.op is not Op.FLOORMOD or not t.src[1].is_const: continue
+      y, b = t.src[0], t.src[1].arg
+      for q, kq in list(terms.items()):
+        if q.op is not Op.FLOORDIV or not q.src[1].is_const or kq != k * b or q.src[1].arg % b: continue
+        a = q.src[1].arg // b
+        x = q.src[0]
+        if (simplify(x, ranges) if a == 1 else simplify(Expr.make(Op.FLOORDIV, x.dtype, (x, const(a, x.dtype))), ranges)) != y:
+          continue
+        del terms[t]; del terms[q]
+        ty, cy = linear(y)
+        for tt, kk in ty.items(): terms[tt] = terms.get(tt, 0) + kk * k
+        terms[_CONST_KEY] = terms.get(_CONST_KEY, 0) + cy * k
+        terms = {a_: b_ for a_, b_ in terms.items() if b_ != 0}
+        changed = True
+        break
+      if changed: break
   return terms
+
+
+_CONST_KEY = const(0)   # carries a constant picked up while merging (folded by the caller)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +218,9 @@ def _rewrite(n: Expr, ranges: Ranges) -> Expr:
   if n.dtype in INT_DTYPES:
     if op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG):
       terms, c = linear(n)
-      return build_linear(_merge_divmod(terms), c, n.dtype)
+      terms = _merge_divmod(terms, ranges)
+      c += terms.pop(_CONST_KEY, 0)
+      return build_linear(terms, c, n.dtype)
     if op in (Op.FLOORDIV, Op.FLOORMOD) and n.src[1].is_const and n.src[1].arg > 0:
       return _divmod(n, n.src[0], n.src[1].arg, ranges)
   if op in (Op.MIN, Op.MAX) and n.dtype in INT_DTYPES:
@@ -247,6 +263,36 @@ def _rewrite(n: Expr, ranges: Ranges) -> Expr:
   return n
 
 
+def multiple_of(e: Expr) -> int:
+  """A positive integer that provably divides ``e`` (1 when nothing better is known)."""
+  import math
+  if e.op is Op.CONST and isinstance(e.arg, int): return abs(e.arg) or 1 << 30
+  terms, c = linear(e)
+  if len(terms) == 1 and c == 0:
+    (t, k), = terms.items()
+    if t.op is Op.FLOORMOD and t.src[1].is_const: return abs(k) * math.gcd(multiple_of(t.src[0]), t.src[1].arg)
+    if t.op is Op.MUL and t != e: return abs(k) * multiple_of(t)
+    if t.op is Op.MUL: return multiple_of(t.src[0]) * multiple_of(t.src[1])
+    return abs(k) if t != e else 1
+  g = abs(c) if c else 0
+  for t, k in terms.items(): g = math.gcd(g, abs(k) * multiple_of(t))
+  return g or 1
+
+
+def _split_small(r_terms: dict[Expr, int], rc: int, d: int, ranges: Ranges):
+  """Split ``sum(r_terms) + rc`` into ``big + small`` with ``g | big``, ``g | d`` and ``0 <= small < g`` (g > 1)."""
+  cands = sorted({abs(k) * multiple_of(t) for t, k in r_terms.items()}, reverse=True)
+  for g in cands:
+    if g <= 1 or d % g: continue
+    big = {t: k for t, k in r_terms.items() if (k * multiple_of(t)) % g == 0}
+    small = {t: k for t, k in r_terms.items() if t not in big}
+    if not big or not small and rc == 0: continue
+    se = build_linear(small, rc)
+    lo, hi = bounds(se, ranges)
+    if lo is not None and hi is not None and lo >= 0 and hi < g: return build_linear(big, 0), se
+  return None
+
+
 def _divmod(n: Expr, x: Expr, d: int, ranges: Ranges) -> Expr:
   dt = n.dtype
   if d == 1: return x if n.op is Op.FLOORDIV else const(0, dt)
@@ -258,16 +304,23 @@ def _divmod(n: Expr, x: Expr, d: int, ranges: Ranges) -> Expr:
   lo, hi = bounds(rest, ranges)
   m = None
   if lo is not None and hi is not None and lo // d == hi // d: m = lo // d
+  if n.op is Op.FLOORDIV and m is not None: return build_linear(q_terms, qc + m, dt)
+  if n.op is Op.FLOORMOD and m is not None: return build_linear(r_terms, rc - m * d, dt)
+  # (x + r) with x a multiple of g, g | d and 0 <= r < g: r cannot carry into the quotient
+  split = _split_small(r_terms, rc, d, ranges)
+  if split is not None:
+    big, small = split
+    if n.op is Op.FLOORDIV:
+      q_terms[Expr.make(Op.FLOORDIV, dt, (big, const(d, dt)))] = q_terms.get(Expr.make(Op.FLOORDIV, dt, (big, const(d, dt))), 0) + 1
+      return build_linear(q_terms, qc, dt)
+    return simplify(Expr.make(Op.ADD, dt, (Expr.make(Op.FLOORMOD, dt, (big, const(d, dt))), small)), ranges)
   if n.op is Op.FLOORDIV:
-    if m is not None: return build_linear(q_terms, qc + m, dt)
     if rest.op is Op.FLOORDIV and rest.src[1].is_const and rest.src[1].arg > 0 and not q_terms and qc == 0:
       return _divmod(n, rest.src[0], rest.src[1].arg * d, ranges)
     inner = Expr.make(Op.FLOORDIV, dt, (rest, const(d, dt)))
     if not q_terms and qc == 0: return inner
     q_terms[inner] = q_terms.get(inner, 0) + 1
     return build_linear(q_terms, qc, dt)
-  # FLOORMOD
-  if m is not None: return build_linear(r_terms, rc - m * d, dt)
   if rest.op is Op.FLOORMOD and rest.src[1].is_const and rest.src[1].arg % d == 0:
     return _divmod(n, rest.src[0], d, ranges)
   return Expr.make(Op.FLOORMOD, dt, (rest, const(d, dt)))
