@@ -333,3 +333,50 @@ def test_vectorized_cooperative_fetch(K, vectorized):
   s.bind(AS, tx, "threadIdx.x"); s.vectorize(AS, fv)
   k_ = run_and_check(wl, s)
   assert ("reinterpret_cast<const float4*>(A + " in k_.source) == vectorized
+
+
+# ---------------------------------------------------------------------------------------------
+# rfactor: reductions with little spatial parallelism
+
+@pytest.mark.parametrize("inner", [True, False])
+def test_rfactor_two_kernels(inner):
+  wl = W.row_sum(3, 5000)
+  s = mc.Schedule(wl.outputs)
+  R = wl.outputs[0]
+  (k,) = s.reduce_axis(R)
+  ko, ki = s.split(R, k, 64)
+  RF = s.rfactor(R, ki if inner else ko)
+  assert RF == "rowsum.rf"
+  rf_axis, i = s.axis(RF)[:2]
+  s.bind(RF, rf_axis, "threadIdx.x" if inner else "blockIdx.x")
+  s.bind(RF, i, "blockIdx.y" if inner else "threadIdx.x")
+  (r,) = s.reduce_axis(R)
+  s.bind(R, "i", "threadIdx.x")
+  k_ = run_and_check(wl, s, atol=1e-3)
+  assert len(k_.launches) == 2
+
+
+@pytest.mark.parametrize("method", ["shuffle", "tree"])
+def test_rfactor_cross_thread(method):
+  wl = W.row_sum(5, 3000)
+  s = mc.Schedule(wl.outputs)
+  R = wl.outputs[0]
+  (k,) = s.reduce_axis(R)
+  ko, ki = s.split(R, k, 128)
+  RF = s.rfactor(R, ki)
+  (i,) = s.axis(R)
+  (r,) = s.reduce_axis(R)
+  s.bind(R, i, "blockIdx.x")
+  s.cross_thread_reduce(R, r, method)
+  s.compute_at(RF, R, r)
+  k_ = run_and_check(wl, s, atol=1e-3)
+  assert len(k_.launches) == 1 and k_.launches[0][2] == (128, 1, 1)
+
+
+def test_rfactor_errors():
+  wl = W.row_sum(5, 300)
+  s = mc.Schedule(wl.outputs)
+  with pytest.raises(mc.ScheduleError, match="exactly one two-way split"):
+    s.rfactor(wl.outputs[0], "k")
+  with pytest.raises(mc.ScheduleError, match="not a reduction loop"):
+    s.rfactor(wl.outputs[0], "i")

@@ -100,6 +100,14 @@ class Schedule:
     ``"tree"``: shared-memory tree)."""
     self._do(S.CrossThreadReduceStep(_name(t), _name(loop), method))
 
+  def rfactor(self, t, loop) -> str:
+    """Factor the reduction over ``loop`` (one part of a two-way split of a reduce axis) into a new stage
+    ``<t>.rf`` whose first axis is ``loop``; ``t`` then reduces over that axis. Returns the new stage name.
+
+    ``R[i] = sum_k X[i, k]`` with ``k -> (ko, ki)`` and ``rfactor(R, ki)`` gives
+    ``R.rf[ki, i] = sum_ko X[i, ko*f + ki]`` and ``R[i] = sum_ki R.rf[ki, i]``."""
+    return self._do(S.RfactorStep(_name(t), _name(loop)))
+
   # -- compute locations
   def compute_at(self, t, target, loop) -> None:
     """Compute stage ``t`` inside ``loop`` of ``target`` (only the region that loop's body needs)."""

@@ -338,6 +338,60 @@ class StorageAlignStep(Step):
     s.set_stage(replace(st, storage_align=tuple(a for a in st.storage_align if a[0] != self.axis) + ((self.axis, self.factor, self.offset),)))
 
 
+@register
+@dataclass(frozen=True)
+class RfactorStep(Step):
+  """Factor a split reduction: ``iter`` (one part of a split reduce loop) becomes a spatial axis of a new
+  stage ``<stage>.rf`` that reduces over the other part; ``stage`` then reduces over ``iter`` by reading it.
+  Apply right after the split, before other steps on the stage."""
+  kind: ClassVar[str] = "rfactor"
+  stage: str
+  iter: str
+
+  def apply(self, s: State):
+    from minicomp.ir.expr import IterVar, ReduceArg, const as c_, select, substitute
+    from minicomp.ir.state import Stage
+    from minicomp.ir.te import reduce_identity
+    st = _loop(s, self.stage, self.iter, "rfactor")
+    what = f"rfactor {self.stage}.{self.iter}"
+    t = st.tensor
+    if t.reduce is None or st.kind(self.iter) != "reduce": raise ScheduleError(f"{what}: {self.iter!r} is not a reduction loop")
+    splits = [r for r in st.relations if isinstance(r, Split) and self.iter in r.children]
+    if len(st.relations) != 1 or not splits or len(splits[0].children) != 2 or st.annotations or st.attach != ROOT:
+      raise ScheduleError(f"{what}: rfactor needs exactly one two-way split of a reduce axis and no other step on "
+                          f"{self.stage!r} before it (relations: {st.relations})")
+    sp = splits[0]
+    if not isinstance(sp.factors[0], int): raise ScheduleError(f"{what}: the split factor must be concrete")
+    f = sp.factors[0]
+    red = t.reduce
+    k_ax = next(a for a in red.axes if a.name == sp.parent)
+    K = int(k_ax.extent.arg)
+    outer_n = -(-K // f)
+    is_inner = self.iter == sp.children[1]
+    rf_ext, rest_ext = (f, outer_n) if is_inner else (outer_n, f)
+    rf_var = IterVar(var(self.iter), c_(rf_ext), "spatial")
+    rest = IterVar(var(sp.children[0] if is_inner else sp.children[1]), c_(rest_ext), "reduce")
+    ko, ki = (rest, rf_var) if is_inner else (rf_var, rest)
+    kval = ko.var * f + ki.var
+    body = substitute(t.body.src[0], {k_ax.name: kval})
+    if K % f: body = select(kval < K, body, reduce_identity(red.combiner, t.dtype))
+    axes_rf = (rf_var,) + t.axes
+    others = tuple(a for a in red.axes if a.name != k_ax.name)
+    rf_body = Expr.make(Op.REDUCE, t.dtype, (body,), ReduceArg(red.combiner, (rest,) + others))
+    names = {x.name for x in s.stages}
+    rf_name = unique_name(names, f"{self.stage}.rf")
+    rf_t = Tensor(rf_name, (rf_ext,) + t.shape, t.dtype, axes_rf, rf_body, t.tag)
+    r = IterVar(var(self.iter), c_(rf_ext), "reduce")
+    new_body = Expr.make(Op.REDUCE, t.dtype, (rf_t[(r,) + tuple(a.var for a in t.axes)],), ReduceArg(red.combiner, (r,), red.init))
+    new_t = Tensor(t.name, t.shape, t.dtype, t.axes, new_body, t.tag)
+    root = tuple(a.name for a in t.axes) + (self.iter,)
+    s.set_stage(Stage(self.stage, new_t, root, tuple((a.name, "spatial") for a in t.axes) + ((self.iter, "reduce"),), root))
+    rf_root = tuple(a.name for a in axes_rf) + tuple(a.name for a in (rest,) + others)
+    rf_kinds = tuple((a.name, "spatial") for a in axes_rf) + tuple((a.name, "reduce") for a in (rest,) + others)
+    s.stages.insert(s.index(self.stage), Stage(rf_name, rf_t, rf_root, rf_kinds, rf_root))
+    return rf_name
+
+
 def _move_attach(s: State, stage: str, moved: dict[str, str]) -> None:
   """Stages computed at a loop that was split / fused follow it (to the innermost part: same position)."""
   for o in list(s.stages):
