@@ -119,3 +119,15 @@ def test_c_printing():
   assert r.expr(max_(x, 0.0)) == "fmaxf(x, 0.0f)"
   assert r.expr(mc.exp(x)) == "expf(x)"
   assert r.expr(const(float("-inf"))) == "__int_as_float(0xff800000)"
+
+
+def test_jax_gradient_of_a_lowered_symbolic_extent():
+  """The register tile of a symbolic schedule is f2 * f3 elements: d/df2 = f3 through jax."""
+  import jax
+  import jax.numpy as jnp
+  from test_schedule import _symbolic_matmul
+  _, s = _symbolic_matmul()
+  prog = s.lower()
+  size = next(b.size for b in prog.kernels[0].allocs if b.name == "C_local")
+  g = jax.grad(lambda f2: evaluate(size, {"f2": f2, "f3": jnp.float32(4.0)}, xp=jnp))(jnp.float32(8.0))
+  assert float(g) == pytest.approx(4.0)
