@@ -380,3 +380,14 @@ def test_rfactor_errors():
     s.rfactor(wl.outputs[0], "k")
   with pytest.raises(mc.ScheduleError, match="not a reduction loop"):
     s.rfactor(wl.outputs[0], "i")
+
+
+def test_vthread_injection_shares_tiles():
+  """Virtual threads: one shared tile and one register slice per vthread, not a tile per vthread."""
+  wl = W.matmul(300, 200, 129, True)
+  k = run_and_check(wl, mm_tiled_shared(wl, vthread=True), archs=("sm_80",))
+  assert "float C_local[64];" in k.source          # 2x2 vthreads x 4x4 per thread
+  assert "float A_shared[512];" in k.source         # 64 rows x 8: every vthread's rows, loaded once
+  body = k.source.split("// stage A.shared")[0]
+  assert "// vthread" in body.split("for (int k_0")[0]   # the init runs per vthread, before the k loop
+  assert body.split("for (int k_0")[1].count("// vthread") == 0   # ... but the shared loads are not per vthread

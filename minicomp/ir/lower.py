@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minicomp.errors import LoweringError, ScheduleError
 from minicomp.ir.bound import max_over, relax
@@ -50,6 +50,8 @@ class _Info:
   preds: list[Expr] = field(default_factory=list)
   buffer: Buffer | None = None
   strides: list[Expr] = field(default_factory=list)
+  vdims: list[tuple[str, Expr]] = field(default_factory=list)   # injected virtual-thread dims: (C var, extent)
+  vt_ext: dict[str, Expr] = field(default_factory=dict)          # extents of the injected vthread loops
 
 
 class _Lowerer:
@@ -79,8 +81,10 @@ class _Lowerer:
         self.info[st.name] = _Info(st, bodies[st.name])
     self._name_vars()
     self.loop_vars = {c for i in self.info.values() for c in i.cvar.values()}
+    self._vt_pending: dict[str, list[str]] = {}
     for name in reversed(list(self.info)):
       self._infer(self.info[name])
+      self._plan_vthreads(self.info[name])
     for i in self.info.values(): i.kernel = self._kernel_root(i.st.name)
     self._make_buffers()
     kernels = [self._kernel(n) for n, i in self.info.items() if i.st.attach.kind == "root"]
@@ -157,6 +161,7 @@ class _Lowerer:
     i.root_ext = {a.name: e for a, e in zip(t.axes, i.ext)}
     i.root_ext.update({a.name: a.extent for a in t.reduce_axes})
     i.leaf_ext = st.leaf_extents(i.root_ext)
+    i.leaf_ext.update(i.vt_ext)
     for it in st.leaves:
       e = i.leaf_ext[it]
       self.sym_ranges[i.cvar[it]] = (const(0), e - 1)
@@ -190,6 +195,48 @@ class _Lowerer:
     for a in t.reduce_axes: i.root_val[a.name] = simplify(val[a.name], self.ranges)
     i.preds = [p for p in (simplify(p, self.ranges) for p in preds) if not (p.is_const and p.arg)]
 
+  def _plan_vthreads(self, t: _Info) -> None:
+    """Virtual-thread injection (TVM's InjectVirtualThread, by loop motion).
+
+    When stages are computed inside ``t``'s vthread loops, those loops move inward past the
+    attach points, so the stages computed there serve every virtual thread at once: a shared
+    tile covers all of them (its bound inference sweeps the vthread loops), and a register
+    stage gets the vthread loops injected into its own nest, right after its own attach points
+    (one shared load, then every virtual thread's work), with one buffer slice per virtual
+    thread instead of a box. Called right after ``t``'s bounds are inferred, before those of
+    the stages computed inside it. Falls back to plain serial vthread loops when a register
+    stage inside is read by anything but ``t``."""
+    st = t.st
+    vts = [x for x in st.leaves if st.annotation(x) == "vthread"]
+    if not vts: return
+    first = min(st.leaves.index(v) for v in vts)
+    inside = [o for o in self.info.values() if o.st.attach.kind == "at" and o.st.attach.stage == st.name
+              and st.leaves.index(o.st.attach.iter) >= first]
+    if not inside or any(o.st.attach.iter in vts for o in inside): return
+    local = [o for o in inside if (o.st.scope or self._infer_scope(o.st)) == "local"]
+    for o in local:
+      if any(q.st.name != st.name and any(n.op is Op.LOAD and n.arg.name == o.st.name for n in walk(q.body))
+             for q in self.info.values()):
+        return
+    rest = [x for x in st.leaves if x not in vts]
+    marks = [rest.index(x) for x in rest if x in {o.st.attach.iter for o in inside}
+             or st.annotation(x) in THREAD_TAGS + BLOCK_TAGS]
+    cut = max(marks + [-1]) + 1
+    t.st = replace(st, leaves=tuple(rest[:cut] + vts + rest[cut:]))
+    for o in local:
+      self._vt_pending[o.st.name] = [t.cvar[v] for v in vts]
+      o.vdims = [(t.cvar[v], t.leaf_ext[v]) for v in vts]
+      ost = o.st
+      pts = [ost.leaves.index(p.st.attach.iter) for p in self.info.values()
+             if p.st.attach.kind == "at" and p.st.attach.stage == ost.name]
+      at = max(pts + [-1]) + 1
+      names = [f"vthread:{v}" for v in vts]
+      for nm, v in zip(names, vts): o.cvar[nm] = t.cvar[v]
+      o.st = replace(ost, leaves=ost.leaves[:at] + tuple(names) + ost.leaves[at:],
+                     kinds=ost.kinds + tuple((nm, "spatial") for nm in names),
+                     annotations=ost.annotations + tuple((nm, "vthread") for nm in names))
+      o.vt_ext = {nm: t.leaf_ext[v] for nm, v in zip(names, vts)}
+
   def _infer_scope(self, st: Stage) -> str:
     under_block = False
     for t, it in self._ancestors(st.name):
@@ -207,7 +254,7 @@ class _Lowerer:
     st = i.st
     t_name, it = st.attach.stage, st.attach.iter
     inner = self._inside(t_name, it)
-    relaxed_names = set(inner)
+    relaxed_names = set(inner) - set(self._vt_pending.get(st.name, []))
     if i.scope in ("shared", "global"):
       for o in self.info.values():
         if self._kernel_root(o.st.name) == self._kernel_root(t_name): relaxed_names |= set(self._bound_leaves(o, THREAD_TAGS))
@@ -266,11 +313,16 @@ class _Lowerer:
         acc = simplify(acc * exts[d])
       i.strides = strides
       if st.attach.kind != "root":
+        for _, e in reversed(i.vdims): acc = simplify(acc * e)
         i.buffer = Buffer(_c_ident(n), dt, i.scope, acc, "temp")
 
   def _flat(self, i: _Info, idx) -> Expr:
     e = const(0)
     for d, x in enumerate(idx): e = e + (x - i.lo[d]) * i.strides[d]
+    stride = i.strides[0] * i.ext[0] if i.strides else const(1)
+    for v, ext in reversed(i.vdims):
+      if not _is_one(ext): e = e + var(v) * stride
+      stride = stride * ext
     return simplify(e, self.ranges)
 
   def _rewrite_loads(self, e: Expr) -> Expr:
