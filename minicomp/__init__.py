@@ -27,3 +27,10 @@ __all__ = ["CodegenError", "CompileError", "ExprError", "LoweringError", "Minico
            "TargetError", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp", "log", "power", "rsqrt", "select",
            "sigmoid", "sqrt", "tanh", "var", "Tensor", "compute", "max", "min", "placeholder", "reduce_axis", "sum",
            "ComputeDAG", "Schedule", "Kernel", "build"]
+
+from minicomp.compiler import compile  # noqa: A004,E402
+from minicomp.compiled_model import CompiledModel, load  # noqa: E402
+from minicomp.errors import FeedError, ModelError, SaveFormatError, ShapeError, UnsupportedOpError  # noqa: E402
+
+__all__ += ["compile", "load", "CompiledModel", "FeedError", "ModelError", "SaveFormatError", "ShapeError",
+            "UnsupportedOpError"]

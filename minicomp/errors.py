@@ -65,3 +65,30 @@ def check(cond: object, msg: str, exc: type[MinicompError] = ScheduleError) -> N
   """Raise ``exc(msg)`` when ``cond`` is false."""
   if not cond:
     raise exc(msg)
+
+
+class ModelError(MinicompError):
+  """The ONNX model is malformed or could not be read (checker / shape inference failure, bad path)."""
+
+
+class UnsupportedOpError(ModelError):
+  """The model uses ONNX ops (or forms of them) minicomp does not support.
+
+  ``nodes`` lists ``(op_type, node_name)`` of every unsupported node.
+  """
+
+  def __init__(self, message: str, nodes=()):
+    super().__init__(message)
+    self.nodes = list(nodes)
+
+
+class ShapeError(ModelError):
+  """A shape minicomp needs is not known statically (dynamic dims without ``input_shapes=``) or is inconsistent."""
+
+
+class FeedError(MinicompError):
+  """``run(feeds)`` got a missing / unknown input name, or a wrong shape or dtype."""
+
+
+class SaveFormatError(MinicompError):
+  """A saved compiled model is missing files, corrupted, or of an unknown format version."""

@@ -1,11 +1,14 @@
 """``build``: schedule -> lowered program -> CUDA C -> NVRTC binary, wrapped in a callable Kernel.
 
-``Kernel.__call__`` runs on a GPU when pycuda and a device are present, else on the CPU
-simulator (the same CUDA C text); ``device="gpu"`` / ``device="cpu"`` forces one.
+A Kernel carries only what running needs — the CUDA source, the NVRTC binary and a
+:class:`LaunchPlan` (buffers and launches) — so it can be saved and loaded without the
+schedule. ``Kernel.__call__`` runs on a GPU when pycuda and a device are present, else on the
+CPU simulator (the same CUDA C text); ``device="gpu"`` / ``device="cpu"`` forces one.
 """
 from __future__ import annotations
 
 import threading
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
@@ -22,11 +25,52 @@ NP_DTYPE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "in
             "float16": np.float16}
 
 
+@dataclass(frozen=True)
+class BufferSpec:
+  name: str
+  shape: tuple[int, ...]
+  dtype: str
+
+
+@dataclass(frozen=True)
+class Launch:
+  kernel: str
+  grid: tuple[int, int, int]
+  block: tuple[int, int, int]
+  params: tuple[str, ...]          # buffer names, in parameter order
+  written: tuple[str, ...]         # the params the kernel writes (the others are const)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+  """Everything needed to run a compiled program: its buffers and its launches, in order."""
+  inputs: tuple[BufferSpec, ...]
+  outputs: tuple[BufferSpec, ...]
+  temps: tuple[BufferSpec, ...]
+  launches: tuple[Launch, ...]
+
+  @staticmethod
+  def from_program(p: Program) -> "LaunchPlan":
+    spec = lambda b: BufferSpec(b.name, tuple(p.shapes[b.name]), b.dtype)
+    ls = tuple(Launch(k.name, tuple(k.grid), tuple(k.block), tuple(b.name for b in k.params),
+                      tuple(b.name for b in k.params if b.name in k.written)) for k in p.kernels)
+    return LaunchPlan(tuple(map(spec, p.inputs)), tuple(map(spec, p.outputs)), tuple(map(spec, p.temps)), ls)
+
+  def to_dict(self) -> dict: return asdict(self)
+
+  @staticmethod
+  def from_dict(d: dict) -> "LaunchPlan":
+    bs = lambda xs: tuple(BufferSpec(x["name"], tuple(x["shape"]), x["dtype"]) for x in xs)
+    ls = tuple(Launch(x["kernel"], tuple(x["grid"]), tuple(x["block"]), tuple(x["params"]), tuple(x["written"]))
+               for x in d["launches"])
+    return LaunchPlan(bs(d["inputs"]), bs(d["outputs"]), bs(d["temps"]), ls)
+
+
 class Kernel:
   """A compiled schedule: CUDA source, NVRTC binary, resources, and a numpy call."""
 
-  def __init__(self, program: Program, source: str, binary: CudaBinary, target: Target):
-    self.program, self.source, self.binary, self.target = program, source, binary, target
+  def __init__(self, plan: LaunchPlan, source: str, binary: CudaBinary, target: Target, program: Program | None = None):
+    self.plan, self.source, self.binary, self.target, self.program = plan, source, binary, target, program
     self._sim = None
     self._gpu = None
     self._lock = threading.Lock()
@@ -34,13 +78,13 @@ class Kernel:
   @property
   def resources(self) -> Resources | dict[str, Resources]:
     """ptxas figures: one Resources for a single-kernel program, else a dict by kernel name."""
-    r = {k.name: self.binary.resources.get(k.name, Resources()) for k in self.program.kernels}
+    r = {l.kernel: self.binary.resources.get(l.kernel, Resources()) for l in self.plan.launches}
     return next(iter(r.values())) if len(r) == 1 else r
 
   @property
   def launches(self) -> list[tuple[str, tuple[int, int, int], tuple[int, int, int]]]:
     """(kernel name, grid, block) of every launch, in order."""
-    return [(k.name, k.grid, k.block) for k in self.program.kernels]
+    return [(l.kernel, l.grid, l.block) for l in self.plan.launches]
 
   @property
   def ptx(self) -> str: return self.binary.ptx
@@ -51,14 +95,13 @@ class Kernel:
 
   # -- running
   def _check_inputs(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-    p = self.program
-    if len(args) != len(p.inputs):
-      raise RuntimeLaunchError(f"kernel takes {len(p.inputs)} inputs ({', '.join(b.name for b in p.inputs)}), got {len(args)}")
+    ins = self.plan.inputs
+    if len(args) != len(ins):
+      raise RuntimeLaunchError(f"kernel takes {len(ins)} inputs ({', '.join(b.name for b in ins)}), got {len(args)}")
     out = []
-    for a, b in zip(args, p.inputs):
-      shape = p.shapes[b.name]
+    for a, b in zip(args, ins):
       a = np.asarray(a)
-      if a.shape != shape: raise RuntimeLaunchError(f"input {b.name}: expected shape {shape}, got {a.shape}")
+      if a.shape != b.shape: raise RuntimeLaunchError(f"input {b.name}: expected shape {b.shape}, got {a.shape}")
       want = NP_DTYPE[b.dtype]
       if a.dtype != want: raise RuntimeLaunchError(f"input {b.name}: expected dtype {np.dtype(want).name}, got {a.dtype}")
       out.append(np.ascontiguousarray(a))
@@ -66,32 +109,36 @@ class Kernel:
 
   def __call__(self, *args: np.ndarray, device: str | None = None):
     """Run on ``args`` (one numpy array per placeholder, in DAG order); returns the output(s)."""
+    outs = self.run(list(args), device=device)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+  def run(self, args: Sequence[np.ndarray], device: str | None = None) -> list[np.ndarray]:
+    """Like ``__call__`` but always returns a list of outputs."""
     from minicomp.codegen.gpu_runtime import gpu_available
     ins = self._check_inputs(args)
-    p = self.program
     if device not in (None, "cpu", "gpu"): raise RuntimeLaunchError(f"device must be 'cpu', 'gpu' or None, got {device!r}")
     use_gpu = device == "gpu" or (device is None and gpu_available())
     if device == "gpu" and not gpu_available(): raise RuntimeLaunchError("device='gpu' but no CUDA GPU / pycuda is available")
+    p = self.plan
     bufs: dict[str, np.ndarray] = {b.name: a for b, a in zip(p.inputs, ins)}
-    for b in p.outputs + p.temps:
-      bufs[b.name] = np.zeros(p.shapes[b.name], NP_DTYPE[b.dtype])
+    for b in p.outputs + p.temps: bufs[b.name] = np.zeros(b.shape, NP_DTYPE[b.dtype])
     with self._lock:
       if use_gpu:
         from minicomp.codegen.gpu_runtime import GpuModule
         if self._gpu is None: self._gpu = GpuModule(self.binary)
-        for k in p.kernels: self._gpu.launch(k.name, k.grid, k.block, 0, [bufs[b.name] for b in k.params])
+        for l in p.launches: self._gpu.launch(l.kernel, l.grid, l.block, 0, [bufs[n] for n in l.params])
       else:
         sim = self.simulator()
-        for k in p.kernels: sim.launch(k.name, k.grid, k.block, [bufs[b.name] for b in k.params])
-    outs = [bufs[b.name] for b in p.outputs]
-    return outs[0] if len(outs) == 1 else tuple(outs)
+        for l in p.launches: sim.launch(l.kernel, l.grid, l.block, [bufs[n] for n in l.params])
+    return [bufs[b.name] for b in p.outputs]
 
   def simulator(self):
     """The CPU simulator module of this kernel's source (built on first use, cached on disk)."""
     if self._sim is None:
       from minicomp.codegen.simulator import build_simulator
-      spec = {k.name: [("" if b.name in k.written else "const ") + C_TYPE[b.dtype] + "*" for b in k.params]
-              for k in self.program.kernels}
+      dtypes = {b.name: b.dtype for b in self.plan.inputs + self.plan.outputs + self.plan.temps}
+      spec = {l.kernel: [("" if n in l.written else "const ") + C_TYPE[dtypes[n]] + "*" for n in l.params]
+              for l in self.plan.launches}
       self._sim = build_simulator(self.source, spec)
     return self._sim
 
@@ -108,4 +155,4 @@ def build(schedule, target: str | Target = "sm_86", name: str = "default", optio
   check_resources(state, prog, tgt)
   src = emit_cuda(prog)
   binary = compile_cuda(src, tgt, options)
-  return Kernel(prog, src, binary, tgt)
+  return Kernel(LaunchPlan.from_program(prog), src, binary, tgt, prog)

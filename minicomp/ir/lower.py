@@ -393,7 +393,8 @@ class _Lowerer:
           guards.append(var(f"threadIdx.{'xyz'[d]}") < 1)
     for it, a in st.annotations:
       if a in THREAD_TAGS and it in leaves and i.leaf_ext[it] != self.block[THREAD_TAGS.index(a)]:
-        guards.append(var(i.cvar[it]) < i.leaf_ext[it])
+        # written on the raw index: the C variable's range is the loop extent, which would prove it true
+        guards.append(var(a) < i.leaf_ext[it])
     ct = dict(st.cross_thread)
     idx = self._flat(i, [i.root_val[a.name] for a in t.axes])
     value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))

@@ -1,0 +1,194 @@
+"""CompiledModel: the kernels of a model, the order to launch them, and its weights.
+
+``run(feeds)`` validates the feeds (names, shapes, dtypes), launches every kernel in order —
+on the GPU when there is one, else on the CPU simulator — and frees each intermediate after
+its last use. ``save(path)`` writes a folder: ``manifest.json`` (format version, target,
+inputs, outputs, steps, launch plans), ``kernels/kN.cu|.ptx|.cubin|.log`` and ``weights.npz``
+(no pickle); ``minicomp.load(path)`` reads it back and refuses unknown format versions.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from minicomp.codegen.kernel import NP_DTYPE, Kernel, LaunchPlan
+from minicomp.codegen.nvrtc import CudaBinary, parse_ptxas_log
+from minicomp.errors import FeedError, SaveFormatError
+from minicomp.target import Target
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class KernelCall:
+  kernel: int                     # index into CompiledModel.kernels
+  inputs: list[tuple[str, str]]   # ("value", graph value name) or ("const", weight name), in the kernel's input order
+  outputs: list[str]              # graph value names, in the kernel's output order
+  task: str = ""                  # workload key
+  ops: list[str] = field(default_factory=list)
+  flops: int = 0
+
+
+@dataclass
+class ViewStep:
+  src: str
+  dst: str
+  shape: tuple[int, ...]
+  op: str = "Reshape"
+
+
+@dataclass
+class IOSpec:
+  name: str
+  shape: tuple[int, ...]
+  dtype: str
+
+
+class CompiledModel:
+  """A compiled ONNX model. ``run({"input": x})`` returns the outputs in graph order."""
+
+  def __init__(self, target: Target, inputs: list[IOSpec], outputs: list[str], kernels: list[Kernel], steps: list,
+               weights: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None, name: str = "model"):
+    self.target, self.inputs, self.output_names, self.kernels = target, inputs, outputs, kernels
+    self.steps, self.weights, self.consts, self.name = steps, weights, dict(consts or {}), name
+    self._last_use = self._plan_lifetimes()
+
+  def _plan_lifetimes(self) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for k, st in enumerate(self.steps):
+      reads = [n for kind, n in st.inputs if kind == "value"] if isinstance(st, KernelCall) else [st.src]
+      for n in reads: last[n] = k
+    for o in self.output_names: last[o] = len(self.steps)
+    return last
+
+  # -- running
+  def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if not isinstance(feeds, Mapping): raise FeedError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
+    want = {i.name: i for i in self.inputs}
+    missing = [n for n in want if n not in feeds]
+    unknown = [n for n in feeds if n not in want]
+    if missing or unknown:
+      raise FeedError(f"feeds: missing inputs {missing}, unknown inputs {unknown}; the model's inputs are "
+                      + ", ".join(f"{i.name} {list(i.shape)} {i.dtype}" for i in self.inputs))
+    env = {}
+    for n, spec in want.items():
+      a = np.asarray(feeds[n])
+      if a.shape != spec.shape: raise FeedError(f"input {n!r}: expected shape {list(spec.shape)}, got {list(a.shape)}")
+      if a.dtype != np.dtype(NP_DTYPE[spec.dtype]):
+        raise FeedError(f"input {n!r}: expected dtype {spec.dtype}, got {a.dtype} (convert with .astype(np.{spec.dtype}))")
+      env[n] = np.ascontiguousarray(a)
+    return env
+
+  def run(self, feeds: Mapping[str, np.ndarray], device: str | None = None) -> list[np.ndarray]:
+    """Run the model; returns one array per graph output, in graph-output order."""
+    env = self._check_feeds(feeds)
+    env.update(self.consts)
+    for k, st in enumerate(self.steps):
+      if isinstance(st, ViewStep):
+        env[st.dst] = env[st.src].reshape(st.shape)
+      else:
+        args = [env[n] if kind == "value" else self.weights[n] for kind, n in st.inputs]
+        outs = self.kernels[st.kernel].run(args, device=device)
+        for name, arr in zip(st.outputs, outs): env[name] = arr
+      for n in [n for n, last in self._last_use.items() if last == k and n in env and n not in self.consts]:
+        del env[n]
+    return [np.array(env[o]) for o in self.output_names]
+
+  # -- reporting
+  @property
+  def calls(self) -> list[KernelCall]:
+    return [s for s in self.steps if isinstance(s, KernelCall)]
+
+  def summary(self) -> str:
+    """One row per kernel call: fused ops, output shapes, FLOPs, launch config, registers."""
+    rows = [("#", "task", "ops", "outputs", "MFLOP", "launches (grid x block)", "regs", "smem B")]
+    for k, c in enumerate(self.calls):
+      kern = self.kernels[c.kernel]
+      res = [kern.binary.resources.get(l.kernel) for l in kern.plan.launches]
+      shapes = ", ".join(str(list(b.shape)) for b in kern.plan.outputs)
+      launches = "; ".join(f"{l.grid}x{l.block}" for l in kern.plan.launches)
+      regs = "/".join(str(r.registers) if r else "?" for r in res)
+      smem = "/".join(str(r.shared_bytes) if r else "?" for r in res)
+      rows.append((str(k), c.task, "+".join(c.ops), shapes, f"{c.flops / 1e6:.2f}", launches, regs, smem))
+    n_views = len(self.steps) - len(self.calls)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    head = (f"{self.name}: {len(self.calls)} kernel calls ({len(self.kernels)} distinct kernels), {n_views} views, "
+            f"target {self.target.arch}")
+    return head + "\n" + "\n".join(lines)
+
+  def __repr__(self) -> str:
+    return f"CompiledModel({self.name}, {len(self.calls)} kernel calls, target={self.target.arch})"
+
+  # -- persistence
+  def save(self, path: str | Path) -> Path:
+    """Write the compiled model to folder ``path`` (created); returns the path."""
+    p = Path(path)
+    (p / "kernels").mkdir(parents=True, exist_ok=True)
+    kernels = []
+    for k, kern in enumerate(self.kernels):
+      stem = p / "kernels" / f"k{k}"
+      stem.with_suffix(".cu").write_text(kern.source)
+      stem.with_suffix(".ptx").write_text(kern.binary.ptx)
+      stem.with_suffix(".cubin").write_bytes(kern.binary.cubin)
+      stem.with_suffix(".log").write_text(kern.binary.log)
+      kernels.append({"file": f"kernels/k{k}", "plan": kern.plan.to_dict(), "options": list(kern.binary.options)})
+    steps = []
+    for st in self.steps:
+      if isinstance(st, ViewStep): steps.append({"view": {"src": st.src, "dst": st.dst, "shape": list(st.shape), "op": st.op}})
+      else: steps.append({"call": {"kernel": st.kernel, "inputs": [list(x) for x in st.inputs], "outputs": st.outputs,
+                                   "task": st.task, "ops": st.ops, "flops": st.flops}})
+    manifest = {"format": "minicomp-compiled-model", "format_version": FORMAT_VERSION, "name": self.name,
+                "target": self.target.arch, "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in self.inputs],
+                "outputs": self.output_names, "kernels": kernels, "steps": steps, "consts": sorted(self.consts)}
+    arrays = {f"w:{k}": v for k, v in self.weights.items()}
+    arrays.update({f"c:{k}": v for k, v in self.consts.items()})
+    np.savez(p / "weights.npz", **arrays)
+    (p / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return p
+
+
+def load(path: str | Path) -> CompiledModel:
+  """Load a model saved with ``CompiledModel.save``."""
+  p = Path(path)
+  mf = p / "manifest.json"
+  if not mf.is_file(): raise SaveFormatError(f"{str(p)!r} is not a saved minicomp model (no manifest.json)")
+  try:
+    m = json.loads(mf.read_text())
+  except json.JSONDecodeError as e:
+    raise SaveFormatError(f"{mf}: corrupted manifest ({e})") from None
+  if m.get("format") != "minicomp-compiled-model":
+    raise SaveFormatError(f"{mf}: not a minicomp compiled-model manifest")
+  if m.get("format_version") != FORMAT_VERSION:
+    raise SaveFormatError(f"{mf}: format version {m.get('format_version')!r} is not supported by this minicomp "
+                          f"(it reads version {FORMAT_VERSION}); recompile the model")
+  try:
+    target = Target(m["target"])
+    kernels = []
+    for kd in m["kernels"]:
+      stem = p / kd["file"]
+      src, ptx = stem.with_suffix(".cu").read_text(), stem.with_suffix(".ptx").read_text()
+      cubin, log = stem.with_suffix(".cubin").read_bytes(), stem.with_suffix(".log").read_text()
+      binary = CudaBinary(target.arch, ptx, cubin, log, parse_ptxas_log(log), tuple(kd["options"]), src)
+      kernels.append(Kernel(LaunchPlan.from_dict(kd["plan"]), src, binary, target))
+    steps: list = []
+    for sd in m["steps"]:
+      if "view" in sd:
+        v = sd["view"]; steps.append(ViewStep(v["src"], v["dst"], tuple(v["shape"]), v.get("op", "Reshape")))
+      else:
+        c = sd["call"]
+        steps.append(KernelCall(c["kernel"], [tuple(x) for x in c["inputs"]], c["outputs"], c["task"], c["ops"], c["flops"]))
+    with np.load(p / "weights.npz", allow_pickle=False) as z:
+      weights = {k[2:]: z[k] for k in z.files if k.startswith("w:")}
+      consts = {k[2:]: z[k] for k in z.files if k.startswith("c:")}
+    inputs = [IOSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in m["inputs"]]
+  except (KeyError, TypeError, ValueError, OSError) as e:
+    raise SaveFormatError(f"{str(p)!r}: saved model is incomplete or corrupted ({type(e).__name__}: {e})") from None
+  missing = [n for st in steps if isinstance(st, KernelCall) for kind, n in st.inputs if kind == "const" and n not in weights]
+  if missing: raise SaveFormatError(f"{str(p)!r}: weights.npz lacks {missing[:5]}")
+  return CompiledModel(target, inputs, m["outputs"], kernels, steps, weights, consts, m.get("name", "model"))

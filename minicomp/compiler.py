@@ -1,0 +1,127 @@
+"""``minicomp.compile``: ONNX model -> CompiledModel.
+
+Import (constant folding, op checks) -> partition into fused subgraphs -> one Task per
+distinct subgraph (workload key) -> a schedule per task (default rules; the search issues plug
+in here) -> lower, emit CUDA C, NVRTC -> CompiledModel with its launch order and weights.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from minicomp.codegen.kernel import Kernel, build
+from minicomp.compiled_model import CompiledModel, IOSpec, KernelCall, ViewStep
+from minicomp.frontend.onnx_import import load_onnx
+from minicomp.graph.partition import partition
+from minicomp.graph.schedules import default_schedule
+from minicomp.graph.subgraph import nodes_to_te
+from minicomp.graph.tasks import Task, task_kind, workload_key
+from minicomp.ir.dag import ComputeDAG
+from minicomp.ir.te import Tensor
+from minicomp.target import Target, as_target
+
+log = logging.getLogger("minicomp")
+
+
+@dataclass
+class CompileStats:
+  """Seconds spent per phase (frontend, partition + TE, lowering + emission, NVRTC)."""
+  frontend: float = 0.0
+  partition: float = 0.0
+  build: float = 0.0
+  nvrtc: float = 0.0
+  tasks: int = 0
+  calls: int = 0
+
+
+def _progress(enabled: bool) -> Callable[[str], None]:
+  if not enabled: return lambda msg: None
+
+  def say(msg: str) -> None:
+    print(f"[minicomp] {msg}", file=sys.stderr, flush=True)
+  return say
+
+
+def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Sequence[int]] | None = None,
+            trials: int = 0, progress: bool = False, name: str | None = None) -> CompiledModel:  # noqa: A001
+  """Compile an ONNX model (ModelProto, path or bytes) for ``target``.
+
+  ``input_shapes`` gives concrete shapes for dynamic input dims. ``trials=0`` uses the
+  default rule-based schedules (schedule search arrives with the search issues).
+  ``progress=True`` prints one line per phase and per compiled task to stderr.
+  """
+  tgt = as_target(target)
+  say = _progress(progress)
+  if trials: raise NotImplementedError("schedule search (trials > 0) is not available yet; use trials=0")
+  stats = CompileStats()
+  t0 = time.perf_counter()
+  g = load_onnx(model, input_shapes)
+  stats.frontend = time.perf_counter() - t0
+  say(f"imported {g.name}: {len(g.nodes)} nodes after constant folding ({stats.frontend:.2f} s)")
+
+  t0 = time.perf_counter()
+  part = partition(g)
+  tasks: dict[str, Task] = {}
+  kernels: list[Kernel] = []
+  kernel_of: dict[str, int] = {}
+  steps: list = []
+  weights: dict[str, np.ndarray] = {}
+  consts: dict[str, np.ndarray] = {}
+  plans = []
+  for st in part.steps:
+    if isinstance(st, tuple):
+      _, node = st
+      te_ = nodes_to_te(g, [node])
+      out = te_.outputs[node.outputs[0]]
+      steps.append(ViewStep(next(i for i in node.inputs if i and not (i in g.values and g.values[i].is_const)),
+                            node.outputs[0], tuple(out.shape), node.op_type))
+      continue
+    te_ = nodes_to_te(g, st.nodes, st.outputs)
+    outs = [o for o in st.outputs if isinstance(te_.outputs[o], Tensor)]
+    for o in st.outputs:
+      if not isinstance(te_.outputs[o], Tensor): consts[o] = np.asarray(te_.outputs[o])
+    if not outs: continue
+    dag = ComputeDAG([te_.outputs[o] for o in outs])
+    key = workload_key(dag)
+    ops = [n.op_type for n in st.nodes]
+    if key in tasks: tasks[key].weight += 1
+    else: tasks[key] = Task(key, dag, task_kind(dag), 1, ops, dag.flop_count())
+    by_tensor = {t.name: v for v, t in te_.inputs.items()}
+    ins = []
+    for ph in dag.placeholders:
+      if ph.name in te_.consts:
+        wname = f"{len(steps)}:{ph.name}"
+        weights[wname] = te_.consts[ph.name]
+        ins.append(("const", wname))
+      else:
+        ins.append(("value", by_tensor[ph.name]))
+    steps.append(KernelCall(-1, ins, outs, key, ops, dag.flop_count()))
+    plans.append((steps[-1], key))
+  stats.partition = time.perf_counter() - t0
+  stats.tasks, stats.calls = len(tasks), len(plans)
+  say(f"partitioned into {len(plans)} kernel calls, {len(tasks)} distinct tasks ({stats.partition:.2f} s)")
+
+  from minicomp.codegen import nvrtc
+  for k, (key, task) in enumerate(tasks.items()):
+    t0 = time.perf_counter()
+    sched = default_schedule(task.dag, tgt)
+    kern = build(sched, tgt, name=f"task{k}")
+    kernel_of[key] = len(kernels)
+    kernels.append(kern)
+    dt = time.perf_counter() - t0
+    stats.build += dt
+    say(f"[{k + 1}/{len(tasks)}] task {key} ({'+'.join(task.ops)}, x{task.weight}): "
+        f"{len(kern.launches)} launch(es), {dt:.2f} s")
+  for call, key in plans: call.kernel = kernel_of[key]
+  inputs = [IOSpec(n, tuple(g.values[n].shape), g.values[n].dtype) for n in g.inputs]
+  for o in g.outputs:   # outputs that are folded constants
+    if o in g.values and g.values[o].is_const: consts[o] = g.values[o].const
+  cm = CompiledModel(tgt, inputs, list(g.outputs), kernels, steps, weights, consts, name or g.name)
+  cm.tasks = list(tasks.values())
+  cm.stats = stats
+  return cm

@@ -1,0 +1,68 @@
+"""The imported model: a networkx DiGraph of ONNX nodes plus the values flowing between them.
+
+Values are named like in ONNX. A value is either *constant* (an initializer, a Constant node,
+or anything folded from constants and static shapes at import: ``const`` holds its array) or a
+runtime tensor with a static ``shape`` and ``dtype``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+
+@dataclass
+class Value:
+  name: str
+  shape: tuple[int, ...]
+  dtype: str                      # minicomp dtype name: float32, int64, int32, bool, ...
+  const: np.ndarray | None = None
+
+  @property
+  def is_const(self) -> bool: return self.const is not None
+
+
+@dataclass
+class Node:
+  name: str
+  op_type: str
+  inputs: list[str]               # "" for an omitted optional input
+  outputs: list[str]
+  attrs: dict[str, Any] = field(default_factory=dict)
+  domain: str = ""
+
+
+@dataclass
+class Graph:
+  """Nodes in topological order (``nodes``), the DiGraph of their data edges (``nx``), and values."""
+  nodes: list[Node]
+  values: dict[str, Value]
+  inputs: list[str]               # runtime inputs (not initializers), in model order
+  outputs: list[str]
+  opset: int
+  name: str = "model"
+  nx: nx.DiGraph = field(default_factory=nx.DiGraph)
+
+  def producer(self, value: str) -> Node | None:
+    for n in self.nodes:
+      if value in n.outputs: return n
+    return None
+
+  def consumers(self, value: str) -> list[Node]:
+    return [n for n in self.nodes if value in n.inputs]
+
+  def rebuild_nx(self) -> None:
+    g = nx.DiGraph()
+    out_of = {o: n.name for n in self.nodes for o in n.outputs}
+    for n in self.nodes:
+      g.add_node(n.name, node=n)
+      for i in n.inputs:
+        if i in out_of: g.add_edge(out_of[i], n.name, value=i)
+    self.nx = g
+
+  def op_counts(self) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for n in self.nodes: out[n.op_type] = out.get(n.op_type, 0) + 1
+    return out

@@ -1,0 +1,183 @@
+"""ONNX import: a ModelProto (or a path) -> :class:`~minicomp.frontend.graph.Graph`.
+
+Steps: read; substitute user ``input_shapes``; ``onnx.checker``; refuse dynamic input dims;
+``onnx.shape_inference``; collect initializers as constants; fold every node whose inputs are
+all constant (plus ``Shape`` / ``Size`` of statically shaped values) with ONNX's reference
+evaluator, which removes the Shape/Gather/Concat/Reshape chains exporters emit; finally check
+that every remaining node has a lowering, listing all unsupported nodes at once.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from minicomp.errors import ModelError, ShapeError, UnsupportedOpError
+from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_to_dtype
+from minicomp.frontend.graph import Graph, Node, Value
+
+MIN_OPSET, MAX_OPSET = 13, 21
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+def read_model(model) -> onnx.ModelProto:
+  """A ModelProto from a ModelProto, a path or serialized bytes."""
+  if isinstance(model, onnx.ModelProto): return model
+  if isinstance(model, (bytes, bytearray)):
+    try:
+      return onnx.load_from_string(bytes(model))
+    except Exception as e:  # protobuf raises its own DecodeError
+      raise ModelError(f"could not parse the ONNX bytes: {e}") from None
+  if isinstance(model, (str, os.PathLike)):
+    p = Path(model)
+    if not p.is_file(): raise ModelError(f"no ONNX file at {str(p)!r}")
+    try:
+      return onnx.load(str(p))
+    except Exception as e:
+      raise ModelError(f"could not read ONNX model {str(p)!r}: {e}") from None
+  raise ModelError(f"expected an onnx.ModelProto, a path or bytes, got {type(model).__name__}")
+
+
+def _opset(model: onnx.ModelProto) -> int:
+  for imp in model.opset_import:
+    if imp.domain in ("", "ai.onnx"): return int(imp.version)
+  raise ModelError("the model imports no default-domain opset")
+
+
+def _dims(tt) -> list:
+  return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+
+
+def _set_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+  m = onnx.ModelProto(); m.CopyFrom(model)
+  names = {i.name for i in m.graph.input}
+  unknown = set(input_shapes) - names
+  if unknown: raise ShapeError(f"input_shapes names unknown inputs {sorted(unknown)}; the model's inputs are {sorted(names)}")
+  for inp in m.graph.input:
+    if inp.name not in input_shapes: continue
+    shape = [int(d) for d in input_shapes[inp.name]]
+    old = inp.type.tensor_type.shape.dim
+    if len(old) and len(old) != len(shape):
+      raise ShapeError(f"input {inp.name!r} has rank {len(old)}, input_shapes gives {shape}")
+    del inp.type.tensor_type.shape.dim[:]
+    for d in shape: inp.type.tensor_type.shape.dim.add().dim_value = d
+  return m
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+  out = {}
+  for a in node.attribute:
+    if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+      raise UnsupportedOpError(f"{node.op_type} node {node.name!r}: subgraph attributes (control flow) are not supported",
+                               [(node.op_type, node.name)])
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes): v = v.decode()
+    elif isinstance(v, onnx.TensorProto): v = numpy_helper.to_array(v)
+    elif isinstance(v, list) and v and isinstance(v[0], bytes): v = [x.decode() for x in v]
+    out[a.name] = v
+  return out
+
+
+def _evaluate(node: Node, values: dict[str, Value], opset: int) -> list[np.ndarray]:
+  """Run one node on constant inputs with ONNX's reference evaluator."""
+  from onnx.reference import ReferenceEvaluator
+  ins = [i for i in node.inputs if i]
+  proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name, **{
+    k: (numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v) for k, v in node.attrs.items()})
+  g = helper.make_graph([proto], "fold",
+                        [helper.make_tensor_value_info(i, DTYPE_TO_ONNX[values[i].dtype], values[i].const.shape) for i in ins],
+                        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.outputs])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+  try:
+    outs = ReferenceEvaluator(m).run(None, {i: values[i].const for i in ins})
+  except Exception as e:
+    raise ModelError(f"constant folding of {node.op_type} node {node.name!r} failed: {e}") from None
+  return [np.asarray(o) for o in outs]
+
+
+def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, check_ops: bool = True) -> Graph:
+  """Import an ONNX model (ModelProto, path or bytes) into a Graph with constants folded."""
+  m = read_model(model)
+  opset = _opset(m)
+  if not MIN_OPSET <= opset <= MAX_OPSET:
+    raise ModelError(f"opset {opset} is not supported; minicomp supports opsets {MIN_OPSET} to {MAX_OPSET} "
+                     "(convert with onnx.version_converter.convert_version)")
+  if input_shapes: m = _set_input_shapes(m, input_shapes)
+  try:
+    onnx.checker.check_model(m)
+  except onnx.checker.ValidationError as e:
+    raise ModelError(f"the ONNX checker rejected the model: {e}") from None
+  inits = {t.name for t in m.graph.initializer}
+  dynamic = []
+  for inp in m.graph.input:
+    if inp.name in inits: continue
+    dims = _dims(inp.type.tensor_type)
+    if not inp.type.tensor_type.HasField("shape") or any(not isinstance(d, int) or d <= 0 for d in dims):
+      dynamic.append(f"{inp.name} {dims}")
+  if dynamic:
+    raise ShapeError("inputs with dynamic or unknown dims: " + "; ".join(dynamic) +
+                     ". Pass concrete shapes: minicomp.compile(model, input_shapes={'name': (1, 3, 224, 224)})")
+  try:
+    m = shape_inference.infer_shapes(m, data_prop=True)
+  except Exception as e:
+    raise ModelError(f"ONNX shape inference failed: {e}") from None
+
+  values: dict[str, Value] = {}
+  for t in m.graph.initializer:
+    arr = numpy_helper.to_array(t)
+    values[t.name] = Value(t.name, tuple(arr.shape), np_to_dtype(arr.dtype), arr)
+  inputs = []
+  for inp in m.graph.input:
+    if inp.name in values: continue
+    tt = inp.type.tensor_type
+    values[inp.name] = Value(inp.name, tuple(_dims(tt)), onnx_to_dtype(tt.elem_type, f"input {inp.name!r}"))
+    inputs.append(inp.name)
+
+  for vi in list(m.graph.value_info) + list(m.graph.output):   # inferred shapes of intermediates (for Shape folding)
+    tt = vi.type.tensor_type
+    if vi.name in values or not tt.HasField("shape") or tt.elem_type not in DTYPE_TO_ONNX.values(): continue
+    dims = _dims(tt)
+    if all(isinstance(d, int) for d in dims): values[vi.name] = Value(vi.name, tuple(dims), onnx_to_dtype(tt.elem_type))
+
+  nodes: list[Node] = []
+  taken: set[str] = set()
+  for k, n in enumerate(m.graph.node):
+    name = n.name or f"{n.op_type}_{k}"
+    while name in taken: name += "_"
+    taken.add(name)
+    node = Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n.domain)
+    if _fold(node, values, opset): continue
+    nodes.append(node)
+  outputs = [o.name for o in m.graph.output]
+  g = Graph(nodes, values, inputs, outputs, opset, m.graph.name or "model")
+  g.rebuild_nx()
+  if check_ops:
+    from minicomp.graph.registry import check_supported
+    check_supported(nodes, opset)
+  return g
+
+
+def _fold(node: Node, values: dict[str, Value], opset: int) -> bool:
+  """Fold ``node`` into constants when possible; returns True when folded."""
+  if node.domain not in ("", "ai.onnx") or node.op_type in _NO_FOLD: return False
+  if node.op_type == "Constant":
+    outs = _evaluate(node, values, opset)
+  elif node.op_type in ("Shape", "Size") and node.inputs[0] in values and values[node.inputs[0]].shape is not None \
+      and all(isinstance(d, int) for d in values[node.inputs[0]].shape):
+    shape = np.array(values[node.inputs[0]].shape, np.int64)
+    if node.op_type == "Size": outs = [np.array(int(np.prod(shape)), np.int64)]
+    else:
+      r = len(shape)
+      s, e = node.attrs.get("start", 0), node.attrs.get("end", r)
+      outs = [shape[max(0, s + r if s < 0 else s):min(r, e + r if e < 0 else e)]]
+  elif all(not i or (i in values and values[i].is_const) for i in node.inputs) and node.inputs:
+    outs = _evaluate(node, values, opset)
+  else:
+    return False
+  for name, arr in zip(node.outputs, outs):
+    values[name] = Value(name, tuple(arr.shape), np_to_dtype(arr.dtype, node), arr)
+  return True

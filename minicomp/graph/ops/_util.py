@@ -1,0 +1,55 @@
+"""Helpers shared by op lowerings: numpy broadcasting, scalar constants, axis normalisation."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from minicomp.errors import ShapeError
+from minicomp.frontend.dtypes import np_to_dtype
+from minicomp.ir.expr import Expr, as_expr, const
+from minicomp.ir.te import Tensor
+
+
+def shape_of(v) -> tuple[int, ...]:
+  return tuple(v.shape)
+
+
+def dtype_of(v) -> str:
+  return v.dtype if isinstance(v, Tensor) else np_to_dtype(np.asarray(v).dtype)
+
+
+def broadcast_shape(*shapes: Sequence[int], where: str = "") -> tuple[int, ...]:
+  """Numpy / ONNX multidirectional broadcasting of ``shapes``."""
+  try:
+    return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+  except ValueError:
+    raise ShapeError(f"{where}: shapes {[tuple(s) for s in shapes]} do not broadcast") from None
+
+
+def operand(ctx, v):
+  """A node input ready for ``load``: a Tensor, or a scalar Expr for a constant with one element."""
+  if isinstance(v, Tensor): return v
+  arr = np.asarray(v)
+  if arr.size == 1: return const(arr.reshape(()).item(), np_to_dtype(arr.dtype, ctx.node))
+  return ctx.const(arr)
+
+
+def load(v, out_shape: Sequence[int], idx: Sequence) -> Expr:
+  """``v`` read at output index ``idx`` under broadcasting (a scalar Expr is returned as is)."""
+  if isinstance(v, Expr): return v
+  r, n = len(v.shape), len(out_shape)
+  sub = []
+  for d in range(r):
+    i = idx[n - r + d]
+    sub.append(0 if v.shape[d] == 1 and out_shape[n - r + d] != 1 else i)
+  return v[tuple(sub)] if sub else v[0]
+
+
+def norm_axis(axis: int, rank: int, where: str = "") -> int:
+  if not -rank <= axis < max(rank, 1): raise ShapeError(f"{where}: axis {axis} out of range for rank {rank}")
+  return axis + rank if axis < 0 else axis
+
+
+def scalar_expr(x, dtype: str) -> Expr:
+  return as_expr(x, dtype)

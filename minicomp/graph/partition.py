@@ -1,0 +1,119 @@
+"""Partition a graph into fused subgraphs (one kernel each), the way Relay / Ansor fuse.
+
+Rules, in terms of the op kinds of the registry:
+
+- a ``view`` op (Reshape, Flatten, Squeeze, ...) on a runtime value is no kernel: the
+  compiled model re-labels the buffer;
+- ``data_reuse`` (conv, matmul), ``reduction`` and ``opaque`` ops start a group: the anchor;
+- an ``elementwise`` / ``broadcast`` op joins the group of its runtime input when that input is
+  produced in a group and read by nothing else (epilogue fusion: bias, folded BN, activation,
+  residual add, ...), as long as the group has no other consumer of that value; it also joins
+  a group with no anchor yet (elementwise chains become one kernel);
+- an ``injective`` op (pad, transpose, slice, ...) or elementwise op whose only consumer is in
+  one group is pulled into that group as a prologue (inlined into the reads);
+- everything else starts its own group.
+
+A group's outputs are the values it produces that are read outside it or are graph outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from minicomp.frontend.graph import Graph, Node
+from minicomp.graph.registry import lookup
+
+ANCHORS = ("data_reuse", "reduction", "opaque")
+EPILOGUE = ("elementwise", "broadcast")
+
+
+@dataclass
+class Group:
+  nodes: list[Node] = field(default_factory=list)
+  anchor: Node | None = None
+  outputs: list[str] = field(default_factory=list)
+  inputs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Partition:
+  steps: list          # Group or ("view", node) in execution order
+  groups: list[Group]
+
+
+def _kind(g: Graph, n: Node) -> str:
+  return lookup(n.op_type, g.opset).kind
+
+
+def partition(g: Graph) -> Partition:
+  runtime = lambda v: bool(v) and not (v in g.values and g.values[v].is_const)
+  consumers: dict[str, list[Node]] = {}
+  for n in g.nodes:
+    for i in n.inputs:
+      if runtime(i): consumers.setdefault(i, []).append(n)
+  group_of: dict[str, Group] = {}      # node name -> group
+  views: set[str] = set()
+  order: list = []
+  produced_by: dict[str, Node] = {o: n for n in g.nodes for o in n.outputs}
+
+  step_of: dict[str, int] = {}        # runtime value -> index in ``order`` of the step producing it
+  for n in g.nodes:
+    kind = _kind(g, n)
+    rt_in = [i for i in n.inputs if runtime(i)]
+    if kind == "view" and len(rt_in) == 1:
+      views.add(n.name); order.append(("view", n))
+      for o in n.outputs: step_of[o] = len(order) - 1
+      continue
+    target = None
+    if kind in EPILOGUE:
+      for i in rt_in:
+        p = produced_by.get(i)
+        if p is None or p.name not in group_of: continue
+        grp = group_of[p.name]
+        at = order.index(grp)
+        single = len(consumers.get(i, [])) == 1 and i not in g.outputs
+        ready = all(step_of.get(j, -1) <= at for j in rt_in)   # every other input exists when grp runs
+        if single and ready and (grp.anchor is None or _kind(g, grp.anchor) in ("data_reuse", "reduction")):
+          target = grp
+          break
+    if target is None:
+      target = Group()
+      order.append(target)
+    target.nodes.append(n)
+    for o in n.outputs: step_of[o] = order.index(target)
+    if kind in ANCHORS:
+      if target.anchor is None: target.anchor = n
+    group_of[n.name] = target
+
+  # prologues: pull injective / elementwise producers into their single consumer's group
+  changed = True
+  while changed:
+    changed = False
+    for grp in [x for x in order if isinstance(x, Group)]:
+      if len(grp.nodes) != 1: continue
+      n = grp.nodes[0]
+      if _kind(g, n) not in ("injective", "elementwise", "broadcast"): continue
+      outs = [o for o in n.outputs if o]
+      cons = {c.name for o in outs for c in consumers.get(o, [])}
+      if len(cons) != 1 or any(o in g.outputs for o in outs): continue
+      c = next(iter(cons))
+      if c not in group_of or c in views: continue
+      dst = group_of[c]
+      if dst is grp: continue
+      dst.nodes.insert(0, n)
+      group_of[n.name] = dst
+      order.remove(grp)
+      changed = True
+      break
+
+  groups = [x for x in order if isinstance(x, Group)]
+  for grp in groups:
+    names = {n.name for n in grp.nodes}
+    grp.nodes.sort(key=lambda n: g.nodes.index(n))
+    made = [o for n in grp.nodes for o in n.outputs if o]
+    grp.outputs = [o for o in made if o in g.outputs or any(c.name not in names for c in consumers.get(o, []))]
+    seen = []
+    for n in grp.nodes:
+      for i in n.inputs:
+        if runtime(i) and i not in made and i not in seen: seen.append(i)
+    grp.inputs = seen
+  return Partition(order, groups)

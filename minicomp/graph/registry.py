@@ -1,0 +1,143 @@
+"""The op library's registry: ONNX op type (and opset) -> a function building tensor expressions.
+
+An op function takes an :class:`OpCtx` and the node's inputs, each either a TE
+:class:`~minicomp.ir.te.Tensor` (a runtime value), a ``numpy.ndarray`` (a constant: an
+initializer or a folded value) or ``None`` (an omitted optional input), and returns the list
+of its outputs (Tensors, or arrays when it can compute them at compile time)::
+
+    @op("LeakyRelu", kind="elementwise")
+    def leaky_relu(ctx, x):
+      alpha = ctx.attr("alpha", 0.01)
+      return [ctx.compute(x.shape, lambda *i: mc.select(x[i] >= 0, x[i], x[i] * alpha))]
+
+``kind`` tells the partitioner how the op fuses: ``elementwise`` / ``broadcast`` (fused into a
+producer's kernel), ``injective`` (inlined into consumers: pad, transpose, slice, ...),
+``view`` (a reshape of contiguous data: no kernel), ``reduction`` and ``data_reuse`` (anchors
+of a kernel), ``opaque`` (its own kernel). Registration picks the highest ``since`` opset not
+above the model's.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from minicomp.errors import ModelError, UnsupportedOpError
+from minicomp.frontend.graph import Node
+from minicomp.ir import te
+from minicomp.ir.te import Tensor
+
+KINDS = ("elementwise", "broadcast", "injective", "view", "reduction", "data_reuse", "opaque")
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class OpDef:
+  op_type: str
+  since: int
+  kind: str
+  fn: Callable
+
+
+_OPS: dict[str, list[OpDef]] = {}
+
+
+def op(op_type: str, kind: str, since: int = 1):
+  """Register ``fn`` as the lowering of ``op_type`` for opsets >= ``since``."""
+  if kind not in KINDS: raise ValueError(f"unknown op kind {kind!r}")
+
+  def deco(fn):
+    _OPS.setdefault(op_type, []).append(OpDef(op_type, since, kind, fn))
+    _OPS[op_type].sort(key=lambda d: d.since)
+    return fn
+  return deco
+
+
+def lookup(op_type: str, opset: int) -> OpDef | None:
+  """The registered definition for ``op_type`` at ``opset`` (highest ``since`` <= opset)."""
+  _load_library()
+  best = None
+  for d in _OPS.get(op_type, []):
+    if d.since <= opset: best = d
+  return best
+
+
+def supported_ops() -> list[str]:
+  _load_library()
+  return sorted(_OPS)
+
+
+def check_supported(nodes: Sequence[Node], opset: int) -> None:
+  """Raise UnsupportedOpError listing *every* node whose op minicomp cannot lower."""
+  bad = [(n.op_type, n.name) for n in nodes if n.domain not in ("", "ai.onnx") or lookup(n.op_type, opset) is None]
+  if bad:
+    lines = "\n".join(f"  - {t} (node {nm!r})" for t, nm in bad)
+    raise UnsupportedOpError(
+      f"{len(bad)} node(s) use ops minicomp does not support:\n{lines}\nSupported ops: {', '.join(supported_ops())}", bad)
+
+
+_loaded = False
+
+
+def _load_library() -> None:
+  global _loaded
+  if _loaded: return
+  _loaded = True
+  import importlib
+  import pkgutil
+  import minicomp.graph.ops as pkg
+  for m in pkgutil.iter_modules(pkg.__path__):
+    importlib.import_module(f"{pkg.__name__}.{m.name}")
+
+
+def c_name(s: str) -> str:
+  s = re.sub(r"[^0-9A-Za-z_]", "_", s)
+  return s if s and not s[0].isdigit() else "t_" + s
+
+
+@dataclass
+class OpCtx:
+  """What an op function may ask: attributes, opset, fresh tensor names, constants."""
+  node: Node
+  opset: int
+  consts: dict[str, np.ndarray] = field(default_factory=dict)   # constant placeholders made so far (shared)
+  names: set[str] = field(default_factory=set)                  # tensor names taken (shared)
+
+  def attr(self, name: str, default: Any = _REQUIRED) -> Any:
+    if name in self.node.attrs: return self.node.attrs[name]
+    if default is _REQUIRED:
+      raise ModelError(f"{self.node.op_type} node {self.node.name!r}: required attribute {name!r} is missing")
+    return default
+
+  def error(self, msg: str) -> UnsupportedOpError:
+    """An error naming this node, for a form of the op minicomp does not support."""
+    return UnsupportedOpError(f"{self.node.op_type} node {self.node.name!r}: {msg}", [(self.node.op_type, self.node.name)])
+
+  def fresh(self, suffix: str = "") -> str:
+    base = c_name(self.node.name or self.node.op_type) + (f"_{suffix}" if suffix else "")
+    name, k = base, 1
+    while name in self.names: name, k = f"{base}_{k}", k + 1
+    self.names.add(name)
+    return name
+
+  def compute(self, shape, fcompute, suffix: str = "") -> Tensor:
+    """``te.compute`` with a fresh name derived from the node's name."""
+    return te.compute(tuple(int(d) for d in shape), fcompute, name=self.fresh(suffix))
+
+  def reduce_axis(self, extent: int, name: str = "r") -> te.IterVar:
+    return te.reduce_axis(int(extent), name=name)
+
+  def const(self, arr: np.ndarray, suffix: str = "const") -> Tensor:
+    """A placeholder bound to a constant array (weights); 0-d arrays become shape (1,)."""
+    arr = np.asarray(arr)
+    if arr.ndim == 0: arr = arr.reshape(1)
+    from minicomp.frontend.dtypes import np_to_dtype
+    t = te.placeholder(arr.shape, np_to_dtype(arr.dtype, self.node), name=self.fresh(suffix))
+    self.consts[t.name] = arr
+    return t
+
+  def tensor(self, v) -> Tensor:
+    """A runtime input as is; a constant as a constant placeholder."""
+    return v if isinstance(v, Tensor) else self.const(v)

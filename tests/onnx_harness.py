@@ -1,0 +1,63 @@
+"""Build single-node / small ONNX models with onnx.helper and compare minicomp with onnxruntime."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import minicomp as mc
+
+NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
+              np.dtype(np.int64): TensorProto.INT64, np.dtype(np.int32): TensorProto.INT32,
+              np.dtype(np.bool_): TensorProto.BOOL}
+
+
+def make_model(nodes, inputs: dict, outputs: list, initializers: dict | None = None, opset: int = 17,
+               output_types: dict | None = None) -> onnx.ModelProto:
+  """A model from helper nodes; ``inputs``: name -> array (its shape/dtype declare the input);
+  ``initializers``: name -> array; output types are left for shape inference unless given."""
+  ins = [helper.make_tensor_value_info(n, NP_TO_ONNX[a.dtype], a.shape) for n, a in inputs.items()]
+  outs = [helper.make_tensor_value_info(o, (output_types or {}).get(o, TensorProto.UNDEFINED), None) for o in outputs]
+  inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in (initializers or {}).items()]
+  g = helper.make_graph(nodes, "test", ins, outs, inits)
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+  m.ir_version = 8
+  im = onnx.shape_inference.infer_shapes(m).graph
+  inferred = {v.name: v for v in list(im.value_info) + list(im.output) if v.type.tensor_type.elem_type}
+  for o in m.graph.output:   # onnxruntime wants typed outputs: take them from shape inference
+    if o.type.tensor_type.elem_type == TensorProto.UNDEFINED and o.name in inferred:
+      o.type.CopyFrom(inferred[o.name].type)
+  return m
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+  import onnxruntime as ort
+  so = ort.SessionOptions()
+  so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+  sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+  return sess.run(None, feeds)
+
+
+def check_model(model, feeds: dict, rtol=1e-4, atol=1e-5, target="sm_80"):
+  """Compile with minicomp, run on the simulator, compare every output with onnxruntime."""
+  want = run_ort(model, feeds)
+  cm = mc.compile(model, target=target)
+  got = cm.run(feeds, device="cpu")
+  assert len(got) == len(want)
+  for g_, w in zip(got, want):
+    assert g_.shape == w.shape, (g_.shape, w.shape)
+    assert g_.dtype == w.dtype, (g_.dtype, w.dtype)
+    if w.dtype == np.bool_ or np.issubdtype(w.dtype, np.integer): np.testing.assert_array_equal(g_, w)
+    else: np.testing.assert_allclose(g_, w, rtol=rtol, atol=atol)
+  return cm
+
+
+def check_node(op_type: str, inputs: dict, attrs: dict | None = None, initializers: dict | None = None,
+               n_outputs: int = 1, opset: int = 17, rtol=1e-4, atol=1e-5, input_order: list | None = None):
+  """A single-node model: ``inputs`` are runtime inputs, ``initializers`` constant ones; the node's
+  input list is ``input_order`` (names, "" for omitted) or runtime inputs then initializers."""
+  order = input_order if input_order is not None else list(inputs) + list(initializers or {})
+  outs = [f"y{k}" for k in range(n_outputs)]
+  node = helper.make_node(op_type, order, outs, name=f"{op_type.lower()}_node", **(attrs or {}))
+  m = make_model([node], inputs, outs, initializers, opset)
+  return check_model(m, inputs, rtol, atol)
