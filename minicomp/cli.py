@@ -1,0 +1,123 @@
+"""The ``minicomp`` command: compile, run and inspect ONNX models.
+
+    minicomp info model.onnx                        ops, which are supported, the tasks it would make
+    minicomp compile model.onnx --target sm_86 -o out/
+    minicomp run out/ --input input=x.npy --output y.npy
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from minicomp.errors import MinicompError
+
+
+def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
+  if not items: return None
+  out = {}
+  for it in items:
+    name, _, dims = it.partition("=")
+    if not dims: raise SystemExit(f"--input-shape expects NAME=D1,D2,..., got {it!r}")
+    out[name] = tuple(int(d) for d in dims.replace("x", ",").split(","))
+  return out
+
+
+def cmd_info(a) -> int:
+  from minicomp.frontend.onnx_import import load_onnx
+  from minicomp.graph.partition import partition
+  from minicomp.graph.registry import lookup
+  g = load_onnx(a.model, _parse_shapes(a.input_shape), check_ops=False)
+  print(f"model {g.name}: opset {g.opset}, {len(g.nodes)} nodes after constant folding")
+  print("inputs:  " + ", ".join(f"{n} {list(g.values[n].shape)} {g.values[n].dtype}" for n in g.inputs))
+  print("outputs: " + ", ".join(g.outputs))
+  print("\nops:")
+  bad = 0
+  for op_type, count in sorted(g.op_counts().items()):
+    ok = lookup(op_type, g.opset) is not None
+    bad += not ok
+    print(f"  {op_type:<24} x{count:<4} {'supported' if ok else 'NOT SUPPORTED'}")
+  if bad:
+    print(f"\n{bad} op type(s) are not supported; `minicomp compile` would stop with UnsupportedOpError.")
+    return 1
+  part = partition(g)
+  print(f"\n{len(part.groups)} kernels (fused groups), {len(part.steps) - len(part.groups)} views:")
+  for k, grp in enumerate(part.groups):
+    print(f"  {k:>3}: {'+'.join(n.op_type for n in grp.nodes)}  -> {', '.join(grp.outputs)}")
+  return 0
+
+
+def cmd_compile(a) -> int:
+  from minicomp.compiler import compile as mc_compile
+  cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet)
+  out = cm.save(a.output)
+  print(cm.summary())
+  print(f"\nsaved to {out}")
+  return 0
+
+
+def cmd_run(a) -> int:
+  from minicomp.compiled_model import load
+  cm = load(a.compiled)
+  feeds = {}
+  for it in a.input or []:
+    name, _, path = it.partition("=")
+    if not path: raise SystemExit(f"--input expects NAME=FILE.npy, got {it!r}")
+    feeds[name] = np.load(path, allow_pickle=False)
+  outs = cm.run(feeds, device=a.device)
+  paths = a.output or []
+  for k, (name, arr) in enumerate(zip(cm.output_names, outs)):
+    if k < len(paths):
+      np.save(paths[k], arr)
+      print(f"{name}: {list(arr.shape)} {arr.dtype} -> {paths[k]}")
+    else:
+      print(f"{name}: {list(arr.shape)} {arr.dtype} min={arr.min() if arr.size else 0:.6g} max={arr.max() if arr.size else 0:.6g}")
+  return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="minicomp", description="A tensor compiler: ONNX models to CUDA kernels it writes itself.")
+  sub = p.add_subparsers(dest="cmd", required=True)
+  shape_help = "concrete shape for a dynamic input, NAME=D1,D2,... (repeatable)"
+
+  pi = sub.add_parser("info", help="list a model's ops, whether each is supported, and the kernels it would compile to",
+                      description="Import an ONNX model (with constant folding) and report its ops and fused kernels. "
+                                  "Exit status 1 if some op is not supported.")
+  pi.add_argument("model", help="path to an .onnx file")
+  pi.add_argument("--input-shape", action="append", help=shape_help)
+  pi.set_defaults(fn=cmd_info)
+
+  pc = sub.add_parser("compile", help="compile a model to a folder of CUDA kernels, PTX/CUBIN and weights",
+                      description="Compile an ONNX model for a GPU architecture (no GPU needed) and save it; "
+                                  "load it with `minicomp run` or minicomp.load().")
+  pc.add_argument("model", help="path to an .onnx file")
+  pc.add_argument("--target", default="sm_86", help="CUDA architecture, e.g. sm_80, sm_86, sm_90 (default sm_86)")
+  pc.add_argument("-o", "--output", required=True, help="folder to write the compiled model to")
+  pc.add_argument("--input-shape", action="append", help=shape_help)
+  pc.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+  pc.set_defaults(fn=cmd_compile)
+
+  pr = sub.add_parser("run", help="run a compiled model on .npy inputs",
+                      description="Run a compiled model folder: on the GPU when pycuda finds one, else on the CPU simulator.")
+  pr.add_argument("compiled", help="folder written by `minicomp compile`")
+  pr.add_argument("--input", action="append", help="NAME=FILE.npy for each model input (repeatable)")
+  pr.add_argument("--output", action="append", help="FILE.npy for each output, in graph order (repeatable); "
+                                                    "without it outputs are summarised")
+  pr.add_argument("--device", choices=["cpu", "gpu"], default=None, help="force the CPU simulator or the GPU")
+  pr.set_defaults(fn=cmd_run)
+  return p
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = build_parser().parse_args(argv)
+  try:
+    return args.fn(args)
+  except MinicompError as e:
+    print(f"minicomp: error: {type(e).__name__}: {e}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":   # pragma: no cover
+  sys.exit(main())
