@@ -8,6 +8,7 @@ CPU simulator (the same CUDA C text); ``device="gpu"`` / ``device="cpu"`` forces
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -74,6 +75,7 @@ class Kernel:
     self._sim = None
     self._gpu = None
     self._lock = threading.Lock()
+    self.timings: dict[str, float] = {}   # build phases, seconds (set by build())
 
   @property
   def resources(self) -> Resources | dict[str, Resources]:
@@ -151,8 +153,12 @@ def build(schedule, target: str | Target = "sm_86", name: str = "default", optio
   """
   tgt = as_target(target)
   state = schedule.state if hasattr(schedule, "state") else schedule
+  t0 = time.perf_counter()
   prog = lower(state, name)
   check_resources(state, prog, tgt)
   src = emit_cuda(prog)
+  t1 = time.perf_counter()
   binary = compile_cuda(src, tgt, options)
-  return Kernel(LaunchPlan.from_program(prog), src, binary, tgt, prog)
+  k = Kernel(LaunchPlan.from_program(prog), src, binary, tgt, prog)
+  k.timings = {"lower_emit_s": t1 - t0, "nvrtc_s": time.perf_counter() - t1}
+  return k

@@ -1,0 +1,183 @@
+"""Small ONNX models built with ``onnx.helper`` (no downloads), for tests, benchmarks and examples.
+
+Each builder returns ``(model, feeds)``: an ``onnx.ModelProto`` (opset 17 unless said, IR 8)
+and a dict of random inputs. Weights are random with a fixed seed.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+class _B:
+  """A tiny graph builder: ``b.op("Conv", [x, w], strides=[1, 1])`` returns the output name."""
+
+  def __init__(self, seed: int = 0):
+    self.nodes, self.inits, self.k = [], [], 0
+    self.rng = np.random.default_rng(seed)
+
+  def w(self, *shape, scale: float | None = None, name: str = "w") -> str:
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+    s = scale if scale is not None else 1.0 / np.sqrt(max(fan_in, 1))
+    return self.const((self.rng.standard_normal(shape) * s).astype(np.float32), name)
+
+  def const(self, arr, name: str = "c") -> str:
+    self.k += 1
+    n = f"{name}{self.k}"
+    self.inits.append(numpy_helper.from_array(np.asarray(arr), n))
+    return n
+
+  def op(self, op_type: str, inputs, n_out: int = 1, **attrs):
+    self.k += 1
+    outs = [f"{op_type.lower()}{self.k}_{i}" for i in range(n_out)]
+    self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=f"{op_type}_{self.k}", **attrs))
+    return outs[0] if n_out == 1 else outs
+
+  def bn(self, x: str, c: int) -> str:
+    r = self.rng
+    return self.op("BatchNormalization", [x, self.const((1 + 0.1 * r.standard_normal(c)).astype(np.float32), "gamma"),
+                                          self.const((0.1 * r.standard_normal(c)).astype(np.float32), "beta"),
+                                          self.const((0.1 * r.standard_normal(c)).astype(np.float32), "mean"),
+                                          self.const((0.5 + r.random(c)).astype(np.float32), "var")], epsilon=1e-5)
+
+  def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, pad: int = 0, group: int = 1, bias=True,
+           dims: int = 2) -> str:
+    ins = [x, self.w(cout, cin // group, *([k] * dims))] + ([self.const(np.zeros(cout, np.float32) + 0.01, "b")] if bias else [])
+    return self.op("Conv", ins, kernel_shape=[k] * dims, strides=[stride] * dims, pads=[pad] * (2 * dims), group=group)
+
+  def model(self, inputs: dict, outputs: list[str], opset: int = 17, name: str = "model") -> onnx.ModelProto:
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in inputs.items()]
+    g = helper.make_graph(self.nodes, name, ins, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                          self.inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    inferred = onnx.shape_inference.infer_shapes(m).graph
+    types = {v.name: v.type for v in list(inferred.value_info) + list(inferred.output) if v.type.tensor_type.elem_type}
+    for o in m.graph.output:
+      if o.name in types: o.type.CopyFrom(types[o.name])
+    return m
+
+
+def _x(seed: int, *shape) -> np.ndarray:
+  return np.random.default_rng(seed + 100).standard_normal(shape).astype(np.float32)
+
+
+def residual_block(n: int = 1, c: int = 8, hw: int = 10):
+  """Conv3x3-BN-ReLU-Conv3x3-BN + identity, ReLU (a ResNet basic block)."""
+  b = _B(1)
+  x = "x"
+  y = b.op("Relu", [b.bn(b.conv(x, c, c, 3, pad=1, bias=False), c)])
+  y = b.bn(b.conv(y, c, c, 3, pad=1, bias=False), c)
+  y = b.op("Relu", [b.op("Add", [y, x])])
+  return b.model({"x": _x(1, n, c, hw, hw)}, [y], name="residual_block"), {"x": _x(1, n, c, hw, hw)}
+
+
+def inverted_residual(n: int = 1, c: int = 8, hw: int = 10, expand: int = 4):
+  """MobileNetV2 block: 1x1 expand-BN-Clip(0,6), 3x3 depthwise-BN-Clip, 1x1 project-BN, + input."""
+  b = _B(2)
+  e = c * expand
+  six = b.const(np.array(6.0, np.float32), "six"); zero = b.const(np.array(0.0, np.float32), "zero")
+  y = b.op("Clip", [b.bn(b.conv("x", c, e, 1, bias=False), e), zero, six])
+  y = b.op("Clip", [b.bn(b.conv(y, e, e, 3, pad=1, group=e, bias=False), e), zero, six])
+  y = b.bn(b.conv(y, e, c, 1, bias=False), c)
+  y = b.op("Add", [y, "x"])
+  return b.model({"x": _x(2, n, c, hw, hw)}, [y], name="inverted_residual"), {"x": _x(2, n, c, hw, hw)}
+
+
+def _layernorm(b: _B, x: str, d: int) -> str:
+  return b.op("LayerNormalization", [x, b.const(np.ones(d, np.float32) + 0.1 * b.rng.standard_normal(d).astype(np.float32), "ln_g"),
+                                     b.const(0.1 * b.rng.standard_normal(d).astype(np.float32), "ln_b")], axis=-1, epsilon=1e-5)
+
+
+def _attention(b: _B, x: str, s: int, d: int, heads: int, mask: str | None = None) -> str:
+  hd = d // heads
+  def proj(t): return b.op("MatMul", [t, b.w(d, d)])
+  def split_heads(t):   # (1, s, d) -> (1, heads, s, hd)
+    r = b.op("Reshape", [t, b.const(np.array([1, s, heads, hd], np.int64), "shape")])
+    return b.op("Transpose", [r], perm=[0, 2, 1, 3])
+  q, k, v = (split_heads(proj(x)) for _ in range(3))
+  kt = b.op("Transpose", [k], perm=[0, 1, 3, 2])
+  scores = b.op("Div", [b.op("MatMul", [q, kt]), b.const(np.array(np.sqrt(hd), np.float32), "scale")])
+  if mask is not None: scores = b.op("Add", [scores, mask])
+  p = b.op("Softmax", [scores], axis=-1)
+  o = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+  o = b.op("Reshape", [o, b.const(np.array([1, s, d], np.int64), "shape")])
+  return proj(o)
+
+
+def _gelu_erf(b: _B, x: str) -> str:
+  inner = b.op("Erf", [b.op("Div", [x, b.const(np.array(np.sqrt(2.0), np.float32), "sqrt2")])])
+  one = b.const(np.array(1.0, np.float32), "one"); half = b.const(np.array(0.5, np.float32), "half")
+  return b.op("Mul", [b.op("Mul", [x, half]), b.op("Add", [inner, one])])
+
+
+def transformer_encoder(s: int = 8, d: int = 32, heads: int = 4, ff: int = 64):
+  """Pre-norm encoder block: LayerNorm, multi-head attention, residual, LayerNorm, GELU MLP, residual."""
+  b = _B(3)
+  h = b.op("Add", ["x", _attention(b, _layernorm(b, "x", d), s, d, heads)])
+  m = b.op("MatMul", [_gelu_erf(b, b.op("Add", [b.op("MatMul", [_layernorm(b, h, d), b.w(d, ff)]),
+                                                  b.const(np.zeros(ff, np.float32), "b1")])), b.w(ff, d)])
+  y = b.op("Add", [h, m])
+  return b.model({"x": _x(3, 1, s, d)}, [y], name="transformer_encoder"), {"x": _x(3, 1, s, d)}
+
+
+def _rmsnorm(b: _B, x: str, d: int) -> str:
+  ms = b.op("ReduceMean", [b.op("Mul", [x, x])], axes=[-1], keepdims=1)
+  inv = b.op("Reciprocal", [b.op("Sqrt", [b.op("Add", [ms, b.const(np.array(1e-6, np.float32), "eps")])])])
+  return b.op("Mul", [b.op("Mul", [x, inv]), b.const(np.ones(d, np.float32), "rms_w")])
+
+
+def decoder_block(s: int = 8, d: int = 32, heads: int = 4, ff: int = 64):
+  """Decoder block: RMSNorm, causal self-attention (Trilu mask + Where), residual, RMSNorm, SiLU MLP."""
+  b = _B(4)
+  ones = b.const(np.ones((s, s), np.float32), "ones")
+  keep = b.op("Cast", [b.op("Trilu", [ones], upper=0)], to=TensorProto.BOOL)
+  mask = b.op("Where", [keep, b.const(np.array(0.0, np.float32), "zero"), b.const(np.array(-1e9, np.float32), "neg")])
+  h = b.op("Add", ["x", _attention(b, _rmsnorm(b, "x", d), s, d, heads, mask)])
+  u = b.op("MatMul", [_rmsnorm(b, h, d), b.w(d, ff)])
+  silu = b.op("Mul", [u, b.op("Sigmoid", [u])])
+  y = b.op("Add", [h, b.op("MatMul", [silu, b.w(ff, d)])])
+  return b.model({"x": _x(4, 1, s, d)}, [y], name="decoder_block"), {"x": _x(4, 1, s, d)}
+
+
+def generator(n: int = 1, z: int = 16, c: int = 8):
+  """DCGAN-style stack: ConvTranspose 4x4 s1 (1x1 -> 4x4), BN, ReLU, ConvTranspose 4x4 s2 p1 (-> 8x8), Tanh."""
+  b = _B(5)
+  y = b.op("ConvTranspose", ["x", b.w(z, c, 4, 4)], kernel_shape=[4, 4], strides=[1, 1])
+  y = b.op("Relu", [b.bn(y, c)])
+  y = b.op("ConvTranspose", [y, b.w(c, 3, 4, 4)], kernel_shape=[4, 4], strides=[2, 2], pads=[1, 1, 1, 1])
+  y = b.op("Tanh", [y])
+  return b.model({"x": _x(5, n, z, 1, 1)}, [y], name="generator"), {"x": _x(5, n, z, 1, 1)}
+
+
+def conv3d_block(n: int = 1, c: int = 4, d: int = 6):
+  """Conv3d 3x3x3 pad 1 + bias, ReLU, MaxPool3d 2x2x2."""
+  b = _B(6)
+  y = b.op("Relu", [b.conv("x", c, 2 * c, 3, pad=1, dims=3)])
+  y = b.op("MaxPool", [y], kernel_shape=[2, 2, 2], strides=[2, 2, 2])
+  return b.model({"x": _x(6, n, c, d, d, d)}, [y], name="conv3d_block"), {"x": _x(6, n, c, d, d, d)}
+
+
+def resnet18(n: int = 1, hw: int = 224, classes: int = 1000, width: int = 64):
+  """A ResNet-18-shaped model (stem, 4 stages of 2 basic blocks, global pool, FC), for compile-time benchmarks."""
+  b = _B(7)
+  y = b.op("Relu", [b.bn(b.conv("x", 3, width, 7, stride=2, pad=3, bias=False), width)])
+  y = b.op("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+  c = width
+  for stage, cout in enumerate([width, width * 2, width * 4, width * 8]):
+    for blk in range(2):
+      stride = 2 if stage > 0 and blk == 0 else 1
+      t = b.op("Relu", [b.bn(b.conv(y, c, cout, 3, stride=stride, pad=1, bias=False), cout)])
+      t = b.bn(b.conv(t, cout, cout, 3, pad=1, bias=False), cout)
+      sc = y if stride == 1 and c == cout else b.bn(b.conv(y, c, cout, 1, stride=stride, bias=False), cout)
+      y = b.op("Relu", [b.op("Add", [t, sc])])
+      c = cout
+  y = b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1)
+  y = b.op("Gemm", [y, b.w(classes, c), b.const(np.zeros(classes, np.float32), "fc_b")], transB=1)
+  return b.model({"x": _x(7, n, 3, hw, hw)}, [y], name="resnet18"), {"x": _x(7, n, 3, hw, hw)}
+
+
+TEST_MODELS = {"residual_block": residual_block, "inverted_residual": inverted_residual,
+               "transformer_encoder": transformer_encoder, "decoder_block": decoder_block, "generator": generator,
+               "conv3d_block": conv3d_block}
