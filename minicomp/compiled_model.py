@@ -80,7 +80,7 @@ class CompiledModel:
       if a.shape != spec.shape: raise FeedError(f"input {n!r}: expected shape {list(spec.shape)}, got {list(a.shape)}")
       if a.dtype != np.dtype(NP_DTYPE[spec.dtype]):
         raise FeedError(f"input {n!r}: expected dtype {spec.dtype}, got {a.dtype} (convert with .astype(np.{spec.dtype}))")
-      env[n] = np.ascontiguousarray(a)
+      env[n] = a if a.flags.c_contiguous else np.ascontiguousarray(a)   # (keeps 0-d arrays 0-d)
     return env
 
   def run(self, feeds: Mapping[str, np.ndarray], device: str | None = None) -> list[np.ndarray]:

@@ -106,7 +106,7 @@ class Kernel:
       if a.shape != b.shape: raise RuntimeLaunchError(f"input {b.name}: expected shape {b.shape}, got {a.shape}")
       want = NP_DTYPE[b.dtype]
       if a.dtype != want: raise RuntimeLaunchError(f"input {b.name}: expected dtype {np.dtype(want).name}, got {a.dtype}")
-      out.append(np.ascontiguousarray(a))
+      out.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))   # (keeps 0-d arrays 0-d)
     return out
 
   def __call__(self, *args: np.ndarray, device: str | None = None):

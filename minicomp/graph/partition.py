@@ -59,7 +59,7 @@ def partition(g: Graph) -> Partition:
   for n in g.nodes:
     kind = _kind(g, n)
     rt_in = [i for i in n.inputs if runtime(i)]
-    if kind == "view" and len(rt_in) == 1:
+    if kind == "view" and len(rt_in) == 1 and len([o for o in n.outputs if o]) == 1:
       views.add(n.name); order.append(("view", n))
       for o in n.outputs: step_of[o] = len(order) - 1
       continue

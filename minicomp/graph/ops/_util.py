@@ -43,7 +43,7 @@ def load(v, out_shape: Sequence[int], idx: Sequence) -> Expr:
   for d in range(r):
     i = idx[n - r + d]
     sub.append(0 if v.shape[d] == 1 and out_shape[n - r + d] != 1 else i)
-  return v[tuple(sub)] if sub else v[0]
+  return v[tuple(sub)]
 
 
 def norm_axis(axis: int, rank: int, where: str = "") -> int:
