@@ -17,6 +17,7 @@ import numpy as np
 from minicomp.codegen.kernel import Kernel, build
 from minicomp.compiled_model import CompiledModel, IOSpec, KernelCall, ViewStep
 from minicomp.frontend.onnx_import import load_onnx
+from minicomp.graph.fold import fold_batchnorm
 from minicomp.graph.partition import partition
 from minicomp.graph.schedules import default_schedule
 from minicomp.graph.subgraph import nodes_to_te
@@ -61,7 +62,7 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   if trials: raise NotImplementedError("schedule search (trials > 0) is not available yet; use trials=0")
   stats = CompileStats()
   t0 = time.perf_counter()
-  g = load_onnx(model, input_shapes)
+  g = fold_batchnorm(load_onnx(model, input_shapes))
   stats.frontend = time.perf_counter() - t0
   say(f"imported {g.name}: {len(g.nodes)} nodes after constant folding ({stats.frontend:.2f} s)")
 

@@ -1,0 +1,256 @@
+"""Neural-network ops with weights: Conv, ConvTranspose, BatchNormalization, InstanceNormalization.
+
+Also the window arithmetic (``window``) and the padded-input stage (``pad_stage``) that the
+pooling ops of ``nn_pool`` share. Layout is always channels-first (N, C, D1, ..., Dk).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+import minicomp.ir.te as te
+from minicomp.errors import ModelError, ShapeError
+from minicomp.graph.registry import op
+from minicomp.ir.expr import all_of, as_expr, eq, rsqrt, select
+from minicomp.ir.te import Tensor
+
+
+def _where(ctx) -> str: return f"{ctx.node.op_type} node {ctx.node.name!r}"
+
+
+def ints_attr(ctx, name: str, n: int, default: int) -> list[int]:
+  """An int-list attribute of length ``n`` (``default`` repeated when absent)."""
+  v = ctx.attr(name, None)
+  if v is None: return [default] * n
+  v = [int(x) for x in v]
+  if len(v) != n: raise ModelError(f"{_where(ctx)}: attribute {name!r} has {len(v)} entries, expected {n}")
+  return v
+
+
+def window(ctx, in_sz: Sequence[int], kernel: Sequence[int], ceil_mode: bool = False):
+  """Output sizes and (begin, end) pads of a sliding window, from strides / dilations / pads / auto_pad.
+
+  NOTSET: ``out = floor_or_ceil((in + pb + pe - ((k-1)*d + 1)) / s) + 1``; with ``ceil_mode`` a
+  last window that would start in the end padding is dropped (as onnxruntime and PyTorch do).
+  SAME_UPPER / SAME_LOWER: ``out = ceil(in / s)``, the total pad split with the odd element at the
+  end (UPPER) or the beginning (LOWER). VALID: no pads.
+  Returns ``(out, pb, pe, strides, dilations)``.
+  """
+  nsp = len(in_sz)
+  strides = ints_attr(ctx, "strides", nsp, 1)
+  dil = ints_attr(ctx, "dilations", nsp, 1)
+  if any(s <= 0 for s in strides) or any(d <= 0 for d in dil):
+    raise ModelError(f"{_where(ctx)}: strides and dilations must be positive, got {strides}, {dil}")
+  auto_pad = ctx.attr("auto_pad", "NOTSET")
+  eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+  if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+    out = [-(-i // s) for i, s in zip(in_sz, strides)]
+    tot = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, eff, in_sz)]
+    pb = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in tot]
+    pe = [t - b for t, b in zip(tot, pb)]
+    return out, pb, pe, strides, dil
+  if auto_pad == "VALID":
+    pb, pe = [0] * nsp, [0] * nsp
+  elif auto_pad == "NOTSET":
+    pads = ints_attr(ctx, "pads", 2 * nsp, 0)
+    pb, pe = pads[:nsp], pads[nsp:]
+    if any(p < 0 for p in pads): raise ModelError(f"{_where(ctx)}: negative pads {pads}")
+  else:
+    raise ctx.error(f"auto_pad={auto_pad!r} is not an ONNX value (NOTSET, SAME_UPPER, SAME_LOWER, VALID)")
+  out = []
+  for i, b, e_, k, s in zip(in_sz, pb, pe, eff, strides):
+    span = i + b + e_ - k
+    if span < 0: raise ShapeError(f"{_where(ctx)}: window of extent {k} larger than the padded input {i + b + e_}")
+    o = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (o - 1) * s >= i + b: o -= 1
+    out.append(o)
+  return out, pb, pe, strides, dil
+
+
+def pad_stage(ctx, x: Tensor, pb: Sequence[int], ext: Sequence[int], fill, first: int = 2) -> Tensor:
+  """``x`` with dims ``first..`` padded to extents ``ext``, ``pb`` of them before the data, filled with ``fill``.
+
+  ``x`` itself when nothing is padded. An injective stage the default schedule inlines into its reader."""
+  sp = x.shape[first:]
+  if all(b == 0 and e == n for b, e, n in zip(pb, ext, sp)): return x
+  shape = tuple(x.shape[:first]) + tuple(ext)
+
+  def body(*i):
+    conds, src = [], list(i[:first])
+    for d, (b, n, e) in enumerate(zip(pb, sp, ext)):
+      j = i[first + d]
+      if b > 0: conds.append(j >= b)
+      if e > b + n: conds.append(j < b + n)
+      src.append(j - b if b else j)
+    v = x[tuple(src)]
+    return select(all_of(*conds), v, as_expr(fill, x.dtype)) if conds else v
+  return ctx.compute(shape, body, "pad")
+
+
+def _raxes(ctx, extents: Sequence[int], prefix: str):
+  """Reduce axes for the extents > 1 (None stands for an extent-1 axis, indexed by 0)."""
+  return [ctx.reduce_axis(e, f"{prefix}{d}") if e > 1 else None for d, e in enumerate(extents)]
+
+
+def _ix(a): return 0 if a is None else a
+
+
+def _bias(ctx, y: Tensor, b) -> Tensor:
+  if b is None: return y
+  B = ctx.tensor(b)
+  if tuple(B.shape) != (y.shape[1],):
+    raise ShapeError(f"{_where(ctx)}: bias has shape {tuple(B.shape)}, expected ({y.shape[1]},)")
+  return ctx.compute(y.shape, lambda *i: y[i] + B[i[1]], "bias")
+
+
+def _check_kernel(ctx, ks: Sequence[int]) -> None:
+  k = ctx.attr("kernel_shape", None)
+  if k is not None and [int(v) for v in k] != list(ks):
+    raise ShapeError(f"{_where(ctx)}: kernel_shape {list(k)} does not match the weight's {list(ks)}")
+
+
+@op("Conv", kind="data_reuse", since=11)
+def conv(ctx, x, w, b=None):
+  """N-d convolution (1D/2D/3D): groups (depthwise and general), strides, dilations, pads, auto_pad,
+  optional bias. A pad stage (inlined) plus a sum over (input channel in group, kernel dims);
+  the bias is an elementwise epilogue."""
+  X, W = ctx.tensor(x), ctx.tensor(w)
+  if X.ndim < 3 or W.ndim != X.ndim:
+    raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} and weight rank {W.ndim} must be equal and >= 3")
+  N, C, sp = X.shape[0], X.shape[1], X.shape[2:]
+  M, cpg, ks = W.shape[0], W.shape[1], W.shape[2:]
+  _check_kernel(ctx, ks)
+  group = int(ctx.attr("group", 1))
+  if group <= 0 or C != cpg * group or M % group:
+    raise ShapeError(f"{_where(ctx)}: {C} input channels, weight {tuple(W.shape)} and group={group} do not agree")
+  out, pb, pe, st, dl = window(ctx, sp, ks)
+  ext = [max(n + b + e, (o - 1) * s + (k - 1) * d + 1) for n, b, e, o, s, k, d in zip(sp, pb, pe, out, st, ks, dl)]
+  P = pad_stage(ctx, X, pb, ext, 0.0)
+  mpg = M // group
+  rc = ctx.reduce_axis(cpg, "rc") if cpg > 1 else None
+  rk = _raxes(ctx, ks, "rk")
+  axes = [a for a in [rc, *rk] if a is not None]
+
+  def body(n, m, *o):
+    if group == 1: ch = _ix(rc)
+    elif cpg == 1: ch = m // mpg if mpg > 1 else m
+    else: ch = (m // mpg) * cpg + _ix(rc)
+    pos = [oi * s + _ix(r) * d for oi, s, r, d in zip(o, st, rk, dl)]
+    e = P[(n, ch, *pos)] * W[(m, _ix(rc), *[_ix(r) for r in rk])]
+    return te.sum(e, axis=axes) if axes else e
+  y = ctx.compute((N, M, *out), lambda *i: body(*i), "conv")
+  return [_bias(ctx, y, b)]
+
+
+@op("ConvTranspose", kind="data_reuse", since=11)
+def conv_transpose(ctx, x, w, b=None):
+  """Transposed convolution (1D/2D/3D): strides, pads, dilations, output_padding, group, auto_pad and
+  output_shape (pads derived from it as the spec says). A gather-style reduction:
+  ``out[n, m, o] = sum_{c, k} x[n, c, (o + pb - k*d) / s] * w[c, m, k]`` over the taps where
+  ``o + pb - k*d`` is a multiple of ``s`` and inside the input."""
+  X, W = ctx.tensor(x), ctx.tensor(w)
+  if X.ndim < 3 or W.ndim != X.ndim:
+    raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} and weight rank {W.ndim} must be equal and >= 3")
+  N, C, sp = X.shape[0], X.shape[1], X.shape[2:]
+  mpg, ks = W.shape[1], W.shape[2:]
+  nsp = len(sp)
+  _check_kernel(ctx, ks)
+  group = int(ctx.attr("group", 1))
+  if group <= 0 or W.shape[0] != C or C % group:
+    raise ShapeError(f"{_where(ctx)}: {C} input channels, weight {tuple(W.shape)} and group={group} do not agree")
+  cpg, M = C // group, mpg * group
+  st, dl = ints_attr(ctx, "strides", nsp, 1), ints_attr(ctx, "dilations", nsp, 1)
+  adj = ints_attr(ctx, "output_padding", nsp, 0)
+  full = [s * (i - 1) + a + (k - 1) * d + 1 for s, i, a, k, d in zip(st, sp, adj, ks, dl)]
+  auto_pad = ctx.attr("auto_pad", "NOTSET")
+  oshape = ctx.attr("output_shape", None)
+  if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+    raise ctx.error(f"auto_pad={auto_pad!r} is not an ONNX value")
+  if oshape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+    out = [int(v) for v in oshape][-nsp:] if oshape is not None else [i * s for i, s in zip(sp, st)]
+    tot = [f - o for f, o in zip(full, out)]
+    if any(t < 0 for t in tot):
+      raise ctx.error(f"output_shape {out} larger than the full output {full} (would need negative pads)")
+    # the ONNX spec's split: the odd element goes last for SAME_UPPER, first otherwise
+    pb = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in tot]
+  else:
+    pads = [0] * 2 * nsp if auto_pad == "VALID" else ints_attr(ctx, "pads", 2 * nsp, 0)
+    pb = pads[:nsp]
+    out = [f - pads[d] - pads[nsp + d] for d, f in enumerate(full)]
+    if any(o <= 0 for o in out): raise ShapeError(f"{_where(ctx)}: pads {pads} leave an empty output")
+  rc = ctx.reduce_axis(cpg, "rc") if cpg > 1 else None
+  rk = _raxes(ctx, ks, "rk")
+  axes = [a for a in [rc, *rk] if a is not None]
+
+  def body(n, m, *o):
+    c = (m // mpg) * cpg + _ix(rc) if group > 1 else _ix(rc)
+    conds, idx = [], []
+    for oi, s, r, d, n_in, b in zip(o, st, rk, dl, sp, pb):
+      t = oi + b - _ix(r) * d
+      conds.append(t >= 0)
+      if s > 1: conds.append(eq(t % s, 0))
+      q = t // s if s > 1 else t
+      conds.append(q < n_in)
+      idx.append(q)
+    wm = m % mpg if group > 1 else m
+    e = select(all_of(*conds), X[(n, c, *idx)] * W[(c, wm, *[_ix(r) for r in rk])], as_expr(0.0, X.dtype))
+    return te.sum(e, axis=axes) if axes else e
+  y = ctx.compute((N, M, *out), lambda *i: body(*i), "convT")
+  return [_bias(ctx, y, b)]
+
+
+def _chan(ctx, v, C: int, what: str):
+  if tuple(v.shape) != (C,): raise ShapeError(f"{_where(ctx)}: {what} has shape {tuple(v.shape)}, expected ({C},)")
+  return v
+
+
+@op("BatchNormalization", kind="broadcast", since=9)
+def batch_norm(ctx, x, scale, bias, mean, var):
+  """Inference BatchNormalization on (N, C, ...): ``y = x * a[c] + b[c]`` with ``a = scale / sqrt(var + eps)``,
+  ``b = B - mean * a`` (folded at compile time when the four are constants). ``training_mode=1`` and the
+  running-statistics outputs are not supported."""
+  if int(ctx.attr("training_mode", 0)) or len([o for o in ctx.node.outputs if o]) > 1:
+    raise ctx.error("training mode (training_mode=1 / running mean and variance outputs) is not supported")
+  eps = float(ctx.attr("epsilon", 1e-5))
+  X = ctx.tensor(x)
+  if X.ndim < 2: raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} < 2")
+  C = X.shape[1]
+  for v, what in ((scale, "scale"), (bias, "B"), (mean, "input_mean"), (var, "input_var")): _chan(ctx, v, C, what)
+  if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
+    a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    bb = bias.astype(np.float64) - mean.astype(np.float64) * a
+    dt = np.float64 if X.dtype == "float64" else np.float32
+    A, Bt = ctx.const(a.astype(dt), "scale"), ctx.const(bb.astype(dt), "shift")
+    return [ctx.compute(X.shape, lambda *i: X[i] * A[i[1]] + Bt[i[1]])]
+  S, B, Mn, V = (ctx.tensor(v) for v in (scale, bias, mean, var))
+
+  def body(*i):
+    c = i[1]
+    a = rsqrt(V[c] + as_expr(eps, V.dtype)) * S[c]
+    return (X[i] - Mn[c]) * a + B[c]
+  return [ctx.compute(X.shape, body)]
+
+
+@op("InstanceNormalization", kind="reduction", since=6)
+def instance_norm(ctx, x, scale, bias):
+  """``y = scale[c] * (x - mean) / sqrt(var + eps) + B[c]``, mean and (biased) variance over the spatial
+  dims of each (n, c): a sum stage, a centred sum of squares stage, and the pointwise normalisation."""
+  eps = float(ctx.attr("epsilon", 1e-5))
+  X = ctx.tensor(x)
+  if X.ndim < 3: raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} < 3")
+  C, sp = X.shape[1], X.shape[2:]
+  S, B = (ctx.tensor(_chan(ctx, v, C, w)) for v, w in ((scale, "scale"), (bias, "B")))
+  cnt = as_expr(1.0 / math.prod(sp), X.dtype)
+  r1 = [ctx.reduce_axis(n, f"r{d}") for d, n in enumerate(sp)]
+  tot = ctx.compute(X.shape[:2], lambda n, c: te.sum(X[(n, c, *r1)], axis=r1), "sum")
+  r2 = [ctx.reduce_axis(n, f"r{d}") for d, n in enumerate(sp)]
+
+  def sq(n, c):
+    dv = X[(n, c, *r2)] - tot[n, c] * cnt
+    return te.sum(dv * dv, axis=r2)
+  var = ctx.compute(X.shape[:2], sq, "var")
+  e = as_expr(eps, X.dtype)
+  return [ctx.compute(X.shape, lambda *i: (X[i] - tot[i[0], i[1]] * cnt) * rsqrt(var[i[0], i[1]] * cnt + e)
+                      * S[i[1]] + B[i[1]])]
