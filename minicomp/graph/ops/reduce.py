@@ -1,0 +1,234 @@
+"""Reductions and normalisations: Reduce*, ArgMax / ArgMin, Softmax / LogSoftmax,
+LayerNormalization, CumSum.
+
+A TE reduction must be the top-level expression of its compute, so every op here is a chain of
+stages: one reduction stage per statistic (max, sum of exp, mean, variance, ...) and elementwise
+stages that combine them. Reduction stages take the keepdims-shaped index space of the
+output; reduced dims of extent 1 are read at 0 instead of reduced (minicomp forbids reductions
+over zero axes, so a reduction over nothing is an elementwise stage).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import minicomp.ir.te as te
+from minicomp.errors import ShapeError
+from minicomp.graph.ops._util import broadcast_shape, load, norm_axis, operand
+from minicomp.graph.registry import op
+from minicomp.ir.expr import Expr, ReduceArg, abs_, cast, const, eq, exp, log, rsqrt, select, sqrt
+from minicomp.ir.ops import Op
+from minicomp.ir.te import Tensor
+
+_FLOATS = ("float32", "float64")
+
+
+def _where(ctx) -> str:
+  return f"{ctx.node.op_type} node {ctx.node.name!r}"
+
+
+def _prod(e, axes) -> Expr:
+  """A product reduction (te exposes sum / max / min only; the lowering knows ``prod``)."""
+  return Expr.make(Op.REDUCE, e.dtype, (e,), ReduceArg("prod", tuple(axes)))
+
+
+_REDUCERS = {"sum": lambda e, a: te.sum(e, axis=a), "max": lambda e, a: te.max(e, axis=a),
+             "min": lambda e, a: te.min(e, axis=a), "prod": _prod}
+
+
+def _stage(ctx, x: Tensor, ax, keep: bool, combiner: str, elem, suffix: str = "") -> Tensor:
+  """``out[o] = combiner over the dims ax of elem(input index, o)``: o runs over the reduced shape
+  (reduced dims kept as 1 when ``keep``)."""
+  raxes = {d: ctx.reduce_axis(x.shape[d], f"r{d}") for d in ax if x.shape[d] > 1}
+  shape = tuple(1 if d in ax else s for d, s in enumerate(x.shape) if keep or d not in ax)
+
+  def body(*o):
+    idx, p = [], 0
+    for d in range(x.ndim):
+      if d in ax:
+        idx.append(raxes.get(d, 0)); p += keep
+      else:
+        idx.append(o[p]); p += 1
+    e = elem(tuple(idx), o)
+    return _REDUCERS[combiner](e, list(raxes.values())) if raxes else e
+  return ctx.compute(shape, body, suffix)
+
+
+def _axes_input(ctx, axes):
+  if axes is None: return None
+  if isinstance(axes, Tensor): raise ctx.error("axes must be a constant initializer")
+  return [int(a) for a in np.asarray(axes).reshape(-1)]
+
+
+def _plan(ctx, x, axes):
+  """The normalised, sorted reduced dims; none for noop_with_empty_axes with no axes."""
+  if not axes: return [] if int(ctx.attr("noop_with_empty_axes", 0)) else list(range(x.ndim))
+  ax = [norm_axis(int(a), x.ndim, _where(ctx)) for a in axes]
+  if len(set(ax)) != len(ax): raise ShapeError(f"{_where(ctx)}: repeated axes {list(axes)}")
+  return sorted(ax)
+
+
+def _map(ctx, t: Tensor, fn, suffix: str = "") -> Tensor:
+  return ctx.compute(t.shape, lambda *i: fn(t[i]), suffix)
+
+
+def _reduce(ctx, x, axes, kind: str):
+  """Every ReduceXxx op: ``kind`` names the math. noop_with_empty_axes reduces over no dims:
+  the elementwise part still applies (x*x, |x|, ...), as in onnxruntime and the ONNX reference."""
+  x = ctx.tensor(x)
+  ax = _plan(ctx, x, axes)
+  keep, dt = bool(int(ctx.attr("keepdims", 1))), x.dtype
+  n = math.prod(x.shape[d] for d in ax)
+  X = lambda i, o: x[i]
+  if dt == "bool" and kind in ("max", "min"):   # opset 20: bool max = any, min = all
+    r = _stage(ctx, x, ax, keep, kind, lambda i, o: cast(x[i], "int32"), "i32")
+    return [_map(ctx, r, lambda v: cast(v, "bool"))]
+  if dt not in _FLOATS + ("int32", "int64"): raise ctx.error(f"input dtype {dt} is not supported")
+  if kind in ("sum", "max", "min", "prod"): return [_stage(ctx, x, ax, keep, kind, X)]
+  if kind == "sumsquare": return [_stage(ctx, x, ax, keep, "sum", lambda i, o: x[i] * x[i])]
+  if kind == "l1": return [_stage(ctx, x, ax, keep, "sum", lambda i, o: abs_(x[i]))]
+  if kind == "l2":
+    s = _stage(ctx, x, ax, keep, "sum", lambda i, o: x[i] * x[i], "sumsq")
+    # integers: sqrt in double, truncated back (what onnxruntime does: sqrt(89) -> 9)
+    return [_map(ctx, s, (lambda v: sqrt(v)) if dt in _FLOATS else (lambda v: cast(sqrt(cast(v, "float64")), dt)))]
+  if kind == "mean":
+    if dt in _FLOATS: return [_stage(ctx, x, ax, keep, "sum", lambda i, o: x[i] * (1.0 / n))]
+    s = _stage(ctx, x, ax, keep, "sum", X, "sum")   # integer mean truncates toward zero (C division)
+    return [_map(ctx, s, lambda v: select(v >= 0, v // n, -((-v) // n)))]
+  if kind == "logsumexp":
+    if dt not in _FLOATS:
+      raise ctx.error(f"integer ReduceLogSumExp ({dt}) is not supported: its rounding is runtime-specific")
+    m = _stage(ctx, x, ax, keep, "max", X, "max")
+    s = _stage(ctx, x, ax, keep, "sum", lambda i, o: exp(x[i] - m[o]), "sumexp")
+    return [ctx.compute(s.shape, lambda *o: log(s[o]) + m[o])]
+  raise AssertionError(kind)
+
+
+def _register(name: str, kind: str, doc: str) -> None:
+  """The opset-13 form (axes attribute; ReduceSum: input already) and the opset-18 form (axes input)."""
+  def attr_form(ctx, x): return _reduce(ctx, x, ctx.attr("axes", None), kind)
+  def input_form(ctx, x, axes=None): return _reduce(ctx, x, _axes_input(ctx, axes), kind)
+  attr_form.__doc__ = input_form.__doc__ = doc
+  if name != "ReduceSum": op(name, kind="reduction", since=13)(attr_form)
+  op(name, kind="reduction", since=13 if name == "ReduceSum" else 18)(input_form)
+
+
+_DOC = (" over ``axes`` (negative ok; empty / absent = all dims unless noop_with_empty_axes), "
+        "``keepdims``; opset 13 axes attribute, opset 18 axes input (ReduceSum: input since 13).")
+for _name, _kind, _what in [("ReduceSum", "sum", "Sum"), ("ReduceMean", "mean", "Mean (ints truncate)"),
+                            ("ReduceMax", "max", "Max (bool: any)"), ("ReduceMin", "min", "Min (bool: all)"),
+                            ("ReduceProd", "prod", "Product"), ("ReduceSumSquare", "sumsquare", "Sum of squares"),
+                            ("ReduceL1", "l1", "Sum of |x|"), ("ReduceL2", "l2", "sqrt of the sum of squares"),
+                            ("ReduceLogSumExp", "logsumexp", "log sum exp, max-shifted")]:
+  _register(_name, _kind, _what + _DOC)
+
+
+def _arg(ctx, x, combiner: str):
+  x = ctx.tensor(x)
+  ax = norm_axis(int(ctx.attr("axis", 0)), x.ndim, _where(ctx))
+  keep, last = bool(int(ctx.attr("keepdims", 1))), bool(int(ctx.attr("select_last_index", 0)))
+  if x.dtype not in _FLOATS + ("int32", "int64"): raise ctx.error(f"input dtype {x.dtype} is not supported")
+  K = x.shape[ax]
+  if K == 1:
+    return [ctx.compute(tuple(s for d, s in enumerate(x.shape) if keep or d != ax), lambda *o: const(0, "int64"))]
+  m = _stage(ctx, x, [ax], keep, combiner, lambda i, o: x[i], combiner)
+  # the first (or last) index holding the extreme value: min (max) of k over the matches
+  miss = const(-1 if last else K, "int64")
+  return [_stage(ctx, x, [ax], keep, "max" if last else "min",
+                 lambda i, o: select(eq(x[i], m[o]), cast(i[ax], "int64"), miss))]
+
+
+@op("ArgMax", kind="reduction", since=13)
+def argmax(ctx, x):
+  """Index (int64) of the maximum along ``axis``; keepdims; select_last_index picks the last tie."""
+  return _arg(ctx, x, "max")
+
+
+@op("ArgMin", kind="reduction", since=13)
+def argmin(ctx, x):
+  """Index (int64) of the minimum along ``axis``; keepdims; select_last_index picks the last tie."""
+  return _arg(ctx, x, "min")
+
+
+def _softmax(ctx, x, logsm: bool):
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
+  ax = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
+  m = _stage(ctx, x, [ax], True, "max", lambda i, o: x[i], "max")
+  s = _stage(ctx, x, [ax], True, "sum", lambda i, o: exp(x[i] - m[o]), "sumexp")
+  red = lambda i: tuple(0 if d == ax else v for d, v in enumerate(i))
+  if logsm: return [ctx.compute(x.shape, lambda *i: x[i] - m[red(i)] - log(s[red(i)]))]
+  return [ctx.compute(x.shape, lambda *i: exp(x[i] - m[red(i)]) / s[red(i)])]
+
+
+@op("Softmax", kind="reduction", since=13)
+def softmax(ctx, x):
+  """Opset-13 Softmax along one ``axis`` (default -1, negative ok): max, sum of exp(x - max),
+  divide — three stages, numerically stable."""
+  return _softmax(ctx, x, False)
+
+
+@op("LogSoftmax", kind="reduction", since=13)
+def log_softmax(ctx, x):
+  """Opset-13 LogSoftmax along ``axis``: x - max - log(sum(exp(x - max)))."""
+  return _softmax(ctx, x, True)
+
+
+@op("LayerNormalization", kind="reduction", since=17)
+def layer_norm(ctx, x, scale, bias=None):
+  """Normalise over dims axis..last (``axis`` negative ok): two-pass mean and variance,
+  InvStdDev = rsqrt(var + epsilon), Y = (x - mean) * InvStdDev * Scale + B (Scale / B broadcast
+  to x's trailing dims). Outputs Mean / InvStdDev (keepdims shape) in the stash type;
+  stash_type must be 1 (float32); a float64 X is computed in float64, its stats cast to float32."""
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
+  if int(ctx.attr("stash_type", 1)) != 1: raise ctx.error("only stash_type=1 (float32 statistics) is supported")
+  eps = float(ctx.attr("epsilon", 1e-5))
+  a0 = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
+  ax = list(range(a0, x.ndim))
+  n = math.prod(x.shape[a0:])
+  S, B = operand(ctx, scale), (operand(ctx, bias) if bias is not None else None)
+  for v, nm in ((scale, "Scale"), (bias, "B")):
+    if v is not None and broadcast_shape(v.shape, x.shape, where=_where(ctx)) != x.shape:
+      raise ShapeError(f"{_where(ctx)}: {nm} of shape {tuple(v.shape)} does not broadcast to X {x.shape}")
+  mean = _stage(ctx, x, ax, True, "sum", lambda i, o: x[i] * (1.0 / n), "mean")
+
+  def sq(i, o):
+    d = x[i] - mean[o]
+    return d * d * (1.0 / n)
+  var = _stage(ctx, x, ax, True, "sum", sq, "var")
+  inv = ctx.compute(var.shape, lambda *o: rsqrt(var[o] + eps), "invstd")
+  red = lambda i: tuple(0 if d >= a0 else v for d, v in enumerate(i))
+
+  def y(*i):
+    v = (x[i] - mean[red(i)]) * inv[red(i)] * load(S, x.shape, i)
+    return v + load(B, x.shape, i) if B is not None else v
+  out = ctx.compute(x.shape, y)
+  if x.dtype != "float32":
+    to32 = lambda v: cast(v, "float32")
+    mean, inv = _map(ctx, mean, to32, "mean32"), _map(ctx, inv, to32, "inv32")
+  return [out, mean, inv]
+
+
+@op("CumSum", kind="reduction", since=11)
+def cumsum(ctx, x, axis):
+  """Cumulative sum along ``axis`` (a constant 0-d / 1-element input, negative ok): ``exclusive``
+  leaves out the element itself, ``reverse`` sums from the end."""
+  if isinstance(axis, Tensor): raise ctx.error("axis must be a constant initializer")
+  a = np.asarray(axis).reshape(-1)
+  if a.size != 1: raise ShapeError(f"{_where(ctx)}: axis must hold one value, got {a.tolist()}")
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS + ("int32", "int64"): raise ctx.error(f"input dtype {x.dtype} is not supported")
+  ax = norm_axis(int(a[0]), x.ndim, _where(ctx))
+  excl, rev = bool(int(ctx.attr("exclusive", 0))), bool(int(ctx.attr("reverse", 0)))
+  n, zero = x.shape[ax], const(0, x.dtype)
+  if n == 1: return [_map(ctx, x, (lambda v: zero) if excl else (lambda v: v))]
+  k = ctx.reduce_axis(n, "k")
+
+  def body(*i):
+    j = i[ax]
+    keep = (k > j if excl else k >= j) if rev else (k < j if excl else k <= j)
+    src = tuple(k if d == ax else v for d, v in enumerate(i))
+    return te.sum(select(keep, x[src], zero), axis=k)
+  return [ctx.compute(x.shape, body)]
