@@ -3,18 +3,22 @@
 ``default_schedule(dag, target)`` returns a Schedule for any ComputeDAG:
 
 1. every non-output stage without a reduction is inlined (Ansor's GPU always-inline rule);
-2. every remaining stage is its own kernel, scheduled by its kind:
-   - a stage with data reuse (matmul, conv): multi-level tiling of the spatial axes with
-     a register tile per thread (``cache_write("local")``), block tiles, and a split reduction;
-   - a reduction over many elements per output (row sums, softmax / layernorm statistics):
-     one block per output row, reduced across the threads (warp shuffles);
-   - anything else: spatial axes fused and spread over blocks of up to 256 threads.
+2. a reduction with data reuse (matmul, conv) whose result reaches an output through elementwise
+   stages only (bias, folded BN, activation, residual add: all inlined) is tiled together with
+   that output (Ansor's multi-level tiling with fusion); one without such an output gets a
+   ``cache_write("local")``. Tiles: up to 16x16 threads per block with 4x4 outputs per thread
+   over the last two spatial axes (for NC(D)HW outputs: channels x fused spatial positions, batch
+   outermost), accumulated in registers, the reduction split by 8;
+3. other reductions over 64 or more elements per output: one block per output, reduced across
+   the threads with warp shuffles;
+4. everything else: spatial axes fused and spread over blocks of up to 256 threads.
 """
 from __future__ import annotations
 
 import math
 
-from minicomp.ir.dag import ComputeDAG, has_data_reuse, has_fusible_consumer
+from minicomp.ir.dag import ComputeDAG, has_data_reuse, is_injective, reads
+from minicomp.ir.ops import Op
 from minicomp.ir.schedule import Schedule
 from minicomp.target import Target, as_target
 
@@ -44,15 +48,19 @@ def _row_reduce(s: Schedule, name: str) -> None:
 
 
 def _tile(s: Schedule, name: str, producer: str | None = None) -> None:
-  """Block tiles of up to 64x64 outputs over the last two spatial axes, 4x4 per thread, the
-  reduction split by 8 and accumulated in registers: ``producer`` (a reduction whose only
-  consumer is ``name``, elementwise) is computed per thread, else a ``cache_write`` of ``name``."""
+  """Tile ``name`` (rule 2 of the module docstring). ``producer`` is the reduction fused into it
+  (computed per thread in registers); without one, ``name`` gets a ``cache_write``."""
   shape = s.state.stage(name).tensor.shape
   local = producer or s.cache_write(name, "local")
   sp = s.axis(name)
-  outer, inner = (sp[:-2], sp[-2:]) if len(sp) >= 2 else ([], sp)
+  if len(sp) >= 4:     # NC(D)HW-like: tile (channels, fused spatial positions), batch outermost
+    outer, inner = sp[:1], [sp[1], s.fuse(name, *sp[2:])]
+    exts = [shape[1], math.prod(shape[2:])]
+  else:
+    outer, inner = (sp[:-2], sp[-2:]) if len(sp) >= 2 else ([], sp)
+    exts = list(shape[len(outer):])
   tiles = []
-  for ax, ext in zip(inner, shape[len(outer):]):
+  for ax, ext in zip(inner, exts):
     per_thread = min(4, ext)
     threads = min(16, -(-ext // per_thread))
     tiles.append(s.split(name, ax, [threads, per_thread]))    # (block, thread, inner)
@@ -71,6 +79,21 @@ def _tile(s: Schedule, name: str, producer: str | None = None) -> None:
     s.pragma(local, ro, "auto_unroll_max_step", 64)
 
 
+def _epilogue_output(dag: ComputeDAG, t, out_names: set[str]) -> str | None:
+  """The output reached from ``t`` through a chain of single-consumer stages that each read
+  their producer elementwise (bias, folded BN, activation, ...: all inlined), or None."""
+  cur = t
+  while True:
+    cons = dag.consumers(cur)
+    if len(cons) != 1: return None
+    c = cons[0]
+    if c.shape != t.shape or not is_injective(c): return None
+    names = [a.name for a in c.axes]
+    if any([e.arg if e.op is Op.VAR else None for e in idx] != names for idx in reads(c).get(cur, [])): return None
+    if c.name in out_names: return c.name
+    cur = c
+
+
 def default_schedule(outputs, target: Target | str = "sm_86") -> Schedule:
   """A valid, reasonably fast schedule for any computation (see module docstring)."""
   tgt = as_target(target)
@@ -80,11 +103,11 @@ def default_schedule(outputs, target: Target | str = "sm_86") -> Schedule:
   for t in dag.tensors:
     if not t.is_placeholder and t.name not in out_names and not t.reduce_axes:
       s.compute_inline(t.name)
-  fused_into: dict[str, str] = {}    # reduction -> its elementwise output consumer (tiled together)
+  fused_into: dict[str, str] = {}    # output -> the data-reuse reduction it is tiled together with
   for t in dag.tensors:
-    if t.reduce_axes and has_data_reuse(t) and t.name not in out_names and has_fusible_consumer(dag, t) \
-        and dag.consumers(t)[0].name in out_names:
-      fused_into[dag.consumers(t)[0].name] = t.name
+    if t.reduce_axes and has_data_reuse(t) and t.name not in out_names:
+      o = _epilogue_output(dag, t, out_names)
+      if o is not None and o not in fused_into: fused_into[o] = t.name
   for t in dag.tensors:
     if t.is_placeholder or (t.name not in out_names and not t.reduce_axes) or t.name in fused_into.values(): continue
     if t.name in fused_into:
