@@ -72,7 +72,9 @@ def partition(g: Graph) -> Partition:
         at = order.index(grp)
         single = len(consumers.get(i, [])) == 1 and i not in g.outputs
         ready = all(step_of.get(j, -1) <= at for j in rt_in)   # every other input exists when grp runs
-        if single and ready and (grp.anchor is None or _kind(g, grp.anchor) in ("data_reuse", "reduction")):
+        # a pure elementwise group takes any pointwise reader (diamonds fuse; a value read outside
+        # becomes one more output); an anchored group only takes the single reader of its value
+        if ready and (grp.anchor is None or (single and _kind(g, grp.anchor) in ("data_reuse", "reduction"))):
           target = grp
           break
     if target is None:

@@ -1,0 +1,71 @@
+"""Import-time folding and the fusion decisions of the partitioner."""
+import numpy as np
+from onnx import TensorProto, helper
+
+import minicomp as mc
+from minicomp.frontend.onnx_import import load_onnx
+from minicomp.graph.partition import partition
+from onnx_harness import check_model, make_model
+
+rng = np.random.default_rng(0)
+
+
+def f32(*s): return rng.standard_normal(s).astype(np.float32)
+
+
+def test_pytorch_style_shape_chain_folds_to_a_view():
+  """x.view(x.size(0), -1) as exporters write it: Shape -> Gather -> Unsqueeze -> Concat -> Reshape."""
+  nodes = [helper.make_node("Shape", ["x"], ["s"]),
+           helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+           helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+           helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+           helper.make_node("Reshape", ["x", "shape"], ["y"])]
+  inits = {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64), "minus1": np.array([-1], np.int64)}
+  m = make_model(nodes, {"x": f32(2, 3, 4)}, ["y"], inits)
+  g = load_onnx(m)
+  assert [n.op_type for n in g.nodes] == ["Reshape"]
+  assert g.values["shape"].is_const and list(g.values["shape"].const) == [2, -1]
+  cm = check_model(m, {"x": f32(2, 3, 4)})
+  assert len(cm.calls) == 0 and len(cm.steps) == 1     # a view, no kernel
+
+
+def test_conv_epilogue_and_pad_prologue_fuse():
+  nodes = [helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant"),
+           helper.make_node("Conv", ["p", "w", "b"], ["c"], kernel_shape=[3, 3]),
+           helper.make_node("Relu", ["c"], ["r"]),
+           helper.make_node("Add", ["r", "x"], ["y"])]
+  inits = {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "w": f32(3, 3, 3, 3), "b": f32(3)}
+  m = make_model(nodes, {"x": f32(1, 3, 6, 6)}, ["y"], inits)
+  part = partition(load_onnx(m))
+  assert [[n.op_type for n in g.nodes] for g in part.groups] == [["Pad", "Conv", "Relu", "Add"]]
+  check_model(m, {"x": f32(1, 3, 6, 6)})
+
+
+def test_shared_anchor_output_is_not_fused_twice():
+  """A conv output read by two consumers stays its own kernel's output; both consumers see it."""
+  nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+           helper.make_node("Relu", ["m"], ["a"]),
+           helper.make_node("Sigmoid", ["m"], ["b"]),
+           helper.make_node("Mul", ["a", "b"], ["y"])]
+  m = make_model(nodes, {"x": f32(4, 5)}, ["y"], {"w": f32(5, 6)})
+  part = partition(load_onnx(m))
+  assert len(part.groups) >= 2
+  check_model(m, {"x": f32(4, 5)})
+
+
+def test_elementwise_diamond_is_one_kernel():
+  nodes = [helper.make_node("Mul", ["x", "x"], ["m"]),
+           helper.make_node("Tanh", ["m"], ["t"]),
+           helper.make_node("Add", ["t", "m"], ["y"])]
+  m = make_model(nodes, {"x": f32(3, 7)}, ["y"])
+  cm = check_model(m, {"x": f32(3, 7)})
+  assert len(cm.calls) == 1
+
+
+def test_identical_subgraphs_share_one_task():
+  nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+           helper.make_node("MatMul", ["b", "w2"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+  m = make_model(nodes, {"x": f32(6, 6)}, ["y"], {"w1": f32(6, 6), "w2": f32(6, 6)})
+  cm = check_model(m, {"x": f32(6, 6)})
+  assert len(cm.calls) == 2 and len(cm.kernels) == 1
+  assert cm.tasks[0].weight == 2
