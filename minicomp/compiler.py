@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from minicomp.codegen.kernel import Kernel, build
+from minicomp.errors import LoweringError, ScheduleError
 from minicomp.compiled_model import CompiledModel, IOSpec, KernelCall, ViewStep
 from minicomp.frontend.onnx_import import load_onnx
 from minicomp.graph.fold import fold_batchnorm
@@ -110,8 +111,11 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
 
   for k, (key, task) in enumerate(tasks.items()):
     t0 = time.perf_counter()
-    sched = default_schedule(task.dag, tgt)
-    kern = build(sched, tgt, name=f"task{k}")
+    try:
+      kern = build(default_schedule(task.dag, tgt), tgt, name=f"task{k}")
+    except (ScheduleError, LoweringError) as e:   # a rule's tile broke a limit: the simple schedule always fits
+      log.warning("task %s: default schedule rejected (%s); using the simple schedule", key, e)
+      kern = build(default_schedule(task.dag, tgt, simple=True), tgt, name=f"task{k}")
     kernel_of[key] = len(kernels)
     kernels.append(kern)
     dt = time.perf_counter() - t0

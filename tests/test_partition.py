@@ -69,3 +69,13 @@ def test_identical_subgraphs_share_one_task():
   cm = check_model(m, {"x": f32(6, 6)})
   assert len(cm.calls) == 2 and len(cm.kernels) == 1
   assert cm.tasks[0].weight == 2
+
+
+def test_simple_default_schedule_is_valid_for_every_workload():
+  """The fallback schedule (used when a tuned rule hits a resource limit) is correct too."""
+  from minicomp import workloads as W
+  from minicomp.graph.schedules import default_schedule
+  for wl in [W.matmul(33, 17, 9, True), W.conv2d(1, 3, 7, 7, 4, 3, 1, 1, 1), W.softmax(3, 40), W.layernorm(2, 70)]:
+    k = mc.build(default_schedule(wl.outputs, simple=True), "sm_80")
+    ins = wl.random_inputs()
+    np.testing.assert_allclose(k(*ins), wl.reference(*ins), rtol=1e-4, atol=1e-5)

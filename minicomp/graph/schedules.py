@@ -9,9 +9,12 @@
    ``cache_write("local")``. Tiles: up to 16x16 threads per block with 4x4 outputs per thread
    over the last two spatial axes (for NC(D)HW outputs: channels x fused spatial positions, batch
    outermost), accumulated in registers, the reduction split by 8;
-3. other reductions over 64 or more elements per output: one block per output, reduced across
+3. reductions that only feed one output and reduce its trailing axes (softmax, layer norm, RMS
+   norm statistics) are computed inside that output's kernel: one block per row, each statistic
+   reduced across the block's threads with warp shuffles, then the row written by the same threads;
+4. other reductions over 64 or more elements per output: one block per output, reduced across
    the threads with warp shuffles;
-4. everything else: spatial axes fused and spread over blocks of up to 256 threads.
+5. everything else: spatial axes fused and spread over blocks of up to 256 threads.
 """
 from __future__ import annotations
 
@@ -94,23 +97,82 @@ def _epilogue_output(dag: ComputeDAG, t, out_names: set[str]) -> str | None:
     cur = c
 
 
-def default_schedule(outputs, target: Target | str = "sm_86") -> Schedule:
-  """A valid, reasonably fast schedule for any computation (see module docstring)."""
-  tgt = as_target(target)
+def _row_group(dag: ComputeDAG, out, out_names: set[str]) -> tuple[list[str], int] | None:
+  """Reductions that only feed ``out`` (directly or through inlined stages) and reduce its
+  trailing axes (softmax, layer norm, RMS norm): they can run inside ``out``'s kernel, one block
+  per row. Returns (their names, number of leading row axes) or None."""
+  def feeds_only(t, seen=()) -> bool:
+    for c in dag.consumers(t):
+      if c is out: continue
+      if c.name in out_names or c.name in seen: return False
+      if not feeds_only(c, seen + (c.name,)): return False
+    return True
+  reds = [t for t in dag.tensors if t.reduce_axes and t.name not in out_names and not has_data_reuse(t)
+          and feeds_only(t)]
+  if not reds or out.reduce_axes: return None
+  k = None
+  for r in reds:
+    rs = tuple(d for d in r.shape)
+    lead = len(rs) - len([d for d in reversed(rs) if d == 1]) if len(rs) == len(out.shape) else len(rs)
+    while lead > 0 and (lead > len(out.shape) or rs[:lead] != out.shape[:lead]): lead -= 1
+    k = lead if k is None else min(k, lead)
+  if not k or k >= len(out.shape): return None
+  return [r.name for r in reds], k
+
+
+def _row_fused(s: Schedule, out: str, reds: list[str], k: int) -> None:
+  """``out``'s first ``k`` axes -> blockIdx.x, the rest over the threads; each reduction computed
+  per block and reduced across the threads (warp shuffles)."""
+  shape = s.state.stage(out).tensor.shape
+  sp = s.axis(out)
+  row = s.fuse(out, *sp[:k]) if k > 1 else sp[0]
+  rest = s.fuse(out, *sp[k:]) if len(sp) - k > 1 else sp[k]
+  n = math.prod(shape[k:])
+  threads = 32 if n <= 256 else 128 if n <= 4096 else 256
+  ro, ri = s.split(out, rest, threads)
+  s.bind(out, row, "blockIdx.x"); s.bind(out, ri, "threadIdx.x")
+  for r in reds:
+    s.compute_at(r, out, row)
+    rd = s.reduce_axis(r)
+    f = s.fuse(r, *rd) if len(rd) > 1 else rd[0]
+    _, fi = s.split(r, f, threads)
+    s.cross_thread_reduce(r, fi, "shuffle")
+
+
+def default_schedule(outputs, target: Target | str = "sm_86", simple: bool = False) -> Schedule:
+  """A valid, reasonably fast schedule for any computation (see module docstring).
+
+  ``simple=True`` applies only rules 1 and 5 (every root stage spread over blocks of threads,
+  reductions serial per thread): the fallback when a tuned rule hits a resource limit."""
+  as_target(target)
   dag = outputs if isinstance(outputs, ComputeDAG) else ComputeDAG(outputs)
   s = Schedule(dag)
   out_names = {t.name for t in dag.outputs}
   for t in dag.tensors:
     if not t.is_placeholder and t.name not in out_names and not t.reduce_axes:
       s.compute_inline(t.name)
+  if simple:
+    for t in dag.tensors:
+      if not t.is_placeholder and (t.name in out_names or t.reduce_axes): _parallel(s, t.name)
+    return s
   fused_into: dict[str, str] = {}    # output -> the data-reuse reduction it is tiled together with
   for t in dag.tensors:
     if t.reduce_axes and has_data_reuse(t) and t.name not in out_names:
       o = _epilogue_output(dag, t, out_names)
       if o is not None and o not in fused_into: fused_into[o] = t.name
+  rows: dict[str, tuple[list[str], int]] = {}
+  for o in dag.outputs:
+    if o.name in fused_into: continue
+    grp = _row_group(dag, o, out_names)
+    if grp is not None and not any(r in fused_into.values() or any(r in g[0] for g in rows.values()) for r in grp[0]):
+      rows[o.name] = grp
+  in_rows = {r for g in rows.values() for r in g[0]}
   for t in dag.tensors:
-    if t.is_placeholder or (t.name not in out_names and not t.reduce_axes) or t.name in fused_into.values(): continue
-    if t.name in fused_into:
+    if t.is_placeholder or (t.name not in out_names and not t.reduce_axes) or t.name in fused_into.values() \
+        or t.name in in_rows: continue
+    if t.name in rows:
+      _row_fused(s, t.name, *rows[t.name])
+    elif t.name in fused_into:
       _tile(s, t.name, fused_into[t.name])
     elif t.reduce_axes and has_data_reuse(t) and len(t.axes) >= 1:
       _tile(s, t.name)
