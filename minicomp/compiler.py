@@ -111,11 +111,14 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
 
   for k, (key, task) in enumerate(tasks.items()):
     t0 = time.perf_counter()
-    try:
-      kern = build(default_schedule(task.dag, tgt), tgt, name=f"task{k}")
-    except (ScheduleError, LoweringError) as e:   # a rule's tile broke a limit: the simple schedule always fits
-      log.warning("task %s: default schedule rejected (%s); using the simple schedule", key, e)
-      kern = build(default_schedule(task.dag, tgt, simple=True), tgt, name=f"task{k}")
+    kern = None
+    for opts in ({}, {"shared": False}, {"simple": True}):   # a tile may break a limit: back off
+      try:
+        kern = build(default_schedule(task.dag, tgt, **opts), tgt, name=f"task{k}")
+        break
+      except (ScheduleError, LoweringError) as e:
+        if opts.get("simple"): raise
+        log.info("task %s: default schedule %s rejected (%s); backing off", key, opts or "(full)", e)
     kernel_of[key] = len(kernels)
     kernels.append(kern)
     dt = time.perf_counter() - t0

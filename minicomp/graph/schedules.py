@@ -6,9 +6,10 @@
 2. a reduction with data reuse (matmul, conv) whose result reaches an output through elementwise
    stages only (bias, folded BN, activation, residual add: all inlined) is tiled together with
    that output (Ansor's multi-level tiling with fusion); one without such an output gets a
-   ``cache_write("local")``. Tiles: up to 16x16 threads per block with 4x4 outputs per thread
-   over the last two spatial axes (for NC(D)HW outputs: channels x fused spatial positions, batch
-   outermost), accumulated in registers, the reduction split by 8;
+   ``cache_write("local")``. Every spatial axis is split into block / thread / inner parts: 4x4
+   outputs per thread over the last two axes, accumulated in registers, up to 256 threads per
+   block; the reduction is split by 8 and its inputs are staged through shared memory per step
+   (copied by all the block's threads together);
 3. reductions that only feed one output and reduce its trailing axes (softmax, layer norm, RMS
    norm statistics) are computed inside that output's kernel: one block per row, each statistic
    reduced across the block's threads with warp shuffles, then the row written by the same threads;
@@ -50,36 +51,46 @@ def _row_reduce(s: Schedule, name: str) -> None:
   s.cross_thread_reduce(name, ri, "shuffle")
 
 
-def _tile(s: Schedule, name: str, producer: str | None = None) -> None:
+def _tile(s: Schedule, name: str, producer: str | None = None, shared: bool = True) -> None:
   """Tile ``name`` (rule 2 of the module docstring). ``producer`` is the reduction fused into it
-  (computed per thread in registers); without one, ``name`` gets a ``cache_write``."""
+  (computed per thread in registers); without one, ``name`` gets a ``cache_write``. With
+  ``shared``, the reduction's inputs are staged through shared memory per reduction step, each
+  copied cooperatively by all the block's threads.
+
+  Every spatial axis is split into (block, thread, inner) parts; the block parts are fused onto
+  blockIdx.x and the thread parts onto threadIdx.x, so each thread's register tile stays a box
+  (4x4 over the last two axes) and the block's inputs per reduction step are boxes too."""
   shape = s.state.stage(name).tensor.shape
   local = producer or s.cache_write(name, "local")
   sp = s.axis(name)
-  if len(sp) >= 4:     # NC(D)HW-like: tile (channels, fused spatial positions), batch outermost
-    outer, inner = sp[:1], [sp[1], s.fuse(name, *sp[2:])]
-    exts = [shape[1], math.prod(shape[2:])]
-  else:
-    outer, inner = (sp[:-2], sp[-2:]) if len(sp) >= 2 else ([], sp)
-    exts = list(shape[len(outer):])
-  tiles = []
-  for ax, ext in zip(inner, exts):
-    per_thread = min(4, ext)
-    threads = min(16, -(-ext // per_thread))
-    tiles.append(s.split(name, ax, [threads, per_thread]))    # (block, thread, inner)
-  s.reorder(name, *outer, *[t[0] for t in tiles], *[t[1] for t in tiles], *[t[2] for t in tiles])
-  for t, b_tag, t_tag in zip(reversed(tiles), ("blockIdx.x", "blockIdx.y"), ("threadIdx.x", "threadIdx.y")):
-    s.bind(name, t[0], b_tag); s.bind(name, t[1], t_tag)
-  if outer and math.prod(shape[:len(outer)]) > 1:
-    o = s.fuse(name, *outer) if len(outer) > 1 else outer[0]
-    s.bind(name, o, "blockIdx.z")
-  s.compute_at(local, name, tiles[-1][1])
+  inner = [1] * len(sp)
+  for d in range(len(sp) - 1, max(len(sp) - 3, -1), -1): inner[d] = min(4, shape[d])
+  threads, budget = [1] * len(sp), 256
+  for d in range(len(sp) - 1, -1, -1):
+    cap = 16 if d >= len(sp) - 2 else budget
+    threads[d] = max(1, min(cap, budget, -(-shape[d] // inner[d])))
+    budget //= threads[d]
+  parts = [s.split(name, ax, [t, i]) for ax, t, i in zip(sp, threads, inner)]   # (block, thread, inner)
+  s.reorder(name, *[p[0] for p in parts], *[p[1] for p in parts], *[p[2] for p in parts])
+  blk = s.fuse(name, *[p[0] for p in parts])
+  thr = s.fuse(name, *[p[1] for p in parts])
+  s.bind(name, blk, "blockIdx.x")
+  s.bind(name, thr, "threadIdx.x")
+  s.compute_at(local, name, thr)
   rd = s.reduce_axis(local)
-  if rd:
-    r = s.fuse(local, *rd) if len(rd) > 1 else rd[0]
-    ro, ri = s.split(local, r, 8)
-    s.reorder(local, ro, ri, *[l for l in s.loops(local) if l not in (ro, ri)])
-    s.pragma(local, ro, "auto_unroll_max_step", 64)
+  if not rd: return
+  r = s.fuse(local, *rd) if len(rd) > 1 else rd[0]
+  ro, ri = s.split(local, r, 8)
+  s.reorder(local, ro, ri, *[l for l in s.loops(local) if l not in (ro, ri)])
+  s.pragma(local, ro, "auto_unroll_max_step", 64)
+  if not shared: return
+  n_threads = math.prod(threads)
+  for src in [t.name for t in s.state.stage(local).tensor.inputs]:
+    xs = s.cache_read(src, "shared", [local])
+    s.compute_at(xs, local, ro)
+    f = s.fuse(xs, *s.loops(xs)) if len(s.loops(xs)) > 1 else s.loops(xs)[0]
+    _, x = s.split(xs, f, n_threads)
+    if n_threads > 1: s.bind(xs, x, "threadIdx.x")
 
 
 def _epilogue_output(dag: ComputeDAG, t, out_names: set[str]) -> str | None:
@@ -139,11 +150,12 @@ def _row_fused(s: Schedule, out: str, reds: list[str], k: int) -> None:
     s.cross_thread_reduce(r, fi, "shuffle")
 
 
-def default_schedule(outputs, target: Target | str = "sm_86", simple: bool = False) -> Schedule:
+def default_schedule(outputs, target: Target | str = "sm_86", simple: bool = False, shared: bool = True) -> Schedule:
   """A valid, reasonably fast schedule for any computation (see module docstring).
 
-  ``simple=True`` applies only rules 1 and 5 (every root stage spread over blocks of threads,
-  reductions serial per thread): the fallback when a tuned rule hits a resource limit."""
+  ``shared=False`` tiles without shared-memory staging; ``simple=True`` applies only rules 1
+  and 5 (every root stage spread over blocks of threads, reductions serial per thread). The
+  compiler falls back to these, in that order, when a schedule breaks a resource limit."""
   as_target(target)
   dag = outputs if isinstance(outputs, ComputeDAG) else ComputeDAG(outputs)
   s = Schedule(dag)
@@ -173,9 +185,9 @@ def default_schedule(outputs, target: Target | str = "sm_86", simple: bool = Fal
     if t.name in rows:
       _row_fused(s, t.name, *rows[t.name])
     elif t.name in fused_into:
-      _tile(s, t.name, fused_into[t.name])
+      _tile(s, t.name, fused_into[t.name], shared)
     elif t.reduce_axes and has_data_reuse(t) and len(t.axes) >= 1:
-      _tile(s, t.name)
+      _tile(s, t.name, shared=shared)
     elif t.reduce_axes and math.prod(int(a.extent.arg) for a in t.reduce_axes) >= 64:
       _row_reduce(s, t.name)
     else:
