@@ -1,8 +1,8 @@
 """CompiledModel: the kernels of a model, the order to launch them, and its weights.
 
-``run(feeds)`` validates the feeds (names, shapes, dtypes), launches every kernel in order —
-on the GPU when there is one, else on the CPU simulator — and frees each intermediate after
-its last use. ``save(path)`` writes a folder: ``manifest.json`` (format version, target,
+``run(feeds)`` validates the feeds (names, shapes, dtypes) and launches every kernel in order —
+on the GPU when there is one, else on the CPU simulator. Intermediates live in a byte pool
+planned at construction: a buffer is reused once the value in it is dead. ``save(path)`` writes a folder: ``manifest.json`` (format version, target,
 inputs, outputs, steps, launch plans), ``kernels/kN.cu|.ptx|.cubin|.log`` and ``weights.npz``
 (no pickle); ``minicomp.load(path)`` reads it back and refuses unknown format versions.
 """
@@ -55,15 +55,58 @@ class CompiledModel:
                weights: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None, name: str = "model"):
     self.target, self.inputs, self.output_names, self.kernels = target, inputs, outputs, kernels
     self.steps, self.weights, self.consts, self.name = steps, weights, dict(consts or {}), name
-    self._last_use = self._plan_lifetimes()
+    self._plan_buffers()
 
-  def _plan_lifetimes(self) -> dict[str, int]:
+  def _plan_buffers(self) -> None:
+    """Assign every intermediate value a slot of a reusable byte pool: a slot is free again after
+    the last read of the value in it (a view extends the life of the buffer it relabels).
+    Graph outputs get fresh arrays, returned to the caller."""
+    root: dict[str, str] = {}                       # value -> the kernel-produced value whose buffer it is
+    spec: dict[str, tuple[tuple[int, ...], str]] = {}
+    born: dict[str, int] = {}
     last: dict[str, int] = {}
     for k, st in enumerate(self.steps):
-      reads = [n for kind, n in st.inputs if kind == "value"] if isinstance(st, KernelCall) else [st.src]
-      for n in reads: last[n] = k
-    for o in self.output_names: last[o] = len(self.steps)
-    return last
+      if isinstance(st, ViewStep):
+        r = root.get(st.src, st.src)
+        root[st.dst] = r
+        last[r] = k
+        continue
+      for kind, n in st.inputs:
+        if kind == "value": last[root.get(n, n)] = k
+      plan = self.kernels[st.kernel].plan
+      for name, b in zip(st.outputs, plan.outputs):
+        root[name] = name; spec[name] = (b.shape, b.dtype); born[name] = k; last.setdefault(name, k)
+    pinned = {root.get(o, o) for o in self.output_names}
+    slots: list[int] = []                           # slot sizes in bytes
+    free: list[int] = []
+    self._slot: dict[str, int] = {}
+    ending: dict[int, list[str]] = {}
+    for v in sorted(born, key=born.get):
+      k = born[v]
+      for step in sorted(s_ for s_ in list(ending) if s_ < k):
+        free.extend(self._slot[x] for x in ending.pop(step))
+      if v in pinned: continue
+      shape, dt = spec[v]
+      need = int(np.prod(shape)) * np.dtype(NP_DTYPE[dt]).itemsize
+      fit = [s_ for s_ in free if slots[s_] >= need]
+      if fit:
+        s_ = min(fit, key=lambda x: slots[x]); free.remove(s_)
+      else:
+        s_ = len(slots); slots.append(need)
+      self._slot[v] = s_
+      ending.setdefault(last[v], []).append(v)
+    self._root, self._spec, self._slot_bytes = root, spec, slots
+    self._last_use = {v: last[v] for v in last}
+
+  @property
+  def pool_bytes(self) -> int:
+    """Bytes of the intermediate-buffer pool (after reuse); compare with :attr:`unplanned_bytes`."""
+    return sum(self._slot_bytes)
+
+  @property
+  def unplanned_bytes(self) -> int:
+    """Bytes all intermediates would take without reuse."""
+    return sum(int(np.prod(s)) * np.dtype(NP_DTYPE[d]).itemsize for v, (s, d) in self._spec.items() if v in self._slot)
 
   # -- running
   def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -87,15 +130,19 @@ class CompiledModel:
     """Run the model; returns one array per graph output, in graph-output order."""
     env = self._check_feeds(feeds)
     env.update(self.consts)
-    for k, st in enumerate(self.steps):
+    pool = [np.empty(n, np.uint8) for n in self._slot_bytes]
+
+    def view_of(v: str) -> np.ndarray:
+      shape, dt = self._spec[v]
+      n = int(np.prod(shape)) * np.dtype(NP_DTYPE[dt]).itemsize
+      return pool[self._slot[v]][:n].view(NP_DTYPE[dt]).reshape(shape)
+    for st in self.steps:
       if isinstance(st, ViewStep):
         env[st.dst] = env[st.src].reshape(st.shape)
-      else:
-        args = [env[n] if kind == "value" else self.weights[n] for kind, n in st.inputs]
-        outs = self.kernels[st.kernel].run(args, device=device)
-        for name, arr in zip(st.outputs, outs): env[name] = arr
-      for n in [n for n, last in self._last_use.items() if last == k and n in env and n not in self.consts]:
-        del env[n]
+        continue
+      args = [env[n] if kind == "value" else self.weights[n] for kind, n in st.inputs]
+      outs = self.kernels[st.kernel].run(args, device=device, out=[view_of(n) if n in self._slot else None for n in st.outputs])
+      for name, arr in zip(st.outputs, outs): env[name] = arr
     return [np.array(env[o]) for o in self.output_names]
 
   # -- reporting
@@ -119,7 +166,8 @@ class CompiledModel:
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     head = (f"{self.name}: {len(self.calls)} kernel calls ({len(self.kernels)} distinct kernels), {n_views} views, "
-            f"target {self.target.arch}")
+            f"target {self.target.arch}; intermediates {self.pool_bytes / 1e6:.2f} MB pooled "
+            f"({self.unplanned_bytes / 1e6:.2f} MB without reuse)")
     return head + "\n" + "\n".join(lines)
 
   def __repr__(self) -> str:

@@ -127,3 +127,20 @@ def test_cli_round_trip(tmp_path):
   assert r.returncode == 2 and "FeedError" in r.stderr
   r = run("--help")
   assert r.returncode == 0 and "compile" in r.stdout and "info" in r.stdout
+
+
+def test_buffer_plan_reuses_intermediates():
+  nodes = []
+  # a chain long enough that dead intermediates can be reused: 6 matmul+relu layers
+  w = {f"w{k}": rng.standard_normal((8, 8)).astype(np.float32) for k in range(6)}
+  prev = "x"
+  for k in range(6):
+    nodes += [helper.make_node("MatMul", [prev, f"w{k}"], [f"m{k}"]), helper.make_node("Sigmoid", [f"m{k}"], [f"s{k}"])]
+    prev = f"s{k}"
+  m = make_model(nodes, {"x": np.zeros((5, 8), np.float32)}, [prev], w)
+  cm = mc.compile(m, target="sm_80")
+  assert len(cm.calls) == 6
+  assert cm.pool_bytes < cm.unplanned_bytes      # 5 intermediates of 160 bytes fit in 2 slots
+  x = rng.standard_normal((5, 8)).astype(np.float32)
+  np.testing.assert_allclose(cm.run({"x": x})[0], run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(cm.run({"x": x})[0], run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -114,8 +114,10 @@ class Kernel:
     outs = self.run(list(args), device=device)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
-  def run(self, args: Sequence[np.ndarray], device: str | None = None) -> list[np.ndarray]:
-    """Like ``__call__`` but always returns a list of outputs."""
+  def run(self, args: Sequence[np.ndarray], device: str | None = None,
+          out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+    """Like ``__call__`` but always returns a list of outputs; ``out`` may give preallocated
+    (C-contiguous, right shape and dtype) arrays to write outputs into."""
     from minicomp.codegen.gpu_runtime import gpu_available
     ins = self._check_inputs(args)
     if device not in (None, "cpu", "gpu"): raise RuntimeLaunchError(f"device must be 'cpu', 'gpu' or None, got {device!r}")
@@ -123,7 +125,12 @@ class Kernel:
     if device == "gpu" and not gpu_available(): raise RuntimeLaunchError("device='gpu' but no CUDA GPU / pycuda is available")
     p = self.plan
     bufs: dict[str, np.ndarray] = {b.name: a for b, a in zip(p.inputs, ins)}
-    for b in p.outputs + p.temps: bufs[b.name] = np.zeros(b.shape, NP_DTYPE[b.dtype])
+    for k, b in enumerate(p.outputs):
+      o = out[k] if out is not None and k < len(out) else None
+      if o is not None and (o.shape != b.shape or o.dtype != np.dtype(NP_DTYPE[b.dtype]) or not o.flags.c_contiguous):
+        raise RuntimeLaunchError(f"out[{k}] for {b.name}: expected a C-contiguous {b.dtype} array of shape {b.shape}")
+      bufs[b.name] = o if o is not None else np.zeros(b.shape, NP_DTYPE[b.dtype])
+    for b in p.temps: bufs[b.name] = np.zeros(b.shape, NP_DTYPE[b.dtype])
     with self._lock:
       if use_gpu:
         from minicomp.codegen.gpu_runtime import GpuModule
