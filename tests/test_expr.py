@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import minicomp as mc
-from minicomp.ir.expr import Expr, const, eq, free_vars, max_, min_, select, substitute, var
+from minicomp.ir.expr import Expr, const, free_vars, max_, min_, select, substitute, var
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.ops import Op
 from minicomp.ir.simplify import bounds, simplify

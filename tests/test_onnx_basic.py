@@ -1,9 +1,7 @@
 """End-to-end: ONNX models through minicomp.compile against onnxruntime."""
 import numpy as np
-import pytest
 from onnx import helper
 
-import minicomp as mc
 from onnx_harness import check_model, check_node, make_model
 
 rng = np.random.default_rng(0)

@@ -1,6 +1,6 @@
 """Import-time folding and the fusion decisions of the partitioner."""
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import helper
 
 import minicomp as mc
 from minicomp.frontend.onnx_import import load_onnx

@@ -107,7 +107,7 @@ def test_shared_memory_over_limit():
   io, ii = s.split("C", i, 128)
   s.bind("C", io, "blockIdx.x")
   AS = s.cache_read("A", "shared", ["C"])
-  BS = s.cache_read("B", "shared", ["C"])
+  s.cache_read("B", "shared", ["C"])
   s.compute_at(AS, "C", io)    # A tile 128 x 256 floats = 128 KiB
   with pytest.raises(mc.ScheduleError, match=r"bytes of shared memory.*allows 49152.*cache_read"):
     mc.build(s, "sm_86")

@@ -144,7 +144,6 @@ def conv_schedule(wl, cache_input=True):
   nfo = s.fuse(Y, n, fo)
   s.bind(Y, nfo, "blockIdx.y"); s.bind(Y, yxo, "blockIdx.x"); s.bind(Y, yxi, "threadIdx.x")
   s.compute_at(CL, Y, yxi)
-  loops = s.loops(CL)
   reds = s.reduce_axis(CL)
   rco, rci = s.split(CL, reds[0], 2)
   s.reorder(CL, rco, rci, *[l for l in s.loops(CL) if l not in (rco, rci)])

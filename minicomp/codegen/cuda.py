@@ -12,7 +12,7 @@ from typing import Callable
 
 from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, map_loads, substitute, var, walk
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Program, Seq, Store, Sync
+from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, Kernel, Program, Seq, Store, Sync
 from minicomp.ir.ops import Op
 from minicomp.ir.simplify import bounds, build_linear, linear, multiple_of, simplify
 

@@ -14,25 +14,16 @@ emitted inside that loop. The work happens in three passes:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 
 from minicomp.errors import LoweringError, ScheduleError
 from minicomp.ir.bound import max_over, relax
-from minicomp.ir.expr import Expr, all_of, as_expr, const, free_vars, map_loads, max_, min_, substitute, var, walk
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Program, Seq, Store, Sync
+from minicomp.ir.expr import Expr, as_expr, const, free_vars, map_loads, max_, min_, substitute, var, walk
+from minicomp.ir.loop import Buffer, Program
 from minicomp.ir.ops import Op
-from minicomp.ir.simplify import bounds, simplify
-from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Fuse, Split, Stage, State
-from minicomp.ir.te import reduce_identity
-
-_COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": max_, "min": min_}
-
-
-def _c_ident(s: str) -> str:
-  s = re.sub(r"[^0-9A-Za-z_]", "_", s)
-  return s if not s[0].isdigit() else "_" + s
-
+from minicomp.ir.simplify import simplify
+from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
+from minicomp.ir.nest import NestBuilder, _is_one, _step_of, c_ident
 
 @dataclass
 class _Info:
@@ -54,7 +45,7 @@ class _Info:
   vt_ext: dict[str, Expr] = field(default_factory=dict)          # extents of the injected vthread loops
 
 
-class _Lowerer:
+class _Lowerer(NestBuilder):
   def __init__(self, state: State, name: str):
     self.s, self.name = state, name
     self.info: dict[str, _Info] = {}
@@ -74,7 +65,7 @@ class _Lowerer:
           raise ScheduleError(f"compute_at {st.name} -> {t.name}.{st.attach.iter}: that loop no longer exists")
     for st in s.stages:
       if st.is_placeholder:
-        self.in_buffers[st.name] = Buffer(_c_ident(st.name), st.tensor.dtype, "global", const(math.prod(st.tensor.shape)), "input")
+        self.in_buffers[st.name] = Buffer(c_ident(st.name), st.tensor.dtype, "global", const(math.prod(st.tensor.shape)), "input")
     bodies = self._inline()
     for st in s.stages:
       if not st.is_placeholder and st.attach != INLINE:
@@ -91,7 +82,7 @@ class _Lowerer:
     temps = [i.buffer for i in self.info.values() if i.buffer.role == "temp" and i.buffer.scope == "global"]
     outs = [self.info[o].buffer for o in s.outputs]
     ins = [self.in_buffers[st.name] for st in s.stages if st.is_placeholder]
-    shapes = {_c_ident(st.name): st.tensor.shape for st in s.stages}
+    shapes = {c_ident(st.name): st.tensor.shape for st in s.stages}
     return Program(kernels, ins, outs, temps, shapes)
 
   # ----------------------------------------------------------------------------------------
@@ -111,12 +102,12 @@ class _Lowerer:
   def _name_vars(self):
     count: dict[str, int] = {}
     for i in self.info.values():
-      for it in i.st.leaves: count[_c_ident(it)] = count.get(_c_ident(it), 0) + 1
-    taken = {b.name for b in self.in_buffers.values()} | {_c_ident(n) for n in self.info}
+      for it in i.st.leaves: count[c_ident(it)] = count.get(c_ident(it), 0) + 1
+    taken = {b.name for b in self.in_buffers.values()} | {c_ident(n) for n in self.info}
     for i in self.info.values():
       for it in i.st.leaves:
-        c = _c_ident(it)
-        i.cvar[it] = c if count[c] == 1 and c not in taken else _c_ident(f"{i.st.name}_{it}")
+        c = c_ident(it)
+        i.cvar[it] = c if count[c] == 1 and c not in taken else c_ident(f"{i.st.name}_{it}")
 
   def _kernel_root(self, name: str) -> str:
     st = self.s.stage(name)
@@ -299,7 +290,7 @@ class _Lowerer:
       dt = st.tensor.dtype
       if st.attach.kind == "root":
         role = "output" if n in self.s.outputs else "temp"
-        i.buffer = Buffer(_c_ident(n), dt, "global", const(math.prod(st.tensor.shape)), role)
+        i.buffer = Buffer(c_ident(n), dt, "global", const(math.prod(st.tensor.shape)), role)
         exts = [const(d) for d in st.tensor.shape]
       else:
         exts = list(i.ext)
@@ -314,7 +305,7 @@ class _Lowerer:
       i.strides = strides
       if st.attach.kind != "root":
         for _, e in reversed(i.vdims): acc = simplify(acc * e)
-        i.buffer = Buffer(_c_ident(n), dt, i.scope, acc, "temp")
+        i.buffer = Buffer(c_ident(n), dt, i.scope, acc, "temp")
 
   def _flat(self, i: _Info, idx) -> Expr:
     e = const(0)
@@ -339,212 +330,6 @@ class _Lowerer:
     return map_loads(e, f)
 
   # ----------------------------------------------------------------------------------------
-  def _kernel(self, root: str) -> Kernel:
-    members = [n for n, i in self.info.items() if i.kernel == root]
-    block: list[Expr] = [const(1)] * 3
-    grid: list[Expr] = [const(1)] * 3
-    bindings: list[tuple[str, str]] = []
-    for n in members:
-      i = self.info[n]
-      for it, a in i.st.annotations:
-        if it not in i.st.leaves or a not in BLOCK_TAGS + THREAD_TAGS: continue
-        e = i.leaf_ext[it]
-        if a in BLOCK_TAGS:
-          if n != root:
-            raise ScheduleError(f"{_step_of(self.s, n, it)}: only the kernel's root stage may bind blockIdx ({n}.{it} -> {a})")
-          grid[BLOCK_TAGS.index(a)] = e
-        else:
-          d = THREAD_TAGS.index(a)
-          block[d] = simplify(max_(block[d], e))
-        bindings.append((i.cvar[it], a))
-    self.block = block
-    body = _tidy(self._stage_stmt(root))
-    params_seen: dict[str, tuple[Buffer, bool]] = {}
-    allocs = []
-    for n in members:
-      i = self.info[n]
-      if i.buffer.scope == "global": params_seen[i.buffer.name] = (i.buffer, True)
-      elif i.buffer not in allocs: allocs.append(i.buffer)
-    allocs += self._scratch.pop(root, [])
-    for b in _buffers_read(body):
-      if b.scope == "global" and b.name not in params_seen: params_seen[b.name] = (b, False)
-    order = [b for b in self.in_buffers.values()] + [i.buffer for i in self.info.values()]
-    params = [b for b in order if b.name in params_seen]
-    n_roots = len([x for x in self.info.values() if x.st.attach.kind == "root"])
-    kname = f"{_c_ident(self.name)}_{_c_ident(root)}" if n_roots > 1 else f"{_c_ident(self.name)}_kernel"
-    k = Kernel(kname, params, allocs, bindings, _dims(grid), _dims(block), body, members)
-    k.written = {b.name for b, w in params_seen.values() if w}
-    return k
-
-  def _stage_stmt(self, name: str):
-    i = self.info[name]
-    st = i.st
-    t = st.tensor
-    red = t.reduce
-    leaves = st.leaves
-    anns = dict(st.annotations)
-    guards = list(i.preds)
-    # threads of the block that this stage does not use
-    if i.scope in ("global", "shared"):
-      bound = {a for _, a in st.annotations}
-      for d, tag in enumerate(THREAD_TAGS):
-        # a shared-memory stage covers the whole block's region: one thread per unbound dim is enough
-        if not _is_one(self.block[d]) and tag not in bound and (i.scope == "shared" or not self._under_tag(name, tag)):
-          guards.append(var(f"threadIdx.{'xyz'[d]}") < 1)
-    for it, a in st.annotations:
-      if a in THREAD_TAGS and it in leaves and i.leaf_ext[it] != self.block[THREAD_TAGS.index(a)]:
-        # written on the raw index: the C variable's range is the loop extent, which would prove it true
-        guards.append(var(a) < i.leaf_ext[it])
-    ct = dict(st.cross_thread)
-    idx = self._flat(i, [i.root_val[a.name] for a in t.axes])
-    value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))
-    value = simplify(value, self.ranges)
-    reduce_leaves = [x for x in leaves if st.kind(x) == "reduce"]
-    red_names = {i.cvar[x] for x in reduce_leaves}
-    sp_guards = [g for g in guards if not (free_vars(g) & red_names)]
-    unroll_kind = self._auto_unroll(i)
-
-    def guard(stmt, gs):
-      return If(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
-
-    if red is None:
-      inner = Store(i.buffer, idx, value)
-      init_stmt = None
-    elif ct:
-      if any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
-        raise ScheduleError(f"{_step_of(self.s, name, list(ct)[0])}: with a cross-thread reduction, every spatial loop of "
-                            f"{name!r} must be outside its reduction loops; order is {list(leaves)}")
-      acc = Buffer(_c_ident(name) + "_red", t.dtype, "local", const(1))
-      init_v = reduce_identity(red.combiner, t.dtype)
-      inner = Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value))
-      init_stmt = Store(acc, const(0), init_v)
-      scratch = Buffer(_c_ident(name) + "_red_buf", t.dtype, "shared", simplify(self.block[0] * self.block[1] * self.block[2]))
-      self._scratch.setdefault(i.kernel, []).extend([acc, scratch])
-      it_ct = list(ct)[0]
-      total_extent = i.leaf_ext[it_ct]
-      tx_is = var(i.cvar[it_ct])
-      ctr = CrossThreadReduce(red.combiner, Expr.make(Op.LOAD, t.dtype, (const(0),), acc), total_extent, ct[it_ct],
-                              i.buffer, idx, simplify(all_of(tx_is < 1, *sp_guards), self.ranges), scratch, red.init)
-    else:
-      init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
-      load_self = Expr.make(Op.LOAD, t.dtype, (idx,), i.buffer)
-      inner = Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value))
-      init_stmt = guard(Store(i.buffer, idx, init_v), sp_guards)
-
-    first_red = leaves.index(reduce_leaves[0]) if reduce_leaves else None
-
-    def loop(it, body):
-      a = anns.get(it, "none")
-      if a in BLOCK_TAGS or a in THREAD_TAGS or _is_one(i.leaf_ext[it]): return body
-      kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": "vthread"}.get(a, unroll_kind.get(it, "serial"))
-      return For(i.cvar[it], i.leaf_ext[it], body, kind)
-
-    # each guard wraps the body of the innermost loop it depends on (hoisted out of the loops it does not
-    # depend on), but never above a point where another stage is attached or a reduction starts: those
-    # may hold barriers or cross-thread reductions that every thread must reach
-    pos = {i.cvar[x]: p for p, x in enumerate(leaves)}
-    floor = max([leaves.index(o.st.attach.iter) for o in self.info.values()
-                 if o.st.attach.kind == "at" and o.st.attach.stage == name] + ([first_red] if first_red is not None else []) + [-1])
-    at_level: dict[int, list[Expr]] = {}
-    for g in guards:
-      lv = max([pos[v] for v in free_vars(g) if v in pos] + [floor])
-      at_level.setdefault(lv, []).append(g)
-
-    def nest(j):
-      if j == len(leaves): return guard(inner, at_level.get(j - 1, [])) if j else inner
-      it = leaves[j]
-      attached = [self._attached_stmt(o) for o in self.info.values()
-                  if o.st.attach.kind == "at" and o.st.attach.stage == name and o.st.attach.iter == it]
-      body = nest(j + 1)
-      if j + 1 < len(leaves): body = guard(body, at_level.get(j, []))
-      body = Seq(tuple(attached) + (body,)) if attached else body
-      stmt = loop(it, body)
-      if first_red is not None and j == first_red:
-        init_nest = init_stmt
-        for x in reversed(leaves[j:]):
-          if st.kind(x) == "spatial": init_nest = loop(x, init_nest)
-        stmt = Seq((init_nest, stmt))
-        if ct: stmt = Seq((stmt, ctr))
-      return stmt
-    return Seq((Comment(f"stage {name}" + (f" ({i.scope})" if st.attach.kind == "at" else "")),
-                guard(nest(0), at_level.get(-1, []))))
-
-  def _attached_stmt(self, o: _Info):
-    s = self._stage_stmt(o.st.name)
-    return Seq((Sync(), s, Sync())) if o.scope == "shared" else s
-
-  def _under_tag(self, name: str, tag: str) -> bool:
-    for t, it in self._ancestors(name):
-      ts = self.s.stage(t)
-      if tag in {ts.annotation(x) for x in ts.leaves[:ts.leaves.index(it) + 1]}: return True
-    return False
-
-  def _auto_unroll(self, i: _Info) -> dict[str, str]:
-    m = i.st.auto_unroll_max_step
-    out: dict[str, str] = {}
-    if m <= 0: return out
-    prod = 1
-    for it in reversed(i.st.leaves):
-      if i.st.annotation(it) != "none": continue
-      e = i.leaf_ext[it]
-      if not e.is_const: break
-      prod *= int(e.arg)
-      if prod > m: break
-      out[it] = "unroll"
-    return out
-
-
-def _dims(es: list[Expr]) -> tuple:
-  """Launch dimensions: ints when concrete, Exprs of the schedule parameters when symbolic."""
-  return tuple(int(e.arg) if e.is_const else e for e in es)
-
-
-def _is_one(e: Expr) -> bool:
-  return e.is_const and e.arg == 1
-
-
-def _tidy(s):
-  """Flatten nested sequences and drop a barrier that directly follows another one."""
-  if isinstance(s, Seq):
-    out: list = []
-    for x in s.stmts:
-      x = _tidy(x)
-      for y in (x.stmts if isinstance(x, Seq) else (x,)):
-        if isinstance(y, Sync) and out and isinstance(out[-1], Sync): continue
-        out.append(y)
-    return out[0] if len(out) == 1 else Seq(tuple(out))
-  if isinstance(s, For): return For(s.var, s.extent, _tidy(s.body), s.kind)
-  if isinstance(s, If): return If(s.cond, _tidy(s.then))
-  return s
-
-
-def _buffers_read(stmt) -> list[Buffer]:
-  out: list[Buffer] = []
-
-  def ex(e):
-    for n in walk(e):
-      if n.op is Op.LOAD and isinstance(n.arg, Buffer) and n.arg not in out: out.append(n.arg)
-
-  def go(s):
-    if isinstance(s, For): ex(s.extent); go(s.body)
-    elif isinstance(s, Seq): [go(x) for x in s.stmts]
-    elif isinstance(s, If): ex(s.cond); go(s.then)
-    elif isinstance(s, Store): ex(s.index); ex(s.value)
-    elif isinstance(s, CrossThreadReduce): ex(s.value); ex(s.index); ex(s.cond)
-  go(stmt)
-  return out
-
-
-def _step_of(s: State, stage: str, it: str | None, kind: str | None = None) -> str:
-  """The step that last touched loop ``it`` of ``stage`` (or the last ``kind`` step on it), for error messages."""
-  for k in range(len(s.steps) - 1, -1, -1):
-    st = s.steps[k]
-    if getattr(st, "stage", None) != stage: continue
-    if (it is not None and getattr(st, "iter", None) == it) or (kind is not None and st.kind == kind):
-      return f"step {k} {st}"
-  return f"stage {stage}" + (f" loop {it}" if it else "")
-
-
 def lower(state: State, name: str = "default") -> Program:
   """Lower a schedule state to a loop-nest Program."""
   return _Lowerer(state, name).run()
