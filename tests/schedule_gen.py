@@ -285,7 +285,7 @@ class _Gen:
       for r in roles[1:]:
         if r == "t":
           opts = [x for x in (1, 2, 3, 4, 5, 6, 8, 16, 32) if x <= min(threads_left, cap)]
-          f = int(self.weighted(opts, [1.0 / (1 + abs(x - 8)) + 0.05 for x in opts])); threads_left //= f
+          f = int(self.weighted(opts, [1.0 / (1 + abs(math.log2(x / 8))) for x in opts])); threads_left //= f
         elif r == "v":
           opts = [x for x in (1, 2, 3, 4) if x <= min(vthreads_left, cap)]; f = self.pick(opts); vthreads_left //= f
         else:
