@@ -1,13 +1,28 @@
-"""Compilation targets: a CUDA architecture (``"sm_86"``) and the limits the compiler checks.
+"""Compilation targets: a CUDA architecture (``"sm_86"``) or a named device (``"rtx3090"``).
 
-This module holds the numbers the schedule checks need (threads per block, shared memory
-per block, warp size). Per-device performance numbers (SM count, clocks, bandwidth) belong
-to the static cost model and are added with it.
+``Target`` holds the limits the schedule checks need (threads per block, shared memory per
+block, warp size). ``DeviceSpec`` holds the per-device numbers the static cost model needs
+(SM count, clock, lanes per SM, occupancy limits, caches, DRAM bandwidth); ``DEVICES`` names
+them and ``DEFAULT_DEVICE`` picks one per arch, so ``Target("sm_86").device`` is an RTX 3090
+and ``Target("a6000")`` is an sm_86 target with the RTX A6000's numbers.
 
-Limits are from the CUDA C++ Programming Guide, "Compute Capabilities" table (features and
-technical specifications), which is identical for every arch minicomp supports here on the
-values below: 1024 threads per block, 48 KiB of statically allocated shared memory per
-block, 255 registers per thread, warp size 32.
+Sources (named again next to each value):
+
+* [CCT] CUDA C++ Programming Guide, "Compute Capabilities" (Technical Specifications per
+  Compute Capability) and "Arithmetic Instructions" throughput tables: every per-SM limit
+  that depends only on the compute capability (threads / warps / blocks / registers /
+  shared memory per SM, shared memory per block, unified L1 size, FP32 / INT32 / SFU
+  results per clock per SM, 32 shared-memory banks, warp size 32).
+* [OCC] ``cuda_occupancy.h`` (CUDA Toolkit occupancy calculator): register allocation unit
+  256 per warp, 4 SM sub-partitions, shared-memory allocation unit (256 B on 7.x, 128 B
+  on 8.x; 128 B taken for 9.0 as well) and the 1 KiB of shared memory the driver reserves
+  per block from Ampere on (``reservedSharedMemPerBlock``).
+* Product figures (SM count, boost clock, L2, DRAM bandwidth) from the architecture
+  whitepaper or datasheet named in each ``DEVICES`` entry.
+
+Limits checked at build time are the same on every arch minicomp supports: 1024 threads per
+block, 48 KiB of statically allocated shared memory per block, 255 registers per thread,
+warp size 32 [CCT].
 """
 from __future__ import annotations
 
@@ -27,13 +42,180 @@ SUPPORTED_ARCHS = ("sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89"
 _SMEM_OPTIN = {"sm_70": 96 * 1024, "sm_72": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
                "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024}
 
+KiB, MiB = 1024, 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+  """The numbers of one GPU that the static cost model (Tuna, Sec. III-B) and the occupancy
+  calculator need. Per-SM figures are per streaming multiprocessor; sizes are in bytes."""
+  name: str
+  arch: str
+  sm_count: int
+  boost_clock_mhz: float
+  fp32_lanes_per_sm: int            # FP32 add/mul/fma results per clock per SM [CCT]
+  sfu_lanes_per_sm: int             # rcp/rsqrt/lg2/ex2/sin/cos results per clock per SM [CCT]
+  int32_lanes_per_sm: int           # 32-bit integer add results per clock per SM [CCT]
+  fp64_lanes_per_sm: int            # FP64 add/mul/fma results per clock per SM [CCT]
+  max_threads_per_sm: int
+  max_warps_per_sm: int
+  max_blocks_per_sm: int
+  regs_per_sm: int                  # 32-bit registers
+  max_regs_per_thread: int
+  reg_alloc_unit: int               # registers, allocated per warp [OCC]
+  smem_per_sm_bytes: int            # largest shared-memory carveout per SM
+  smem_per_block_static: int        # statically allocated __shared__ per block
+  smem_per_block_optin: int         # with cudaFuncAttributeMaxDynamicSharedMemorySize
+  smem_alloc_unit: int              # shared-memory allocation granularity [OCC]
+  smem_reserved_per_block: int      # driver-reserved shared memory per block (sm_80+) [OCC]
+  l1_bytes_per_sm: int              # unified L1 / shared-memory capacity per SM
+  l2_bytes: int
+  dram_bandwidth_gbs: float         # GB/s (10^9 bytes per second), vendor peak
+  smem_banks: int = 32
+  warp_size: int = 32
+  max_threads_per_block: int = 1024
+  regs_per_block: int = 64 * 1024
+  sub_partitions: int = 4           # SM sub-partitions (warp schedulers) [OCC]
+
+  @property
+  def clock_hz(self) -> float: return self.boost_clock_mhz * 1e6
+
+  @property
+  def fp32_peak_flops(self) -> float:
+    """Peak FP32 FLOP/s: 2 (an FMA is two FLOPs) x lanes x SMs x boost clock."""
+    return 2.0 * self.fp32_lanes_per_sm * self.sm_count * self.clock_hz
+
+  @property
+  def fp64_peak_flops(self) -> float: return 2.0 * self.fp64_lanes_per_sm * self.sm_count * self.clock_hz
+
+  @property
+  def int32_peak_ops(self) -> float: return float(self.int32_lanes_per_sm * self.sm_count * self.clock_hz)
+
+  @property
+  def sfu_peak_ops(self) -> float: return float(self.sfu_lanes_per_sm * self.sm_count * self.clock_hz)
+
+  @property
+  def dram_bytes_per_s(self) -> float: return self.dram_bandwidth_gbs * 1e9
+
+  @property
+  def smem_bytes_per_clock_per_sm(self) -> int:
+    """One 32-bit word per bank per clock [CCT, "Shared Memory"]."""
+    return 4 * self.smem_banks
+
+  @property
+  def smem_bandwidth_bytes_per_s(self) -> float:
+    return float(self.smem_bytes_per_clock_per_sm * self.sm_count * self.clock_hz)
+
+  @property
+  def ridge_flops_per_byte(self) -> float:
+    """FP32 roofline ridge point: the arithmetic intensity at which DRAM stops limiting."""
+    return self.fp32_peak_flops / self.dram_bytes_per_s
+
+  @property
+  def compute_capability(self) -> tuple[int, int]: return int(self.arch[3]), int(self.arch[4])
+
+
+# Per-compute-capability columns [CCT] + allocation rules [OCC]:
+# (max threads/SM, max warps/SM, max blocks/SM, smem/SM, smem/block opt-in, smem alloc unit,
+#  reserved smem/block, unified L1+smem/SM, FP32 lanes, INT32 lanes, SFU lanes, FP64 lanes).
+# FP64 lanes of the Jetson archs (sm_72, sm_87) are not published per SM; 2 (as on the other
+# non-datacenter parts, sm_75 / sm_86 / sm_89) is an assumption.
+_ARCH = {
+  "sm_70": (2048, 64, 32, 96 * KiB, 96 * KiB, 256, 0, 128 * KiB, 64, 64, 16, 32),
+  "sm_72": (2048, 64, 32, 96 * KiB, 96 * KiB, 256, 0, 128 * KiB, 64, 64, 16, 2),
+  "sm_75": (1024, 32, 16, 64 * KiB, 64 * KiB, 256, 0, 96 * KiB, 64, 64, 16, 2),
+  "sm_80": (2048, 64, 32, 164 * KiB, 163 * KiB, 128, 1 * KiB, 192 * KiB, 64, 64, 16, 32),
+  "sm_86": (1536, 48, 16, 100 * KiB, 99 * KiB, 128, 1 * KiB, 128 * KiB, 128, 64, 16, 2),
+  "sm_87": (1536, 48, 16, 164 * KiB, 163 * KiB, 128, 1 * KiB, 192 * KiB, 128, 64, 16, 2),
+  "sm_89": (1536, 48, 24, 100 * KiB, 99 * KiB, 128, 1 * KiB, 128 * KiB, 128, 64, 16, 2),
+  "sm_90": (2048, 64, 32, 228 * KiB, 227 * KiB, 128, 1 * KiB, 256 * KiB, 128, 64, 16, 64),
+}
+
+
+def _device(name: str, arch: str, sm_count: int, boost_clock_mhz: float, l2_bytes: int,
+            dram_bandwidth_gbs: float) -> DeviceSpec:
+  (threads, warps, blocks, smem_sm, optin, smem_unit, reserved, l1, fp32, int32, sfu, fp64) = _ARCH[arch]
+  return DeviceSpec(name=name, arch=arch, sm_count=sm_count, boost_clock_mhz=boost_clock_mhz,
+                    fp32_lanes_per_sm=fp32, sfu_lanes_per_sm=sfu, int32_lanes_per_sm=int32, fp64_lanes_per_sm=fp64,
+                    max_threads_per_sm=threads, max_warps_per_sm=warps, max_blocks_per_sm=blocks,
+                    regs_per_sm=64 * 1024, max_regs_per_thread=255, reg_alloc_unit=256,
+                    smem_per_sm_bytes=smem_sm, smem_per_block_static=48 * KiB, smem_per_block_optin=optin,
+                    smem_alloc_unit=smem_unit, smem_reserved_per_block=reserved, l1_bytes_per_sm=l1,
+                    l2_bytes=l2_bytes, dram_bandwidth_gbs=dram_bandwidth_gbs)
+
+
+# name -> DeviceSpec. Product figures: SM count, boost clock (MHz), L2, DRAM bandwidth (GB/s).
+DEVICES: dict[str, DeviceSpec] = {d.name: d for d in (
+  # NVIDIA Tesla V100 GPU Architecture whitepaper (WP-08608-001), Table 1 (V100 SXM2):
+  # 80 SMs, 1530 MHz boost, 6144 KB L2, 900 GB/s HBM2 -> 15.7 TFLOP/s FP32.
+  _device("v100", "sm_70", 80, 1530, 6 * MiB, 900),
+  # NVIDIA Jetson AGX Xavier series datasheet: 512-core Volta GPU (8 SMs) at 1377 MHz max,
+  # 512 KB L2, 136.5 GB/s LPDDR4x (256-bit, 2133 MHz).
+  _device("xavier", "sm_72", 8, 1377, 512 * KiB, 136.5),
+  # NVIDIA Turing GPU Architecture whitepaper (WP-09183-001), Appendix (Tesla T4) and the T4
+  # datasheet: 40 SMs, 1590 MHz boost, 4096 KB L2, 320 GB/s GDDR6 -> 8.1 TFLOP/s FP32.
+  _device("t4", "sm_75", 40, 1590, 4 * MiB, 320),
+  # NVIDIA A100 Tensor Core GPU Architecture whitepaper, Table 3 (A100 SXM4 40 GB):
+  # 108 SMs, 1410 MHz boost, 40 MB L2, 1555 GB/s HBM2 -> 19.5 TFLOP/s FP32.
+  _device("a100", "sm_80", 108, 1410, 40 * MiB, 1555),
+  # NVIDIA Ampere GA102 GPU Architecture whitepaper (v2.1), Table 9 (GeForce RTX 3090):
+  # 82 SMs, 1695 MHz boost, 6144 KB L2, 936 GB/s GDDR6X -> 35.6 TFLOP/s FP32.
+  _device("rtx3090", "sm_86", 82, 1695, 6 * MiB, 936),
+  # NVIDIA A10G (AWS EC2 G5): NVIDIA publishes no datasheet; figures as reported by
+  # deviceQuery / nvidia-smi on g5 instances and the TechPowerUp GPU Database "NVIDIA A10G":
+  # GA102 with 80 SMs, 1710 MHz boost, 6 MB L2, 600 GB/s GDDR6 -> 35.0 TFLOP/s FP32.
+  _device("a10g", "sm_86", 80, 1710, 6 * MiB, 600),
+  # NVIDIA RTX A5000 datasheet: 8192 CUDA cores (64 SMs), 27.8 TFLOP/s FP32 (-> 1695 MHz
+  # boost), 768 GB/s GDDR6; 6 MB L2 (GA102, 384-bit bus; GA102 whitepaper).
+  _device("a5000", "sm_86", 64, 1695, 6 * MiB, 768),
+  # NVIDIA RTX A6000 datasheet: 10752 CUDA cores (84 SMs), 38.7 TFLOP/s FP32 (-> 1800 MHz
+  # boost), 768 GB/s GDDR6; 6 MB L2 (GA102 whitepaper).
+  _device("a6000", "sm_86", 84, 1800, 6 * MiB, 768),
+  # NVIDIA Jetson AGX Orin series datasheet (AGX Orin 64GB): 2048-core Ampere GPU (16 SMs)
+  # at 1300 MHz max (5.3 TFLOP/s FP32), 4 MB L2, 204.8 GB/s LPDDR5.
+  _device("orin", "sm_87", 16, 1300, 4 * MiB, 204.8),
+  # NVIDIA Ada GPU Architecture whitepaper (v2.1), Table 1 (GeForce RTX 4090): 128 SMs,
+  # 2520 MHz boost, 72 MB L2, 1008 GB/s GDDR6X -> 82.6 TFLOP/s FP32.
+  _device("rtx4090", "sm_89", 128, 2520, 72 * MiB, 1008),
+  # NVIDIA L4 Tensor Core GPU datasheet and Ada whitepaper: 58 SMs (7424 CUDA cores),
+  # 2040 MHz boost, 48 MB L2, 300 GB/s GDDR6 -> 30.3 TFLOP/s FP32.
+  _device("l4", "sm_89", 58, 2040, 48 * MiB, 300),
+  # NVIDIA H100 Tensor Core GPU Architecture whitepaper (SXM5: 132 SMs, 50 MB L2) and the H100
+  # datasheet (SXM: 67 TFLOP/s FP32 -> 1980 MHz boost, 3.35 TB/s HBM3).
+  _device("h100", "sm_90", 132, 1980, 50 * MiB, 3352),
+)}
+
+# The device an arch-only target estimates for. sm_72 / sm_87 exist only as Jetson modules:
+# the largest of each (AGX Xavier, AGX Orin 64GB).
+DEFAULT_DEVICE = {"sm_70": "v100", "sm_72": "xavier", "sm_75": "t4", "sm_80": "a100", "sm_86": "rtx3090",
+                  "sm_87": "orin", "sm_89": "rtx4090", "sm_90": "h100"}
+
+
+def _device_key(name: str) -> str:
+  """``"RTX 3090"``, ``"rtx-3090"`` and ``"rtx3090"`` name the same device."""
+  return re.sub(r"[\s_\-]", "", name.strip().lower())
+
+
+def get_device(name: str) -> DeviceSpec:
+  """The ``DeviceSpec`` named ``name`` (a device name or an arch, which gives its default device)."""
+  key = _device_key(name)
+  if key in DEVICES:
+    return DEVICES[key]
+  m = re.fullmatch(r"sm(\d\d)", key)
+  if m and f"sm_{m.group(1)}" in DEFAULT_DEVICE:
+    return DEVICES[DEFAULT_DEVICE[f"sm_{m.group(1)}"]]
+  raise TargetError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}; "
+                    f"archs: {', '.join(SUPPORTED_ARCHS)}")
+
 
 @dataclass(frozen=True)
 class Target:
   """A CUDA compilation target.
 
-  ``Target("sm_86")`` (or ``"sm86"``). Static shared memory (``__shared__`` arrays, which is
-  all minicomp emits) is limited to 48 KiB per block on every arch.
+  ``Target("sm_86")`` (or ``"sm86"``) is the arch with its default device (``.device``);
+  ``Target("rtx3090")`` (any name in ``DEVICES``) is that device's arch with that device.
+  Static shared memory (``__shared__`` arrays, which is all minicomp emits) is limited to
+  48 KiB per block on every arch.
   """
   arch: str
   max_threads_per_block: int = 1024
@@ -43,12 +225,31 @@ class Target:
   max_vthread_extent: int = 8  # Ansor's GPU default (HardwareParams.max_vthread_extent)
   max_block_dims: tuple[int, int, int] = (1024, 1024, 64)
   max_grid_dims: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+  device_name: str | None = None  # set for named-device targets; None -> DEFAULT_DEVICE[arch]
 
   def __post_init__(self):
     m = re.fullmatch(r"sm_?(\d\d)", self.arch.strip())
-    if m is None or f"sm_{m.group(1)}" not in SUPPORTED_ARCHS:
-      raise TargetError(f"unknown target {self.arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
+    if m is None:
+      key = _device_key(self.arch)
+      if key not in DEVICES:
+        raise TargetError(f"unknown target {self.arch!r}; supported archs: {', '.join(SUPPORTED_ARCHS)}; "
+                          f"devices: {', '.join(DEVICES)}")
+      if self.device_name is not None and _device_key(self.device_name) != key:
+        raise TargetError(f"target {self.arch!r} given with a different device_name {self.device_name!r}")
+      object.__setattr__(self, "arch", DEVICES[key].arch)
+      object.__setattr__(self, "device_name", key)
+      return
+    if f"sm_{m.group(1)}" not in SUPPORTED_ARCHS:
+      raise TargetError(f"unknown target {self.arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}; "
+                        f"devices: {', '.join(DEVICES)}")
     object.__setattr__(self, "arch", f"sm_{m.group(1)}")
+    if self.device_name is not None:
+      key = _device_key(self.device_name)
+      if key not in DEVICES:
+        raise TargetError(f"unknown device {self.device_name!r}; known devices: {', '.join(DEVICES)}")
+      if DEVICES[key].arch != self.arch:
+        raise TargetError(f"device {key} is {DEVICES[key].arch}, not {self.arch}")
+      object.__setattr__(self, "device_name", key)
 
   @property
   def compute_capability(self) -> tuple[int, int]:
@@ -58,9 +259,19 @@ class Target:
   def max_shared_optin_bytes(self) -> int:
     return _SMEM_OPTIN[self.arch]
 
+  @property
+  def device(self) -> DeviceSpec:
+    """The device the cost model estimates for: the named one, else the arch's default."""
+    return DEVICES[self.device_name or DEFAULT_DEVICE[self.arch]]
+
+  @property
+  def name(self) -> str:
+    """The device name (``"rtx3090"`` for both ``Target("rtx3090")`` and ``Target("sm_86")``)."""
+    return self.device.name
+
   def __str__(self) -> str:
-    return self.arch
+    return self.device_name or self.arch
 
 
-def as_target(t: "Target | str") -> Target:
+def as_target(t: Target | str) -> Target:
   return t if isinstance(t, Target) else Target(t)

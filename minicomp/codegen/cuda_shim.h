@@ -3,7 +3,7 @@
 // Used by minicomp/codegen/simulator.py: its translation unit is this header, the kernel
 // source verbatim, then one generated launcher per kernel that calls mc_sim::launch().
 // Blocks run one after another; the threads of a block run as cooperative fibers (one
-// stack each, reused across blocks and launches) on the calling OS thread, so only
+// stack each, reused across the blocks of a launch) on the calling OS thread, so only
 // __syncthreads() and the warp functions switch threads; every other statement runs as
 // written. Include it in one translation unit only (it defines globals).
 #pragma once
@@ -173,7 +173,7 @@ constexpr size_t GUARD = 4096;
 struct Fiber { Ctx ctx; uint3 tid; bool started; };
 struct Warp { unsigned live, arrived, mask; };  // lane bitmasks
 Fiber fib[MAXT];
-char* stacks[MAXT];  // mapped on first use, kept for later blocks and launches
+char* stacks[MAXT];  // mapped at the start of a launch, reused by its blocks, unmapped at its end
 Warp warps[MAXT / 32];
 unsigned long long slots[MAXT];  // per-lane values exchanged by shuffles and votes
 int waiters[MAXT], queue[MAXT];  // block-barrier arrivals; ready fibers (ring)
@@ -355,6 +355,9 @@ inline int launch(const unsigned* cfg, void (*fn)(void**), void** a) {
   else rc = run_grid();
   for (int i = 0; i < 4; ++i) sigaction(fault_sigs[i], &old_act[i], nullptr);
   sigaltstack(&old_ss, nullptr);
+  // give the stacks back: each is two memory mappings (stack + guard page), and a process that
+  // keeps many simulator modules loaded would otherwise run into the kernel's map-count limit
+  for (int t = 0; t < MAXT && stacks[t]; ++t) { munmap(stacks[t], GUARD + MC_SIM_STACK); stacks[t] = nullptr; }
   return rc;
 }
 }  // namespace mc_sim

@@ -174,3 +174,14 @@ class GpuModule:
         except Exception:  # the context may already be broken by the failed launch
           pass
     return elapsed if time else None
+
+
+_FLUSH: list = []
+
+
+def flush_l2(nbytes: int = 256 << 20) -> None:   # pragma: no cover - needs a GPU
+  """Evict the L2 cache by writing a buffer larger than any current GPU's L2 (for timing)."""
+  import pycuda.driver as drv
+  if not _FLUSH: _FLUSH.append(drv.mem_alloc(nbytes))
+  drv.memset_d32(_FLUSH[0], 0, nbytes // 4)
+  drv.Context.synchronize()

@@ -1,0 +1,1 @@
+"""Static analysis for the Tuna-style cost model: PTX instruction profiles and occupancy."""
