@@ -192,7 +192,7 @@ class CompiledModel:
       else: steps.append({"call": {"kernel": st.kernel, "inputs": [list(x) for x in st.inputs], "outputs": st.outputs,
                                    "task": st.task, "ops": st.ops, "flops": st.flops}})
     manifest = {"format": "minicomp-compiled-model", "format_version": FORMAT_VERSION, "name": self.name,
-                "target": self.target.arch, "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in self.inputs],
+                "target": str(self.target), "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in self.inputs],
                 "outputs": self.output_names, "kernels": kernels, "steps": steps, "consts": sorted(self.consts)}
     arrays = {f"w:{k}": v for k, v in self.weights.items()}
     arrays.update({f"c:{k}": v for k, v in self.consts.items()})
