@@ -34,3 +34,7 @@ from minicomp.errors import FeedError, ModelError, SaveFormatError, ShapeError, 
 
 __all__ += ["compile", "load", "CompiledModel", "FeedError", "ModelError", "SaveFormatError", "ShapeError",
             "UnsupportedOpError"]
+
+from minicomp.search.static.estimate import estimate  # noqa: E402
+
+__all__ += ["estimate"]

@@ -10,19 +10,25 @@ Two workloads:
 
 A schedule is Ansor-like: the output stage ``T`` is tiled (every spatial axis split into 2-4
 levels with random factors that need not divide: block / vthread / thread / inner), its block
-loops fused and bound to ``blockIdx``, its thread loops fused and bound to ``threadIdx``; the
-reduction ``R`` is either ``T`` itself or a stage computed at a thread-bound or inner loop of
-``T`` (``cache_write(C, "local")`` or the reduction under a fused epilogue); the inputs of ``R``
-are cached in shared memory at one of ``R``'s reduction loops (cooperative fetch or not) and
-sometimes again in local memory; unroll annotations and ``auto_unroll_max_step`` pragmas are
-sprinkled on; a few schedules are serial (no binding at all: grid (1, 1, 1)).
+loops fused and bound to ``blockIdx``, its vthread loops bound to ``vthread``, its thread loops
+fused and bound to ``threadIdx``; the reduction ``R`` is either ``T`` itself (its reduction
+loops split, sometimes one of them outside the thread loops) or a stage computed at a
+thread-bound or inner loop of ``T`` (``cache_write(C, "local")`` or the reduction under a fused
+epilogue), or at a loop outside the threads (then a shared-memory stage the block computes
+together); the inputs of ``R`` are cached in shared memory at one of ``R``'s reduction loops
+(cooperative fetch with all or some of the block's threads, or none; sometimes storage_align
+and a vectorized inner part) and sometimes in local memory; unroll / vectorize annotations and
+``auto_unroll_max_step`` pragmas are sprinkled on; a few schedules are serial (no binding at
+all: grid (1, 1, 1)).
 
 Every random choice draws from one ``numpy.random.Generator`` made from the seed, so a seed
-names one schedule. A schedule that breaks a resource limit (minicomp's, checked with the same
-``check_resources`` that ``mc.build`` runs, or the generator's own cap on per-thread local
-arrays) is *rejected* and resampled from the same generator; ``Sample.rejected`` counts them.
-Any other error (ScheduleError from lowering, LoweringError, ...) propagates: a schedule this
-generator makes is meant to be valid, so such an error is a bug in minicomp (or here).
+names one schedule. A schedule that breaks a resource limit is *rejected* and resampled from
+the same generator (``Sample.rejected`` counts them): minicomp's limits, checked with the same
+``check_resources`` that ``mc.build`` runs, and two of the generator's own, the size of local
+arrays (the simulator's thread stacks) and the code NVRTC would have to unroll (compile time;
+the unroll annotations, which change no result, are dropped first). Any other error
+(ScheduleError from lowering, LoweringError, ...) propagates: a schedule this generator makes
+is meant to be valid, so such an error is a bug in minicomp (or here).
 
 ``sample(kind, seed)`` returns a :class:`Sample`; ``Sample.script()`` writes a standalone
 Python reproducer (workload + one Schedule call per step + build + compare).
@@ -36,6 +42,9 @@ import numpy as np
 
 import minicomp as mc
 from minicomp.codegen.verify import check_resources
+from minicomp.ir.expr import walk
+from minicomp.ir.ops import Op
+from minicomp.ir.loop import For, If, Seq, Store
 from minicomp.ir.lower import lower
 from minicomp.target import as_target
 
@@ -43,8 +52,10 @@ MATMUL_DIMS = (33, 47, 64, 100, 129)
 MAX_ATTEMPTS = 40
 LOCAL_LIMIT = 1024        # floats of local arrays per kernel (the simulator gives each thread a 64 KiB stack)
 MAX_THREADS = 512         # threads per block we sample up to (the hardware allows 1024)
+COST_LIMIT = 25000        # expression nodes once unrolled (see nvrtc_cost): keeps NVRTC under a few seconds
 UNROLL_MAX = 8            # only loops of a known extent <= this are annotated "unroll"
 AUTO_UNROLL = (0, 16, 64, 512)
+PARTIAL_FETCH = 0.25      # how often a cooperative fetch uses fewer threads than the block has in a dim
 
 
 class Rejected(Exception):
@@ -211,6 +222,7 @@ class _Gen:
     return out
 
   def fuse(self, st: str, loops) -> str:
+    if len(loops) == 1: return loops[0]
     out = self.s.fuse(st, *loops)
     ext = [self.known.get((st, l)) for l in loops]
     if all(e is not None for e in ext): self.known[(st, out)] = math.prod(ext)
@@ -231,7 +243,9 @@ class _Gen:
     C = wl.red.name
     serial = self.coin(0.12)
     if wl.pad is not None:
-      if serial and self.coin(0.3): self.notes.append("pad stage left at root (its own kernel)")
+      if self.coin(0.3 if serial else 0.08):
+        self.notes.append("pad stage left at root (its own kernel)")
+        self.schedule_elementwise(wl.pad.name, serial)
       else: s.compute_inline(wl.pad)
     if serial and self.coin(0.3):
       if wl.epi is not None: s.compute_inline(wl.epi[0])
@@ -248,18 +262,18 @@ class _Gen:
     else:
       T = C
       R = s.cache_write(C, "local") if self.coin(0.5) else C
-    if mode == "root": self.schedule_epilogue(wl.outputs[0].name, serial)
+    if mode == "root": self.schedule_elementwise(wl.outputs[0].name, serial)
     self.notes.append(f"tiled stage {T}, reduction stage {R}")
     tile = self.tile(T, serial, fused_reduction=(R == T))
     if R != T: self.attach_reduction(R, T, tile, serial)
-    self.caches(R, serial)
+    self.caches(R, T, serial)
     self.annotate(T, R)
     return s
 
-  def schedule_epilogue(self, D: str, serial: bool):
-    """The elementwise output as its own kernel: unscheduled, or fused + split + bound."""
+  def schedule_elementwise(self, D: str, serial: bool):
+    """An elementwise stage as its own kernel: unscheduled, or fused + split + bound."""
     if serial or self.coin(0.4):
-      self.notes.append("epilogue kernel unscheduled"); return
+      self.notes.append(f"{D} kernel unscheduled"); return
     f = self.fuse(D, self.s.loops(D))
     tpb = self.pick([32, 64, 100, 128, 256])
     if self.coin(0.3):
@@ -274,6 +288,12 @@ class _Gen:
     axes = s.loops(T)
     spatial = [a for a in axes if self.kind(T, a) == "spatial"]
     ext = dict(zip(spatial, self.s.state.stage(T).tensor.shape))
+    if self.coin(0.15):                      # flat tiling: fuse the spatial axes first, then split the fused loop
+      order = self.perm(spatial)
+      s.reorder(T, *order)
+      f = s.fuse(T, *order)
+      ext, spatial = {f: math.prod(ext.values())}, [f]
+      self.notes.append(f"{T}: spatial axes {order} fused first")
     level_roles = {2: [["b", "t"], ["b", "i"]], 3: [["b", "t", "i"], ["b", "v", "t"]], 4: [["b", "v", "t", "i"]]}
     threads_left, vthreads_left, inner_left = MAX_THREADS, 8, 64
     by_role: dict[str, list[str]] = {"b": [], "v": [], "t": [], "i": []}
@@ -284,7 +304,7 @@ class _Gen:
       fs = []
       for r in roles[1:]:
         if r == "t":
-          opts = [x for x in (1, 2, 3, 4, 5, 6, 8, 16, 32) if x <= min(threads_left, cap)]
+          opts = [x for x in (1, 2, 3, 4, 5, 6, 8, 16, 32, 64, 128, 256) if x <= min(threads_left, cap)]
           f = int(self.weighted(opts, [1.0 / (1 + abs(math.log2(x / 8))) for x in opts])); threads_left //= f
         elif r == "v":
           opts = [x for x in (1, 2, 3, 4) if x <= min(vthreads_left, cap)]; f = self.pick(opts); vthreads_left //= f
@@ -304,7 +324,11 @@ class _Gen:
       return {"order": order, "threads": [], "inner": by_role["i"], "vthreads": by_role["v"], "blocks": by_role["b"]}
     inner = by_role["i"]
     tail = self.perm(red_outer) + self.perm(inner + red_rest) if self.coin(0.7) else self.perm(red_outer + red_rest + inner)
-    s.reorder(T, *(by_role["b"] + by_role["v"] + by_role["t"] + tail))
+    mid = []
+    if red_outer and by_role["t"] and self.coin(0.12):     # a serial reduction loop between vthreads and threads
+      mid = [tail[0]]; tail = tail[1:]
+      self.notes.append(f"reduction loop {mid[0]} outside the thread loops")
+    s.reorder(T, *(by_role["b"] + by_role["v"] + mid + by_role["t"] + tail))
     # blocks
     bgroups = self.groups(by_role["b"], int(self.pick([1, 2])))
     tags = self.perm(["blockIdx.x", "blockIdx.y"])
@@ -333,6 +357,10 @@ class _Gen:
     self.notes.append(f"block threads x={self.tx} y={self.ty}")
     return {"order": s.loops(T), "threads": threads, "inner": inner, "vthreads": by_role["v"], "blocks": by_role["b"]}
 
+  def bound_extent(self, n: int) -> int:
+    """How many threads of a block dim of ``n`` a stage uses: usually all of them."""
+    return n if self.coin(1 - PARTIAL_FETCH) else int(self.rng.integers(1, n + 1))
+
   def split_reductions(self, R: str) -> tuple[list[str], list[str]]:
     """Split each reduction axis of ``R`` into 1-3 levels; returns (outermost levels, the rest)."""
     outer, rest = [], []
@@ -351,7 +379,26 @@ class _Gen:
   def attach_reduction(self, R: str, T: str, tile: dict, serial: bool):
     s = self.s
     order = s.loops(T)
+    if not serial and R == self.wl.red.name and tile["threads"] and order.index(tile["threads"][0]) > 0 and self.coin(0.2):
+      loc = order[order.index(tile["threads"][0]) - 1]      # outside the thread loops: a shared-memory stage
+      s.compute_at(R, T, loc)
+      self.notes.append(f"compute_at({R}, {T}, {loc}) (outside the threads)")
+      sp = [l for l in s.loops(R) if self.kind(R, l) == "spatial"]
+      front = []
+      use = [(d, n) for d, n in (("threadIdx.y", self.ty), ("threadIdx.x", self.tx)) if n > 1]
+      if use and self.coin(0.7):
+        f = self.fuse(R, sp)
+        exts = [self.bound_extent(n) for _, n in use]
+        front = list(self.split(R, f, exts))
+        for (d, _), l in zip(use, front[1:]): s.bind(R, l, d)
+        self.notes.append(f"{R}: spatial loops fused, split by {exts} -> {[d for d, _ in use]}")
+      outer, rest = self.split_reductions(R)
+      rest += [l for l in s.loops(R) if self.kind(R, l) == "spatial" and l not in front]
+      s.reorder(R, *(front + self.perm(outer) + self.perm(rest)))
+      return
+    vts = [l for l in order if s.state.stage(T).annotation(l) == "vthread"]
     if serial: loc = self.pick(order)
+    elif vts and self.coin(0.1): loc = self.pick(vts)
     elif tile["threads"] and self.coin(0.6): loc = tile["threads"][-1] if self.coin(0.8) else tile["threads"][0]
     elif tile["inner"]: loc = self.pick([l for l in order if l in tile["inner"]])
     elif tile["threads"]: loc = tile["threads"][-1]
@@ -365,17 +412,27 @@ class _Gen:
     order = self.perm(outer) + self.perm(rest + sp) if self.coin(0.7) else self.perm(s.loops(R))
     s.reorder(R, *order)
 
-  def caches(self, R: str, serial: bool):
+  def caches(self, R: str, T: str, serial: bool):
     s = self.s
     for X in self.wl.cache_inputs:
       red = [l for l in s.loops(R) if self.kind(R, l) == "reduce"]
       XS, at_pos = None, 0
       if self.coin(0.3 if serial else 0.6):
-        at = self.weighted(red, [2.0 ** -k for k in range(len(red))])
+        # usually at a reduction loop of R; sometimes at any loop of R, or at a loop of T outside R
+        if R != T: outer = s.loops(T)[:s.loops(T).index(s.state.stage(R).attach.iter) + 1]
+        else: outer = s.loops(T)[:min([s.loops(T).index(l) for l in red] + [len(s.loops(T))])]
+        u = self.rng.random()
+        tgt, at = (T, self.pick(outer)) if outer and u < 0.1 else (R, self.pick(s.loops(R))) if u < 0.2 else \
+          (R, self.weighted(red, [2.0 ** -k for k in range(len(red))]))
         XS = s.cache_read(X, "shared", [R])
-        s.compute_at(XS, R, at)
-        at_pos = s.loops(R).index(at)
-        self.notes.append(f"cache_read({X.name}, shared) at {R}.{at}")
+        s.compute_at(XS, tgt, at)
+        if self.coin(0.2):
+          fct = self.pick([8, 16, 32])
+          off = self.pick([0, 1, 2, 4])
+          s.storage_align(XS, len(X.shape) - 2, fct, off)
+          self.notes.append(f"storage_align({XS}, {len(X.shape) - 2}, {fct}, {off})")
+        at_pos = s.loops(R).index(at) if tgt == R else 0
+        self.notes.append(f"cache_read({X.name}, shared) at {tgt}.{at}")
         self.fetch(XS, serial)
       if self.coin(0.3):
         src = XS if XS is not None else X.name
@@ -384,7 +441,6 @@ class _Gen:
         XL = s.cache_read(src, "local", [R])
         s.compute_at(XL, R, at2)
         self.notes.append(f"cache_read({src}, local) at {R}.{at2}")
-        if self.coin(0.3): s.unroll(XL, s.loops(XL)[-1])
 
   def fetch(self, XS: str, serial: bool):
     """How the block fills a shared tile: cooperative (threads bound) or not."""
@@ -396,25 +452,29 @@ class _Gen:
       if self.coin(0.5):
         f = self.fuse(XS, loops)
         _, fi = self.split(XS, f, [self.pick([2, 4])])
-        s.unroll(XS, fi)
+        s.vectorize(XS, fi) if self.coin(0.4) else s.unroll(XS, fi)
       return
     if self.coin(0.25):                          # no fuse: split the last axis across threadIdx.x (or .y)
       d, n = dims[-1]
-      tn = n if self.coin(0.7) else int(self.rng.integers(1, n + 1))
+      tn = self.bound_extent(n)
       _, ti = self.split(XS, loops[-1], [tn])
       s.bind(XS, ti, d)
       self.notes.append(f"{XS}: last axis split by {tn} -> {d}")
       return
     f = self.fuse(XS, loops)
     use = dims if self.coin(0.6) else [self.pick(dims)]
-    exts = [n if self.coin(0.75) else int(self.rng.integers(1, n + 1)) for _, n in use]
-    parts = self.split(XS, f, exts)
+    exts = [self.bound_extent(n) for _, n in use]
+    vec = [self.pick([2, 4])] if self.coin(0.2) else []
+    parts = self.split(XS, f, exts + vec)
     for (d, _), l in zip(use, parts[1:]): s.bind(XS, l, d)
-    if self.coin(0.3): s.unroll(XS, parts[0])
+    if vec: s.vectorize(XS, parts[-1])
     self.notes.append(f"{XS}: fused, split by {exts} -> {[d for d, _ in use]}")
 
   def annotate(self, T: str, R: str):
     s = self.s
+    last = s.loops(T)[-1]
+    if s.state.stage(T).annotation(last) == "none" and self.known.get((T, last)) in (2, 4) and self.coin(0.25):
+      s.vectorize(T, last)
     for st in dict.fromkeys([T, R]):
       state = s.state.stage(st)
       for l in s.loops(st)[-3:]:
@@ -508,9 +568,40 @@ def step_call(st) -> str:
   return f"# {d}"
 
 
-def _limits(s: mc.Schedule, target: str) -> None:
-  """Raise Rejected when ``s`` breaks a resource limit: minicomp's (as ``mc.build`` checks) or ours."""
+def nvrtc_cost(stmt, unrolled: bool = False) -> int:
+  """Expression nodes in a kernel once NVRTC unrolls every unroll / vthread loop and the loops inside
+  them: a proxy for NVRTC's compile time (which grows fast with it)."""
+  if isinstance(stmt, For):
+    un = unrolled or stmt.kind in ("unroll", "vectorize", "vthread")
+    n = nvrtc_cost(stmt.body, un)
+    return n * int(stmt.extent.arg) if un else n + 1
+  if isinstance(stmt, Seq): return sum(nvrtc_cost(x, unrolled) for x in stmt.stmts)
+  if isinstance(stmt, If): return _nodes(stmt.cond) + nvrtc_cost(stmt.then, unrolled)
+  if isinstance(stmt, Store): return _nodes(stmt.index) + _nodes(stmt.value)
+  return 1
+
+
+def _nodes(e) -> int:
+  return sum(3 if n.op in (Op.FLOORDIV, Op.FLOORMOD) else 1 for n in walk(e))   # div / mod cost NVRTC more
+
+
+def _is_unroll(step) -> bool:
+  return step.kind == "pragma" or (step.kind == "annotate" and step.annotation == "unroll")
+
+
+def _tame_unrolling(s: mc.Schedule, wl: Workload, notes: list):
+  """Drop the unroll annotations and pragmas of a schedule whose unrolled kernel would take NVRTC long
+  to compile (they change no result); returns the schedule and its lowered program."""
   prog = lower(s.state)
+  if max(nvrtc_cost(k.body) for k in prog.kernels) <= COST_LIMIT or not any(_is_unroll(st) for st in s.steps):
+    return s, prog
+  s = mc.Schedule.from_json(wl.outputs, [st.to_json() for st in s.steps if not _is_unroll(st)])
+  notes.append("unroll annotations and pragmas dropped (NVRTC compile time)")
+  return s, lower(s.state)
+
+
+def _limits(s: mc.Schedule, prog, target: str) -> None:
+  """Raise Rejected when ``s`` breaks a resource limit: minicomp's (as ``mc.build`` checks) or ours."""
   try:
     check_resources(s.state, prog, as_target(target))
   except mc.ScheduleError as e:
@@ -518,6 +609,8 @@ def _limits(s: mc.Schedule, target: str) -> None:
   for k in prog.kernels:
     local = sum(int(b.size.arg) for b in k.allocs if b.scope == "local")
     if local > LOCAL_LIMIT: raise Rejected(f"kernel {k.name}: {local} floats of local arrays > {LOCAL_LIMIT}")
+    n = nvrtc_cost(k.body)
+    if n > COST_LIMIT: raise Rejected(f"kernel {k.name}: {n} expression nodes once unrolled > {COST_LIMIT}")
 
 
 def target_for(kind: str, seed: int) -> str:
@@ -533,9 +626,9 @@ def sample(kind: str, seed: int, target: str | None = None) -> Sample:
   for _ in range(MAX_ATTEMPTS):
     wl = random_matmul(rng) if kind == "matmul" else random_conv(rng)
     g = _Gen(rng, wl)
-    s = g.run()
+    s, prog = _tame_unrolling(g.run(), wl, g.notes)
     try:
-      _limits(s, target)
+      _limits(s, prog, target)
     except Rejected as e:
       reasons.append(str(e)); continue
     return Sample(kind, seed, target, wl, s, g.notes, len(reasons), reasons)

@@ -1,0 +1,72 @@
+"""``estimate(kernel, target)``: the static model's latency estimate for a built Kernel.
+
+It gathers, for every launch of the kernel, the facts the formula of
+:mod:`minicomp.search.static.model` needs:
+
+- per-thread dynamic instruction counts by class from the NVRTC PTX (Tuna's Algorithm 3,
+  :mod:`.ptx`; loop trip counts the PTX hides come from minicomp's own loop IR);
+- registers and shared memory from ptxas, and the occupancy they allow (:mod:`.occupancy`);
+- data movement from islpy (Tuna's Algorithm 2, :mod:`.footprint`): compulsory DRAM bytes,
+  L2 -> SM bytes with the reuse L1 captures, sectors per warp request (coalescing) and
+  shared-memory bank conflicts of the first warp.
+
+The result is labelled an estimate everywhere it is printed.
+"""
+from __future__ import annotations
+
+import math
+
+from minicomp.errors import MinicompError
+from minicomp.search.static.model import Estimate, LaunchFacts, launch_time
+from minicomp.target import Target, as_target
+
+
+class EstimateError(MinicompError):
+  """The static model cannot estimate this kernel (e.g. it was loaded without its loop IR)."""
+
+
+def launch_facts(kernel, dev) -> list[LaunchFacts]:
+  """The model's inputs for every launch of ``kernel`` on device ``dev``."""
+  from minicomp.search.static.footprint import analyze_kernel
+  from minicomp.search.static.occupancy import occupancy
+  from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
+  if kernel.program is None:
+    raise EstimateError("the static model needs the kernel's loop IR; kernels loaded from disk carry only "
+                        "their binary: rebuild with minicomp.build / minicomp.compile")
+  out = []
+  for l, kir in zip(kernel.plan.launches, kernel.program.kernels):
+    prof = analyze_ptx(kernel.binary.ptx, l.kernel, hints=ir_loop_extents(kir.body))
+    res = kernel.binary.resources.get(l.kernel)
+    threads, blocks = math.prod(l.block), math.prod(l.grid)
+    occ = occupancy(dev, threads, res.registers if res else 32, res.shared_bytes if res else 0, blocks)
+    dm = analyze_kernel(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
+    warps = math.ceil(threads / dev.warp_size)
+    l1_cycles = sum((a.requests or 0.0) * math.ceil((a.sectors_per_request or 4) / 4)
+                    for a in dm.accesses if a.scope == "global")
+    shared_instr = (prof.counts.get("ld_shared", 0.0) + prof.counts.get("st_shared", 0.0)) * warps
+    # L2 -> SM traffic: the 32-byte sectors each warp request touches (so uncoalesced accesses
+    # pay for whole sectors), scaled by the reuse L1 captures inside a block (distinct elements
+    # per block over dynamic accesses of the buffer), never below the distinct bytes per block
+    reuse = {b.name: min(1.0, b.block_sum / max(b.reads + b.writes, 1)) for b in dm.buffers}
+    l2 = sum((a.requests or 0.0) * (a.sectors_per_request or 4) * 32 * reuse.get(a.buffer, 1.0)
+             for a in dm.accesses if a.scope == "global")
+    l2 = max(l2, dm.l2_read_bytes + dm.l2_write_bytes)
+    out.append(LaunchFacts(
+      name=l.kernel, blocks=blocks, threads_per_block=threads, per_thread=dict(prof.counts),
+      active_warps_per_sm=occ.active_warps_per_sm, blocks_per_sm=occ.blocks_per_sm,
+      dram_bytes=dm.dram_bytes, l2_bytes=l2,
+      l1_cycles_per_block=l1_cycles / max(blocks, 1),
+      shared_wavefronts_per_block=shared_instr * max(dm.bank_conflict, 1.0)))
+  return out
+
+
+def estimate(kernel, target: Target | str | None = None) -> Estimate:
+  """Estimated latency of ``kernel`` (all its launches) on ``target`` (default: the kernel's own
+  target; an arch like "sm_86" means its default device, or name a device: "a100", "rtx3090").
+
+  Returns an :class:`~minicomp.search.static.model.Estimate` with ``latency_s``, per-launch
+  terms (``launches[i].parts``: issue, pipes, shared, L1, L2, DRAM, launch overhead) and the
+  bound that sets each launch's time. Always an estimate: no GPU is involved."""
+  tgt = as_target(target) if target is not None else kernel.target
+  dev = tgt.device
+  return Estimate(dev.name, tuple(launch_time(f, dev) for f in launch_facts(kernel, dev)))

@@ -1,0 +1,538 @@
+"""Data movement of a lowered kernel (Tuna's Algorithm 2, adapted to a GPU memory hierarchy).
+
+Every count is an isl cardinality (``count_val`` of an accessed set, see ``isl_build.py``),
+never a per-op formula, so the analysis follows any schedule the loop IR can express.
+
+Memory levels, outermost first:
+
+- **DRAM -> L2**: the grid's block dimensions are treated as loops (``blockIdx.z`` outermost,
+  ``blockIdx.x`` innermost: the launch order), with the L2 capacity as the cache. One
+  iteration of the innermost one is one block.
+- **L2 -> SM (L1)**: inside block 0, every ``For`` of the body is a loop node; all the threads
+  of the block run an iteration together. The cache is the L1 left over by the kernel's shared
+  memory. L1 caches reads only; stores write through, so the SM -> L2 traffic is the dynamic
+  store volume.
+- **shared / registers**: the dynamic access counts and the per-block / per-thread distinct
+  elements of every buffer (shared buffers are private to a block, local ones to a thread).
+
+Algorithm 2 at a loop node with trip count ``T``: when the footprint of one iteration (all
+buffers of the level) fits the cache, consecutive iterations reuse each other's data and the
+movement is the footprint of the whole loop; otherwise it is ``T`` times the movement of one
+iteration, which sums its sub-loops and its own accesses. Outer loops are fixed at 0.
+
+Coalescing (global) and bank conflicts (shared) evaluate each index for the 32 lanes of the
+first warp (``threadIdx`` linearised x fastest, block 0) at a few loop iterations: every loop at
+0, and each loop in turn at 1 and at its last value; ``vectorize`` loops form one request.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import islpy as isl
+import numpy as np
+
+from minicomp.errors import ExprError
+from minicomp.ir.evaluate import evaluate
+from minicomp.ir.loop import Kernel, Program
+from minicomp.search.static.isl_build import (HW_TAGS, N_HW, AccessMap, LoopNode, access_map, collect_accesses,
+                                              hw_extent, isl_budgeted)
+
+SUM_EXACT_LIMIT = 512     # kept hardware-index combinations isl may scan for an exact per-block / per-thread sum
+ISL_BUDGETS = (3000, 30000)   # isl operations a count may take, first and second try
+INJECTIVE_BUDGET = 3000   # isl operations an injectivity test may take (a tenth with many digit variables)
+ENUM_CHEAP = 1 << 15      # sets of at most this many instances are enumerated with numpy (isl is slower there)
+ENUM_LIMIT = 1 << 20      # instances the fallback enumerates at most
+SUM_ENUM_LIMIT = 1 << 16  # instances a per-block / per-thread sum enumerates before it samples
+DTYPE_BYTES = {"float16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
+SECTOR = 32
+
+
+@dataclass(frozen=True)
+class BufferTraffic:
+  """Counts for one buffer in one kernel, in elements unless named ``_bytes``."""
+  name: str
+  scope: str
+  dtype_bytes: int
+  size: int
+  exact: bool           # every access had quasi-affine indices and conditions
+  reads: int            # dynamic accesses (one per statement instance)
+  writes: int
+  unique_read: int      # distinct elements over the grid
+  unique_write: int
+  unique: int
+  block_sum: int        # distinct elements of each block, summed over the blocks
+  thread_sum: int       # distinct elements of each thread, summed over the threads
+  per_block: int        # distinct elements of block 0
+  per_thread: int       # distinct elements of thread 0 of block 0
+  l2_read_bytes: float  # L2 -> SM reads, with the reuse L1 captures (global buffers)
+  l2_write_bytes: float # SM -> L2 stores (write-through)
+  dram_bytes: float     # DRAM <-> L2 traffic (reads and writes)
+  sums_exact: bool = True   # block_sum / thread_sum counted (not estimated from sampled indices)
+
+  @property
+  def read_bytes(self) -> int: return self.reads * self.dtype_bytes
+  @property
+  def write_bytes(self) -> int: return self.writes * self.dtype_bytes
+  @property
+  def unique_bytes(self) -> int: return self.unique * self.dtype_bytes
+  @property
+  def block_sum_bytes(self) -> int: return self.block_sum * self.dtype_bytes
+  @property
+  def thread_sum_bytes(self) -> int: return self.thread_sum * self.dtype_bytes
+  @property
+  def per_thread_bytes(self) -> int: return self.per_thread * self.dtype_bytes
+
+
+@dataclass(frozen=True)
+class LoopLevel:
+  """One node of Algorithm 2: a grid dimension (memory "L2") or a loop of the body ("L1")."""
+  loop: str             # loop variable, or "blockIdx.x" ...
+  node: int | None      # pre-order number of the For in the kernel body (None for grid levels)
+  kind: str             # "grid" | "serial" | "unroll" | "vectorize" | "vthread"
+  depth: int
+  trip: int
+  memory: str           # "L2" | "L1"
+  cache_bytes: int
+  iter_bytes: int       # footprint of one iteration, all buffers of the level
+  footprint_bytes: int  # footprint of the whole loop
+  movement_bytes: float
+  buffers: tuple[tuple[str, int, int, float], ...]   # (buffer, iteration bytes, footprint bytes, movement bytes)
+
+  @property
+  def fits(self) -> bool: return self.iter_bytes <= self.cache_bytes
+
+
+@dataclass(frozen=True)
+class AccessPattern:
+  """Warp-level behaviour of one global or shared access."""
+  buffer: str
+  scope: str
+  kind: str             # "read" | "write"
+  index: str
+  count: int            # dynamic accesses
+  sectors_per_request: float | None = None    # global: distinct 32-byte sectors per warp request
+  efficiency: float | None = None             # global: requested bytes / moved bytes (<= 1)
+  requests: float | None = None               # global: estimated warp requests
+  bank_conflict: float | None = None          # shared: max distinct words per bank (1 = none)
+
+
+@dataclass(frozen=True)
+class DataMovement:
+  """Data movement of one kernel launch."""
+  kernel: str
+  grid: tuple[int, int, int]
+  block: tuple[int, int, int]
+  buffers: tuple[BufferTraffic, ...]
+  levels: tuple[LoopLevel, ...]
+  accesses: tuple[AccessPattern, ...]
+  global_load_bytes: int        # dynamic
+  global_store_bytes: int
+  shared_load_bytes: int
+  shared_store_bytes: int
+  unique_global_bytes: int      # compulsory DRAM traffic
+  block_sum_global_bytes: int   # L2 -> SM traffic without any reuse across blocks
+  l2_read_bytes: float
+  l2_write_bytes: float
+  dram_bytes: float
+  load_sectors: float           # estimated 32-byte sectors requested by global loads
+  store_sectors: float
+  coalescing_efficiency: float  # weighted by dynamic accesses (1.0 when there are none)
+  sectors_per_request: float
+  bank_conflict: float
+  exact: bool
+  counts: tuple[tuple[str, int], ...] = ()   # how the distinct counts were taken: isl / enumerated / unbudgeted
+
+  def buffer(self, name: str) -> BufferTraffic:
+    for b in self.buffers:
+      if b.name == name: return b
+    raise KeyError(name)
+
+
+def analyze_program(program: Program, l1_bytes: int = 128 * 1024, l2_bytes: int = 6 * 1024 * 1024) -> list[DataMovement]:
+  """:func:`analyze_kernel` for every kernel of a lowered concrete program."""
+  return [analyze_kernel(k, l1_bytes, l2_bytes) for k in program.kernels]
+
+
+# ---------------------------------------------------------------------------------------------
+# isl helpers
+
+class _Counter:
+  """Distinct-element counts of sets of accesses, memoised, with ``stats`` of how each was taken.
+
+  Sets of at most :data:`ENUM_CHEAP` instances are enumerated with numpy: isl's ``count_val``
+  scans the points of a set with existential variables, and a few small ones with awkward
+  lattices (fused loops split again by threads) take it seconds to minutes. Larger sets go to
+  isl: its count within a small operation budget; for a single injective access, the count of
+  its (factored) instance domain; the count within a larger budget; then enumeration when
+  there are at most :data:`ENUM_LIMIT` instances, and isl without a budget otherwise.
+  """
+
+  def __init__(self, kernel: Kernel):
+    self.kernel = kernel
+    self.stats = {"isl": 0, "enumerated": 0, "unbudgeted": 0}
+    self.memo: dict[tuple, int] = {}
+
+  def __call__(self, ms, keep: int = 0, fixed: tuple[int, ...] = (), at: tuple[tuple[int, int], ...] = ()) -> int:
+    """Distinct (first ``keep`` hardware indices, element) pairs the accesses ``ms`` touch, with
+    the input dimensions ``fixed`` at 0 and ``at`` (position, value) fixed."""
+    return self.items([(m, fixed, at) for m in ms], keep)
+
+  def union_fixed(self, by_fix: dict[tuple[int, ...], list[AccessMap]]) -> int:
+    """Distinct elements of several groups of accesses, each with its own fixed dimensions."""
+    return self.items([(m, fx, ()) for fx, ms in by_fix.items() for m in ms], 0)
+
+  def items(self, items: list[tuple[AccessMap, tuple[int, ...], tuple]], keep: int) -> int:
+    if not items: return 0
+    same = {}                          # a read and a write of one statement touch the same elements
+    for m, fx, at in items: same.setdefault((_shape(m), fx, at), (m, fx, at))
+    items = list(same.values())
+    key = (keep,) + tuple((id(m), fx, at) for m, fx, at in items)
+    if key not in self.memo: self.memo[key] = self._count(items, keep)
+    return self.memo[key]
+
+  def _count(self, items, keep: int) -> int:
+    fixes = [(m, {**{p: 0 for p in fx}, **dict(at)}) for m, fx, at in items]
+    n = sum(_instances(m, keep, f) for m, f in fixes)
+    if n <= ENUM_CHEAP:
+      self.stats["enumerated"] += 1
+      return _enumerate(fixes, keep)
+    s = _union(m.image(keep, fx, at) for m, fx, at in items)
+    count = lambda: s.count_val().to_python()
+    c = isl_budgeted(count, ISL_BUDGETS[0])
+    if c is None and len(fixes) == 1:   # one access, injective: the image is as large as the domain
+      (m, fix), = fixes
+      drop = frozenset(range(len(m.extents))) - set(_relevant(m, keep)) - set(fix)
+      if m.affine_index and m.exact and m.injective(keep, fix, drop, INJECTIVE_BUDGET):
+        c = m.instance_count(fix, drop)
+    if c is None: c = isl_budgeted(count, ISL_BUDGETS[1])
+    if c is not None:
+      self.stats["isl"] += 1
+      return c
+    if n <= ENUM_LIMIT:
+      self.stats["enumerated"] += 1
+      return _enumerate(fixes, keep)
+    self.stats["unbudgeted"] += 1
+    return count()
+
+
+def _shape(m: AccessMap) -> tuple:
+  a = m.access
+  return (a.buffer.name, a.index, a.conds, tuple(lp.node for lp in a.loops))
+
+
+def _union(sets) -> isl.Set | None:
+  out = None
+  for s in sets: out = s if out is None else out.union(s)
+  return out
+
+
+def _relevant(m: AccessMap, keep: int) -> list[int]:
+  """Input dimensions that can change the kept key or the element: kept ones, and those the
+  index or a condition reads (an inner loop shadows an outer one of the same name)."""
+  names = list(HW_TAGS) + [lp.var for lp in m.access.loops]
+  return [p for p, n in enumerate(names) if p < keep or (n in m.used and n not in names[p + 1:])]
+
+
+def _instances(m: AccessMap, keep: int, fix: dict[int, int]) -> int:
+  return math.prod(m.extents[p] for p in _relevant(m, keep) if p not in fix)
+
+
+def _enumerate(fixes: list[tuple[AccessMap, dict[int, int]]], keep: int) -> int:
+  """The count of :class:`_Counter`, by evaluating every instance's index with numpy."""
+  return _rows(fixes, keep).shape[1]
+
+
+def _rows(fixes, keep: int, values: dict[int, list[int]] | None = None) -> np.ndarray:
+  """Distinct (kept hardware indices..., element) columns of the accesses, each with its fixed
+  dimensions; ``values`` restricts some dimensions to a few values. A gather covers its buffer."""
+  values = values or {}
+  keys, addrs = [], []
+  for m, fix in fixes:
+    a = m.access
+    dims = [p for p in _relevant(m, keep) if p not in fix]
+    axes = [np.asarray(values.get(p, range(m.extents[p]))) for p in dims]
+    grid = (np.stack([g.ravel() for g in np.meshgrid(*axes, indexing="ij")]) if dims
+            else np.zeros((0, 1), np.int64))
+    names = list(HW_TAGS) + [lp.var for lp in a.loops]
+    env = {n: 0 for n in names}
+    env.update({names[p]: v for p, v in fix.items()})
+    env.update({names[p]: grid[k] for k, p in enumerate(dims)})
+    n = grid.shape[1]
+    mask = np.ones(n, bool)
+    for c in a.conds:
+      try: mask &= np.broadcast_to(np.asarray(evaluate(c, env), bool), (n,))
+      except ExprError: pass                       # data-dependent: taken (as isl over-approximates)
+    kept = np.stack([np.broadcast_to(np.asarray(env[names[p]], np.int64), (n,)) for p in range(keep)]
+                    + [np.zeros(n, np.int64)])[:, mask]
+    if m.affine_index:
+      addr = np.broadcast_to(np.asarray(evaluate(a.index, env), np.int64), (n,))[mask]
+    else:                                          # a gather: every element of the buffer
+      size = int(a.buffer.size.arg)
+      kept = np.repeat(np.unique(kept, axis=1), size, axis=1)
+      addr = np.tile(np.arange(size), kept.shape[1] // size if size else 0)
+    keys.append(kept[:keep]); addrs.append(addr)
+  rows = np.concatenate([np.concatenate(keys, axis=1), np.concatenate(addrs)[None]], axis=0)
+  if not rows.shape[1]: return rows
+  lo = rows.min(axis=1, keepdims=True)
+  span = rows.max(axis=1) - lo[:, 0] + 1
+  if math.prod(int(x) for x in span) >= 1 << 62: return np.unique(rows, axis=1)
+  flat = np.zeros(rows.shape[1], np.int64)
+  for r, n in zip(rows - lo, span): flat = flat * int(n) + r      # mixed radix: one int64 per column
+  return rows[:, np.unique(flat, return_index=True)[1]]
+
+
+def _sum_unique(count: _Counter, ms, keep: int) -> tuple[float, bool]:
+  """Distinct elements of each block (keep 3) or thread (keep 6), summed over them; exact?
+
+  A kept index the accesses are translation-invariant in (every access ``c * index + rest``
+  with the same ``c``, no condition on it) contributes its extent as a factor, counted at 0.
+  When the other kept indices still span more than :data:`SUM_EXACT_LIMIT` combinations, the
+  instances are too many to enumerate and the accesses are not one injective access (whose
+  sum is its instance count), the sum is estimated from the first and the last value of each
+  of those indices (the last block / thread is where bound guards cut tiles short).
+  """
+  if not ms: return 0, True
+  kernel = count.kernel
+  factor, fixed, rest = 1, [], []
+  for p in range(keep):
+    e = hw_extent(kernel, p)
+    if e == 1: continue
+    cs = {m.translation(HW_TAGS[p]) for m in ms}
+    if len(cs) == 1 and None not in cs: factor *= e; fixed.append(p)
+    else: rest.append(p)
+  fix = {p: 0 for p in fixed}
+  if (math.prod(hw_extent(kernel, p) for p in rest) <= SUM_EXACT_LIMIT
+      or sum(_instances(m, keep, fix) for m in ms) <= SUM_ENUM_LIMIT):
+    return factor * count(ms, keep, tuple(fixed)), True
+  shapes = {_shape(m): m for m in ms}
+  if len(shapes) == 1:                 # one access, injective: the sum is its number of instances
+    (m,), drop = shapes.values(), None
+    drop = frozenset(range(len(m.extents))) - set(_relevant(m, keep)) - set(fix)
+    if m.affine_index and m.exact and m.injective(keep, fix, drop, INJECTIVE_BUDGET):
+      return factor * m.instance_count(fix, drop), True
+  values, weights = {}, {}
+  for p in rest:
+    e = hw_extent(kernel, p)
+    values[p] = [0, e - 1]                       # first (standing for all but the last) and last
+    weights[p] = np.array([e - 1, 1], float)
+  fixes = [(m, fix) for m in shapes.values()]
+  if sum(math.prod(len(values.get(p, ())) or m.extents[p] for p in _relevant(m, keep) if p not in fix)
+         for m, _ in fixes) <= ENUM_LIMIT:
+    rows = _rows(fixes, keep, values)            # one column per distinct (sampled key, element)
+    w = np.ones(rows.shape[1])
+    for p in rest: w *= weights[p][np.searchsorted(values[p], rows[p])]
+    return factor * float(w.sum()), False
+  total = 0.0
+  for combo in itertools.product(*[[(p, v, w) for v, w in zip(values[p], weights[p])] for p in rest]):
+    total += math.prod(c[2] for c in combo) * count(ms, keep, tuple(fixed), tuple((p, v) for p, v, _ in combo))
+  return factor * total, False
+
+
+def _pos(m: AccessMap, node: int) -> int:
+  return next(k for k, lp in enumerate(m.access.loops) if lp.node == node)
+
+
+# ---------------------------------------------------------------------------------------------
+# the analysis
+
+def analyze_kernel(kernel_ir: Kernel, l1_bytes: int = 128 * 1024, l2_bytes: int = 6 * 1024 * 1024) -> DataMovement:
+  """Footprints, data movement per memory level, coalescing and bank conflicts of one concrete kernel."""
+  accesses, loops = collect_accesses(kernel_ir)
+  maps = [access_map(kernel_ir, a) for a in accesses]
+  count = _Counter(kernel_ir)
+  bufs = {b.name: b for b in list(kernel_ir.params) + list(kernel_ir.allocs)}
+  for m in maps: bufs.setdefault(m.access.buffer.name, m.access.buffer)
+  nbytes = {n: DTYPE_BYTES.get(b.dtype, 4) for n, b in bufs.items()}
+  dyn = [m.instance_count() for m in maps]
+  glob = [n for n, b in bufs.items() if b.scope == "global"]
+  smem = sum(int(b.size.arg) * nbytes[b.name] for b in kernel_ir.allocs if b.scope == "shared")
+  l1 = max(l1_bytes - smem, 0)
+  of = lambda n, kinds=("read", "write"): [m for m in maps if m.access.buffer.name == n and m.access.kind in kinds]
+
+  l1_levels, mov_block = _block_levels(count, maps, loops, glob, nbytes, l1)
+  fp_block0 = {n: count(of(n, ("read",)), 0, (0, 1, 2)) * nbytes[n] for n in glob}
+  grid_levels, dram = _grid_levels(count, maps, glob, nbytes, l2_bytes, mov_block)
+
+  traffic = []
+  for n, b in bufs.items():
+    rd, wr = of(n, ("read",)), of(n, ("write",))
+    al = rd + wr
+    if not al: continue
+    reads = sum(d for m, d in zip(maps, dyn) if m in rd)
+    writes = sum(d for m, d in zip(maps, dyn) if m in wr)
+    block_sum, ex_b = _sum_unique(count, al, 3)
+    thread_sum, ex_t = _sum_unique(count, al, 6)
+    unique = count(al)
+    l2r = l2w = dr = 0.0
+    if b.scope == "global":
+      rd_block_sum, _ = _sum_unique(count, rd, 3)
+      ratio = mov_block.get(n, 0.0) / fp_block0[n] if fp_block0[n] else 1.0
+      l2r = min(max(ratio, 1.0) * rd_block_sum * nbytes[n], reads * nbytes[n])
+      l2w = float(writes * nbytes[n])
+      dr = max(min(dram.get(n, 0.0), l2r + l2w), unique * nbytes[n])
+    traffic.append(BufferTraffic(
+      n, b.scope, nbytes[n], int(b.size.arg) if b.size.is_const else -1, all(m.exact for m in al),
+      reads, writes, count(rd), count(wr), unique, round(block_sum), round(thread_sum),
+      count(al, 0, (0, 1, 2)), count(al, 0, tuple(range(N_HW))), l2r, l2w, dr, ex_b and ex_t))
+
+  pats = _patterns(kernel_ir, maps, dyn, nbytes)
+  gl = [t for t in traffic if t.scope == "global"]
+  sh = [t for t in traffic if t.scope == "shared"]
+  gp = [p for p in pats if p.scope == "global" and p.efficiency is not None]
+  sp = [p for p in pats if p.scope == "shared" and p.bank_conflict is not None]
+  wavg = lambda ps, f: (sum(p.count * f(p) for p in ps) / sum(p.count for p in ps)) if sum(p.count for p in ps) else 1.0
+  return DataMovement(
+    kernel_ir.name, tuple(int(x) for x in kernel_ir.grid), tuple(int(x) for x in kernel_ir.block), tuple(traffic),
+    tuple(grid_levels + l1_levels), tuple(pats),
+    sum(t.read_bytes for t in gl), sum(t.write_bytes for t in gl), sum(t.read_bytes for t in sh),
+    sum(t.write_bytes for t in sh), sum(t.unique_bytes for t in gl), sum(t.block_sum_bytes for t in gl),
+    sum(t.l2_read_bytes for t in gl), sum(t.l2_write_bytes for t in gl), sum(t.dram_bytes for t in gl),
+    sum(p.requests * p.sectors_per_request for p in gp if p.kind == "read"),
+    sum(p.requests * p.sectors_per_request for p in gp if p.kind == "write"),
+    wavg(gp, lambda p: p.efficiency), wavg(gp, lambda p: p.sectors_per_request), wavg(sp, lambda p: p.bank_conflict),
+    all(m.exact for m in maps), tuple(count.stats.items()))
+
+
+def _block_levels(count: _Counter, maps, loops: list[LoopNode], glob, nbytes, cache: int):
+  """Algorithm 2 over the loops of block 0 (reads of global buffers, L1 capacity)."""
+  rmaps = [m for m in maps if m.access.kind == "read" and m.access.buffer.name in glob]
+  children: dict[int | None, list[LoopNode]] = {}
+  for lp in loops: children.setdefault(lp.parent, []).append(lp)
+  levels: dict[int, LoopLevel] = {}
+  blocks = (0, 1, 2)
+
+  def fp(node: int, one_iter: bool) -> dict[str, int]:
+    out = {}
+    for n in glob:
+      ms = [m for m in rmaps if m.access.buffer.name == n and any(lp.node == node for lp in m.access.loops)]
+      # one union per set of fixed positions: the loop sits at different depths in different accesses
+      by_fix: dict[tuple[int, ...], list[AccessMap]] = {}
+      for m in ms:
+        p = _pos(m, node)
+        by_fix.setdefault(blocks + tuple(N_HW + q for q in range(p + (1 if one_iter else 0))), []).append(m)
+      out[n] = (count.union_fixed(by_fix) if by_fix else 0) * nbytes[n]
+    return out
+
+  def leaves(parent: int | None) -> dict[str, float]:
+    out = dict.fromkeys(glob, 0.0)
+    for m in rmaps:
+      if (m.access.loops[-1].node if m.access.loops else None) == parent:
+        out[m.access.buffer.name] += count([m], 0, blocks + tuple(
+          N_HW + q for q in range(len(m.access.loops)))) * nbytes[m.access.buffer.name]
+    return out
+
+  def inner(parent: int | None) -> dict[str, float]:
+    mov = leaves(parent)
+    for ch in children.get(parent, []):
+      for n, v in visit(ch).items(): mov[n] += v
+    return mov
+
+  def visit(lp: LoopNode) -> dict[str, float]:
+    sub = inner(lp.node)                 # bottom-up: every loop gets its table row
+    it, al = fp(lp.node, True), fp(lp.node, False)
+    if sum(it.values()) <= cache: mov = {n: float(v) for n, v in al.items()}
+    else: mov = {n: max(lp.extent * v, al[n]) for n, v in sub.items()}
+    levels[lp.node] = LoopLevel(lp.var, lp.node, lp.kind, lp.depth + 3, lp.extent, "L1", cache, sum(it.values()),
+                                sum(al.values()), sum(mov.values()), tuple((n, it[n], al[n], mov[n]) for n in glob))
+    return mov
+
+  total = {n: count([m for m in rmaps if m.access.buffer.name == n], 0, blocks) * nbytes[n] for n in glob}
+  sub = inner(None)
+  fits = sum(total.values()) <= cache
+  mov_block = {n: float(total[n]) if fits else max(v, total[n]) for n, v in sub.items()}
+  return [levels[k] for k in sorted(levels)], mov_block
+
+
+def _grid_levels(count: _Counter, maps, glob, nbytes, cache: int, mov_block):
+  """Algorithm 2 over the grid dimensions (all accesses of global buffers, L2 capacity)."""
+  kernel = count.kernel
+  gmaps = [m for m in maps if m.access.buffer.name in glob]
+
+  def fp(fixed: tuple[int, ...]) -> dict[str, int]:
+    return {n: count([m for m in gmaps if m.access.buffer.name == n], 0, fixed) * nbytes[n] for n in glob}
+  blk = fp((0, 1, 2))
+  mov = {n: float(blk[n]) for n in glob} if sum(blk.values()) <= cache else \
+      {n: max(mov_block.get(n, 0.0), float(blk[n])) for n in glob}
+  levels = []
+  for k in (2, 1, 0):                      # blockIdx.x (innermost) .. blockIdx.z
+    trip = hw_extent(kernel, k)
+    if trip == 1: continue
+    it, al = fp(tuple(range(k + 1))), fp(tuple(range(k)))
+    if sum(it.values()) <= cache: mov = {n: float(al[n]) for n in glob}
+    else: mov = {n: max(trip * mov[n], al[n]) for n in glob}
+    levels.append(LoopLevel(HW_TAGS[k], None, "grid", k, trip, "L2", cache, sum(it.values()), sum(al.values()),
+                            sum(mov.values()), tuple((n, it[n], al[n], mov[n]) for n in glob)))
+  return levels[::-1], mov
+
+
+# ---------------------------------------------------------------------------------------------
+# coalescing and bank conflicts: the first warp
+
+def _lanes(kernel: Kernel) -> dict[str, np.ndarray]:
+  bx, by, bz = (int(x) for x in kernel.block)
+  lane = np.arange(min(32, bx * by * bz))
+  env = {t: np.zeros_like(lane) for t in HW_TAGS[:3]}
+  env.update({"threadIdx.x": lane % bx, "threadIdx.y": (lane // bx) % by, "threadIdx.z": lane // (bx * by)})
+  return env
+
+
+def _requests(a, lanes: dict[str, np.ndarray], vec: bool):
+  """Per sampled iteration: (active-lane mask over the flattened lanes x vector elements, element indices, lane ids)."""
+  vloops = [lp for lp in a.loops if vec and lp.kind == "vectorize" and lp.extent in (2, 4)]
+  others = [lp for lp in a.loops if lp not in vloops]
+  samples = [{}] + [{lp.var: v} for lp in others for v in sorted({1, lp.extent - 1}) if v > 0]
+  nl = len(lanes["threadIdx.x"])
+  combos = [dict(zip([lp.var for lp in vloops], c)) for c in np.ndindex(*[lp.extent for lp in vloops])]
+  for s in samples:
+    idx, act, lid = [], [], []
+    for c in combos:
+      env = {**lanes, **{lp.var: 0 for lp in a.loops}, **s, **c}
+      mask = np.ones(nl, bool)
+      for cond in a.conds:
+        try: mask &= np.broadcast_to(np.asarray(evaluate(cond, env), bool), (nl,))
+        except ExprError: pass                 # a data-dependent condition: assume taken
+      idx.append(np.broadcast_to(np.asarray(evaluate(a.index, env), np.int64), (nl,)))
+      act.append(mask); lid.append(np.arange(nl))
+    yield np.concatenate(act), np.concatenate(idx), np.concatenate(lid)
+
+
+def _patterns(kernel: Kernel, maps, dyn, nbytes) -> list[AccessPattern]:
+  lanes = _lanes(kernel)
+  out = []
+  for m, count in zip(maps, dyn):
+    a = m.access
+    b = a.buffer
+    if b.scope not in ("global", "shared"): continue
+    size = nbytes[b.name]
+    vec = b.dtype == "float32"
+    pat = dict(buffer=b.name, scope=b.scope, kind=a.kind, index=repr(a.index), count=count)
+    if not m.affine_index:
+      out.append(AccessPattern(**pat)); continue
+    try: reqs = [(act, idx[act], lid[act]) for act, idx, lid in _requests(a, lanes, vec) if act.any()]
+    except ExprError:
+      out.append(AccessPattern(**pat)); continue
+    if not reqs:
+      out.append(AccessPattern(**pat, **({"sectors_per_request": 0.0, "efficiency": 1.0, "requests": 0.0}
+                                         if b.scope == "global" else {"bank_conflict": 1.0})))
+      continue
+    if b.scope == "global":
+      sec = [len(np.unique(idx * size // SECTOR)) for _, idx, _ in reqs]
+      eff = [min(1.0, len(idx) * size / (s * SECTOR)) for (_, idx, _), s in zip(reqs, sec)]
+      per_req = float(np.mean([len(idx) for _, idx, _ in reqs]))
+      out.append(AccessPattern(**pat, sectors_per_request=float(np.mean(sec)), efficiency=float(np.mean(eff)),
+                               requests=count / per_req))
+    else:
+      deg = []
+      for _, idx, lid in reqs:
+        width = size * max(1, len(idx) // max(1, len(np.unique(lid))))
+        phase = lid // max(1, 128 // width)
+        worst = 1
+        for ph in np.unique(phase):
+          sel = idx[phase == ph] * size
+          words = np.unique(np.concatenate([sel // 4 + k for k in range(max(1, size // 4))]))
+          worst = max(worst, int(np.bincount(words % 32, minlength=32).max()))
+        deg.append(worst)
+      out.append(AccessPattern(**pat, bank_conflict=float(np.mean(deg))))
+  return out

@@ -1,0 +1,455 @@
+"""Access relations of a lowered kernel, as isl maps (the input of Tuna's data-movement analysis).
+
+:func:`collect_accesses` walks one concrete :class:`~minicomp.ir.loop.Kernel` and lists every
+memory access (the Store targets and the LOAD nodes of values, indices and conditions) with the
+loops and conditions around it. Bound C variables are renamed to the hardware index they are
+bound to (``blockIdx.x`` ...), so every access speaks of the same six hardware dimensions.
+
+:func:`access_map` turns one :class:`Access` into an isl map from the statement instances to
+the touched element, keeping the hardware indices in the range::
+
+    { [bz, by, bx, tz, ty, tx, l0, l1, ...] -> [bz, by, bx, tz, ty, tx, addr] : 0 <= bz < grid.z and ... }
+
+so one relation answers grid, per-block (project out the thread dimensions) and per-thread
+questions. Indices and conditions are converted when they are quasi-affine (+, -, * by a
+constant, floordiv / floormod by a positive constant, min, max, select, comparisons and
+logic); a condition that is not is dropped (an over-approximation), and an index that is not
+(a gather: a LOAD inside an index) maps to the whole buffer. ``AccessMap.exact`` says whether
+either happened.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from minicomp.ir.expr import Expr, free_vars, substitute, var
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Seq, Store, Sync
+from minicomp.ir.ops import INT_DTYPES, Op
+from minicomp.ir.simplify import linear
+
+HW_TAGS = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "threadIdx.z", "threadIdx.y", "threadIdx.x")
+HW_DIMS = ("bz", "by", "bx", "tz", "ty", "tx")       # the names of those dimensions in isl strings
+N_HW = len(HW_TAGS)
+MAX_PIECES = 16                                       # select pieces kept before giving up on an index
+
+
+@dataclass(frozen=True)
+class LoopNode:
+  """One ``For`` of the kernel body; ``node`` is its pre-order number, ``parent`` the enclosing one."""
+  node: int
+  var: str
+  extent: int
+  kind: str
+  parent: int | None
+  depth: int
+
+
+@dataclass(frozen=True)
+class Access:
+  """One read or write in the kernel body, in hardware-index variables.
+
+  ``loops`` are the enclosing loops, outermost first; ``conds`` the enclosing If conditions and
+  select branch conditions; ``synthetic`` marks the modelled scratch traffic of a
+  cross-thread reduction (not an IR node).
+  """
+  buffer: Buffer
+  kind: str                      # "read" | "write"
+  index: Expr
+  loops: tuple[LoopNode, ...]
+  conds: tuple[Expr, ...]
+  synthetic: bool = False
+
+
+@dataclass(frozen=True)
+class AccessMap:
+  """An access and its isl relation. ``extents`` bound the input dimensions; ``groups`` are the
+  input dimensions that conditions tie together (the others range over their whole extent)."""
+  access: Access
+  maps: tuple[isl.Map, isl.Map, isl.Map]   # ranges [addr], [bz, by, bx, addr], [bz, ..., tx, addr]
+  exact: bool           # False when a condition was dropped or the index was over-approximated
+  affine_index: bool
+  extents: tuple[int, ...]
+  groups: tuple[frozenset[int], ...]
+  used: frozenset[str] = frozenset()        # variables the index and the conditions read
+
+  @property
+  def map(self) -> isl.Map: return self.maps[2]
+
+  def image(self, keep: int = 0, fixed: tuple[int, ...] = (), at: tuple[tuple[int, int], ...] = ()) -> isl.Set:
+    """Touched elements with the first ``keep`` (0, 3 or 6) hardware indices kept, the input
+    dimensions ``fixed`` set to 0 and those of ``at`` (position, value) to a value. isl counts
+    an image far faster when it comes from a map with that range than when the hardware
+    indices are projected out afterwards."""
+    m = self.maps[(0, 3, 6).index(keep)]
+    for p in fixed: m = m.fix_input_si(p, 0)
+    for p, v in at: m = m.fix_input_si(p, v)
+    return m.range()
+
+  def translation(self, tag: str) -> int | None:
+    """``c`` when the element index is ``c * tag + (terms free of tag)`` and no condition
+    mentions ``tag`` (0: the access does not depend on it); else None."""
+    a = self.access
+    if not self.affine_index or any(tag in free_vars(c) for c in a.conds): return None
+    terms, _ = linear(a.index)
+    coef = 0
+    for t, k in terms.items():
+      if t.op is Op.VAR and t.arg == tag: coef = k
+      elif tag in free_vars(t): return None
+    return coef
+
+  def instance_count(self, fix: dict[int, int] | None = None, drop: frozenset[int] = frozenset()) -> int:
+    """Number of statement instances (dynamic executions) of the access, with the input
+    dimensions ``fix`` fixed and those of ``drop`` (which nothing reads) projected out.
+
+    Counting the domain directly costs isl a scan of all but its last dimensions, so the
+    domain is factored: dimensions no condition mentions contribute their extent, and each
+    group of dimensions tied by conditions is counted on its own projection.
+    """
+    fix = fix or {}
+    dom = self.map.domain()
+    n = len(self.extents)
+    dom = dom.project_out(isl.dim_type.set, n, dom.dim(isl.dim_type.set) - n)   # digits: functions of the rest
+    for p, v in fix.items(): dom = dom.fix_val(isl.dim_type.set, p, v)
+    parts: list[set[int]] = []
+    for g in self.groups:
+      hit = [p for p in parts if p & g]
+      parts = [p for p in parts if not p & g] + [set(g).union(*hit)]
+    total = 1
+    for k, e in enumerate(self.extents):
+      if not any(k in p for p in parts) and k not in fix and k not in drop: total *= e
+    for p in parts:
+      d = dom
+      for k in reversed(range(n)):
+        if k not in p: d = d.project_out(isl.dim_type.set, k, 1)
+      total *= int(d.count_val().to_python())
+    return total
+
+  def injective(self, keep: int, fix: dict[int, int], drop: frozenset[int], budget: int) -> bool | None:
+    """Whether distinct instances (``drop`` projected out) touch distinct (kept indices, element)
+    pairs; None when isl cannot tell within ``budget`` operations."""
+    m = self.maps[(0, 3, 6).index(keep)]
+    for p, v in fix.items(): m = m.fix_input_si(p, v)
+    for p in sorted(drop, reverse=True): m = m.project_out(isl.dim_type.in_, p, 1)
+    digits = m.dim(isl.dim_type.in_) - len(self.extents) + len(drop)
+    return isl_budgeted(m.is_injective, budget if digits <= 2 else budget // 10)   # many digits: slow lattices
+
+
+def isl_budgeted(fn, budget: int):
+  """``fn()`` within ``budget`` isl operations (0: no limit); None when isl ran out."""
+  ctx = isl.DEFAULT_CONTEXT
+  ctx.set_max_operations(budget)
+  ctx.reset_operations()
+  try: return fn()
+  except (isl.Error, TypeError): return None     # (an exhausted count_val prints as None)
+  finally: ctx.set_max_operations(0)
+
+
+def hw_extent(kernel: Kernel, k: int) -> int:
+  """Extent of hardware dimension ``k`` (order of :data:`HW_TAGS`)."""
+  dims = kernel.grid if k < 3 else kernel.block
+  return _int(dims["xyz".index(HW_TAGS[k][-1])])
+
+
+def _int(e) -> int:
+  if isinstance(e, int): return e
+  if isinstance(e, Expr) and e.is_const: return int(e.arg)
+  raise ValueError(f"the data-movement analysis needs a concrete kernel; got extent {e}")
+
+
+# ---------------------------------------------------------------------------------------------
+# collecting accesses
+
+def collect_accesses(kernel: Kernel) -> tuple[list[Access], list[LoopNode]]:
+  """Every access of ``kernel`` (in program order) and every loop (pre-order)."""
+  for d in tuple(kernel.grid) + tuple(kernel.block): _int(d)
+  sub = {v: var(tag) for v, tag in kernel.bindings}
+  accesses: list[Access] = []
+  loops: list[LoopNode] = []
+
+  def loads(e: Expr, lp: tuple, conds: tuple) -> None:
+    seen: set[tuple[int, tuple]] = set()
+
+    def go(n: Expr, cs: tuple) -> None:
+      key = (id(n), cs)
+      if key in seen: return
+      seen.add(key)
+      if n.op is Op.SELECT:
+        c = n.src[0]
+        go(c, cs); go(n.src[1], cs + (c,)); go(n.src[2], cs + (~c,))
+        return
+      if n.op is Op.LOAD:
+        accesses.append(Access(n.arg, "read", n.src[0], lp, cs))
+      for s in n.src: go(s, cs)
+    go(e, conds)
+
+  def walk(s, lp: tuple, conds: tuple) -> None:
+    if isinstance(s, Seq):
+      for x in s.stmts: walk(x, lp, conds)
+    elif isinstance(s, For):
+      node = LoopNode(len(loops), s.var, _int(s.extent), s.kind, lp[-1].node if lp else None, len(lp))
+      loops.append(node)
+      walk(s.body, lp + (node,), conds)
+    elif isinstance(s, If):
+      c = substitute(s.cond, sub)
+      loads(c, lp, conds)
+      walk(s.then, lp, conds + (c,))
+    elif isinstance(s, Store):
+      idx, val = substitute(s.index, sub), substitute(s.value, sub)
+      loads(val, lp, conds)
+      loads(idx, lp, conds)
+      accesses.append(Access(s.buffer, "write", idx, lp, conds))
+    elif isinstance(s, CrossThreadReduce):
+      _cross_thread(kernel, s, sub, lp, conds, loads, accesses)
+    elif isinstance(s, (Sync, Comment)):
+      pass
+    else:
+      raise ValueError(f"unknown statement {type(s).__name__}")
+  walk(kernel.body, (), ())
+  return accesses, loops
+
+
+def _cross_thread(kernel, s: CrossThreadReduce, sub, lp, conds, loads, accesses) -> None:
+  """A cross-thread reduction: every thread reads its value, the guarded thread stores the total.
+
+  The scratch traffic is modelled coarsely: one scratch write per participant (per warp for
+  shuffles), one scratch read per participant (tree) and one read by the storing thread.
+  """
+  val, idx, cond = substitute(s.value, sub), substitute(s.index, sub), substitute(s.cond, sub)
+  loads(val, lp, conds)
+  bx, by = _int(kernel.block[0]), _int(kernel.block[1])
+  tx, ty, tz = var("threadIdx.x"), var("threadIdx.y"), var("threadIdx.z")
+  row = tz * by + ty
+  if s.method == "shuffle" and bx % 32 == 0:
+    nw = bx // 32
+    accesses.append(Access(s.scratch, "write", row * nw + tx // 32, lp, conds + (tx % 32 < 1,), True))
+    accesses.append(Access(s.scratch, "read", row * nw, lp, conds + (cond,), True))
+  else:
+    accesses.append(Access(s.scratch, "write", row * bx + tx, lp, conds, True))
+    accesses.append(Access(s.scratch, "read", row * bx + tx, lp, conds, True))
+    accesses.append(Access(s.scratch, "read", row * bx, lp, conds + (cond,), True))
+  if s.init is not None: loads(substitute(s.init, sub), lp, conds + (cond,))
+  loads(idx, lp, conds + (cond,))
+  accesses.append(Access(s.dst, "write", idx, lp, conds + (cond,)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Expr -> isl text
+
+def _aff(e: Expr, names: dict[str, str]) -> str | None:
+  """A quasi-affine isl expression for the integer ``e`` (no select), or None."""
+  op = e.op
+  if op is Op.CONST:
+    return str(int(e.arg)) if isinstance(e.arg, (int, bool)) else None
+  if op is Op.VAR: return names.get(e.arg)
+  if e.dtype not in INT_DTYPES: return None
+  if op is Op.CAST: return _aff(e.src[0], names) if e.src[0].dtype in INT_DTYPES else None
+  if op is Op.NEG:
+    a = _aff(e.src[0], names)
+    return None if a is None else f"(-({a}))"
+  if op in (Op.ADD, Op.SUB, Op.MIN, Op.MAX):
+    a, b = _aff(e.src[0], names), _aff(e.src[1], names)
+    if a is None or b is None: return None
+    if op is Op.ADD: return f"({a} + {b})"
+    if op is Op.SUB: return f"({a} - ({b}))"
+    return f"{op.name.lower()}({a}, {b})"
+  if op is Op.MUL:
+    x, y = e.src
+    if x.is_const: x, y = y, x
+    if not y.is_const: return None
+    a = _aff(x, names)
+    return None if a is None else f"({int(y.arg)}*({a}))"
+  if op in (Op.FLOORDIV, Op.FLOORMOD):
+    d = e.src[1]
+    if not d.is_const or int(d.arg) <= 0: return None
+    a = _aff(e.src[0], names)
+    if a is None: return None
+    return f"floor(({a})/{int(d.arg)})" if op is Op.FLOORDIV else f"(({a}) mod {int(d.arg)})"
+  return None
+
+
+_NEGATE = {Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT, Op.EQ: Op.NE, Op.NE: Op.EQ}
+_CMP_TEXT = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "=", Op.NE: "!="}
+
+
+def cond_text(e: Expr, names: dict[str, str], negate: bool = False) -> str | None:
+  """isl constraint text for ``e`` (or ``not e``); None when not affine (read it as "true")."""
+  op = e.op
+  if op is Op.CONST: return "1 = 1" if bool(e.arg) != negate else "1 = 0"
+  if op is Op.NOT: return cond_text(e.src[0], names, not negate)
+  if op in _CMP_TEXT:
+    if e.src[0].dtype not in INT_DTYPES: return None
+    pa, pb = _pieces(e.src[0], names), _pieces(e.src[1], names)
+    if pa is None or pb is None or len(pa) * len(pb) > MAX_PIECES: return None
+    cmp = _CMP_TEXT[_NEGATE[op] if negate else op]
+    alts = [" and ".join(x for x in (ca, cb, f"{a} {cmp} {b}") if x) for ca, a in pa for cb, b in pb]
+    return "(" + " or ".join(f"({x})" for x in alts) + ")"
+  if op in (Op.AND, Op.OR):
+    a, b = cond_text(e.src[0], names, negate), cond_text(e.src[1], names, negate)
+    conj = (op is Op.AND) != negate
+    if conj:
+      parts = [x for x in (a, b) if x is not None]
+      return f"({' and '.join(parts)})" if parts else None
+    return None if a is None or b is None else f"({a} or {b})"
+  return None
+
+
+def _pieces(e: Expr, names: dict[str, str]) -> list[tuple[str, str]] | None:
+  """``e`` as (condition, quasi-affine value) pieces (selects split into pieces); None if not affine."""
+  if e.op is Op.SELECT:
+    c = e.src[0]
+    ct, cf = cond_text(c, names), cond_text(c, names, negate=True)
+    if ct is None or cf is None: return None
+    out = []
+    for cc, branch in ((ct, e.src[1]), (cf, e.src[2])):
+      p = _pieces(branch, names)
+      if p is None: return None
+      out += [(f"{cc} and {pc}" if pc else cc, v) for pc, v in p]
+    return out if len(out) <= MAX_PIECES else None
+  if e.src and any(s.op is Op.SELECT or _has_select(s) for s in e.src) and e.op is not Op.LOAD:
+    subs = [_pieces(s, names) for s in e.src]
+    if any(p is None for p in subs): return None
+    # re-assemble each combination of the operands' pieces through placeholder variables
+    combos: list[tuple[str, str]] = []
+    def comb(k: int, conds: list[str], texts: list[str]) -> None:
+      if k == len(subs):
+        ph = {f"__p{i}": t for i, t in enumerate(texts)}
+        v = _aff(e.replace(src=tuple(var(f"__p{i}", s.dtype) for i, s in enumerate(e.src))), {**names, **ph})
+        combos.append((" and ".join(conds), v)); return
+      for c, t in subs[k]: comb(k + 1, conds + ([c] if c else []), texts + [t])
+    comb(0, [], [])
+    if len(combos) > MAX_PIECES or any(v is None for _, v in combos): return None
+    return combos
+  a = _aff(e, names)
+  return None if a is None else [("", a)]
+
+
+def _has_select(e: Expr) -> bool:
+  stack = [e]
+  while stack:
+    n = stack.pop()
+    if n.op is Op.SELECT: return True
+    if n.op is not Op.LOAD: stack.extend(n.src)
+  return False
+
+
+# ---------------------------------------------------------------------------------------------
+# digits: floordiv / floormod rewritten as affine sums of digit variables
+
+class _Digits:
+  """Rewrite the floordiv / floormod nodes of some expressions into digit variables.
+
+  Every such node is a *slice* ``floor((L mod M) / D)`` of a linear form ``L`` (``M`` may be
+  infinite). When the boundaries of all slices of one ``L`` form a divisor chain
+  ``1 = B0 | B1 | ... | Bk``, ``L`` is written ``sum(Bi * ti)`` with digits ``0 <= ti < B(i+1)/Bi``
+  (the last unbounded) and every slice becomes an affine sum of digits. isl represents the
+  same sets either way, but counts images with digit variables far faster than images with
+  nested integer divisions (fused and split loops index like ``(f*32 + tx) // 58 % 4``).
+  """
+
+  def __init__(self):
+    self.slices: dict[tuple, str] = {}      # (L key, M, D) -> placeholder name
+    self.forms: dict[tuple, Expr] = {}      # L key -> L
+    self.memo: dict[int, Expr] = {}
+
+  def rewrite(self, e: Expr) -> Expr:
+    r = self.memo.get(id(e))
+    if r is not None: return r
+    if e.op in (Op.FLOORDIV, Op.FLOORMOD) and e.src[1].is_const and int(e.src[1].arg) > 0:
+      r = self._slice(e, self.rewrite(e.src[0]), int(e.src[1].arg))
+    elif e.src and e.op is not Op.LOAD: r = e.replace(src=tuple(self.rewrite(x) for x in e.src))
+    else: r = e
+    self.memo[id(e)] = r
+    return r
+
+  def _slice(self, e: Expr, x: Expr, d: int) -> Expr:
+    div = e.op is Op.FLOORDIV
+    if x.op is Op.VAR and x.arg.startswith("sl_"):
+      key, m, dd = next(k for k, v in self.slices.items() if v == x.arg)
+      if div: sl = (key, m, dd * d)
+      elif m is None or m % (dd * d) == 0: sl = (key, dd * d, dd)
+      else: return e.replace(src=(x, e.src[1]))
+    else:
+      terms, c = linear(x)
+      if any(t.op is not Op.VAR for t in terms): return e.replace(src=(x, e.src[1]))
+      key = (tuple(sorted((t.arg, k) for t, k in terms.items())), c)
+      self.forms[key] = x
+      sl = (key, None, d) if div else (key, d, 1)
+    if sl not in self.slices: self.slices[sl] = f"sl_{len(self.slices)}"
+    return var(self.slices[sl])
+
+  def finish(self) -> tuple[dict[str, Expr], list[str], list[str]]:
+    """Values of the placeholders, the digit variables and their constraints (isl text pending)."""
+    values: dict[str, Expr] = {}
+    digits: list[str] = []
+    cons: list[tuple[Expr, list[tuple[int, str]]]] = []
+    for k, (key, L) in enumerate(self.forms.items()):
+      mine = [(sl, n) for sl, n in self.slices.items() if sl[0] == key]
+      bs = sorted({1} | {sl[2] for sl, _ in mine} | {sl[1] for sl, _ in mine if sl[1] is not None})
+      L = substitute(L, values)
+      if any(b % a for a, b in zip(bs, bs[1:])) or any(m is not None and m % dd for (_, m, dd), _ in mine):
+        for (_, m, dd), n in mine:      # not a divisor chain: keep the integer divisions
+          values[n] = (L if m is None else L % m) // dd
+        continue
+      ts = [f"dg{k}_{i}" for i in range(len(bs))]
+      digits += ts
+      cons.append((L, list(zip(bs, ts))))
+      for (_, m, dd), n in mine:
+        parts = [var(t) * (b // dd) for b, t in zip(bs, ts) if b >= dd and (m is None or b < m)]
+        v = parts[0] if parts else None
+        for q in parts[1:]: v = v + q
+        values[n] = v if v is not None else L * 0
+    text = []
+    bounds = dict(zip([t for _, bt in cons for _, t in bt], [None] * len(digits)))
+    for L, bt in cons:
+      for (b, t), (b2, _) in zip(bt, bt[1:]): bounds[t] = b2 // b
+      text.append((L, " + ".join(f"{b}*{t}" for b, t in bt)))
+    extra = [f"0 <= {t} < {n}" for t, n in bounds.items() if n is not None]
+    return values, digits, [(L, rhs) for L, rhs in text] + extra
+
+
+# ---------------------------------------------------------------------------------------------
+# Access -> isl map
+
+def access_map(kernel: Kernel, a: Access) -> AccessMap:
+  """The isl relation of one access: instance -> (hardware indices, element index)."""
+  names = {tag: d for tag, d in zip(HW_TAGS, HW_DIMS)}
+  dims = list(HW_DIMS)
+  bounds = [f"0 <= {d} < {hw_extent(kernel, k)}" for k, d in enumerate(HW_DIMS)]
+  for k, lp in enumerate(a.loops):
+    names[lp.var] = f"l{k}"          # an inner loop of the same name shadows the outer one
+    dims.append(f"l{k}")
+    bounds.append(f"0 <= l{k} < {lp.extent}")
+  exact = True
+  pos = {n: dims.index(d) for n, d in names.items()}
+  dg = _Digits()
+  index, conds = dg.rewrite(a.index), [dg.rewrite(c) for c in a.conds]
+  values, digits, cons = dg.finish()
+  index, conds = substitute(index, values), [substitute(c, values) for c in conds]
+  names.update({t: t for t in digits})
+  dims += digits
+  for c in cons:
+    if isinstance(c, str): bounds.append(c); continue
+    lhs = _aff(substitute(c[0], values), names)
+    if lhs is None: raise ValueError(f"internal: digit form {c[0]} is not affine")
+    bounds.append(f"{lhs} = {c[1]}")
+  groups = []
+  for c, c0 in zip(conds, a.conds):
+    t = cond_text(c, names)
+    if t is None: exact = False
+    else:
+      bounds.append(t)
+      groups.append(frozenset(pos[v] for v in free_vars(c0) if v in pos))
+  dom = " and ".join(bounds)
+  pieces = _pieces(index, names)
+
+  def text(keep: int) -> str:
+    head = f"[{', '.join(dims)}] -> [{''.join(d + ', ' for d in HW_DIMS[:keep])}"
+    if pieces is None: return "{ " + head + f"addr] : {dom} and 0 <= addr < {_int(a.buffer.size)}" + " }"
+    return "{ " + "; ".join(head + f"{v}] : {dom}" + (f" and {c}" if c else "") for c, v in pieces) + " }"
+  if pieces is not None and len(pieces) > 1: groups.append(frozenset(pos[v] for v in free_vars(a.index) if v in pos))
+  extents = tuple(hw_extent(kernel, k) for k in range(N_HW)) + tuple(lp.extent for lp in a.loops)
+  return AccessMap(a, tuple(isl.Map(text(k)) for k in (0, 3, 6)), exact and pieces is not None, pieces is not None,
+                   extents, tuple(g for g in groups if g),
+                   frozenset(free_vars(a.index).union(*(free_vars(c) for c in a.conds))))
+

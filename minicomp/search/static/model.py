@@ -1,0 +1,142 @@
+"""The latency formula of the static cost model (Tuna-style, adapted to the GPU memory hierarchy).
+
+Everything here is a pure function of :class:`LaunchFacts` (what the analyses measured about
+one kernel launch) and a :class:`~minicomp.target.DeviceSpec`; ``estimate.py`` gathers the facts
+from the PTX (instruction counts), ptxas (registers, shared memory) and islpy (data movement).
+
+For one launch, on the busiest SM (``ceil(blocks / SMs)`` blocks: the tail effect):
+
+- **issue**: every warp instruction takes an issue slot; an SM issues
+  ``schedulers_per_sm`` (4) warp instructions per cycle;
+- **pipes**: each instruction class runs on its unit at the published throughput per SM per
+  cycle (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table): FP32 lanes / 32
+  warp instructions per cycle for FP32, INT32 lanes / 32 for integer, SFU lanes / 32 for
+  special functions, 1 for loads / stores / shuffles (the LSU), and 0.5 for conversions;
+- **shared memory**: every shared load/store is ``conflict degree`` wavefronts, one per cycle;
+- **L1**: global loads and stores move 128 bytes (four 32-byte sectors) per cycle, so a warp
+  request touching ``s`` sectors costs ``ceil(s / 4)`` cycles;
+- **L2 -> SM** traffic: the sectors requested, reduced by the reuse L1 can capture inside a
+  block (bounded below by the distinct bytes each block touches), at ``l2_bw_factor x DRAM``
+  bandwidth;
+- **DRAM** traffic: the distinct bytes the whole grid touches (compulsory traffic) at the DRAM
+  bandwidth.
+
+Units overlap, so the SM time is the maximum of the issue, pipe, shared and L1 cycles, divided
+by a latency-hiding efficiency ``min(1, active warps / warps needed)`` (8 warps hide arithmetic
+latency; the warps needed to hide memory latency follow Little's law from the DRAM latency and
+the bandwidth per SM); memory time is the maximum of the L2 and DRAM times, divided by the
+memory efficiency. The launch time is ``max(SM time, memory time) + launch overhead``.
+Every figure is an **estimate** of a GPU this machine does not have.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# warp instructions per cycle per SM for a unit, given lanes per SM (CUDA C++ Programming Guide)
+LSU_PER_CYCLE = 1.0           # loads / stores / shuffles: 32 lanes per SM
+CVT_PER_CYCLE = 0.5           # type conversions: 16 per SM per cycle on sm_80 / sm_86
+BRANCH_PER_CYCLE = 1.0
+SCHEDULERS_PER_SM = 4
+L1_BYTES_PER_CYCLE = 128
+ARITH_WARPS_TO_HIDE = 8       # ~4-cycle dependent latency x 4 schedulers / ILP of 2
+DRAM_LATENCY_CYCLES = 600
+L2_BW_FACTOR = 2.5            # L2 -> SM bandwidth relative to DRAM (Ampere: ~2.5-3x; an assumption)
+LAUNCH_OVERHEAD_S = 3e-6      # kernel launch overhead measured on current drivers is 2-5 us
+MLP_LOADS_PER_WARP = 2        # independent global loads in flight per warp (memory-level parallelism)
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+  """What the analyses say about one kernel launch."""
+  name: str
+  blocks: int
+  threads_per_block: int
+  per_thread: dict[str, float]            # dynamic instruction counts per thread, by class (ptx.py classes)
+  active_warps_per_sm: float              # from occupancy (resident warps when the SM is full)
+  blocks_per_sm: int                      # resident blocks per SM (occupancy)
+  dram_bytes: float                       # distinct bytes of global memory the grid reads + writes
+  l2_bytes: float                         # bytes moved L2 -> SMs, all blocks together
+  l1_cycles_per_block: float              # L1 wavefront cycles of global requests, per block
+  shared_wavefronts_per_block: float      # shared-memory wavefronts (bank conflicts included), per block
+
+
+@dataclass(frozen=True)
+class LaunchEstimate:
+  """Estimated time of one launch and every term it is made of (seconds)."""
+  name: str
+  latency_s: float
+  sm_s: float
+  memory_s: float
+  parts: dict[str, float]                 # issue_s, fp32_s, int_s, sfu_s, lsu_s, cvt_s, shared_s, l1_s, l2_s, dram_s, launch_s
+  efficiency: dict[str, float]            # arith, memory latency hiding
+  bound: str                              # the term that sets the time
+  blocks_on_busiest_sm: int
+  is_estimate: bool = True
+
+  def __str__(self) -> str:
+    top = sorted(self.parts.items(), key=lambda kv: -kv[1])[:4]
+    return (f"{self.name}: ~{self.latency_s * 1e6:.1f} us (estimate; {self.bound}-bound; "
+            + ", ".join(f"{k}={v * 1e6:.1f}us" for k, v in top) + ")")
+
+
+def launch_time(f: LaunchFacts, dev) -> LaunchEstimate:
+  """The formula of the module docstring for one launch on device ``dev``."""
+  clock = dev.boost_clock_mhz * 1e6
+  warps = math.ceil(f.threads_per_block / dev.warp_size)
+  on_sm = math.ceil(f.blocks / dev.sm_count)
+  c = f.per_thread
+  warp_instr = lambda *classes: sum(c.get(k, 0.0) for k in classes) * warps * on_sm
+  total = warp_instr(*c.keys())
+  pipes = {
+    "issue": total / SCHEDULERS_PER_SM,
+    "fp32": warp_instr("fp32_fma", "fp32_arith") / (dev.fp32_lanes_per_sm / 32),
+    "int": warp_instr("int") / (dev.int32_lanes_per_sm / 32),
+    "sfu": warp_instr("sfu") / (dev.sfu_lanes_per_sm / 32),
+    "fp64": warp_instr("fp64") / max(dev.fp64_lanes_per_sm / 32, 1 / 32),
+    "lsu": warp_instr("ld_global", "st_global", "ld_shared", "st_shared", "ld_local", "st_local", "shfl", "ld_param")
+           / LSU_PER_CYCLE,
+    "cvt": warp_instr("conversion") / CVT_PER_CYCLE,
+    "shared": f.shared_wavefronts_per_block * on_sm,
+    "l1": f.l1_cycles_per_block * on_sm,
+  }
+  sm_cycles = max(pipes.values()) if pipes else 0.0
+  resident = min(f.blocks_per_sm, on_sm) * warps
+  eff_arith = min(1.0, resident / ARITH_WARPS_TO_HIDE) if resident else 1.0
+  bytes_per_cycle_sm = dev.dram_bandwidth_gbs * 1e9 / clock / dev.sm_count
+  warps_needed = max(1.0, DRAM_LATENCY_CYCLES * bytes_per_cycle_sm / (128 * MLP_LOADS_PER_WARP))
+  eff_mem = min(1.0, resident / warps_needed) if resident else 1.0
+  busy_sms = min(f.blocks, dev.sm_count)
+  sm_s = sm_cycles / eff_arith / clock
+  dram_s = f.dram_bytes / (dev.dram_bandwidth_gbs * 1e9)
+  l2_s = f.l2_bytes / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9) * dev.sm_count / max(busy_sms, 1)
+  memory_s = max(dram_s, l2_s) / eff_mem
+  parts = {f"{k}_s": v / eff_arith / clock for k, v in pipes.items()}
+  parts.update({"l2_s": l2_s / eff_mem, "dram_s": dram_s / eff_mem, "launch_s": LAUNCH_OVERHEAD_S})
+  body = max(sm_s, memory_s)
+  bound = max(((k[:-2], v) for k, v in parts.items() if k != "launch_s"), key=lambda kv: kv[1])[0] if body > 0 else "launch"
+  return LaunchEstimate(f.name, body + LAUNCH_OVERHEAD_S, sm_s, memory_s, parts,
+                        {"arith": eff_arith, "memory": eff_mem}, bound, on_sm)
+
+
+@dataclass(frozen=True)
+class Estimate:
+  """The estimated latency of a compiled kernel (all its launches, in order)."""
+  device: str
+  launches: tuple[LaunchEstimate, ...] = field(default_factory=tuple)
+  is_estimate: bool = True
+
+  @property
+  def latency_s(self) -> float:
+    return sum(l.latency_s for l in self.launches)
+
+  @property
+  def parts(self) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for l in self.launches:
+      for k, v in l.parts.items(): out[k] = out.get(k, 0.0) + v
+    return out
+
+  def __str__(self) -> str:
+    head = f"estimated latency on {self.device} (static model, no GPU measurement): {self.latency_s * 1e6:.1f} us"
+    return "\n".join([head] + ["  " + str(l) for l in self.launches])

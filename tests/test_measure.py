@@ -1,0 +1,54 @@
+"""The measurer interface: costs or typed failures, in order, through any Executor."""
+import concurrent.futures as cf
+import json
+import pickle
+
+import pytest
+
+import minicomp as mc
+from minicomp import workloads as W
+from minicomp.search.measure import ErrorKind, GPUMeasurer, MeasureInput, StaticMeasurer
+
+
+def _inputs():
+  wl = W.matmul(64, 64, 64)
+  dag = mc.ComputeDAG(wl.outputs)
+  good = mc.Schedule(wl.outputs)
+  i, j = good.axis("C")
+  f = good.fuse("C", i, j)
+  bo, t = good.split("C", f, 128)
+  good.bind("C", bo, "blockIdx.x"); good.bind("C", t, "threadIdx.x")
+  big = mc.Schedule(wl.outputs)
+  f2 = big.fuse("C", *big.axis("C"))
+  bo2, t2 = big.split("C", f2, 2048)
+  big.bind("C", bo2, "blockIdx.x"); big.bind("C", t2, "threadIdx.x")
+  bad_steps = json.dumps([{"step": "split", "stage": "C", "iter": "nope", "factors": [4]}])
+  return [MeasureInput(dag, good.to_json(), "sm_86", "good"), MeasureInput(dag, big.to_json(), "sm_86", "big"),
+          MeasureInput(dag, bad_steps, "sm_86", "bad")]
+
+
+def test_static_measurer_costs_and_typed_failures():
+  with StaticMeasurer(executor=cf.ThreadPoolExecutor(2)) as m:
+    good, big, bad = m.measure(_inputs())
+  assert good.ok and good.cost_s > 0 and good.is_estimate and "estimate" in str(good)
+  assert big.error is ErrorKind.RESOURCE and "1024" in big.message
+  assert bad.error is ErrorKind.SCHEDULE and "nope" in bad.message
+
+
+def test_candidates_are_plain_picklable_data_and_process_pool_works():
+  inputs = _inputs()[:1]
+  assert pickle.loads(pickle.dumps(inputs[0])).steps_json == inputs[0].steps_json
+  with StaticMeasurer(workers=1) as m:        # the default: a process pool
+    (res,) = m.measure(inputs)
+  assert res.ok, res.message
+  with StaticMeasurer(executor=cf.ThreadPoolExecutor(1)) as m:
+    (res2,) = m.measure(inputs)
+  assert res2.cost_s == res.cost_s             # deterministic
+
+
+def test_gpu_measurer_needs_a_gpu():
+  from minicomp.codegen.gpu_runtime import gpu_available
+  if gpu_available():
+    pytest.skip("a GPU is present: GPUMeasurer is usable here")
+  with pytest.raises(mc.RuntimeLaunchError, match="StaticMeasurer"):
+    GPUMeasurer()

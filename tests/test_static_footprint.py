@@ -1,0 +1,366 @@
+"""islpy data-movement analysis (Tuna's Algorithm 2 on the loop IR): every isl count checked
+against a brute-force enumeration of the accessed addresses of small concrete kernels."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import minicomp as mc
+from minicomp import workloads as W
+from minicomp.ir.evaluate import evaluate
+from minicomp.ir.expr import var
+from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, Seq, Store, Sync
+from minicomp.ir.ops import Op
+from minicomp.search.static.footprint import DataMovement, analyze_kernel, analyze_program
+from test_workloads import _row_schedule, conv_schedule, mm_inline_simple, mm_local_cache_read, mm_tiled_shared
+
+
+# ---------------------------------------------------------------------------------------------
+# brute force: run the loop nest for every thread at once and record every address
+
+
+class Trace:
+  """Every access of a kernel: (buffer, kind, {loop node: value}, hardware-index rows, addresses)."""
+
+  def __init__(self, kernel):
+    self.k = kernel
+    gx, gy, gz = kernel.grid
+    bx, by, bz = kernel.block
+    ids = np.indices((gz, gy, gx, bz, by, bx)).reshape(6, -1)
+    self.hw = ids.T                                  # rows: bz, by, bx, tz, ty, tx
+    tags = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "threadIdx.z", "threadIdx.y", "threadIdx.x")
+    self.env0 = {t: ids[i] for i, t in enumerate(tags)}
+    self.env0.update({v: self.env0[t] for v, t in kernel.bindings})
+    self.n = ids.shape[1]
+    self.events: list[tuple[str, str, dict, np.ndarray, np.ndarray]] = []
+    self.node = 0
+    self._stmt(kernel.body, dict(self.env0), np.ones(self.n, bool), {})
+
+  def _vec(self, x) -> np.ndarray:
+    return np.broadcast_to(np.asarray(x), (self.n,))
+
+  def _record(self, buf, kind, index, env, mask, loops):
+    if not mask.any(): return
+    addr = self._vec(evaluate(index, env)).astype(np.int64)
+    self.events.append((buf.name, kind, dict(loops), mask.copy(), addr))
+
+  def _loads(self, e, env, mask, loops):
+    def go(n, m):
+      if n.op is Op.SELECT:
+        c = self._vec(evaluate(n.src[0], env)).astype(bool)
+        go(n.src[0], m); go(n.src[1], m & c); go(n.src[2], m & ~c)
+        return
+      if n.op is Op.LOAD: self._record(n.arg, "read", n.src[0], env, m, loops)
+      for s in n.src: go(s, m)
+    go(e, mask)
+
+  def _stmt(self, s, env, mask, loops):
+    if isinstance(s, Seq):
+      for x in s.stmts: self._stmt(x, env, mask, loops)
+    elif isinstance(s, For):
+      node = self.node
+      self.node += 1
+      start = self.node
+      for v in range(int(s.extent.arg)):
+        self.node = start
+        self._stmt(s.body, {**env, s.var: v}, mask, {**loops, node: v})
+    elif isinstance(s, If):
+      self._loads(s.cond, env, mask, loops)
+      self._stmt(s.then, env, mask & self._vec(evaluate(s.cond, env)).astype(bool), loops)
+    elif isinstance(s, Store):
+      self._loads(s.value, env, mask, loops)
+      self._loads(s.index, env, mask, loops)
+      self._record(s.buffer, "write", s.index, env, mask, loops)
+    elif isinstance(s, CrossThreadReduce):     # the model of isl_build: coarse scratch traffic
+      self._loads(s.value, env, mask, loops)
+      bx, by = self.k.block[0], self.k.block[1]
+      tx, ty, tz = var("threadIdx.x"), var("threadIdx.y"), var("threadIdx.z")
+      row = tz * by + ty
+      cond = self._vec(evaluate(s.cond, env)).astype(bool)
+      txv = self.env0["threadIdx.x"]
+      if s.method == "shuffle" and bx % 32 == 0:
+        self._record(s.scratch, "write", row * (bx // 32) + tx // 32, env, mask & (txv % 32 == 0), loops)
+        self._record(s.scratch, "read", row * (bx // 32), env, mask & cond, loops)
+      else:
+        self._record(s.scratch, "write", row * bx + tx, env, mask, loops)
+        self._record(s.scratch, "read", row * bx + tx, env, mask, loops)
+        self._record(s.scratch, "read", row * bx, env, mask & cond, loops)
+      if s.init is not None: self._loads(s.init, env, mask & cond, loops)
+      self._loads(s.index, env, mask & cond, loops)
+      self._record(s.dst, "write", s.index, env, mask & cond, loops)
+    else:
+      assert isinstance(s, (Sync, Comment))
+
+  # -- queries
+  def select(self, name, kinds=("read", "write"), where=None):
+    rows, addrs = [], []
+    for b, kind, loops, mask, addr in self.events:
+      if b != name or kind not in kinds or (where is not None and not where(loops)): continue
+      rows.append(self.hw[mask]); addrs.append(addr[mask])
+    if not rows: return np.zeros((0, 6), np.int64), np.zeros(0, np.int64)
+    return np.concatenate(rows), np.concatenate(addrs)
+
+  def count(self, name, kind):
+    return len(self.select(name, (kind,))[1])
+
+  @staticmethod
+  def distinct(rows, addrs, keep=0, fix=0):
+    sel = np.all(rows[:, :fix] == 0, axis=1)
+    return len(np.unique(np.column_stack([rows[sel, :keep], addrs[sel]]), axis=0))
+
+
+def check_against_brute_force(kernel, dm: DataMovement | None = None) -> DataMovement:
+  dm = dm or analyze_kernel(kernel)
+  tr = Trace(kernel)
+  names = {e[0] for e in tr.events}
+  assert names == {b.name for b in dm.buffers}
+  for b in dm.buffers:
+    assert b.exact, b.name
+    assert b.reads == tr.count(b.name, "read"), b.name
+    assert b.writes == tr.count(b.name, "write"), b.name
+    rows, addrs = tr.select(b.name)
+    got = (b.unique, b.per_block, b.per_thread)
+    want = (tr.distinct(rows, addrs), tr.distinct(rows, addrs, 0, 3), tr.distinct(rows, addrs, 0, 6))
+    assert got == want, (b.name, got, want)
+    sums = (b.block_sum, b.thread_sum)
+    want_sums = (tr.distinct(rows, addrs, 3), tr.distinct(rows, addrs, 6))
+    if b.sums_exact:
+      assert sums == want_sums, (b.name, sums, want_sums)
+    else:   # estimated from sampled block / thread indices (labelled so): close, not exact
+      for g, w in zip(sums, want_sums): assert abs(g - w) <= 0.3 * w, (b.name, sums, want_sums)
+    assert b.unique_read == tr.distinct(*tr.select(b.name, ("read",)))
+    assert b.unique_write == tr.distinct(*tr.select(b.name, ("write",)))
+  # loop levels: one iteration / the whole loop of block 0, outer loops at 0 (reads of global buffers)
+  parents = _parents(kernel)
+  for lv in dm.levels:
+    if lv.node is None: continue
+    outer = parents[lv.node]
+    for name, it, al, _ in lv.buffers:
+      size = next(b.dtype_bytes for b in dm.buffers if b.name == name) if any(b.name == name for b in dm.buffers) else 4
+      for one, got in ((True, it), (False, al)):
+        where = lambda lp, one=one: (lv.node in lp and all(lp.get(o, 0) == 0 for o in outer)
+                                     and (not one or lp[lv.node] == 0))
+        rows, addrs = tr.select(name, ("read",), where)
+        assert got == tr.distinct(rows, addrs, 0, 3) * size, (lv.loop, name, one)
+  return dm
+
+
+def _parents(kernel) -> dict[int, list[int]]:
+  out, counter = {}, [0]
+
+  def go(s, stack):
+    if isinstance(s, Seq):
+      for x in s.stmts: go(x, stack)
+    elif isinstance(s, For):
+      node = counter[0]; counter[0] += 1
+      out[node] = list(stack)
+      go(s.body, stack + [node])
+    elif isinstance(s, If): go(s.then, stack)
+  go(kernel.body, [])
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# schedules
+
+def conv_small(cache):
+  wl = W.conv2d(1, 3, 7, 6, 4, 3, 1, 1, 1)
+  return conv_schedule(wl, cache)
+
+
+def softmax(method, threads):
+  wl = W.softmax(3, 70)
+  s = mc.Schedule(wl.outputs)
+  _row_schedule(s, wl, ["rowmax", "expsum"], wl.outputs[0], threads, method)
+  return s
+
+
+def elementwise(width=1, threads=32, shape=(3, 5, 20)):
+  wl = W.broadcast_chain(*shape)
+  s = mc.Schedule(wl.outputs)
+  for n in ("mul", "add", "relu"): s.compute_inline(n)
+  Z = wl.outputs[0]
+  f = s.fuse(Z, *s.axis(Z))
+  if width > 1:
+    f, fv = s.split(Z, f, width)
+  fo, t = s.split(Z, f, threads)
+  s.bind(Z, fo, "blockIdx.x"); s.bind(Z, t, "threadIdx.x")
+  if width > 1: s.vectorize(Z, fv)
+  return s
+
+
+def depthwise():
+  wl = W.depthwise_conv2d(1, 3, 9, 9, 3, 2, 1)
+  s = mc.Schedule(wl.outputs)
+  s.compute_inline("pad")
+  Y = wl.outputs[0]
+  n, c, y, x = s.axis(Y)
+  nc = s.fuse(Y, n, c)
+  yo, yi = s.split(Y, y, 2)
+  s.reorder(Y, nc, yo, x, yi)
+  s.bind(Y, nc, "blockIdx.y"); s.bind(Y, yo, "blockIdx.x"); s.bind(Y, x, "threadIdx.x")
+  return s
+
+
+PROGRAMS = {
+  "mm_tiled": lambda: mm_tiled_shared(W.matmul(16, 12, 8), tile=8, thread=2, kt=4),
+  "mm_tiled_bias": lambda: mm_tiled_shared(W.matmul(19, 13, 7, True), tile=8, thread=2, kt=4),
+  "mm_vthread": lambda: mm_tiled_shared(W.matmul(18, 12, 8, True), tile=8, thread=2, kt=4, vthread=True),
+  "mm_aligned": lambda: mm_tiled_shared(W.matmul(16, 12, 8), tile=8, thread=2, kt=4, align=True),
+  "mm_local": lambda: mm_local_cache_read(W.matmul(40, 36, 9)),
+  "mm_inline": lambda: mm_inline_simple(W.matmul(20, 18, 5, True)),
+  "mm_default": lambda: mc.Schedule(W.matmul(6, 5, 4).outputs),
+  "conv_shared": lambda: conv_small(True),
+  "conv_global": lambda: conv_small(False),
+  "depthwise": depthwise,
+  "softmax_shuffle": lambda: softmax("shuffle", 64),
+  "softmax_tree": lambda: softmax("tree", 24),
+  "elementwise": lambda: elementwise(),
+  "vectorized": lambda: elementwise(width=4, threads=8, shape=(2, 4, 16)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_isl_counts_match_brute_force(name):
+  prog = PROGRAMS[name]().lower()
+  for k, dm in zip(prog.kernels, analyze_program(prog)):
+    check_against_brute_force(k, dm)
+    assert dm.exact
+
+
+@pytest.mark.parametrize("name", ["mm_tiled_bias", "mm_inline", "mm_local", "conv_shared", "softmax_tree", "depthwise"])
+def test_isl_only_counts_match_brute_force(name, monkeypatch):
+  """The same checks with every distinct count taken by isl (no numpy enumeration, no sampling)."""
+  import minicomp.search.static.footprint as F
+  monkeypatch.setattr(F, "ENUM_CHEAP", 0)
+  monkeypatch.setattr(F, "ENUM_LIMIT", 0)
+  monkeypatch.setattr(F, "SUM_EXACT_LIMIT", 1 << 40)
+  prog = PROGRAMS[name]().lower()
+  for k in prog.kernels:
+    dm = check_against_brute_force(k)
+    assert dict(dm.counts)["enumerated"] == 0 and dict(dm.counts)["isl"] > 0
+
+
+def test_sampled_sums_are_estimates_close_to_exact(monkeypatch):
+  import minicomp.search.static.footprint as F
+  monkeypatch.setattr(F, "SUM_EXACT_LIMIT", 1)
+  monkeypatch.setattr(F, "SUM_ENUM_LIMIT", 0)
+  k = PROGRAMS["mm_tiled_bias"]().lower().kernels[0]
+  dm = analyze_kernel(k)
+  tr = Trace(k)
+  sampled = [b for b in dm.buffers if not b.sums_exact]
+  assert sampled
+  for b in sampled:
+    rows, addrs = tr.select(b.name)
+    assert b.thread_sum == pytest.approx(tr.distinct(rows, addrs, 6), rel=0.3), b.name
+
+
+# ---------------------------------------------------------------------------------------------
+# gathers, Algorithm 2 capacities
+
+def test_gather_is_over_approximated_by_the_whole_table():
+  T = mc.placeholder((10, 8), "float32", name="T")
+  I = mc.placeholder((6,), "int32", name="I")
+  O = mc.compute((6, 8), lambda i, j: T[I[i], j], name="O")
+  s = mc.Schedule([O])
+  i, j = s.axis(O)
+  s.bind(O, i, "blockIdx.x"); s.bind(O, j, "threadIdx.x")
+  dm = analyze_kernel(s.lower().kernels[0])
+  t, idx, out = dm.buffer("T"), dm.buffer("I"), dm.buffer("O")
+  assert not t.exact and t.unique == 80 and t.reads == 48 and t.per_thread == 80
+  assert idx.exact and idx.unique == 6 and idx.reads == 48 and idx.per_block == 1
+  assert out.exact and out.unique == 48 and not dm.exact
+  pat = next(p for p in dm.accesses if p.buffer == "T")
+  assert pat.sectors_per_request is None
+
+
+def test_algorithm2_capacity_misses():
+  """No shared memory: L1 reuse inside a block is all the reuse; a tiny L1 loses it."""
+  k = mm_inline_simple(W.matmul(64, 64, 64)).lower().kernels[0]
+  big, small = analyze_kernel(k), analyze_kernel(k, l1_bytes=256, l2_bytes=4096)
+  a_big, a_small = big.buffer("A"), small.buffer("A")
+  assert a_big.unique == 64 * 64 and a_big.block_sum == 4 * 64 * 64 and a_big.reads == 64 ** 3
+  assert a_big.l2_read_bytes == a_big.block_sum_bytes          # everything a block reads fits L1
+  assert a_big.dram_bytes == a_big.unique_bytes                # and the grid's footprint fits L2
+  assert a_big.block_sum_bytes < a_small.l2_read_bytes <= a_small.read_bytes
+  assert small.dram_bytes > big.dram_bytes
+  assert all(l.movement_bytes >= l.footprint_bytes for l in small.levels)
+  k_loop = next(l for l in big.levels if l.loop == "k")
+  assert k_loop.memory == "L1" and k_loop.trip == 64 and k_loop.fits
+  # one k iteration of block 0: a 16x1 column of A and a 1x16 row of B
+  assert dict((n, it) for n, it, _, _ in k_loop.buffers) == {"A": 16 * 4, "B": 16 * 4, "C": 0}
+
+
+# ---------------------------------------------------------------------------------------------
+# coalescing and bank conflicts (the first warp)
+
+def _transpose(shared: bool, align: bool = False, n: int = 64):
+  A = mc.placeholder((n, n), "float32", name="A")
+  B = mc.compute((n, n), lambda i, j: A[j, i], name="B")
+  s = mc.Schedule([B])
+  i, j = s.axis(B)
+  io, ii = s.split(B, i, 32); jo, ji = s.split(B, j, 32)
+  s.reorder(B, io, jo, ii, ji)
+  if shared:
+    AS = s.cache_read(A, "shared", [B])
+    s.compute_at(AS, B, jo)
+    if align: s.storage_align(AS, 0, 32, 1)
+    f = s.fuse(AS, *s.loops(AS))
+    _, t = s.split(AS, f, 32 * 32)
+    ty, tx = s.split(AS, t, 32)
+    s.bind(AS, ty, "threadIdx.y"); s.bind(AS, tx, "threadIdx.x")
+  s.bind(B, io, "blockIdx.y"); s.bind(B, jo, "blockIdx.x"); s.bind(B, ii, "threadIdx.y"); s.bind(B, ji, "threadIdx.x")
+  return s.lower().kernels[0]
+
+
+def test_coalesced_elementwise():
+  dm = analyze_kernel(elementwise(threads=64, shape=(4, 16, 32)).lower().kernels[0])
+  for p in dm.accesses:
+    if p.buffer in ("out", "x"):
+      assert p.sectors_per_request == 4.0 and p.efficiency == 1.0, p
+  assert dm.coalescing_efficiency == 1.0
+
+
+def test_strided_read_takes_a_sector_per_lane():
+  dm = analyze_kernel(_transpose(shared=False))
+  read = next(p for p in dm.accesses if p.buffer == "A")
+  write = next(p for p in dm.accesses if p.buffer == "B")
+  assert read.sectors_per_request == 32 and read.efficiency == pytest.approx(0.125)
+  assert write.sectors_per_request == 4 and write.efficiency == 1.0
+  assert dm.sectors_per_request == pytest.approx(18) and dm.load_sectors == 64 * 64
+
+
+@pytest.mark.parametrize("align,degree", [(False, 32), (True, 1)])
+def test_shared_bank_conflicts(align, degree):
+  dm = analyze_kernel(_transpose(shared=True, align=align))
+  read = next(p for p in dm.accesses if p.buffer == "A_shared" and p.kind == "read")
+  write = next(p for p in dm.accesses if p.buffer == "A_shared" and p.kind == "write")
+  assert read.bank_conflict == degree and write.bank_conflict == 1
+  assert next(p for p in dm.accesses if p.buffer == "A").efficiency == 1.0    # the tile load is coalesced
+  check_against_brute_force(_transpose(shared=True, align=align), dm)
+
+
+def test_vectorized_request_covers_the_vector():
+  dm = analyze_kernel(elementwise(width=4, threads=32, shape=(2, 8, 64)).lower().kernels[0])
+  out = next(p for p in dm.accesses if p.buffer == "out")
+  assert out.sectors_per_request == 16 and out.efficiency == 1.0      # 32 lanes x float4 = 512 bytes
+
+
+def test_tiled_matmul_256():
+  k = mm_tiled_shared(W.matmul(256, 256, 256)).lower().kernels[0]
+  t0 = time.perf_counter()
+  dm = analyze_kernel(k)
+  elapsed = time.perf_counter() - t0
+  assert elapsed < 30
+  a, b, c = dm.buffer("A"), dm.buffer("B"), dm.buffer("C")
+  assert (a.unique, b.unique, c.unique) == (256 * 256,) * 3
+  assert a.block_sum == b.block_sum == 16 * 64 * 256 and c.block_sum == 256 * 256
+  assert a.reads == b.reads == 16 * 64 * 256 and c.writes == 256 * 256
+  assert dm.dram_bytes == dm.unique_global_bytes == 3 * 256 * 256 * 4
+  assert dm.l2_read_bytes == (a.block_sum + b.block_sum) * 4
+  assert dm.buffer("A_shared").reads == 256 ** 3 and dm.buffer("A_shared").per_block == 512
+  assert all(x.sums_exact for x in dm.buffers if x.scope == "global") and dm.exact
+  ko = next(l for l in dm.levels if l.loop == "k_0")
+  assert ko.trip == 32 and dict((n, it) for n, it, _, _ in ko.buffers) == {"A": 2048, "B": 2048, "C": 0}

@@ -1,0 +1,124 @@
+"""Properties the static cost model must have (no GPU: every figure here is an estimate)."""
+import math
+
+import pytest
+
+import minicomp as mc
+from minicomp import workloads as W
+from minicomp.search.static.estimate import estimate
+from minicomp.target import Target
+
+
+def _elementwise(n: int, strided: bool):
+  """y[i, j] = x[i, j] * 2 (coalesced) or x[j, i] * 2 (a transpose read: uncoalesced)."""
+  X = mc.placeholder((n, n), name="X")
+  Y = mc.compute((n, n), (lambda i, j: X[j, i] * 2.0) if strided else (lambda i, j: X[i, j] * 2.0), name="Y")
+  s = mc.Schedule([Y])
+  f = s.fuse(Y, *s.axis(Y))
+  bo, t = s.split(Y, f, 256)
+  s.bind(Y, bo, "blockIdx.x"); s.bind(Y, t, "threadIdx.x")
+  return mc.build(s, "sm_86")
+
+
+def test_coalesced_elementwise_beats_strided():
+  fast, slow = estimate(_elementwise(2048, False)), estimate(_elementwise(2048, True))
+  assert slow.latency_s > 1.3 * fast.latency_s
+  assert slow.launches[0].parts["l2_s"] > 4 * fast.launches[0].parts["l2_s"]   # 8x the sectors, less L1 reuse
+
+
+def test_memory_bound_elementwise_near_bandwidth():
+  n = 4096
+  e = estimate(_elementwise(n, False), "rtx3090")
+  ideal = 2 * n * n * 4 / (Target("rtx3090").device.dram_bandwidth_gbs * 1e9)
+  assert 1.0 <= e.latency_s / ideal <= 2.0, (e, ideal)
+
+
+def _matmul_naive(n):
+  wl = W.matmul(n, n, n)
+  s = mc.Schedule(wl.outputs)
+  C = wl.outputs[0]
+  i, j = s.axis(C)
+  io, ii = s.split(C, i, 16); jo, ji = s.split(C, j, 16)
+  s.reorder(C, io, jo, ii, ji)
+  s.bind(C, io, "blockIdx.y"); s.bind(C, jo, "blockIdx.x"); s.bind(C, ii, "threadIdx.x"); s.bind(C, ji, "threadIdx.y")
+  return s   # threadIdx.x walks rows: A and C accesses are strided across the warp
+
+
+def _matmul_shared(n, per_thread: int):
+  import test_workloads as T
+  return T.mm_tiled_shared(W.matmul(n, n, n), tile=16 * per_thread, thread=per_thread, kt=16)
+
+
+@pytest.mark.slow
+def test_shared_tiling_then_register_tiling_at_2048():
+  n = 2048
+  naive = estimate(mc.build(_matmul_naive(n), "sm_86")).latency_s
+  shared = estimate(mc.build(_matmul_shared(n, 1), "sm_86")).latency_s
+  reg = estimate(mc.build(_matmul_shared(n, 4), "sm_86")).latency_s
+  assert naive > 4 * shared, (naive, shared)
+  assert shared > 1.3 * reg, (shared, reg)
+
+
+@pytest.mark.slow
+def test_well_tiled_sgemm_near_peak():
+  n = 4096
+  e = estimate(mc.build(_matmul_shared(n, 4), "sm_86"), "rtx3090")
+  ideal = 2 * n ** 3 / Target("rtx3090").device.fp32_peak_flops
+  assert 1.0 <= e.latency_s / ideal <= 3.0, (e, ideal)
+
+
+def _column_reads(pad: bool):
+  """C = A @ B with A's 32x32 tile in shared memory and thread x walking rows of the tile: every
+  shared read of a warp hits one bank 32 times unless the rows are padded to 33 words."""
+  wl = W.matmul(256, 256, 256)
+  s = mc.Schedule(wl.outputs)
+  C = wl.outputs[0]
+  i, j = s.axis(C)
+  (k,) = s.reduce_axis(C)
+  io, ii = s.split(C, i, 32); jo, ji = s.split(C, j, 8)
+  ko, ki = s.split(C, k, 32)
+  s.reorder(C, io, jo, ji, ii, ko, ki)
+  s.bind(C, io, "blockIdx.y"); s.bind(C, jo, "blockIdx.x"); s.bind(C, ii, "threadIdx.x"); s.bind(C, ji, "threadIdx.y")
+  AS = s.cache_read("A", "shared", [C])
+  s.compute_at(AS, C, ko)
+  if pad: s.storage_align(AS, 0, 32, 1)
+  a, b = s.loops(AS)
+  s.bind(AS, b, "threadIdx.x")
+  return mc.build(s, "sm_86")
+
+
+def test_bank_conflicts_cost():
+  conflicted, padded = estimate(_column_reads(False)), estimate(_column_reads(True))
+  assert conflicted.launches[0].parts["shared_s"] > 8 * padded.launches[0].parts["shared_s"]
+  assert conflicted.latency_s > 2 * padded.latency_s
+
+
+def test_two_blocks_are_far_from_peak():
+  """A launch of 2 blocks uses 2 of the 82 SMs of an RTX 3090."""
+  wl = W.matmul(128, 64, 512)
+  import test_workloads as T
+  k = mc.build(T.mm_tiled_shared(wl, tile=64, thread=4), "sm_86")
+  assert math.prod(k.launches[0][1]) == 2
+  e = estimate(k, "rtx3090")
+  ideal = 2 * 128 * 64 * 512 / Target("rtx3090").device.fp32_peak_flops
+  assert e.latency_s > 20 * ideal
+  assert e.launches[0].blocks_on_busiest_sm == 1
+
+
+def test_estimate_is_labelled_and_has_parts():
+  e = estimate(_elementwise(256, False))
+  assert e.is_estimate and "estimate" in str(e)
+  assert set(e.launches[0].parts) >= {"issue_s", "fp32_s", "lsu_s", "shared_s", "l1_s", "l2_s", "dram_s", "launch_s"}
+  assert e.latency_s == pytest.approx(sum(l.latency_s for l in e.launches))
+
+
+def test_loaded_kernels_cannot_be_estimated(tmp_path):
+  from onnx import helper
+  from onnx_harness import make_model
+  import numpy as np
+  m = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((4, 4), np.float32)}, ["y"])
+  cm = mc.compile(m)
+  cm.save(tmp_path / "m")
+  from minicomp.search.static.estimate import EstimateError
+  with pytest.raises(EstimateError, match="loop IR"):
+    estimate(mc.load(tmp_path / "m").kernels[0])
