@@ -247,6 +247,7 @@ def test_sampled_sums_are_estimates_close_to_exact(monkeypatch):
   import minicomp.search.static.footprint as F
   monkeypatch.setattr(F, "SUM_EXACT_LIMIT", 1)
   monkeypatch.setattr(F, "SUM_ENUM_LIMIT", 0)
+  monkeypatch.setattr(F, "SUM_CLASSES_LIMIT", 0)
   k = PROGRAMS["mm_tiled_bias"]().lower().kernels[0]
   dm = analyze_kernel(k)
   tr = Trace(k)
@@ -277,20 +278,28 @@ def test_gather_is_over_approximated_by_the_whole_table():
 
 
 def test_algorithm2_capacity_misses():
-  """No shared memory: L1 reuse inside a block is all the reuse; a tiny L1 loses it."""
-  k = mm_inline_simple(W.matmul(64, 64, 64)).lower().kernels[0]
-  big, small = analyze_kernel(k), analyze_kernel(k, l1_bytes=256, l2_bytes=4096)
+  """A thread walks a row of A once per j: the rows of the block (2 KB) fit a 128 KB L1, so
+  each element moves once; with a 1 KB L1 they move again for every j (Algorithm 2)."""
+  n = 32
+  wl = W.matmul(n, n, n)
+  s = mc.Schedule(wl.outputs)
+  C = wl.stages["C"]
+  i, j = s.axis(C)
+  io, ii = s.split(C, i, 16)
+  s.reorder(C, io, ii, j)
+  s.bind(C, io, "blockIdx.x"); s.bind(C, ii, "threadIdx.x")
+  k = s.lower().kernels[0]
+  big, small = analyze_kernel(k), analyze_kernel(k, l1_bytes=1024, l2_bytes=2048)
   a_big, a_small = big.buffer("A"), small.buffer("A")
-  assert a_big.unique == 64 * 64 and a_big.block_sum == 4 * 64 * 64 and a_big.reads == 64 ** 3
-  assert a_big.l2_read_bytes == a_big.block_sum_bytes          # everything a block reads fits L1
-  assert a_big.dram_bytes == a_big.unique_bytes                # and the grid's footprint fits L2
-  assert a_big.block_sum_bytes < a_small.l2_read_bytes <= a_small.read_bytes
-  assert small.dram_bytes > big.dram_bytes
+  assert a_big.unique == n * n and a_big.block_sum == n * n and a_big.reads == n ** 3
+  assert a_big.l2_read_bytes == a_big.block_sum_bytes == n * n * 4      # each row once per block
+  assert a_small.l2_read_bytes == n * a_big.l2_read_bytes == a_small.read_bytes
+  assert a_big.dram_bytes == a_big.unique_bytes and small.dram_bytes > big.dram_bytes
+  jl, kl = (next(l for l in small.levels if l.loop == x) for x in ("j", "k"))
+  assert (jl.trip, jl.fits, jl.iter_bytes) == (n, False, (16 * n + n + 16) * 4)   # A rows, a B column, C (+=)
+  assert kl.fits and dict((b, mv) for b, _, _, mv in jl.buffers)["A"] == n * 16 * n * 4
   assert all(l.movement_bytes >= l.footprint_bytes for l in small.levels)
-  k_loop = next(l for l in big.levels if l.loop == "k")
-  assert k_loop.memory == "L1" and k_loop.trip == 64 and k_loop.fits
-  # one k iteration of block 0: a 16x1 column of A and a 1x16 row of B
-  assert dict((n, it) for n, it, _, _ in k_loop.buffers) == {"A": 16 * 4, "B": 16 * 4, "C": 0}
+  check_against_brute_force(k, big)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,7 +35,10 @@ import numpy as np
 
 from minicomp.errors import ExprError
 from minicomp.ir.evaluate import evaluate
+from minicomp.ir.expr import Expr, free_vars
 from minicomp.ir.loop import Kernel, Program
+from minicomp.ir.ops import Op
+from minicomp.ir.simplify import bounds, build_linear, linear, simplify
 from minicomp.search.static.isl_build import (HW_TAGS, N_HW, AccessMap, LoopNode, access_map, collect_accesses,
                                               hw_extent, isl_budgeted)
 
@@ -44,6 +47,7 @@ ISL_BUDGETS = (3000, 30000)   # isl operations a count may take, first and secon
 INJECTIVE_BUDGET = 3000   # isl operations an injectivity test may take (a tenth with many digit variables)
 ENUM_CHEAP = 1 << 15      # sets of at most this many instances are enumerated with numpy (isl is slower there)
 ENUM_LIMIT = 1 << 20      # instances the fallback enumerates at most
+SUM_CLASSES_LIMIT = 256   # classes of equal per-block / per-thread counts counted one by one at most
 SUM_ENUM_LIMIT = 1 << 16  # instances a per-block / per-thread sum enumerates before it samples
 DTYPE_BYTES = {"float16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 SECTOR = 32
@@ -306,6 +310,8 @@ def _sum_unique(count: _Counter, ms, keep: int) -> tuple[float, bool]:
   if (math.prod(hw_extent(kernel, p) for p in rest) <= SUM_EXACT_LIMIT
       or sum(_instances(m, keep, fix) for m in ms) <= SUM_ENUM_LIMIT):
     return factor * count(ms, keep, tuple(fixed)), True
+  exact = _class_sum(count, ms, keep, fixed, rest)
+  if exact is not None: return factor * exact, True
   shapes = {_shape(m): m for m in ms}
   if len(shapes) == 1:                 # one access, injective: the sum is its number of instances
     (m,), drop = shapes.values(), None
@@ -328,6 +334,61 @@ def _sum_unique(count: _Counter, ms, keep: int) -> tuple[float, bool]:
   for combo in itertools.product(*[[(p, v, w) for v, w in zip(values[p], weights[p])] for p in rest]):
     total += math.prod(c[2] for c in combo) * count(ms, keep, tuple(fixed), tuple((p, v) for p, v, _ in combo))
   return factor * total, False
+
+
+def _class_sum(count: _Counter, ms, keep: int, fixed: list[int], rest: list[int]) -> int | None:
+  """The exact sum over the ``rest`` kept indices by classes of equal counts, or None.
+
+  When those indices enter every index only as the same translation ``c * index`` and every
+  condition only through comparisons ``k . indices + R(other dims) <op> 0`` (bound guards),
+  two keys whose values ``k . indices`` agree once clipped to the range ``-R`` can take have
+  equally many distinct elements: one count per class, weighted by the class size.
+  """
+  tags = {HW_TAGS[p]: p for p in rest}
+  trans, atoms = None, []
+  for m in ms:
+    a = m.access
+    if not m.affine_index or not m.exact: return None
+    terms, _ = linear(a.index)
+    tr = {t.arg: k for t, k in terms.items() if t.op is Op.VAR and t.arg in tags}
+    if any(free_vars(t) & tags.keys() for t in terms if not (t.op is Op.VAR and t.arg in tags)): return None
+    if trans is not None and tr != trans: return None
+    trans = tr
+    names = list(HW_TAGS) + [lp.var for lp in a.loops]
+    ext = list(m.extents)
+    ranges = {n: (0, 0 if p in fixed else ext[p] - 1) for p, n in enumerate(names) if n not in tags}
+    for c in a.conds:
+      cmps = _comparisons(c)
+      if cmps is None: return None
+      for x in cmps:
+        terms, const = linear(simplify(x.src[0] - x.src[1]))
+        kpart = {t.arg: k for t, k in terms.items() if t.op is Op.VAR and t.arg in tags}
+        other = {t: k for t, k in terms.items() if not (t.op is Op.VAR and t.arg in tags)}
+        if any(free_vars(t) & tags.keys() for t in other): return None
+        lo, hi = bounds(build_linear(other, 0), ranges)
+        atoms.append((kpart, const, lo, hi))
+  axes = np.meshgrid(*[np.arange(hw_extent(count.kernel, p)) for p in rest], indexing="ij")
+  keys = {n: axes[i].ravel() for i, n in enumerate(tags)}
+  sig = []
+  for kpart, const, lo, hi in atoms:
+    v = const + sum(k * keys[n] for n, k in kpart.items()) + np.zeros_like(keys[next(iter(tags))])
+    sig.append(np.clip(v, None if hi is None else -hi - 1, None if lo is None else -lo + 1))
+  if len(rest) and sig and math.prod(hw_extent(count.kernel, p) for p in rest) > 1 << 20: return None
+  if not sig: sig = [np.zeros_like(keys[next(iter(tags))])]
+  _, first, sizes = np.unique(np.stack(sig), axis=1, return_index=True, return_counts=True)
+  if len(first) > SUM_CLASSES_LIMIT: return None
+  return sum(int(sz) * count(ms, 0, tuple(fixed), tuple((p, int(keys[HW_TAGS[p]][i])) for p in rest))
+             for i, sz in zip(first, sizes))
+
+
+def _comparisons(c: Expr) -> list[Expr] | None:
+  """The integer comparisons a condition is a boolean combination of; None if it is not one."""
+  if c.op in (Op.AND, Op.OR, Op.NOT):
+    parts = [_comparisons(x) for x in c.src]
+    return None if any(p is None for p in parts) else [x for p in parts for x in p]
+  if c.op is Op.CONST: return []
+  if c.op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE) and c.src[0].dtype in ("int32", "int64"): return [c]
+  return None
 
 
 def _pos(m: AccessMap, node: int) -> int:
