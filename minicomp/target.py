@@ -17,6 +17,10 @@ Sources (named again next to each value):
   256 per warp, 4 SM sub-partitions, shared-memory allocation unit (256 B on 7.x, 128 B
   on 8.x; 128 B taken for 9.0 as well) and the 1 KiB of shared memory the driver reserves
   per block from Ampere on (``reservedSharedMemPerBlock``).
+* [WP] The SM diagrams of the architecture whitepapers (Volta GV100, Turing, Ampere GA100 and
+  GA102, Ada, Hopper GH100): load/store units per SM, 8 per sub-partition on the datacenter
+  chips (GV100, GA100, GH100) and 4 on the others (TU10x, GA10x, AD10x). The Jetson archs are
+  taken as their desktop relatives (sm_72 as Volta, sm_87 as GA10x), an assumption.
 * Product figures (SM count, boost clock, L2, DRAM bandwidth) from the architecture
   whitepaper or datasheet named in each ``DEVICES`` entry.
 
@@ -57,6 +61,7 @@ class DeviceSpec:
   sfu_lanes_per_sm: int             # rcp/rsqrt/lg2/ex2/sin/cos results per clock per SM [CCT]
   int32_lanes_per_sm: int           # 32-bit integer add results per clock per SM [CCT]
   fp64_lanes_per_sm: int            # FP64 add/mul/fma results per clock per SM [CCT]
+  lsu_lanes_per_sm: int             # load/store unit lanes per SM [WP]: a warp's memory instruction per 32/lanes clocks
   max_threads_per_sm: int
   max_warps_per_sm: int
   max_blocks_per_sm: int
@@ -117,26 +122,28 @@ class DeviceSpec:
 
 # Per-compute-capability columns [CCT] + allocation rules [OCC]:
 # (max threads/SM, max warps/SM, max blocks/SM, smem/SM, smem/block opt-in, smem alloc unit,
-#  reserved smem/block, unified L1+smem/SM, FP32 lanes, INT32 lanes, SFU lanes, FP64 lanes).
+#  reserved smem/block, unified L1+smem/SM, FP32 lanes, INT32 lanes, SFU lanes, FP64 lanes,
+#  LD/ST lanes [WP]).
 # FP64 lanes of the Jetson archs (sm_72, sm_87) are not published per SM; 2 (as on the other
 # non-datacenter parts, sm_75 / sm_86 / sm_89) is an assumption.
 _ARCH = {
-  "sm_70": (2048, 64, 32, 96 * KiB, 96 * KiB, 256, 0, 128 * KiB, 64, 64, 16, 32),
-  "sm_72": (2048, 64, 32, 96 * KiB, 96 * KiB, 256, 0, 128 * KiB, 64, 64, 16, 2),
-  "sm_75": (1024, 32, 16, 64 * KiB, 64 * KiB, 256, 0, 96 * KiB, 64, 64, 16, 2),
-  "sm_80": (2048, 64, 32, 164 * KiB, 163 * KiB, 128, 1 * KiB, 192 * KiB, 64, 64, 16, 32),
-  "sm_86": (1536, 48, 16, 100 * KiB, 99 * KiB, 128, 1 * KiB, 128 * KiB, 128, 64, 16, 2),
-  "sm_87": (1536, 48, 16, 164 * KiB, 163 * KiB, 128, 1 * KiB, 192 * KiB, 128, 64, 16, 2),
-  "sm_89": (1536, 48, 24, 100 * KiB, 99 * KiB, 128, 1 * KiB, 128 * KiB, 128, 64, 16, 2),
-  "sm_90": (2048, 64, 32, 228 * KiB, 227 * KiB, 128, 1 * KiB, 256 * KiB, 128, 64, 16, 64),
+  "sm_70": (2048, 64, 32, 96 * KiB, 96 * KiB, 256, 0, 128 * KiB, 64, 64, 16, 32, 32),
+  "sm_72": (2048, 64, 32, 96 * KiB, 96 * KiB, 256, 0, 128 * KiB, 64, 64, 16, 2, 32),
+  "sm_75": (1024, 32, 16, 64 * KiB, 64 * KiB, 256, 0, 96 * KiB, 64, 64, 16, 2, 16),
+  "sm_80": (2048, 64, 32, 164 * KiB, 163 * KiB, 128, 1 * KiB, 192 * KiB, 64, 64, 16, 32, 32),
+  "sm_86": (1536, 48, 16, 100 * KiB, 99 * KiB, 128, 1 * KiB, 128 * KiB, 128, 64, 16, 2, 16),
+  "sm_87": (1536, 48, 16, 164 * KiB, 163 * KiB, 128, 1 * KiB, 192 * KiB, 128, 64, 16, 2, 16),
+  "sm_89": (1536, 48, 24, 100 * KiB, 99 * KiB, 128, 1 * KiB, 128 * KiB, 128, 64, 16, 2, 16),
+  "sm_90": (2048, 64, 32, 228 * KiB, 227 * KiB, 128, 1 * KiB, 256 * KiB, 128, 64, 16, 64, 32),
 }
 
 
 def _device(name: str, arch: str, sm_count: int, boost_clock_mhz: float, l2_bytes: int,
             dram_bandwidth_gbs: float) -> DeviceSpec:
-  (threads, warps, blocks, smem_sm, optin, smem_unit, reserved, l1, fp32, int32, sfu, fp64) = _ARCH[arch]
+  (threads, warps, blocks, smem_sm, optin, smem_unit, reserved, l1, fp32, int32, sfu, fp64, lsu) = _ARCH[arch]
   return DeviceSpec(name=name, arch=arch, sm_count=sm_count, boost_clock_mhz=boost_clock_mhz,
                     fp32_lanes_per_sm=fp32, sfu_lanes_per_sm=sfu, int32_lanes_per_sm=int32, fp64_lanes_per_sm=fp64,
+                    lsu_lanes_per_sm=lsu,
                     max_threads_per_sm=threads, max_warps_per_sm=warps, max_blocks_per_sm=blocks,
                     regs_per_sm=64 * 1024, max_regs_per_thread=255, reg_alloc_unit=256,
                     smem_per_sm_bytes=smem_sm, smem_per_block_static=48 * KiB, smem_per_block_optin=optin,

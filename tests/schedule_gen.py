@@ -52,7 +52,7 @@ MATMUL_DIMS = (33, 47, 64, 100, 129)
 MAX_ATTEMPTS = 40
 LOCAL_LIMIT = 1024        # floats of local arrays per kernel (the simulator gives each thread a 64 KiB stack)
 MAX_THREADS = 512         # threads per block we sample up to (the hardware allows 1024)
-COST_LIMIT = 25000        # expression nodes once unrolled (see nvrtc_cost): keeps NVRTC under a few seconds
+COST_LIMIT = 15000        # expression nodes once unrolled (see nvrtc_cost): keeps NVRTC under a few seconds
 UNROLL_MAX = 8            # only loops of a known extent <= this are annotated "unroll"
 AUTO_UNROLL = (0, 16, 64, 512)
 PARTIAL_FETCH = 0.25      # how often a cooperative fetch uses fewer threads than the block has in a dim

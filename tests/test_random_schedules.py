@@ -1,12 +1,15 @@
 """Random valid schedules (tests/schedule_gen.py) must lower to kernels that match numpy.
 
-Each seed names one schedule of a random matmul (+ bias + relu) or conv2d workload: multi-level
-tiling with non-divisible factors, block / vthread / thread bindings, cache_write to registers,
-shared-memory and register caches with or without a cooperative fetch, unrolling and serial
-kernels. Each is compiled with NVRTC (sm_80, some sm_86) and run on the CPU simulator.
+Each seed names one schedule of a random matmul (+ bias + relu) or conv2d (inlined pad stage,
+stride / padding / dilation) workload: multi-level tiling with non-divisible factors, block /
+vthread / thread bindings, cache_write to registers, shared-memory and register caches with or
+without a cooperative fetch (with all or some of the block's threads), storage_align, unroll /
+vectorize / auto_unroll_max_step, serial kernels. Each is compiled with NVRTC (sm_80, every seventh
+seed sm_86) and run on the CPU simulator against numpy (rtol = atol = 1e-4).
 
-A failing seed is its own test id; ``python -c "import schedule_gen as G; print(G.sample('conv2d',
-SEED).script())"`` (from tests/) writes a standalone reproducer (the test prints it too).
+A failing seed is its own test id. The test prints a standalone reproducer (captured output);
+``python -c "import schedule_gen as G; print(G.sample('conv2d', SEED).script())"`` (in tests/)
+writes it too. Seeds that fail because of a known minicomp bug go in XFAIL (strict).
 """
 import os
 import subprocess
@@ -18,8 +21,8 @@ import pytest
 import minicomp as mc
 import schedule_gen as G
 
-N_MATMUL = 64
-N_CONV = 64
+N_MATMUL = 60
+N_CONV = 60
 
 # Seeds that fail because of known lowering bugs (strict: they must start passing once fixed).
 XFAIL: dict[tuple[str, int], str] = {}

@@ -16,7 +16,6 @@ from minicomp.ir.ops import Op
 from minicomp.search.static.footprint import DataMovement, analyze_kernel, analyze_program
 from test_workloads import _row_schedule, conv_schedule, mm_inline_simple, mm_local_cache_read, mm_tiled_shared
 
-
 # ---------------------------------------------------------------------------------------------
 # brute force: run the loop nest for every thread at once and record every address
 
@@ -140,8 +139,8 @@ def check_against_brute_force(kernel, dm: DataMovement | None = None) -> DataMov
     for name, it, al, _ in lv.buffers:
       size = next(b.dtype_bytes for b in dm.buffers if b.name == name) if any(b.name == name for b in dm.buffers) else 4
       for one, got in ((True, it), (False, al)):
-        where = lambda lp, one=one: (lv.node in lp and all(lp.get(o, 0) == 0 for o in outer)
-                                     and (not one or lp[lv.node] == 0))
+        where = lambda lp, one=one, node=lv.node, outer=outer: (
+          node in lp and all(lp.get(o, 0) == 0 for o in outer) and (not one or lp[node] == 0))
         rows, addrs = tr.select(name, ("read",), where)
         assert got == tr.distinct(rows, addrs, 0, 3) * size, (lv.loop, name, one)
   return dm
@@ -235,7 +234,7 @@ def test_isl_only_counts_match_brute_force(name, monkeypatch):
   """The same checks with every distinct count taken by isl (no numpy enumeration, no sampling)."""
   import minicomp.search.static.footprint as F
   monkeypatch.setattr(F, "ENUM_CHEAP", 0)
-  monkeypatch.setattr(F, "ENUM_LIMIT", 0)
+  monkeypatch.setattr(F, "ENUM_HARD_LIMIT", 0)
   monkeypatch.setattr(F, "SUM_EXACT_LIMIT", 1 << 40)
   prog = PROGRAMS[name]().lower()
   for k in prog.kernels:
@@ -297,7 +296,7 @@ def test_algorithm2_capacity_misses():
   assert a_big.dram_bytes == a_big.unique_bytes and small.dram_bytes > big.dram_bytes
   jl, kl = (next(l for l in small.levels if l.loop == x) for x in ("j", "k"))
   assert (jl.trip, jl.fits, jl.iter_bytes) == (n, False, (16 * n + n + 16) * 4)   # A rows, a B column, C (+=)
-  assert kl.fits and dict((b, mv) for b, _, _, mv in jl.buffers)["A"] == n * 16 * n * 4
+  assert kl.fits and {b: mv for b, _, _, mv in jl.buffers}["A"] == n * 16 * n * 4
   assert all(l.movement_bytes >= l.footprint_bytes for l in small.levels)
   check_against_brute_force(k, big)
 
@@ -372,4 +371,18 @@ def test_tiled_matmul_256():
   assert dm.buffer("A_shared").reads == 256 ** 3 and dm.buffer("A_shared").per_block == 512
   assert all(x.sums_exact for x in dm.buffers if x.scope == "global") and dm.exact
   ko = next(l for l in dm.levels if l.loop == "k_0")
-  assert ko.trip == 32 and dict((n, it) for n, it, _, _ in ko.buffers) == {"A": 2048, "B": 2048, "C": 0}
+  assert ko.trip == 32 and {n: it for n, it, _, _ in ko.buffers} == {"A": 2048, "B": 2048, "C": 0}
+
+
+def test_symbolic_kernel_is_refused():
+  from minicomp.search.static.isl_build import FootprintError
+  wl = W.matmul(16, 12, 8)
+  s = mc.Schedule(wl.outputs)
+  C = wl.stages["C"]
+  i, _ = s.axis(C)
+  io, ii = s.split(C, i, mc.var("f"))
+  s.bind(C, io, "blockIdx.x"); s.bind(C, ii, "threadIdx.x")
+  with pytest.raises(FootprintError, match="concrete"):
+    analyze_kernel(s.lower().kernels[0])
+  dm = analyze_kernel(s.substitute({"f": 4}).lower().kernels[0])
+  assert dm.buffer("A").unique == 16 * 8

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from minicomp.codegen import nvrtc_worker
 from minicomp.codegen.cache import atomic_write, cache_dir, cache_key
 from minicomp.errors import NVRTCError
 from minicomp.target import Target, TargetError, as_target
@@ -147,27 +148,26 @@ def nvrtc_version() -> tuple[int, int]:
   return int(major), int(minor)
 
 
-def _get(prog, size_fn, get_fn) -> bytes:
-  buf = b" " * _call(size_fn, prog)
-  _call(get_fn, prog, buf)
-  return buf
-
-
 def _compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[str, bytes, str]:
-  """Run NVRTC once: (ptx, cubin, log) or NVRTCError with the errors and source context."""
-  nv = _nvrtc()
-  prog = _call(nv.nvrtcCreateProgram, source.encode(), PROGRAM_NAME.encode(), 0, [], [])
-  try:
-    opts = [f"--gpu-architecture={arch}", "--ptxas-options=-v", *options]
-    err, = nv.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-    log = _get(prog, nv.nvrtcGetProgramLogSize, nv.nvrtcGetProgramLog).rstrip(b"\0").decode(errors="replace")
-    if err != nv.nvrtcResult.NVRTC_SUCCESS:
-      raise NVRTCError(_error_message(source, arch, opts, _status_name(err), log), log=log, source=source)
-    ptx = _get(prog, nv.nvrtcGetPTXSize, nv.nvrtcGetPTX).rstrip(b"\0").decode()
-    cubin = _get(prog, nv.nvrtcGetCUBINSize, nv.nvrtcGetCUBIN)
-    return ptx, cubin, log
-  finally:
-    nv.nvrtcDestroyProgram(prog)
+  """Run NVRTC once: (ptx, cubin, log) or NVRTCError with the errors and source context.
+
+  NVRTC runs in a child process (:mod:`minicomp.codegen.nvrtc_worker`: NVRTC itself crashes
+  on some valid kernels) unless ``MINICOMP_NVRTC_ISOLATE=0``.
+  """
+  _nvrtc()                                       # a missing binding: say how to install it
+  opts = [f"--gpu-architecture={arch}", "--ptxas-options=-v", *options]
+  if nvrtc_worker.isolation_enabled():
+    try: reply = nvrtc_worker.compile_isolated(source, arch, list(options), PROGRAM_NAME)
+    except nvrtc_worker.NVRTCCrash as e:
+      raise NVRTCError(f"{e}; options: {' '.join(opts)}. Set MINICOMP_NVRTC_ISOLATE=0 to compile in this "
+                       "process (a crash then kills it)", source=source) from e
+  else:
+    reply = nvrtc_worker.run_nvrtc(source, arch, list(options), PROGRAM_NAME)
+  if reply[0] == "ok":
+    return reply[1], reply[2], reply[3]
+  if reply[0] == "error":
+    raise NVRTCError(_error_message(source, arch, opts, reply[1], reply[2]), log=reply[2], source=source)
+  raise NVRTCError(f"NVRTC failed before compiling: {reply[1]}", source=source)
 
 
 _ERROR_RE = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?:catastrophic )?error\b.*$", re.M)

@@ -41,7 +41,9 @@ def launch_facts(kernel, dev) -> list[LaunchFacts]:
     occ = occupancy(dev, threads, res.registers if res else 32, res.shared_bytes if res else 0, blocks)
     dm = analyze_kernel(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
     warps = math.ceil(threads / dev.warp_size)
-    l1_cycles = sum((a.requests or 0.0) * math.ceil((a.sectors_per_request or 4) / 4)
+    # L1 handles one 128-byte line (up to four sectors) per cycle: a request costs a cycle per
+    # distinct line it touches (an uncoalesced warp request: up to 32)
+    l1_cycles = sum((a.requests or 0.0) * max(a.lines_per_request or 1.0, math.ceil((a.sectors_per_request or 4) / 4))
                     for a in dm.accesses if a.scope == "global")
     shared_instr = (prof.counts.get("ld_shared", 0.0) + prof.counts.get("st_shared", 0.0)) * warps
     # L2 -> SM traffic: the 32-byte sectors each warp request touches (so uncoalesced accesses

@@ -1,7 +1,12 @@
 """Data movement of a lowered kernel (Tuna's Algorithm 2, adapted to a GPU memory hierarchy).
 
-Every count is an isl cardinality (``count_val`` of an accessed set, see ``isl_build.py``),
-never a per-op formula, so the analysis follows any schedule the loop IR can express.
+Every count comes from the access relations ``isl_build.py`` builds from the loop IR, never
+from a per-op formula, so the analysis follows any schedule the IR can express: dynamic access
+counts are isl cardinalities of (factored) instance domains, distinct elements are isl
+cardinalities of images (with numpy enumeration of the same relation for small sets, where
+isl's point scan is slower, and as a fallback when isl exceeds an operation budget; see
+:class:`_Counter`). Sums over blocks / threads use translation invariance and classes of equal
+counts to stay exact; where they cannot, they are estimated and ``sums_exact`` says so.
 
 Memory levels, outermost first:
 
@@ -46,11 +51,15 @@ SUM_EXACT_LIMIT = 512     # kept hardware-index combinations isl may scan for an
 ISL_BUDGETS = (3000, 30000)   # isl operations a count may take, first and second try
 INJECTIVE_BUDGET = 3000   # isl operations an injectivity test may take (a tenth with many digit variables)
 ENUM_CHEAP = 1 << 15      # sets of at most this many instances are enumerated with numpy (isl is slower there)
-ENUM_LIMIT = 1 << 20      # instances the fallback enumerates at most
+ENUM_LIMIT = 1 << 20      # instances enumerated in one go (sampled sums)
+ENUM_HARD_LIMIT = 1 << 25  # instances the numpy fallback enumerates at most (in chunks)
+ENUM_CHUNK = 1 << 20
+ENUM_PREFERRED = 1 << 22   # past the first isl budget, sets this small are enumerated rather than retried
 SUM_CLASSES_LIMIT = 256   # classes of equal per-block / per-thread counts counted one by one at most
-SUM_ENUM_LIMIT = 1 << 16  # instances a per-block / per-thread sum enumerates before it samples
+SUM_ENUM_LIMIT = 1 << 18  # instances a per-block / per-thread sum enumerates before it samples
 DTYPE_BYTES = {"float16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 SECTOR = 32
+LINE = 128                # L1 / L2 cache line: four sectors
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,7 @@ class AccessPattern:
   efficiency: float | None = None             # global: requested bytes / moved bytes (<= 1)
   requests: float | None = None               # global: estimated warp requests
   bank_conflict: float | None = None          # shared: max distinct words per bank (1 = none)
+  lines_per_request: float | None = None      # global: distinct 128-byte lines per warp request
 
 
 @dataclass(frozen=True)
@@ -170,7 +180,8 @@ class _Counter:
   lattices (fused loops split again by threads) take it seconds to minutes. Larger sets go to
   isl: its count within a small operation budget; for a single injective access, the count of
   its (factored) instance domain; the count within a larger budget; then enumeration when
-  there are at most :data:`ENUM_LIMIT` instances, and isl without a budget otherwise.
+  there are at most :data:`ENUM_HARD_LIMIT` instances (in chunks), and isl without a budget
+  otherwise (never seen in the tests; possibly slow).
   """
 
   def __init__(self, kernel: Kernel):
@@ -189,6 +200,9 @@ class _Counter:
 
   def items(self, items: list[tuple[AccessMap, tuple[int, ...], tuple]], keep: int) -> int:
     if not items: return 0
+    unit = {p for p in range(N_HW) if hw_extent(self.kernel, p) == 1}     # fixing those changes nothing
+    items = [(m, tuple(p for p in fx if p not in unit), at) for m, fx, at in items]
+    if unit.issuperset(range(keep)): keep = 0                            # constant keys
     same = {}                          # a read and a write of one statement touch the same elements
     for m, fx, at in items: same.setdefault((_shape(m), fx, at), (m, fx, at))
     items = list(same.values())
@@ -210,14 +224,14 @@ class _Counter:
       drop = frozenset(range(len(m.extents))) - set(_relevant(m, keep)) - set(fix)
       if m.affine_index and m.exact and m.injective(keep, fix, drop, INJECTIVE_BUDGET):
         c = m.instance_count(fix, drop)
-    if c is None: c = isl_budgeted(count, ISL_BUDGETS[1])
+    if c is None and n > ENUM_PREFERRED: c = isl_budgeted(count, ISL_BUDGETS[1])
     if c is not None:
       self.stats["isl"] += 1
       return c
-    if n <= ENUM_LIMIT:
+    if n <= ENUM_HARD_LIMIT:
       self.stats["enumerated"] += 1
       return _enumerate(fixes, keep)
-    self.stats["unbudgeted"] += 1
+    self.stats["unbudgeted"] += 1     # a huge set isl finds hard: rare, and possibly slow
     return count()
 
 
@@ -240,7 +254,14 @@ def _relevant(m: AccessMap, keep: int) -> list[int]:
 
 
 def _instances(m: AccessMap, keep: int, fix: dict[int, int]) -> int:
-  return math.prod(m.extents[p] for p in _relevant(m, keep) if p not in fix)
+  return math.prod(len(m.span(p)) for p in _relevant(m, keep) if p not in fix)
+
+
+def _kept_span(ms, p: int) -> range:
+  """The values hardware index ``p`` takes in any of the accesses ``ms``."""
+  spans = [m.span(p) for m in ms]
+  lo, hi = min(r.start for r in spans), max(r.stop for r in spans)
+  return range(lo, max(lo, hi))
 
 
 def _enumerate(fixes: list[tuple[AccessMap, dict[int, int]]], keep: int) -> int:
@@ -250,35 +271,50 @@ def _enumerate(fixes: list[tuple[AccessMap, dict[int, int]]], keep: int) -> int:
 
 def _rows(fixes, keep: int, values: dict[int, list[int]] | None = None) -> np.ndarray:
   """Distinct (kept hardware indices..., element) columns of the accesses, each with its fixed
-  dimensions; ``values`` restricts some dimensions to a few values. A gather covers its buffer."""
+  dimensions; ``values`` restricts some dimensions to a few values. A gather covers its buffer.
+  Instances are evaluated with numpy in chunks of :data:`ENUM_CHUNK`."""
   values = values or {}
-  keys, addrs = [], []
+  out = []
   for m, fix in fixes:
     a = m.access
     dims = [p for p in _relevant(m, keep) if p not in fix]
-    axes = [np.asarray(values.get(p, range(m.extents[p]))) for p in dims]
-    grid = (np.stack([g.ravel() for g in np.meshgrid(*axes, indexing="ij")]) if dims
-            else np.zeros((0, 1), np.int64))
+    axes = [np.asarray(values.get(p, m.span(p))) for p in dims]
     names = list(HW_TAGS) + [lp.var for lp in a.loops]
-    env = {n: 0 for n in names}
-    env.update({names[p]: v for p, v in fix.items()})
-    env.update({names[p]: grid[k] for k, p in enumerate(dims)})
-    n = grid.shape[1]
-    mask = np.ones(n, bool)
-    for c in a.conds:
-      try: mask &= np.broadcast_to(np.asarray(evaluate(c, env), bool), (n,))
-      except ExprError: pass                       # data-dependent: taken (as isl over-approximates)
-    kept = np.stack([np.broadcast_to(np.asarray(env[names[p]], np.int64), (n,)) for p in range(keep)]
-                    + [np.zeros(n, np.int64)])[:, mask]
-    if m.affine_index:
-      addr = np.broadcast_to(np.asarray(evaluate(a.index, env), np.int64), (n,))[mask]
-    else:                                          # a gather: every element of the buffer
-      size = int(a.buffer.size.arg)
-      kept = np.repeat(np.unique(kept, axis=1), size, axis=1)
-      addr = np.tile(np.arange(size), kept.shape[1] // size if size else 0)
-    keys.append(kept[:keep]); addrs.append(addr)
-  rows = np.concatenate([np.concatenate(keys, axis=1), np.concatenate(addrs)[None]], axis=0)
-  if not rows.shape[1]: return rows
+    lens = [len(x) for x in axes]
+    split = len(dims)                              # dims[split:] form a grid of at most ENUM_CHUNK
+    while split > 0 and math.prod(lens[split - 1:]) <= ENUM_CHUNK: split -= 1
+    inner = lens[split:]
+    per = max(1, ENUM_CHUNK // max(1, math.prod(inner)))
+    outer_total = math.prod(lens[:split])
+    nd = 1 + len(inner)
+    for start in range(0, outer_total, per):       # a chunk: (outer instances) x (the inner grid)
+      flat = np.arange(start, min(outer_total, start + per))
+      coords = np.unravel_index(flat, lens[:split]) if split else ()
+      shape = (flat.size, *inner)
+      env = {n: 0 for n in names}
+      env.update({names[p]: v for p, v in fix.items()})
+      env.update({names[dims[k]]: axes[k][coords[k]].reshape((-1,) + (1,) * (nd - 1)) for k in range(split)})
+      env.update({names[dims[k]]: axes[k].reshape(tuple(-1 if q == k - split + 1 else 1 for q in range(nd)))
+                  for k in range(split, len(dims))})
+      full = lambda x, dt, shape=shape: np.broadcast_to(np.asarray(x, dt), shape).reshape(-1)
+      n = math.prod(shape)
+      mask = np.ones(n, bool)
+      for c in a.conds:
+        try: mask &= full(evaluate(c, env), bool)
+        except ExprError: pass                     # data-dependent: taken (as isl over-approximates)
+      kept = np.stack([full(env[names[p]], np.int64) for p in range(keep)] + [np.zeros(n, np.int64)])[:keep, mask]
+      if m.affine_index:
+        addr = full(evaluate(a.index, env), np.int64)[mask]
+      else:                                        # a gather: every element of the buffer
+        size = int(a.buffer.size.arg)
+        kept = np.repeat(np.unique(kept, axis=1), size, axis=1)
+        addr = np.tile(np.arange(size), kept.shape[1] // size if size else 0)
+      out.append(_distinct_columns(np.concatenate([kept, addr[None]], axis=0)))
+  return _distinct_columns(np.concatenate(out, axis=1)) if out else np.zeros((keep + 1, 0), np.int64)
+
+
+def _distinct_columns(rows: np.ndarray) -> np.ndarray:
+  if rows.shape[1] <= 1: return rows
   lo = rows.min(axis=1, keepdims=True)
   span = rows.max(axis=1) - lo[:, 0] + 1
   if math.prod(int(x) for x in span) >= 1 << 62: return np.unique(rows, axis=1)
@@ -292,10 +328,11 @@ def _sum_unique(count: _Counter, ms, keep: int) -> tuple[float, bool]:
 
   A kept index the accesses are translation-invariant in (every access ``c * index + rest``
   with the same ``c``, no condition on it) contributes its extent as a factor, counted at 0.
-  When the other kept indices still span more than :data:`SUM_EXACT_LIMIT` combinations, the
-  instances are too many to enumerate and the accesses are not one injective access (whose
-  sum is its instance count), the sum is estimated from the first and the last value of each
-  of those indices (the last block / thread is where bound guards cut tiles short).
+  When the other kept indices still span more than :data:`SUM_EXACT_LIMIT` combinations and
+  the instances are too many to enumerate, the sum is taken by classes of equal counts
+  (:func:`_class_sum`), or as the instance count of one injective access. Failing those, it
+  is estimated from the first and the last block (where bound guards cut tiles short), the
+  first standing for all but the last, with every thread (or the first and last thread too).
   """
   if not ms: return 0, True
   kernel = count.kernel
@@ -307,25 +344,27 @@ def _sum_unique(count: _Counter, ms, keep: int) -> tuple[float, bool]:
     if len(cs) == 1 and None not in cs: factor *= e; fixed.append(p)
     else: rest.append(p)
   fix = {p: 0 for p in fixed}
-  if (math.prod(hw_extent(kernel, p) for p in rest) <= SUM_EXACT_LIMIT
+  if (math.prod(len(_kept_span(ms, p)) for p in rest) <= SUM_EXACT_LIMIT
       or sum(_instances(m, keep, fix) for m in ms) <= SUM_ENUM_LIMIT):
     return factor * count(ms, keep, tuple(fixed)), True
   exact = _class_sum(count, ms, keep, fixed, rest)
   if exact is not None: return factor * exact, True
   shapes = {_shape(m): m for m in ms}
   if len(shapes) == 1:                 # one access, injective: the sum is its number of instances
-    (m,), drop = shapes.values(), None
+    m = next(iter(shapes.values()))
     drop = frozenset(range(len(m.extents))) - set(_relevant(m, keep)) - set(fix)
     if m.affine_index and m.exact and m.injective(keep, fix, drop, INJECTIVE_BUDGET):
       return factor * m.instance_count(fix, drop), True
-  values, weights = {}, {}
-  for p in rest:
-    e = hw_extent(kernel, p)
-    values[p] = [0, e - 1]                       # first (standing for all but the last) and last
-    weights[p] = np.array([e - 1, 1], float)
   fixes = [(m, fix) for m in shapes.values()]
-  if sum(math.prod(len(values.get(p, ())) or m.extents[p] for p in _relevant(m, keep) if p not in fix)
-         for m, _ in fixes) <= ENUM_LIMIT:
+  size = lambda vals: sum(math.prod(len(vals[p]) if p in vals else len(m.span(p))
+                                    for p in _relevant(m, keep) if p not in fix) for m, _ in fixes)
+  spans = {p: _kept_span(ms, p) for p in rest}
+  for sampled in ([p for p in rest if p < 3], rest):   # sample block indices; thread indices too if need be
+    values = {p: sorted({r[0], r[-1]}) if p in sampled and len(r) else list(r) for p, r in spans.items()}
+    if size(values) <= ENUM_LIMIT: break
+  weights = {p: np.array([len(spans[p]) - 1, 1] if len(values[p]) == 2 and p in sampled else [1] * len(values[p]),
+                         float) for p in rest}   # the first block stands for all but the last
+  if size(values) <= ENUM_LIMIT:
     rows = _rows(fixes, keep, values)            # one column per distinct (sampled key, element)
     w = np.ones(rows.shape[1])
     for p in rest: w *= weights[p][np.searchsorted(values[p], rows[p])]
@@ -339,46 +378,45 @@ def _sum_unique(count: _Counter, ms, keep: int) -> tuple[float, bool]:
 def _class_sum(count: _Counter, ms, keep: int, fixed: list[int], rest: list[int]) -> int | None:
   """The exact sum over the ``rest`` kept indices by classes of equal counts, or None.
 
-  When those indices enter every index only as the same translation ``c * index`` and every
-  condition only through comparisons ``k . indices + R(other dims) <op> 0`` (bound guards),
-  two keys whose values ``k . indices`` agree once clipped to the range ``-R`` can take have
-  equally many distinct elements: one count per class, weighted by the class size.
+  When every index is ``K(kept indices) + R(other dims)`` with the same ``K`` for all the
+  accesses (a translation of the key's elements) and every condition a boolean combination of
+  comparisons ``K'(kept) + R'(other) <op> 0`` (bound guards), two keys whose values ``K'`` agree
+  once clipped to the range ``-R'`` can take have equally many distinct elements: one count
+  per class, weighted by the class size.
   """
   tags = {HW_TAGS[p]: p for p in rest}
-  trans, atoms = None, []
+  if math.prod(len(_kept_span(ms, p)) for p in rest) > 1 << 20: return None
+
+  def split(e: Expr):
+    terms, const = linear(e)
+    kept = {t: k for t, k in terms.items() if free_vars(t) <= tags.keys() and free_vars(t)}
+    other = {t: k for t, k in terms.items() if not free_vars(t) & tags.keys()}
+    return None if len(kept) + len(other) != len(terms) else (kept, other, const)
+  shift, atoms = None, []
   for m in ms:
     a = m.access
-    if not m.affine_index or not m.exact: return None
-    terms, _ = linear(a.index)
-    tr = {t.arg: k for t, k in terms.items() if t.op is Op.VAR and t.arg in tags}
-    if any(free_vars(t) & tags.keys() for t in terms if not (t.op is Op.VAR and t.arg in tags)): return None
-    if trans is not None and tr != trans: return None
-    trans = tr
+    sp = split(a.index) if m.affine_index and m.exact else None
+    if sp is None or (shift is not None and build_linear(sp[0], 0) != shift): return None
+    shift = build_linear(sp[0], 0)
     names = list(HW_TAGS) + [lp.var for lp in a.loops]
-    ext = list(m.extents)
-    ranges = {n: (0, 0 if p in fixed else ext[p] - 1) for p, n in enumerate(names) if n not in tags}
+    ranges = {n: (0, 0 if p in fixed else m.extents[p] - 1) for p, n in enumerate(names) if n not in tags}
     for c in a.conds:
-      cmps = _comparisons(c)
-      if cmps is None: return None
-      for x in cmps:
-        terms, const = linear(simplify(x.src[0] - x.src[1]))
-        kpart = {t.arg: k for t, k in terms.items() if t.op is Op.VAR and t.arg in tags}
-        other = {t: k for t, k in terms.items() if not (t.op is Op.VAR and t.arg in tags)}
-        if any(free_vars(t) & tags.keys() for t in other): return None
-        lo, hi = bounds(build_linear(other, 0), ranges)
-        atoms.append((kpart, const, lo, hi))
-  axes = np.meshgrid(*[np.arange(hw_extent(count.kernel, p)) for p in rest], indexing="ij")
-  keys = {n: axes[i].ravel() for i, n in enumerate(tags)}
-  sig = []
-  for kpart, const, lo, hi in atoms:
-    v = const + sum(k * keys[n] for n, k in kpart.items()) + np.zeros_like(keys[next(iter(tags))])
+      for x in _comparisons(c) or [None]:
+        sp = None if x is None else split(simplify(x.src[0] - x.src[1]))
+        if sp is None: return None
+        lo, hi = bounds(build_linear(sp[1], 0), ranges)
+        atoms.append((build_linear(sp[0], sp[2]), lo, hi))
+  axes = np.meshgrid(*[np.asarray(_kept_span(ms, p)) for p in rest], indexing="ij")
+  env = {n: axes[i].ravel() for i, n in enumerate(tags)}
+  size = env[next(iter(tags))].size
+  sig = [np.zeros(size, np.int64)]
+  for k, lo, hi in atoms:        # K' + R' <op> 0 reads K' only through its clip to [-hi - 1, -lo + 1]
+    v = np.broadcast_to(np.asarray(evaluate(k, env), np.int64), (size,))
     sig.append(np.clip(v, None if hi is None else -hi - 1, None if lo is None else -lo + 1))
-  if len(rest) and sig and math.prod(hw_extent(count.kernel, p) for p in rest) > 1 << 20: return None
-  if not sig: sig = [np.zeros_like(keys[next(iter(tags))])]
   _, first, sizes = np.unique(np.stack(sig), axis=1, return_index=True, return_counts=True)
   if len(first) > SUM_CLASSES_LIMIT: return None
-  return sum(int(sz) * count(ms, 0, tuple(fixed), tuple((p, int(keys[HW_TAGS[p]][i])) for p in rest))
-             for i, sz in zip(first, sizes))
+  return sum(int(n) * count(ms, 0, tuple(fixed), tuple((p, int(env[HW_TAGS[p]][i])) for p in rest))
+             for i, n in zip(first, sizes))
 
 
 def _comparisons(c: Expr) -> list[Expr] | None:
@@ -568,22 +606,24 @@ def _patterns(kernel: Kernel, maps, dyn, nbytes) -> list[AccessPattern]:
     if b.scope not in ("global", "shared"): continue
     size = nbytes[b.name]
     vec = b.dtype == "float32"
-    pat = dict(buffer=b.name, scope=b.scope, kind=a.kind, index=repr(a.index), count=count)
+    pat = {"buffer": b.name, "scope": b.scope, "kind": a.kind, "index": repr(a.index), "count": count}
     if not m.affine_index:
       out.append(AccessPattern(**pat)); continue
     try: reqs = [(act, idx[act], lid[act]) for act, idx, lid in _requests(a, lanes, vec) if act.any()]
     except ExprError:
       out.append(AccessPattern(**pat)); continue
     if not reqs:
-      out.append(AccessPattern(**pat, **({"sectors_per_request": 0.0, "efficiency": 1.0, "requests": 0.0}
+      out.append(AccessPattern(**pat, **({"sectors_per_request": 0.0, "efficiency": 1.0, "requests": 0.0,
+                                          "lines_per_request": 0.0}
                                          if b.scope == "global" else {"bank_conflict": 1.0})))
       continue
     if b.scope == "global":
       sec = [len(np.unique(idx * size // SECTOR)) for _, idx, _ in reqs]
+      lines = [len(np.unique(idx * size // LINE)) for _, idx, _ in reqs]
       eff = [min(1.0, len(idx) * size / (s * SECTOR)) for (_, idx, _), s in zip(reqs, sec)]
       per_req = float(np.mean([len(idx) for _, idx, _ in reqs]))
       out.append(AccessPattern(**pat, sectors_per_request=float(np.mean(sec)), efficiency=float(np.mean(eff)),
-                               requests=count / per_req))
+                               requests=count / per_req, lines_per_request=float(np.mean(lines))))
     else:
       deg = []
       for _, idx, lid in reqs:

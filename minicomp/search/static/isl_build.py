@@ -15,18 +15,26 @@ questions. Indices and conditions are converted when they are quasi-affine (+, -
 constant, floordiv / floormod by a positive constant, min, max, select, comparisons and
 logic); a condition that is not is dropped (an over-approximation), and an index that is not
 (a gather: a LOAD inside an index) maps to the whole buffer. ``AccessMap.exact`` says whether
-either happened.
+either happened. Integer divisions of fused / split loop indices are rewritten into digit
+variables first (:class:`_Digits`): the same sets, which isl counts far faster.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import islpy as isl
 
+from minicomp.errors import MinicompError
 from minicomp.ir.expr import Expr, free_vars, substitute, var
 from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Seq, Store, Sync
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.simplify import linear
+
+
+class FootprintError(MinicompError, ValueError):
+  """The data-movement analysis cannot take this kernel (symbolic extents, unknown statements)."""
+
 
 HW_TAGS = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "threadIdx.z", "threadIdx.y", "threadIdx.x")
 HW_DIMS = ("bz", "by", "bx", "tz", "ty", "tx")       # the names of those dimensions in isl strings
@@ -72,6 +80,12 @@ class AccessMap:
   extents: tuple[int, ...]
   groups: tuple[frozenset[int], ...]
   used: frozenset[str] = frozenset()        # variables the index and the conditions read
+  box: tuple[tuple[int, int], ...] = ()     # per input dimension: [lo, hi] the conditions allow
+
+  def span(self, p: int) -> range:
+    """The values input dimension ``p`` can take (its extent, narrowed by single-variable bounds)."""
+    lo, hi = self.box[p] if self.box else (0, self.extents[p] - 1)
+    return range(lo, hi + 1)
 
   @property
   def map(self) -> isl.Map: return self.maps[2]
@@ -154,7 +168,7 @@ def hw_extent(kernel: Kernel, k: int) -> int:
 def _int(e) -> int:
   if isinstance(e, int): return e
   if isinstance(e, Expr) and e.is_const: return int(e.arg)
-  raise ValueError(f"the data-movement analysis needs a concrete kernel; got extent {e}")
+  raise FootprintError(f"the data-movement analysis needs a concrete kernel; got extent {e}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +218,7 @@ def collect_accesses(kernel: Kernel) -> tuple[list[Access], list[LoopNode]]:
     elif isinstance(s, (Sync, Comment)):
       pass
     else:
-      raise ValueError(f"unknown statement {type(s).__name__}")
+      raise FootprintError(f"unknown statement {type(s).__name__}")
   walk(kernel.body, (), ())
   return accesses, loops
 
@@ -387,7 +401,7 @@ class _Digits:
       mine = [(sl, n) for sl, n in self.slices.items() if sl[0] == key]
       bs = sorted({1} | {sl[2] for sl, _ in mine} | {sl[1] for sl, _ in mine if sl[1] is not None})
       L = substitute(L, values)
-      if any(b % a for a, b in zip(bs, bs[1:])) or any(m is not None and m % dd for (_, m, dd), _ in mine):
+      if any(b % a for a, b in itertools.pairwise(bs)) or any(m is not None and m % dd for (_, m, dd), _ in mine):
         for (_, m, dd), n in mine:      # not a divisor chain: keep the integer divisions
           values[n] = (L if m is None else L % m) // dd
         continue
@@ -402,10 +416,32 @@ class _Digits:
     text = []
     bounds = dict(zip([t for _, bt in cons for _, t in bt], [None] * len(digits)))
     for L, bt in cons:
-      for (b, t), (b2, _) in zip(bt, bt[1:]): bounds[t] = b2 // b
+      for (b, t), (b2, _) in itertools.pairwise(bt): bounds[t] = b2 // b
       text.append((L, " + ".join(f"{b}*{t}" for b, t in bt)))
     extra = [f"0 <= {t} < {n}" for t, n in bounds.items() if n is not None]
     return values, digits, [(L, rhs) for L, rhs in text] + extra
+
+
+def _box(a: Access, loop_vars: list[str], extents) -> tuple[tuple[int, int], ...]:
+  """Per input dimension, the range left by the conditions that bound one variable alone
+  (``tx < 1``, ``k * 8 + 3 < 20``: cooperative-fetch and bound guards), conjunctions only."""
+  names = list(HW_TAGS) + loop_vars
+  pos = {n: p for p, n in enumerate(names)}          # an inner loop shadows an outer one
+  box = [[0, e - 1] for e in extents]
+  stack = list(a.conds)
+  while stack:
+    c = stack.pop()
+    if c.op is Op.AND: stack.extend(c.src); continue
+    if c.op not in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ) or c.src[0].dtype not in INT_DTYPES: continue
+    terms, k = linear(c.src[0] - c.src[1])
+    if len(terms) != 1: continue
+    (t, coef), = terms.items()
+    if t.op is not Op.VAR or t.arg not in pos: continue
+    if coef < 0: coef, k, c = -coef, -k, c.replace(op={Op.LT: Op.GT, Op.LE: Op.GE, Op.GT: Op.LT, Op.GE: Op.LE}.get(c.op, c.op))
+    b = box[pos[t.arg]]                           # coef * v + k <op> 0
+    if c.op in (Op.LT, Op.LE, Op.EQ): b[1] = min(b[1], (-k - (c.op is Op.LT)) // coef)
+    if c.op in (Op.GT, Op.GE, Op.EQ): b[0] = max(b[0], -((k - (c.op is Op.GT)) // coef))
+  return tuple((lo, max(lo - 1, hi)) for lo, hi in box)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,7 +467,7 @@ def access_map(kernel: Kernel, a: Access) -> AccessMap:
   for c in cons:
     if isinstance(c, str): bounds.append(c); continue
     lhs = _aff(substitute(c[0], values), names)
-    if lhs is None: raise ValueError(f"internal: digit form {c[0]} is not affine")
+    if lhs is None: raise FootprintError(f"internal: digit form {c[0]} is not affine")
     bounds.append(f"{lhs} = {c[1]}")
   groups = []
   for c, c0 in zip(conds, a.conds):
@@ -451,5 +487,6 @@ def access_map(kernel: Kernel, a: Access) -> AccessMap:
   extents = tuple(hw_extent(kernel, k) for k in range(N_HW)) + tuple(lp.extent for lp in a.loops)
   return AccessMap(a, tuple(isl.Map(text(k)) for k in (0, 3, 6)), exact and pieces is not None, pieces is not None,
                    extents, tuple(g for g in groups if g),
-                   frozenset(free_vars(a.index).union(*(free_vars(c) for c in a.conds))))
+                   frozenset(free_vars(a.index).union(*(free_vars(c) for c in a.conds))),
+                   _box(a, [lp.var for lp in a.loops], extents))
 

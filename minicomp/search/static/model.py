@@ -11,10 +11,13 @@ For one launch, on the busiest SM (``ceil(blocks / SMs)`` blocks: the tail effec
 - **pipes**: each instruction class runs on its unit at the published throughput per SM per
   cycle (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table): FP32 lanes / 32
   warp instructions per cycle for FP32, INT32 lanes / 32 for integer, SFU lanes / 32 for
-  special functions, 1 for loads / stores / shuffles (the LSU), and 0.5 for conversions;
+  special functions, 0.5 for conversions, and load/store-unit lanes / 32 for loads, stores
+  and shuffles (16 LD/ST lanes per SM on GA10x / AD10x / TU10x, 32 on GV100 / GA100 / GH100:
+  the SM diagrams of the architecture whitepapers);
 - **shared memory**: every shared load/store is ``conflict degree`` wavefronts, one per cycle;
-- **L1**: global loads and stores move 128 bytes (four 32-byte sectors) per cycle, so a warp
-  request touching ``s`` sectors costs ``ceil(s / 4)`` cycles;
+- **L1**: global loads and stores are processed one 128-byte line (four 32-byte sectors) per
+  cycle, so a warp request touching ``s`` sectors in ``l`` distinct lines costs
+  ``max(l, ceil(s / 4))`` cycles (a fully uncoalesced float request: 32);
 - **L2 -> SM** traffic: the sectors requested, reduced by the reuse L1 can capture inside a
   block (bounded below by the distinct bytes each block touches), at ``l2_bw_factor x DRAM``
   bandwidth;
@@ -34,7 +37,6 @@ import math
 from dataclasses import dataclass, field
 
 # warp instructions per cycle per SM for a unit, given lanes per SM (CUDA C++ Programming Guide)
-LSU_PER_CYCLE = 1.0           # loads / stores / shuffles: 32 lanes per SM
 CVT_PER_CYCLE = 0.5           # type conversions: 16 per SM per cycle on sm_80 / sm_86
 BRANCH_PER_CYCLE = 1.0
 SCHEDULERS_PER_SM = 4
@@ -95,7 +97,7 @@ def launch_time(f: LaunchFacts, dev) -> LaunchEstimate:
     "sfu": warp_instr("sfu") / (dev.sfu_lanes_per_sm / 32),
     "fp64": warp_instr("fp64") / max(dev.fp64_lanes_per_sm / 32, 1 / 32),
     "lsu": warp_instr("ld_global", "st_global", "ld_shared", "st_shared", "ld_local", "st_local", "shfl", "ld_param")
-           / LSU_PER_CYCLE,
+           / (dev.lsu_lanes_per_sm / 32),
     "cvt": warp_instr("conversion") / CVT_PER_CYCLE,
     "shared": f.shared_wavefronts_per_block * on_sm,
     "l1": f.l1_cycles_per_block * on_sm,
