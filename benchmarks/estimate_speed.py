@@ -35,11 +35,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 
-import minicomp as mc  # noqa: E402
-from minicomp.search.static.estimate import estimate  # noqa: E402
-from minicomp.search.static.footprint import analyze_kernel  # noqa: E402
-from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents  # noqa: E402
-from minicomp.target import Target  # noqa: E402
+import minicomp as mc
+from minicomp.search.static.estimate import estimate
+from minicomp.search.static.footprint import analyze_kernel
+from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
+from minicomp.target import Target
 
 DEVICE = "rtx3090"
 
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
   args = ap.parse_args(argv)
   dev = Target(DEVICE).device
   sets = _kernels(args.random)
-  sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+  sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE, check=False).stdout.strip()
   print(f"command:  python benchmarks/{os.path.basename(__file__)} {' '.join(argv or sys.argv[1:])}".rstrip())
   print(f"date:     {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
   print(f"machine:  nproc={os.cpu_count()}, {platform.processor() or platform.machine()}, load average "
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
       counts_all.update(stats)
       per.append((t, build_s))
       slowest.append((t["total"], name))
-    col = lambda key: [t[key] for t, _ in per]
+    col = lambda key, per=per: [t[key] for t, _ in per]
     tot = col("total")
     rows.append((label, str(len(per)), f"{statistics.median(b for _, b in per):.2f}",
                  f"{statistics.median(col('ptx')) * 1e3:.1f}", f"{statistics.median(col('footprint')) * 1e3:.1f}",

@@ -121,7 +121,7 @@ def _child_main() -> None:
   sys.stdout = sys.stderr                  # nothing but replies goes to the parent's pipe
   while (request := _read(stdin)) is not None:
     try: reply = run_nvrtc(*request)
-    except Exception as e:                 # a broken binding: report it, keep serving
+    except Exception as e:  # noqa: BLE001 -- a broken binding: report it, keep serving
       reply = ("exception", f"{type(e).__name__}: {e}", "")
     _write(stdout, reply)
 

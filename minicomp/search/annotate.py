@@ -1,0 +1,150 @@
+"""Random annotation: turn a sketch into concrete, valid schedules (Ansor's init population).
+
+For every tile group of a :class:`~minicomp.search.sketch.Sketch` the sizes are drawn uniformly
+from all ordered factorizations of the loop extent whose innermost factor is at most 64
+(InitFillTileSize); thread counts and vector widths from their candidate lists; every stage
+the sketch marks gets ``auto_unroll_max_step`` from Ansor's GPU list {0, 16, 64, 512, 1024}
+(InitUnroll). A draw is kept only when it is valid for the target, checked in two steps:
+
+1. cheap checks on the values: threads per block <= the target's limit and >= the warp size
+   (unless the stage has at most two warps of work, Ansor's exception), vthreads <= 8;
+2. the schedule is lowered and checked against the target's resource limits (shared memory,
+   threads; ``codegen.verify``), without compiling.
+
+So nothing invalid is ever measured (Ansor's users lost whole runs to invalid GPU samples,
+REFERENCE.md 6.2). A sketch that yields no valid draw in ``max_tries`` raises
+:class:`AnnotationError` instead of looping forever (REFERENCE.md 6.3).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from minicomp.errors import LoweringError, MinicompError, ScheduleError
+from minicomp.ir.schedule import Schedule
+from minicomp.search.sketch import Sketch
+from minicomp.target import Target, as_target
+
+UNROLL_CHOICES = (0, 16, 64, 512, 1024)      # Ansor's GPU auto_unroll_max_step candidates
+MAX_TRIES = 200
+
+
+class AnnotationError(MinicompError):
+  """No valid concrete schedule could be drawn from a sketch."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+  """A concrete schedule drawn from a sketch, with the values chosen for its variables."""
+  schedule: Schedule
+  values: dict
+  sketch_index: int
+
+  @property
+  def key(self) -> str:
+    """Identity of the program (steps as JSON): the search never measures the same key twice."""
+    return self.schedule.to_json()
+
+
+def divisors(n: int) -> list[int]:
+  small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+  return sorted(set(small + [n // d for d in small]))
+
+
+@functools.lru_cache(maxsize=4096)
+def factorizations(extent: int, parts: int, inner_limit: int = 64) -> tuple[tuple[int, ...], ...]:
+  """Ordered ``parts``-tuples of inner tile sizes whose product divides ``extent`` and whose last
+  entry is at most ``inner_limit`` (the outermost level takes ``extent / product``)."""
+  def rec(rest: int, k: int) -> list[tuple[int, ...]]:
+    if k == 0: return [()]
+    out = []
+    for d in divisors(rest):
+      if k == 1 and d > inner_limit: continue
+      out.extend((d,) + tail for tail in rec(rest // d, k - 1))
+    return out
+  return tuple(rec(extent, parts))
+
+
+def draw_values(sketch: Sketch, rng: np.random.Generator) -> dict[str, int]:
+  """One uniform draw of every variable of the sketch (no validity check)."""
+  values: dict[str, int] = {}
+  for g in sketch.tiles:
+    opts = factorizations(g.extent, len(g.vars), g.inner_limit)
+    values.update(zip(g.vars, opts[int(rng.integers(len(opts)))]))
+  for c in sketch.choices:
+    values[c.var] = int(c.candidates[int(rng.integers(len(c.candidates)))])
+  return values
+
+
+def check_values(sketch: Sketch, values: dict[str, int], target: Target) -> str | None:
+  """The reason ``values`` are invalid for ``target`` before lowering, or None."""
+  for root, vs in sketch.threads.items():
+    n = math.prod(values[v] for v in vs)
+    if n > target.max_threads_per_block: return f"{root}: {n} threads per block > {target.max_threads_per_block}"
+    work = math.prod(int(getattr(d, "arg", d)) for d in sketch.schedule.state.stage(root).tensor.shape)
+    if n < target.warp_size and work > 2 * target.warp_size: return f"{root}: {n} threads per block < a warp"
+  for root, vs in sketch.vthreads.items():
+    n = math.prod(values[v] for v in vs)
+    if n > target.max_vthread_extent: return f"{root}: vthread {n} > {target.max_vthread_extent}"
+  return None
+
+
+def concretize(sketch: Sketch, values: dict[str, int], unroll: dict | None = None) -> Schedule:
+  """The sketch with ``values`` substituted and ``auto_unroll_max_step`` pragmas added."""
+  s = sketch.schedule.substitute(values)
+  for (stage, loop) in sketch.unroll:
+    v = (unroll or {}).get((stage, loop), 0)
+    if v: s.pragma(stage, loop, "auto_unroll_max_step", int(v))
+  return s
+
+
+def validate(schedule: Schedule, target: Target) -> str | None:
+  """Lower and check resources (no NVRTC): the reason the schedule is invalid, or None."""
+  from minicomp.codegen.verify import check_resources
+  from minicomp.ir.lower import lower
+  try:
+    check_resources(schedule.state, lower(schedule.state), target)
+  except (ScheduleError, LoweringError) as e:
+    return str(e)
+  return None
+
+
+def sample(sketch: Sketch, rng: np.random.Generator, target: Target | str = "sm_86", sketch_index: int = 0,
+           max_tries: int = MAX_TRIES) -> Candidate:
+  """One valid concrete schedule from ``sketch``; AnnotationError after ``max_tries`` invalid draws."""
+  tgt = as_target(target)
+  reasons: dict[str, int] = {}
+  for _ in range(max_tries):
+    values = draw_values(sketch, rng)
+    why = check_values(sketch, values, tgt)
+    if why is None:
+      unroll = {at: int(UNROLL_CHOICES[int(rng.integers(len(UNROLL_CHOICES)))]) for at in sketch.unroll}
+      s = concretize(sketch, values, unroll)
+      why = validate(s, tgt)
+      if why is None:
+        return Candidate(s, {**values, **{f"unroll:{a}.{b}": v for (a, b), v in unroll.items()}}, sketch_index)
+    key = why.split(":")[0][:80]
+    reasons[key] = reasons.get(key, 0) + 1
+  top = ", ".join(f"{k} ({n}x)" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
+  raise AnnotationError(f"no valid schedule in {max_tries} draws from sketch {sketch_index} "
+                        f"({', '.join(sketch.rules)}); most common reasons: {top}")
+
+
+def sample_population(sketches: list[Sketch], n: int, rng: np.random.Generator, target: Target | str = "sm_86",
+                      exclude: set[str] | None = None, max_tries: int | None = None) -> list[Candidate]:
+  """Up to ``n`` distinct valid candidates, each from a sketch drawn uniformly; programs whose key
+  is in ``exclude`` (already measured) are skipped. Stops after ``max_tries`` draws (default 4n)."""
+  out, seen = [], set(exclude or ())
+  tries = max_tries if max_tries is not None else 4 * n
+  for _ in range(tries):
+    if len(out) >= n: break
+    k = int(rng.integers(len(sketches)))
+    try: c = sample(sketches[k], rng, target, k)
+    except AnnotationError: continue
+    if c.key in seen: continue
+    seen.add(c.key)
+    out.append(c)
+  return out
