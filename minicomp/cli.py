@@ -57,6 +57,24 @@ def cmd_compile(a) -> int:
   return 0
 
 
+def cmd_tune(a) -> int:
+  from minicomp.compiler import compile as mc_compile
+  cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
+                  trials=a.trials, strategy=a.strategy, log_file=a.log, seed=a.seed,
+                  measures_per_round=a.per_round, time_budget_s=a.time_budget)
+  print(cm.estimate())
+  if a.output:
+    print(f"saved to {cm.save(a.output)}")
+  return 0
+
+
+def cmd_report(a) -> int:
+  from minicomp.search.report import plot_curve, text_report
+  print(text_report(a.log))
+  if a.png: print(f"tuning curve written to {plot_curve(a.log, a.png)}")
+  return 0
+
+
 def cmd_run(a) -> int:
   from minicomp.compiled_model import load
   cm = load(a.compiled)
@@ -97,6 +115,29 @@ def build_parser() -> argparse.ArgumentParser:
   pc.add_argument("--input-shape", action="append", help=shape_help)
   pc.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
   pc.set_defaults(fn=cmd_compile)
+
+  pt = sub.add_parser("tune", help="search schedules for a model's kernels and log every measurement",
+                      description="Tune every task of an ONNX model (Ansor-style search), appending each measured "
+                                  "candidate to --log; re-running the same command resumes. Without a GPU every "
+                                  "cost is a static-model ESTIMATE. Prints the end-to-end estimate.")
+  pt.add_argument("model", help="path to an .onnx file")
+  pt.add_argument("--target", default="sm_86", help="arch (sm_86) or device (rtx3090, a100, ...); default sm_86")
+  pt.add_argument("--trials", type=int, required=True, help="measurements in total for this model (the log counts)")
+  pt.add_argument("--log", required=True, help="JSON-lines tuning log to append to / resume from")
+  pt.add_argument("--strategy", default="ansor", help="ansor (default) or random")
+  pt.add_argument("--seed", type=int, default=0)
+  pt.add_argument("--per-round", type=int, default=64, help="measurements per round (default 64, Ansor's)")
+  pt.add_argument("--time-budget", type=float, default=None, help="stop searching after this many seconds")
+  pt.add_argument("-o", "--output", help="also save the compiled model to this folder")
+  pt.add_argument("--input-shape", action="append", help=shape_help)
+  pt.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+  pt.set_defaults(fn=cmd_tune)
+
+  pp = sub.add_parser("report", help="per-task best latencies of a tuning log, and its tuning curve as a PNG",
+                      description="Summarise a tuning log written by `minicomp tune` / compile(log_file=...).")
+  pp.add_argument("log", help="the JSON-lines tuning log")
+  pp.add_argument("--png", help="write the tuning curve (best total vs trials and vs seconds) to this PNG")
+  pp.set_defaults(fn=cmd_report)
 
   pr = sub.add_parser("run", help="run a compiled model on .npy inputs",
                       description="Run a compiled model folder: on the GPU when pycuda finds one, else on the CPU simulator.")

@@ -18,7 +18,7 @@ import numpy as np
 from minicomp.codegen.kernel import NP_DTYPE, Kernel, LaunchPlan
 from minicomp.codegen.nvrtc import CudaBinary, parse_ptxas_log
 from minicomp.errors import FeedError, SaveFormatError
-from minicomp.target import Target
+from minicomp.target import Target, as_target
 
 FORMAT_VERSION = 1
 
@@ -39,6 +39,25 @@ class ViewStep:
   dst: str
   shape: tuple[int, ...]
   op: str = "Reshape"
+
+
+@dataclass
+class ModelEstimate:
+  """Static-model estimate of a whole model run: always an estimate, never a measurement."""
+  device: str
+  calls: list   # (KernelCall, Estimate) in launch order
+  is_estimate: bool = True
+
+  @property
+  def latency_s(self) -> float: return sum(e.latency_s for _, e in self.calls)
+
+  def __str__(self) -> str:
+    rows = [f"estimated latency on {self.device} (static model, no GPU measurement): {self.latency_s * 1e6:.1f} us "
+            f"over {len(self.calls)} kernel calls"]
+    for k, (c, e) in enumerate(self.calls):
+      bound = "/".join(l.bound for l in e.launches)
+      rows.append(f"  {k:3d} {'+'.join(c.ops):<32s} ~{e.latency_s * 1e6:9.2f} us  ({bound}-bound)")
+    return "\n".join(rows)
 
 
 @dataclass
@@ -169,6 +188,19 @@ class CompiledModel:
             f"target {self.target.arch}; intermediates {self.pool_bytes / 1e6:.2f} MB pooled "
             f"({self.unplanned_bytes / 1e6:.2f} MB without reuse)")
     return head + "\n" + "\n".join(lines)
+
+  def estimate(self, device: str | Target | None = None) -> "ModelEstimate":
+    """End-to-end latency ESTIMATE of one run from the static model (no GPU): the sum over the
+    kernel calls of each call's estimated latency, with the per-call estimates (``.calls``).
+    ``device``: a named device or an arch (default: the compile target's device)."""
+    from minicomp.search.static.estimate import estimate
+    tgt = as_target(device) if device is not None else self.target
+    per_kernel = {}
+    calls = []
+    for c in self.calls:
+      if c.kernel not in per_kernel: per_kernel[c.kernel] = estimate(self.kernels[c.kernel], tgt)
+      calls.append((c, per_kernel[c.kernel]))
+    return ModelEstimate(tgt.device.name, calls)
 
   def __repr__(self) -> str:
     return f"CompiledModel({self.name}, {len(self.calls)} kernel calls, target={self.target.arch})"

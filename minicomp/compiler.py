@@ -9,14 +9,14 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from minicomp.codegen.kernel import Kernel, build
-from minicomp.errors import LoweringError, ScheduleError
 from minicomp.compiled_model import CompiledModel, IOSpec, KernelCall, ViewStep
+from minicomp.errors import CompileError, LoweringError, ScheduleError
 from minicomp.frontend.onnx_import import load_onnx
 from minicomp.graph.fold import fold_batchnorm
 from minicomp.graph.partition import partition
@@ -51,16 +51,24 @@ def _progress(enabled: bool) -> Callable[[str], None]:
 
 
 def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Sequence[int]] | None = None,
-            trials: int = 0, progress: bool = False, name: str | None = None) -> CompiledModel:  # noqa: A001
+            trials: int = 0, progress: bool = False, name: str | None = None, strategy: str = "ansor",
+            log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
+            time_budget_s: float | None = None) -> CompiledModel:
   """Compile an ONNX model (ModelProto, path or bytes) for ``target``.
 
-  ``input_shapes`` gives concrete shapes for dynamic input dims. ``trials=0`` uses the
-  default rule-based schedules (schedule search arrives with the search issues).
-  ``progress=True`` prints one line per phase and per compiled task to stderr.
+  ``input_shapes`` gives concrete shapes for dynamic input dims.
+
+  Schedules: ``trials=0`` without ``log_file`` uses the default rule-based schedules. With
+  ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor" or
+  "random") until the log holds N measurements for them in total (so re-running a killed
+  command resumes it), then each task is compiled with its best measured schedule. With
+  ``log_file`` and ``trials=0`` the best record per task is applied without any search. Tasks
+  without a valid record keep the default schedule. ``measurer`` defaults to the static model
+  (every cost an estimate) when no GPU is present. ``progress=True`` prints one line per
+  phase, per tuning round and per compiled task to stderr.
   """
   tgt = as_target(target)
   say = _progress(progress)
-  if trials: raise NotImplementedError("schedule search (trials > 0) is not available yet; use trials=0")
   stats = CompileStats()
   t0 = time.perf_counter()
   g = fold_batchnorm(load_onnx(model, input_shapes))
@@ -109,10 +117,22 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   stats.tasks, stats.calls = len(tasks), len(plans)
   say(f"partitioned into {len(plans)} kernel calls, {len(tasks)} distinct tasks ({stats.partition:.2f} s)")
 
+  tuned: dict[str, str] = {}
+  if trials or log_file:
+    from minicomp.search.tune import tune_tasks
+    tuned = tune_tasks(list(tasks.values()), tgt, trials=trials, strategy=strategy, log_file=log_file, seed=seed,
+                       measurer=measurer, measures_per_round=measures_per_round, time_budget_s=time_budget_s,
+                       progress=progress)
   for k, (key, task) in enumerate(tasks.items()):
     t0 = time.perf_counter()
     kern = None
-    for opts in ({}, {"shared": False}, {"simple": True}):   # a tile may break a limit: back off
+    if key in tuned:
+      from minicomp.ir.schedule import Schedule
+      try:
+        kern = build(Schedule.from_json(task.dag, tuned[key]), tgt, name=f"task{k}")
+      except (ScheduleError, LoweringError, CompileError) as e:
+        log.warning("task %s: its best record no longer builds (%s); using the default schedule", key, e)
+    for opts in ({}, {"shared": False}, {"simple": True}) if kern is None else ():   # a tile may break a limit: back off
       try:
         kern = build(default_schedule(task.dag, tgt, **opts), tgt, name=f"task{k}")
         break
@@ -125,7 +145,7 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
     stats.build += kern.timings["lower_emit_s"] + (dt - sum(kern.timings.values()))   # + scheduling
     stats.nvrtc += kern.timings["nvrtc_s"]
     say(f"[{k + 1}/{len(tasks)}] task {key} ({'+'.join(task.ops)}, x{task.weight}): "
-        f"{len(kern.launches)} launch(es), {dt:.2f} s")
+        f"{len(kern.launches)} launch(es), {'tuned' if key in tuned else 'default'} schedule, {dt:.2f} s")
   for call, key in plans: call.kernel = kernel_of[key]
   inputs = [IOSpec(n, tuple(g.values[n].shape), g.values[n].dtype) for n in g.inputs]
   for o in g.outputs:   # outputs that are folded constants

@@ -23,6 +23,10 @@ from typing import Sequence
 from minicomp.errors import CompileError, LoweringError, MinicompError, RuntimeLaunchError, ScheduleError
 
 
+class MeasureError(MinicompError):
+  """The measuring machinery itself failed (not a candidate): e.g. its worker processes cannot start."""
+
+
 class ErrorKind(enum.Enum):
   NONE = "ok"
   SCHEDULE = "invalid schedule"            # a step does not apply
@@ -116,12 +120,23 @@ class StaticMeasurer(Measurer):
   (one per core). ``timeout_s`` bounds each candidate (a timeout is a typed failure)."""
 
   def __init__(self, executor: cf.Executor | None = None, workers: int | None = None, timeout_s: float = 120.0):
-    self._own = executor is None
+    self._own, self._workers = executor is None, workers
     self.executor = executor or _process_pool(workers)
     self.timeout_s = timeout_s
 
   def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-    futs = [self.executor.submit(_static_one, inp) for inp in inputs]
+    try:
+      futs = [self.executor.submit(_static_one, inp) for inp in inputs]
+    except cf.process.BrokenProcessPool as e:
+      if not self._own: raise MeasureError(f"the executor's worker processes died: {e}") from e
+      self.executor.shutdown(wait=False, cancel_futures=True)    # a worker was killed: start a fresh pool once
+      self.executor = _process_pool(self._workers)
+      try:
+        futs = [self.executor.submit(_static_one, inp) for inp in inputs]
+      except cf.process.BrokenProcessPool as e2:
+        raise MeasureError(f"the measuring worker processes die at start ({e2}). Workers are started with "
+                           "'spawn', which re-imports the main script: put the code that tunes under "
+                           "`if __name__ == \"__main__\":`") from e2
     out = []
     for f in futs:
       try:

@@ -1,0 +1,1 @@
+"""Search strategies (siblings behind one interface, ``base.Strategy``): random, ansor."""

@@ -1,0 +1,163 @@
+"""The task scheduler: which task to tune next, and the tuning loop around the strategies.
+
+Allocation follows Ansor's gradient scheduler (REFERENCE.md 1.7; the objective is the
+end-to-end latency ``sum_i w_i * c_i``, ``w_i`` the number of times task ``i`` runs in the
+model, ``c_i`` its best latency so far). After one round-robin warm-up round, each round goes
+to the task with the most negative
+
+    grad_i = w_i * (alpha * backward_i + (1 - alpha) * forward_i)
+
+where ``backward_i = (c_i(t-1) - c_i(t-1-window)) / window`` (the recent improvement per round)
+and ``forward_i = min(c_i - c_i / t_i, beta * flops_i / max_j(flops_j / c_j)) - c_i`` over the
+tasks ``j`` of ``i``'s similarity group (same kind, flops within a factor of 1.618): the
+optimistic guess that more trials keep improving ``i`` at its own rate, capped by what a similar
+task achieves. Ties (all gradients equal) pick a random task; a task whose strategy proposes
+nothing new is dead. Defaults: alpha 0.2, beta 2, window 3 (Ansor's). Ansor's paper mentions
+epsilon-greedy task selection, its code has none; here ``eps`` (default 0.05) picks a random
+live task in that fraction of rounds.
+
+Each round: the strategy proposes up to ``measures_per_round`` unmeasured candidates, the
+measurer measures them (costs or typed failures), every result is appended to the log (if any)
+before anything else happens, and the strategy gets the results. The loop stops at the trial
+budget, the time budget, or when every task is dead.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from minicomp.search.measure import MeasureInput, Measurer
+from minicomp.search.strategies.base import Strategy, TuneTask
+
+ALPHA, BETA, WINDOW, EPS = 0.2, 2.0, 3, 0.05
+SIMILAR = 1.618
+
+
+@dataclass
+class RoundInfo:
+  """What one round did (passed to progress callbacks)."""
+  round: int
+  task: TuneTask
+  measured: int
+  failed: int
+  trials_used: int
+  elapsed_s: float
+  objective_s: float                 # sum over tasks of weight x best latency (inf until every task has one)
+  is_estimate: bool
+
+
+@dataclass
+class TuneResult:
+  tasks: list[TuneTask]
+  trials: int
+  rounds: int
+  elapsed_s: float
+  is_estimate: bool
+  curve: list[tuple[int, float, float]] = field(default_factory=list)   # (trials, seconds, objective)
+
+  @property
+  def objective_s(self) -> float: return objective(self.tasks)
+
+
+def objective(tasks: Sequence[TuneTask]) -> float:
+  return sum(t.weight * t.best_cost for t in tasks)
+
+
+def _group(t: TuneTask) -> tuple[str, int]:
+  return t.kind, int(math.log(t.flops + 1, SIMILAR))
+
+
+def pick_task(tasks: Sequence[TuneTask], best_hist: dict[str, list[float]], alive: set[str],
+              rng: np.random.Generator, eps: float = EPS) -> TuneTask | None:
+  """The next task to tune (the gradient rule of the module docstring)."""
+  live = [t for t in tasks if t.key in alive]
+  if not live: return None
+  if rng.random() < eps: return live[int(rng.integers(len(live)))]
+  grads = []
+  for t in live:
+    c = t.best_cost
+    if not math.isfinite(c):
+      grads.append(-math.inf); continue                 # no valid program yet: most urgent
+    hist = best_hist.get(t.key, [])
+    backward = (hist[-1] - hist[-1 - WINDOW]) / WINDOW if len(hist) > WINDOW else 0.0
+    peers = [u for u in tasks if _group(u) == _group(t) and math.isfinite(u.best_cost) and u.best_cost > 0]
+    speed = max((u.flops / u.best_cost for u in peers), default=0.0)
+    optimistic = BETA * t.flops / speed if speed > 0 and t.flops else 1e30 * BETA
+    rounds = max(1, len(hist))
+    forward = min(c - c / rounds, optimistic) - c
+    grads.append(t.weight * (ALPHA * backward + (1 - ALPHA) * forward))
+  g = np.asarray(grads)
+  if np.all(g == g[0]): return live[int(rng.integers(len(live)))]
+  return live[int(np.argmin(g))]
+
+
+def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy], measurer: Measurer, trials: int,
+         seed: int = 0, measures_per_round: int = 64, time_budget_s: float | None = None, log=None,
+         strategy_name: str = "", on_round: Callable[[RoundInfo], None] | None = None) -> TuneResult:
+  """Tune ``tasks`` with ``strategy`` for up to ``trials`` measurements in total.
+
+  ``log`` is a :class:`~minicomp.search.records.RecordLog` (or None): every measured
+  candidate is appended before the strategy sees it. ``on_round`` is called after each round
+  (``progress_printer()`` prints one line per round)."""
+  from minicomp.search.records import Record
+  rng = np.random.default_rng(seed)
+  t0 = time.perf_counter()
+  tasks = list(tasks)
+  alive = {t.key for t in tasks}
+  best_hist: dict[str, list[float]] = {t.key: [] for t in tasks}
+  per_round = max(1, min(measures_per_round, trials // max(1, len(tasks)))) if trials else 0
+  used, rounds, curve = 0, 0, []
+  warmup = [t for t in tasks]
+  while used < trials and alive:
+    if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s: break
+    task = warmup.pop(0) if warmup else pick_task(tasks, best_hist, alive, rng)
+    if task is None: break
+    if task.key not in alive: continue
+    n = min(per_round, trials - used)
+    cands = strategy.propose(task, n, rng)
+    if not cands:
+      alive.discard(task.key); continue
+    inputs = [MeasureInput(task.dag, c.key, task.target.device_name or task.target.arch, key=task.key[:12])
+              for c in cands]
+    results = measurer.measure(inputs)
+    costs = [r.cost_s if r.ok else None for r in results]
+    if log is not None:
+      log.append([Record.from_measure(task.key, _target_key(task), c.key, r, strategy=strategy_name or strategy.name,
+                                      trial=used + k) for k, (c, r) in enumerate(zip(cands, results))])
+    for c, cost in zip(cands, costs): task.record(c.key, cost)
+    strategy.update(task, cands, costs)
+    used += len(cands)
+    rounds += 1
+    best_hist[task.key].append(task.best_cost)
+    obj = objective(tasks)
+    curve.append((used, time.perf_counter() - t0, obj))
+    if on_round is not None:
+      on_round(RoundInfo(rounds, task, len(cands), sum(c is None for c in costs), used, time.perf_counter() - t0, obj,
+                         measurer.is_estimate))
+  return TuneResult(tasks, used, rounds, time.perf_counter() - t0, measurer.is_estimate, curve)
+
+
+def _target_key(task: TuneTask) -> str:
+  return task.target.device_name or task.target.arch
+
+
+def progress_printer(total_trials: int, stream=None) -> Callable[[RoundInfo], None]:
+  """A callback printing one line per round: round, task, trials used / total, the task's best and the
+  end-to-end objective (labelled an estimate when the measurer is the static model)."""
+  stream = stream or sys.stderr
+
+  def show(info: RoundInfo) -> None:
+    est = " (estimate)" if info.is_estimate else ""
+    best = info.task.best_cost
+    obj = info.objective_s
+    print(f"[minicomp tune] round {info.round:3d}  task {info.task.name or info.task.key[:12]:<24s} "
+          f"trials {info.trials_used}/{total_trials}  measured {info.measured} ({info.failed} failed)  "
+          f"task best {best * 1e6:.2f} us{est}  end-to-end "
+          f"{'n/a' if not math.isfinite(obj) else f'{obj * 1e6:.2f} us'}{est}  {info.elapsed_s:.0f} s",
+          file=stream, flush=True)
+  return show

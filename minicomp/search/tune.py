@@ -1,0 +1,82 @@
+"""``tune_tasks``: the search entry point behind ``minicomp.compile(..., trials=N, log_file=...)``.
+
+It turns the compiler's tasks into :class:`~minicomp.search.strategies.base.TuneTask` s, loads
+the log (resume: every logged program counts as measured and is never measured again; the
+strategy retrains from the logged results), tunes until the log holds ``trials`` measurements
+for these tasks, and returns the best schedule (steps JSON) per task.
+
+Costs from the static model (no GPU) and GPU timings are never compared with each other: a
+resumed run only takes records of the kind its measurer produces.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from minicomp.errors import MinicompError
+from minicomp.search.strategies.base import RandomStrategy, Strategy, TuneTask
+from minicomp.target import Target, as_target
+
+log = logging.getLogger("minicomp")
+STRATEGIES = ("ansor", "random")
+
+
+class TuneError(MinicompError):
+  """Bad tuning options (unknown strategy, negative trials)."""
+
+
+def make_strategy(name: str | Strategy, seed: int = 0) -> Strategy:
+  if isinstance(name, Strategy): return name
+  if name == "random": return RandomStrategy()
+  if name == "ansor":
+    from minicomp.search.strategies.ansor import AnsorStrategy
+    return AnsorStrategy(seed=seed)
+  raise TuneError(f"unknown search strategy {name!r}; known: {', '.join(STRATEGIES)}")
+
+
+def target_key(tgt: Target) -> str:
+  """How records name a target: the device when one was named, else the arch (its default device)."""
+  return tgt.device_name or tgt.arch
+
+
+def default_measurer():
+  """GPUMeasurer when a GPU is present (pycuda), else the static model (estimates)."""
+  from minicomp.codegen.gpu_runtime import gpu_available
+  from minicomp.search.measure import GPUMeasurer, StaticMeasurer
+  return GPUMeasurer() if gpu_available() else StaticMeasurer()
+
+
+def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy: str | Strategy = "ansor",
+               log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
+               time_budget_s: float | None = None, progress: bool = False) -> dict[str, str]:
+  """Tune ``tasks`` (the compiler's ``graph.tasks.Task`` objects) and return {workload key: best steps JSON}."""
+  from minicomp.search.records import RecordLog, load_records
+  from minicomp.search.task_scheduler import progress_printer, tune
+  if trials < 0: raise TuneError(f"trials must be >= 0, got {trials}")
+  tgt = as_target(target)
+  tkey = target_key(tgt)
+  own = measurer is None and trials > 0
+  if own: measurer = default_measurer()
+  records = load_records(log_file, target=tkey) if log_file else []
+  keys = {t.key for t in tasks}
+  records = [r for r in records if r.workload_key in keys]
+  if measurer is not None: records = [r for r in records if r.is_estimate == measurer.is_estimate]
+  tt = [TuneTask(t.key, t.dag, tgt, t.weight, t.flops, t.kind, "+".join(t.ops)) for t in tasks]
+  by_key = {t.key: t for t in tt}
+  for r in records: by_key[r.workload_key].record(r.steps_json, r.cost_s if r.ok else None)
+  if records: log.info("resumed %d records for %d tasks from %s", len(records), len({r.workload_key for r in records}), log_file)
+  remaining = trials - len(records)
+  try:
+    if remaining > 0:
+      strat = make_strategy(strategy, seed)
+      if records and hasattr(strat, "resume"): strat.resume(tt)
+      sink = RecordLog(log_file) if log_file else None
+      try:
+        tune(tt, strat, measurer, remaining, seed=seed, measures_per_round=measures_per_round,
+             time_budget_s=time_budget_s, log=sink, strategy_name=getattr(strat, "name", str(strategy)),
+             on_round=progress_printer(trials) if progress else None)
+      finally:
+        if sink is not None: sink.close()
+  finally:
+    if own and hasattr(measurer, "close"): measurer.close()
+  return {t.key: t.best_steps for t in tt if t.best_steps is not None}
