@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,12 +36,15 @@ class AnnotationError(MinicompError):
   """No valid concrete schedule could be drawn from a sketch."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Candidate:
-  """A concrete schedule drawn from a sketch, with the values chosen for its variables."""
+  """A concrete schedule drawn from a sketch: the values chosen for its variables, the
+  ``auto_unroll_max_step`` per marked loop, and the lowered program (kept for features)."""
   schedule: Schedule
   values: dict
   sketch_index: int
+  unroll: dict = field(default_factory=dict)
+  program: object = field(default=None, repr=False)
 
   @property
   def key(self) -> str:
@@ -101,15 +104,31 @@ def concretize(sketch: Sketch, values: dict[str, int], unroll: dict | None = Non
   return s
 
 
-def validate(schedule: Schedule, target: Target) -> str | None:
-  """Lower and check resources (no NVRTC): the reason the schedule is invalid, or None."""
+def validate(schedule: Schedule, target: Target):
+  """Lower and check resources (no NVRTC): (the lowered program, None) or (None, the reason it is invalid)."""
   from minicomp.codegen.verify import check_resources
   from minicomp.ir.lower import lower
   try:
-    check_resources(schedule.state, lower(schedule.state), target)
+    prog = lower(schedule.state)
+    check_resources(schedule.state, prog, target)
   except (ScheduleError, LoweringError) as e:
-    return str(e)
-  return None
+    return None, str(e)
+  return prog, None
+
+
+def make_candidate(sketch: Sketch, values: dict[str, int], unroll: dict, target: Target,
+                   sketch_index: int = 0) -> tuple[Candidate | None, str | None]:
+  """The candidate for these values if it is valid, else (None, why)."""
+  why = check_values(sketch, values, target)
+  if why is not None: return None, why
+  s = concretize(sketch, values, unroll)
+  prog, why = validate(s, target)
+  if why is not None: return None, why
+  return Candidate(s, dict(values), sketch_index, dict(unroll), prog), None
+
+
+def draw_unroll(sketch: Sketch, rng: np.random.Generator) -> dict:
+  return {at: int(UNROLL_CHOICES[int(rng.integers(len(UNROLL_CHOICES)))]) for at in sketch.unroll}
 
 
 def sample(sketch: Sketch, rng: np.random.Generator, target: Target | str = "sm_86", sketch_index: int = 0,
@@ -118,14 +137,8 @@ def sample(sketch: Sketch, rng: np.random.Generator, target: Target | str = "sm_
   tgt = as_target(target)
   reasons: dict[str, int] = {}
   for _ in range(max_tries):
-    values = draw_values(sketch, rng)
-    why = check_values(sketch, values, tgt)
-    if why is None:
-      unroll = {at: int(UNROLL_CHOICES[int(rng.integers(len(UNROLL_CHOICES)))]) for at in sketch.unroll}
-      s = concretize(sketch, values, unroll)
-      why = validate(s, tgt)
-      if why is None:
-        return Candidate(s, {**values, **{f"unroll:{a}.{b}": v for (a, b), v in unroll.items()}}, sketch_index)
+    cand, why = make_candidate(sketch, draw_values(sketch, rng), draw_unroll(sketch, rng), tgt, sketch_index)
+    if cand is not None: return cand
     key = why.split(":")[0][:80]
     reasons[key] = reasons.get(key, 0) + 1
   top = ", ".join(f"{k} ({n}x)" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
