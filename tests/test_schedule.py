@@ -253,3 +253,43 @@ def test_symbolic_program_agrees_with_concrete_lowering():
   np.testing.assert_allclose(kern(*ins), wl.reference(*ins), rtol=1e-4, atol=1e-4)
   with pytest.raises(mc.ScheduleError, match="no value"):
     s.substitute({"f1": 4})
+
+
+def test_stage_inside_a_narrower_thread_loop_runs_only_on_those_threads():
+  """C.local is computed inside C's threadIdx.x loop of extent 4 while the block has 8 threads
+  (B.shared's cooperative fetch uses all 8). Threads 4..7 must not compute C.local: they would
+  read B_shared past its 16 elements (k_1 * 4 + threadIdx.x up to 19)."""
+  from minicomp.ir.loop import For, If, Seq, Store
+  wl = W.matmul(16, 16, 16)
+  s = mc.Schedule(wl.outputs)
+  C = wl.outputs[0]
+  CL = s.cache_write(C, "local")
+  i, j = s.axis(C)
+  io, ii = s.split(C, i, 4); jo, ji = s.split(C, j, 4)
+  s.reorder(C, io, jo, ii, ji)
+  s.bind(C, io, "blockIdx.y"); s.bind(C, jo, "blockIdx.x"); s.bind(C, ji, "threadIdx.x")
+  s.compute_at(CL, C, ji)
+  ko, ki = s.split(CL, s.loops(CL)[2], 4)
+  s.reorder(CL, ko, ki, *s.loops(CL)[:2])
+  BS = s.cache_read("B", "shared", [CL])
+  s.compute_at(BS, CL, ko)
+  _, t = s.split(BS, s.fuse(BS, *s.loops(BS)), 8)
+  s.bind(BS, t, "threadIdx.x")
+  (k,) = s.lower().kernels
+  assert k.block[0] == 8
+  found = []
+
+  def walk(st, conds):
+    if isinstance(st, Seq):
+      for x in st.stmts: walk(x, conds)
+    elif isinstance(st, For): walk(st.body, conds)
+    elif isinstance(st, If): walk(st.then, conds + [repr(st.cond)])
+    elif isinstance(st, Store) and st.buffer.name in ("C_local", "B_shared"): found.append((st.buffer.name, conds))
+  walk(k.body, [])
+  assert {n for n, _ in found} == {"C_local", "B_shared"}
+  for name, conds in found:
+    guarded = any("threadIdx.x" in c for c in conds)
+    assert guarded == (name == "C_local"), (name, conds)     # the fetch runs on all 8 threads
+  kern = mc.build(s, "sm_86")
+  ins = wl.random_inputs(1)
+  np.testing.assert_allclose(kern(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)

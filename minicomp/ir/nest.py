@@ -84,6 +84,7 @@ class NestBuilder:
       if a in THREAD_TAGS and it in leaves and i.leaf_ext[it] != self.block[THREAD_TAGS.index(a)]:
         # written on the raw index: the C variable's range is the loop extent, which would prove it true
         guards.append(var(a) < i.leaf_ext[it])
+    guards += self._inherited_thread_guards(name)
     ct = dict(st.cross_thread)
     idx = self._flat(i, [i.root_val[a.name] for a in t.axes])
     value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))
@@ -161,6 +162,22 @@ class NestBuilder:
   def _attached_stmt(self, o) -> Seq:
     s = self._stage_stmt(o.st.name)
     return Seq((Sync(), s, Sync())) if o.scope == "shared" else s
+
+  def _inherited_thread_guards(self, name: str) -> list[Expr]:
+    """A stage computed inside an ancestor's loop bound to a thread index that covers fewer
+    threads than the block runs only on those threads, unless it binds that index itself (a
+    cooperative fetch uses the whole block). Without this, the extra threads would compute
+    with out-of-range indices (reads past a shared tile) and only their final store be guarded."""
+    own = {a for _, a in self.info[name].st.annotations if a in THREAD_TAGS}
+    out = []
+    for t, it in self._ancestors(name):
+      anc = self.info[t]
+      inside = anc.st.leaves[:anc.st.leaves.index(it) + 1]
+      for x, a in anc.st.annotations:
+        if a in THREAD_TAGS and a not in own and x in inside and anc.leaf_ext[x] != self.block[THREAD_TAGS.index(a)]:
+          out.append(var(a) < anc.leaf_ext[x])
+      own |= {a for x, a in anc.st.annotations if a in THREAD_TAGS and x in inside}
+    return out
 
   def _under_tag(self, name: str, tag: str) -> bool:
     for t, it in self._ancestors(name):
