@@ -73,3 +73,11 @@ def test_resume_retrains_the_model_from_the_log(tmp_path):
   mc.compile(m, "sm_86", trials=12, strategy=strat, log_file=path, measurer=meas, measures_per_round=4)
   assert len(meas.seen) == 4
   assert strat.stats["trainings"] >= 2 and len(strat._data) == 12      # 8 resumed + 4 new
+
+
+def test_model_accuracy_is_reported_on_each_new_round():
+  t = _task(W.matmul(32, 32, 16))
+  strat = AnsorStrategy(population=8, generations=1, seed=1)
+  tune([t], strat, HashMeasurer(), trials=24, seed=0, measures_per_round=8)
+  assert len(strat.accuracy) == 2                                     # rounds 2 and 3 (round 1 had no model)
+  assert all(0.0 <= a <= 1.0 and 0.0 <= r <= 1.0 for _, a, r in strat.accuracy)

@@ -17,7 +17,9 @@ Per round for a task (REFERENCE.md 1.3-1.5; defaults are Ansor's):
    random programs of the initial population (epsilon-greedy).
 
 After measurement the cost model is retrained on every result so far (throughput normalised per
-task; failures count as zero throughput).
+task; failures count as zero throughput). Before that, the new results are held-back data for
+the model that chose them: its pairwise accuracy and recall@k on them are logged (INFO) and kept
+in ``accuracy``.
 
 Departures from Ansor: crossover exists (Ansor's code has a TODO); compute-location mutation is
 not needed on GPU (Ansor disables it there too); the programs' features are cached by program
@@ -25,6 +27,7 @@ key, so a program scored in several generations is lowered once.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -33,6 +36,7 @@ from minicomp.search.annotate import UNROLL_CHOICES, Candidate, make_candidate, 
 from minicomp.search.strategies.base import Strategy, TuneTask
 
 
+log = logging.getLogger("minicomp")
 MIN_TRAIN_STEPS = 300            # optimiser steps per retraining at least (early stopping still applies)
 
 
@@ -59,6 +63,7 @@ class AnsorStrategy(Strategy):
     self._values_of: dict[str, dict] = {}       # measured program key -> its variable values (for evolution)
     self._sketch_of: dict[str, int] = {}
     self._unroll_of: dict[str, dict] = {}
+    self.accuracy: list[tuple[str, float, float]] = []   # (task, pairwise accuracy, recall@k) on each new round
     self.stats = {"scored": 0, "mutations": 0, "crossovers": 0, "invalid_children": 0, "trainings": 0}
 
   # -- the model
@@ -201,6 +206,13 @@ class AnsorStrategy(Strategy):
 
   # -- learning
   def update(self, task: TuneTask, candidates: list[Candidate], costs: list[float | None]) -> None:
+    if self.model.fitted and len(candidates) > 1:
+      # the round's results are held-back data for the model trained before it: how well did it rank them?
+      from minicomp.search.cost_model import evaluate
+      ev = evaluate(self._scores(candidates), costs, [task.key] * len(costs), k=min(8, len(costs)))
+      self.accuracy.append((task.key, ev["pairwise_accuracy"], ev["recall_at_k"]))
+      log.info("cost model on the new round of %s: pairwise accuracy %.2f, recall@%d %.2f", task.name or task.key,
+               ev["pairwise_accuracy"], min(8, len(costs)), ev["recall_at_k"])
     for c, cost in zip(candidates, costs):
       self._data.append((self.features(c), cost, task.key))
       self._values_of[c.key], self._sketch_of[c.key], self._unroll_of[c.key] = c.values, c.sketch_index, c.unroll
