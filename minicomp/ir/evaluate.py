@@ -6,6 +6,7 @@ works. Integer ops keep floor semantics (``//``, ``%``) under both backends.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -22,12 +23,14 @@ def _erf(xp):
   return jss.erf
 
 
+@functools.cache
 def _intrinsics(xp) -> dict[str, Callable]:
   return {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "rsqrt": lambda x: 1 / xp.sqrt(x), "tanh": xp.tanh,
           "erf": _erf(xp), "pow": xp.power, "sigmoid": lambda x: 1 / (1 + xp.exp(-x)), "abs": xp.abs,
           "floor": xp.floor, "ceil": xp.ceil, "exp2": xp.exp2, "log2": xp.log2, "round": xp.round}
 
 
+@functools.cache
 def _table(xp) -> dict[Op, Callable]:
   return {Op.ADD: lambda a, b: a + b, Op.SUB: lambda a, b: a - b, Op.MUL: lambda a, b: a * b,
           Op.DIV: lambda a, b: a / b, Op.FLOORDIV: xp.floor_divide, Op.FLOORMOD: xp.mod,

@@ -138,6 +138,9 @@ class IterVar(ExprOps):
 # ---------------------------------------------------------------------------------------------
 # constructors
 
+_CONSTS: dict[tuple, "Expr"] = {}
+
+
 def const(value, dtype: str | None = None) -> Expr:
   """A constant. ``dtype`` defaults to int32 / float32 / bool by the Python type."""
   if dtype is None:
@@ -146,7 +149,12 @@ def const(value, dtype: str | None = None) -> Expr:
   elif dtype in INT_DTYPES: value = int(value)
   elif dtype in FLOAT_DTYPES: value = float(value)
   else: raise ExprError(f"unknown dtype {dtype!r}")
-  return Expr.make(Op.CONST, dtype, (), value)
+  key = (dtype, value)
+  e = _CONSTS.get(key)
+  if e is None or type(e.arg) is not type(value):      # (0.0 == 0 == False share a key otherwise)
+    e = Expr.make(Op.CONST, dtype, (), value)
+    if len(_CONSTS) < 1 << 16: _CONSTS[key] = e           # constants are interned: lowering makes millions
+  return e
 
 
 def var(name: str, dtype: str = "int32") -> Expr:

@@ -202,8 +202,24 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
   return go(e)
 
 
+_INT_FOLD = {Op.ADD: lambda a, b: a + b, Op.SUB: lambda a, b: a - b, Op.MUL: lambda a, b: a * b,
+             Op.FLOORDIV: lambda a, b: a // b, Op.FLOORMOD: lambda a, b: a % b, Op.MIN: min, Op.MAX: max}
+_INT_CMP = {Op.LT: lambda a, b: a < b, Op.LE: lambda a, b: a <= b, Op.GT: lambda a, b: a > b,
+            Op.GE: lambda a, b: a >= b, Op.EQ: lambda a, b: a == b, Op.NE: lambda a, b: a != b}
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
 def _fold(n: Expr) -> Expr | None:
   if not n.src or not all(s.is_const for s in n.src) or n.op in (Op.CALL, Op.LOAD, Op.REDUCE): return None
+  if len(n.src) == 2 and n.src[0].dtype in INT_DTYPES and n.src[1].dtype in INT_DTYPES:
+    # integer index math, folded with Python ints (floor semantics, like numpy's); numpy below for the
+    # rest, and for int32 results that would wrap
+    a, b = int(n.src[0].arg), int(n.src[1].arg)
+    if n.op in _INT_FOLD and n.dtype in INT_DTYPES and not (n.op in (Op.FLOORDIV, Op.FLOORMOD) and b == 0):
+      v = _INT_FOLD[n.op](a, b)
+      if n.dtype != "int32" or _INT32[0] <= v <= _INT32[1]: return const(v, n.dtype)
+    elif n.op in _INT_CMP and n.dtype == "bool":
+      return const(_INT_CMP[n.op](a, b))
   from minicomp.ir.evaluate import evaluate
   v = evaluate(n)
   if n.dtype in FLOAT_DTYPES and n.op is Op.DIV and n.src[1].arg == 0: return None
