@@ -52,3 +52,18 @@ def test_gpu_measurer_needs_a_gpu():
     pytest.skip("a GPU is present: GPUMeasurer is usable here")
   with pytest.raises(mc.RuntimeLaunchError, match="StaticMeasurer"):
     GPUMeasurer()
+
+
+@pytest.mark.gpu
+def test_gpu_measurer_times_a_kernel_on_the_gpu():
+  """Runs only where pycuda finds a CUDA GPU (none on the CI machines: skipped there, saying so)."""
+  from minicomp.codegen.gpu_runtime import gpu_available, gpu_status
+  if not gpu_available():
+    pytest.skip(f"needs a CUDA GPU and pycuda: {gpu_status()}")
+  import test_workloads as T
+  wl = W.matmul(128, 96, 64)
+  s = T.mm_tiled_shared(wl, tile=32, thread=4, kt=8)
+  with GPUMeasurer(min_total_s=0.02) as m:
+    (res,) = m.measure([MeasureInput(s.dag, s.to_json(), "sm_80")])
+  assert res.ok, res.message
+  assert res.is_estimate is False and 0 < res.cost_s < 0.1 and res.parts["min_s"] <= res.cost_s

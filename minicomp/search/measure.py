@@ -199,6 +199,13 @@ class GPUMeasurer(Measurer):
     return out
 
 
+  def close(self) -> None:
+    if self._own: self.executor.shutdown(wait=True, cancel_futures=True)
+
+  def __enter__(self): return self
+  def __exit__(self, *exc): self.close()
+
+
 def _time_on_gpu(kern, args, min_total_s: float, max_repeats: int) -> list[float]:   # pragma: no cover - needs a GPU
   """Kernel times in seconds: one warm-up, then repeats (L2 flushed before each) until
   ``min_total_s`` of kernel time or ``max_repeats``."""
