@@ -5,8 +5,8 @@ Per round for a task (REFERENCE.md 1.3-1.5; defaults are Ansor's):
 1. an initial population of ``population`` valid random annotations of the task's sketches
    (never a program already measured), plus the best measured programs of the task
    (``use_measured_ratio`` of the population, by cost);
-2. ``generations`` rounds of evolution: every program is scored by the cost model (features of
-   its lowered program, ``features.py``; the model, ``cost_model.py``); parents are drawn with
+2. ``generations`` rounds of evolution: every program is scored by the cost model (its features,
+   ``features.py``; the model, ``cost_model.py``); parents are drawn with
    probability proportional to their score (shifted to be positive); a child is a mutation
    (probability ``mutation_prob``: tile size 0.90 -- move a prime factor between two levels of
    one split; annotation 0.10 -- redraw one auto-unroll step, thread count or vector width)
@@ -21,20 +21,33 @@ task; failures count as zero throughput). Before that, the new results are held-
 the model that chose them: its pairwise accuracy and recall@k on them are logged (INFO) and kept
 in ``accuracy``.
 
+Scoring a population of 2048 by lowering each candidate would take many minutes in Python, so
+candidates are *points* (sketch, variable values) until they are chosen: their features and
+resource use come from the sketch's formulas (``formulas.py``: the symbolic program's features
+evaluated with numpy for the whole population at once), which also serve as the validity
+pre-filter. Only the programs picked for measurement are lowered and checked exactly. Sketches
+whose symbolic program cannot be lowered fall back to lowering each candidate.
+
 Departures from Ansor: crossover exists (Ansor's code has a TODO); compute-location mutation is
-not needed on GPU (Ansor disables it there too); the programs' features are cached by program
-key, so a program scored in several generations is lowered once.
+not needed on GPU (Ansor disables it there too); features are the formula values (equal to the
+lowered program's where every split divides; see ``formulas.py``).
 """
 from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from minicomp.search.annotate import UNROLL_CHOICES, Candidate, make_candidate, sample_population
+from minicomp.search.annotate import (
+  UNROLL_CHOICES,
+  Candidate,
+  draw_unroll,
+  draw_values,
+  make_candidate,
+)
 from minicomp.search.strategies.base import Strategy, TuneTask
-
 
 log = logging.getLogger("minicomp")
 MIN_TRAIN_STEPS = 300            # optimiser steps per retraining at least (early stopping still applies)
@@ -49,6 +62,18 @@ def _prime_factors(n: int) -> list[int]:
   return out
 
 
+@dataclass(frozen=True, eq=False)
+class Point:
+  """A candidate before it is lowered: the sketch and the values of its variables."""
+  sketch_index: int
+  values: dict
+  unroll: dict = field(default_factory=dict)
+
+  @property
+  def key(self) -> tuple:
+    return (self.sketch_index, tuple(sorted(self.values.items())), tuple(sorted(self.unroll.items())))
+
+
 class AnsorStrategy(Strategy):
   name = "ansor"
 
@@ -60,11 +85,13 @@ class AnsorStrategy(Strategy):
     self._model = model
     self._features: dict[str, np.ndarray] = {}
     self._data: list[tuple[np.ndarray, float | None, str]] = []
-    self._values_of: dict[str, dict] = {}       # measured program key -> its variable values (for evolution)
-    self._sketch_of: dict[str, int] = {}
-    self._unroll_of: dict[str, dict] = {}
     self.accuracy: list[tuple[str, float, float]] = []   # (task, pairwise accuracy, recall@k) on each new round
-    self.stats = {"scored": 0, "mutations": 0, "crossovers": 0, "invalid_children": 0, "trainings": 0}
+    self.stats = {"scored": 0, "mutations": 0, "crossovers": 0, "invalid_children": 0, "trainings": 0,
+                  "rejected_after_prefilter": 0}
+    self._formula_cache: dict[tuple[str, int], object] = {}
+    self._concrete: dict[tuple, Candidate] = {}        # points lowered exactly (sketches without formulas)
+    self._point_of: dict[str, Point] = {}              # measured program key -> its point
+    self._measured_points: set[tuple] = set()
 
   # -- the model
   @property
@@ -80,6 +107,7 @@ class AnsorStrategy(Strategy):
     return self._model
 
   def features(self, c: Candidate) -> np.ndarray:
+    """Features of a concrete candidate by lowering it (the fallback path; cached by program key)."""
     f = self._features.get(c.key)
     if f is None:
       from minicomp.search.features import extract_features
@@ -90,52 +118,114 @@ class AnsorStrategy(Strategy):
       self._features[c.key] = f
     return f
 
-  def _scores(self, cands: list[Candidate]) -> np.ndarray:
-    self.stats["scored"] += len(cands)
-    return np.asarray(self.model.predict([self.features(c) for c in cands]), float)
+  def _formulas(self, task: TuneTask, k: int):
+    key = (task.key, k)
+    if key not in self._formula_cache:
+      from minicomp.search.formulas import formulas_or_none
+      self._formula_cache[key] = formulas_or_none(task.sketches[k])
+    return self._formula_cache[key]
+
+  def _point_features(self, task: TuneTask, points: list[Point]) -> list[np.ndarray | None]:
+    """Feature matrices of points (formulas, batched per sketch); None where the sketch has none."""
+    out: list[np.ndarray | None] = [None] * len(points)
+    by_sketch: dict[int, list[int]] = {}
+    for i, p in enumerate(points): by_sketch.setdefault(p.sketch_index, []).append(i)
+    for k, idx in by_sketch.items():
+      f = self._formulas(task, k) if k >= 0 else None
+      if f is None: continue
+      X = f.features([points[i].values for i in idx], [points[i].unroll for i in idx])
+      for j, i in enumerate(idx): out[i] = X[j]
+    return out
+
+  def _valid(self, task: TuneTask, points: list[Point]) -> np.ndarray:
+    """Pre-filter (value checks + resource formulas); sketches without formulas are lowered per point."""
+    from minicomp.search.annotate import check_values
+    ok = np.array([check_values(task.sketches[p.sketch_index], p.values, task.target) is None for p in points], bool)
+    by_sketch: dict[int, list[int]] = {}
+    for i, p in enumerate(points):
+      if ok[i]: by_sketch.setdefault(p.sketch_index, []).append(i)
+    for k, idx in by_sketch.items():
+      f = self._formulas(task, k)
+      if f is not None:
+        ok[idx] = f.valid([points[i].values for i in idx], task.target)
+      else:
+        for i in idx:
+          c, _ = make_candidate(task.sketches[k], points[i].values, points[i].unroll, task.target, k)
+          ok[i] = c is not None
+          if c is not None: self._concrete[points[i].key] = c
+    return ok
+
+  def _scores(self, task: TuneTask, points: list[Point]) -> np.ndarray:
+    self.stats["scored"] += len(points)
+    feats = self._point_features(task, points)
+    for i, p in enumerate(points):
+      if feats[i] is None:
+        c = self._concrete.get(p.key) or make_candidate(task.sketches[p.sketch_index], p.values, p.unroll,
+                                                        task.target, p.sketch_index)[0]
+        feats[i] = self.features(c) if c is not None else np.zeros((0, 1), np.float32)
+    return np.asarray(self.model.predict(feats), float)
 
   # -- proposing
-  def propose(self, task: TuneTask, n: int, rng: np.random.Generator) -> list[Candidate]:
+  def _random_points(self, task: TuneTask, n: int, rng: np.random.Generator) -> list[Point]:
     sketches = task.sketches
+    pts = []
+    for _ in range(n):
+      k = int(rng.integers(len(sketches)))
+      pts.append(Point(k, draw_values(sketches[k], rng), draw_unroll(sketches[k], rng)))
+    return pts
+
+  def propose(self, task: TuneTask, n: int, rng: np.random.Generator) -> list[Candidate]:
     measured = set(task.measured)
-    init = sample_population(sketches, self.population, rng, task.target, exclude=measured)
-    best_measured = self._best_measured(task, int(self.use_measured_ratio * self.population))
-    pop = init + best_measured
+    init: list[Point] = []
+    for _ in range(4):                                  # invalid draws are dropped: draw again, a few times
+      pts = self._random_points(task, self.population - len(init), rng)
+      seen = {p.key for p in init}
+      init += [p for p, ok in zip(pts, self._valid(task, pts)) if ok and p.key not in seen]
+      init = list({p.key: p for p in init}.values())
+      if len(init) >= self.population: break
+    pop = init + self._best_measured(task, int(self.use_measured_ratio * self.population))
     if not pop: return []
-    keep: dict[str, tuple[float, Candidate]] = {}
+    keep: dict[tuple, tuple[float, Point]] = {}
     for gen in range(self.generations + 1):
-      scores = self._scores(pop)
-      for c, s in zip(pop, scores):
-        if c.key not in measured and math.isfinite(s): keep[c.key] = (float(s), c)
+      scores = self._scores(task, pop)
+      for p, sc in zip(pop, scores):
+        if p.key not in self._measured_points and math.isfinite(sc): keep[p.key] = (float(sc), p)
       if gen == self.generations: break
       pop = self._next_generation(task, pop, scores, rng)
       if not pop: break
-    best = sorted(keep.values(), key=lambda sc: -sc[0])[:2 * n]
+    best = [p for _, p in sorted(keep.values(), key=lambda sp: -sp[0])]
     n_random = int(self.eps_greedy * n)
-    chosen, seen = [], set()
-    for _, c in best[:max(0, n - n_random)]:
-      chosen.append(c); seen.add(c.key)
-    pool = [c for c in init if c.key not in seen and c.key not in measured]
-    for k in rng.permutation(len(pool))[:n - len(chosen)]:
-      chosen.append(pool[int(k)]); seen.add(pool[int(k)].key)
-    for _, c in best[max(0, n - n_random):]:           # fill up if the random pool ran short
+    chosen: list[Candidate] = []
+    seen_keys: set[str] = set()
+
+    def take(p: Point) -> bool:
+      """Lower and check exactly (the formulas only pre-filter); skip what was measured before."""
+      c = self._concrete.get(p.key)
+      if c is None:
+        c, _ = make_candidate(task.sketches[p.sketch_index], p.values, p.unroll, task.target, p.sketch_index)
+      if c is None:
+        self.stats["rejected_after_prefilter"] += 1; return False
+      if c.key in measured or c.key in seen_keys: return False
+      chosen.append(c); seen_keys.add(c.key)
+      return True
+    for p in best:
+      if len(chosen) >= n - n_random: break
+      take(p)
+    for k in rng.permutation(len(init)):
       if len(chosen) >= n: break
-      if c.key not in seen: chosen.append(c); seen.add(c.key)
+      take(init[int(k)])
+    for p in best:                                      # fill up if the random pool ran short
+      if len(chosen) >= n: break
+      take(p)
     return chosen[:n]
 
-  def _best_measured(self, task: TuneTask, k: int) -> list[Candidate]:
+  def _best_measured(self, task: TuneTask, k: int) -> list[Point]:
     if k <= 0: return []
-    from minicomp.ir.schedule import Schedule
-    ok = sorted(((c, s) for s, c in task.measured.items() if c is not None), key=lambda cs: cs[0])[:k]
-    out = []
-    for _, steps in ok:
-      s = Schedule.from_json(task.dag, steps)
-      out.append(Candidate(s, self._values_of.get(steps, {}), self._sketch_of.get(steps, -1),
-                           self._unroll_of.get(steps, {})))
-    return out
+    ok = sorted(((c, s) for s, c in task.measured.items() if c is not None and s in self._point_of), key=lambda cs: cs[0])
+    return [self._point_of[s] for _, s in ok[:k]]
 
-  def _next_generation(self, task: TuneTask, pop: list[Candidate], scores: np.ndarray,
-                       rng: np.random.Generator) -> list[Candidate]:
+  def _next_generation(self, task: TuneTask, pop: list[Point], scores: np.ndarray,
+                       rng: np.random.Generator) -> list[Point]:
     ok = np.isfinite(scores)
     if not ok.any(): w = np.ones(len(pop))
     else:
@@ -143,32 +233,27 @@ class AnsorStrategy(Strategy):
       w = s - s.min() + 1e-3 * (s.max() - s.min() + 1e-9)
     w = w / w.sum()
     by_sketch: dict[int, list[int]] = {}
-    for i, c in enumerate(pop):
-      if c.sketch_index >= 0 and c.values: by_sketch.setdefault(c.sketch_index, []).append(i)
-    out, seen = [], set()
-    tries = 0
-    while len(out) < len(pop) and tries < 4 * len(pop):
-      tries += 1
+    for i, p in enumerate(pop): by_sketch.setdefault(p.sketch_index, []).append(i)
+    children: dict[tuple, Point] = {}
+    for _ in range(2 * len(pop)):
+      if len(children) >= len(pop): break
       p = pop[int(rng.choice(len(pop), p=w))]
-      if p.sketch_index < 0 or not p.values: continue
       sk = task.sketches[p.sketch_index]
       if rng.random() < self.mutation_prob:
         values, unroll = self._mutate(sk, p, rng)
         self.stats["mutations"] += 1
       else:
-        mates = by_sketch.get(p.sketch_index, [])
-        q = pop[mates[int(rng.integers(len(mates)))]] if mates else p
-        values, unroll = self._crossover(sk, p, q, rng)
+        mates = by_sketch[p.sketch_index]
+        values, unroll = self._crossover(sk, p, pop[mates[int(rng.integers(len(mates)))]], rng)
         self.stats["crossovers"] += 1
-      child, _ = make_candidate(sk, values, unroll, task.target, p.sketch_index)
-      if child is None:
-        self.stats["invalid_children"] += 1; continue
-      if child.key in seen: continue
-      seen.add(child.key)
-      out.append(child)
-    return out
+      c = Point(p.sketch_index, values, unroll)
+      children.setdefault(c.key, c)
+    kids = list(children.values())
+    valid = self._valid(task, kids) if kids else np.zeros(0, bool)
+    self.stats["invalid_children"] += int((~valid).sum())
+    return [c for c, v in zip(kids, valid) if v]
 
-  def _mutate(self, sk, p: Candidate, rng: np.random.Generator) -> tuple[dict, dict]:
+  def _mutate(self, sk, p, rng: np.random.Generator) -> tuple[dict, dict]:
     values, unroll = dict(p.values), dict(p.unroll)
     groups = [g for g in sk.tiles if g.extent > 1]
     if groups and rng.random() < 0.9:
@@ -190,7 +275,7 @@ class AnsorStrategy(Strategy):
       else: values[what.var] = int(what.candidates[int(rng.integers(len(what.candidates)))])
     return values, unroll
 
-  def _crossover(self, sk, p: Candidate, q: Candidate, rng: np.random.Generator) -> tuple[dict, dict]:
+  def _crossover(self, sk, p, q, rng: np.random.Generator) -> tuple[dict, dict]:
     """Node-based crossover: each stage takes all its variables (tiles and choices) from one parent."""
     values, unroll = dict(p.values), dict(p.unroll)
     stages = sorted({g.stage for g in sk.tiles})
@@ -205,17 +290,27 @@ class AnsorStrategy(Strategy):
     return values, unroll
 
   # -- learning
+  def _candidate_features(self, task: TuneTask, cands: list[Candidate]) -> list[np.ndarray]:
+    """Features of measured candidates, by the same definition the scoring used (formulas where
+    the sketch has them, else the lowered program)."""
+    pts = [Point(c.sketch_index, c.values, c.unroll) for c in cands]
+    feats = self._point_features(task, pts) if all(c.sketch_index >= 0 for c in cands) else [None] * len(cands)
+    return [f if f is not None else self.features(c) for f, c in zip(feats, cands)]
+
   def update(self, task: TuneTask, candidates: list[Candidate], costs: list[float | None]) -> None:
+    feats = self._candidate_features(task, candidates)
     if self.model.fitted and len(candidates) > 1:
       # the round's results are held-back data for the model trained before it: how well did it rank them?
       from minicomp.search.cost_model import evaluate
-      ev = evaluate(self._scores(candidates), costs, [task.key] * len(costs), k=min(8, len(costs)))
+      ev = evaluate(self.model.predict(feats), costs, [task.key] * len(costs), k=min(8, len(costs)))
       self.accuracy.append((task.key, ev["pairwise_accuracy"], ev["recall_at_k"]))
       log.info("cost model on the new round of %s: pairwise accuracy %.2f, recall@%d %.2f", task.name or task.key,
                ev["pairwise_accuracy"], min(8, len(costs)), ev["recall_at_k"])
-    for c, cost in zip(candidates, costs):
-      self._data.append((self.features(c), cost, task.key))
-      self._values_of[c.key], self._sketch_of[c.key], self._unroll_of[c.key] = c.values, c.sketch_index, c.unroll
+    for c, f, cost in zip(candidates, feats, costs):
+      self._data.append((f, cost, task.key))
+      pt = Point(c.sketch_index, c.values, c.unroll)
+      self._point_of[c.key] = pt
+      self._measured_points.add(pt.key)
     self._train()
 
   def resume(self, tasks: list[TuneTask]) -> None:

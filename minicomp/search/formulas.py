@@ -1,0 +1,124 @@
+"""A sketch's features and resource use as formulas of its variables, evaluated for a whole
+population at once.
+
+Lowering a candidate and extracting its features in Python costs 0.1-0.5 s, so scoring Ansor's
+population of 2048 per generation that way takes many minutes. A sketch is a symbolic schedule:
+lowered once, its program's feature vector (``features.extract_program_exprs``), block size,
+grid size and shared-memory bytes are expressions of the sketch's variables. Evaluating them
+with numpy arrays of the candidates' values scores a whole population in one pass.
+
+The values are those of the formulas, not of each concrete program: where a split does not
+divide its loop (cooperative fetches, thread counts that do not divide a row), the concrete
+lowering simplifies guards and regions that the symbolic program keeps general, so some
+features (bytes, lines, reuse of the fetched buffers) differ from the concrete extractor's.
+The search uses these formula features for training and for scoring alike, so the cost model
+sees one consistent definition; the exact agreement the Felix issue needs holds where every
+split divides (tests/test_features.py). The resource formulas are a pre-filter: a candidate
+they accept is still lowered and checked exactly before it is measured.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minicomp.codegen.verify import DTYPE_BYTES
+from minicomp.ir.evaluate import _intrinsics, _table
+from minicomp.ir.expr import Expr, const
+from minicomp.ir.ops import Op
+from minicomp.search.sketch import Sketch
+from minicomp.target import Target
+
+UNROLL_COLUMN = "auto_unroll_max_step"
+
+
+class FormulaEval:
+  """Evaluate many expressions over the same variables with one shared memo (numpy arrays)."""
+
+  def __init__(self, env: dict[str, np.ndarray]):
+    self.env, self.memo, self._alive = env, {}, []
+    self.table, self.intr = _table(np), _intrinsics(np)
+
+  def __call__(self, e: Expr):
+    stack = [e]
+    memo, env = self.memo, self.env
+    # keyed by id: structural equality of deep formulas costs O(size) per lookup (the nodes stay
+    # alive in the feature rows, so ids are stable)
+    while stack:                                  # iterative post-order: feature formulas nest deeply
+      n = stack[-1]
+      if id(n) in memo: stack.pop(); continue
+      pending = [s for s in n.src if id(s) not in memo]
+      if pending: stack.extend(pending); continue
+      stack.pop()
+      op = n.op
+      if op is Op.CONST: r = n.arg
+      elif op is Op.VAR: r = env[n.arg]
+      elif op is Op.CALL: r = self.intr[n.arg](*[memo[id(s)] for s in n.src])
+      elif op is Op.CAST:
+        v = np.asarray(memo[id(n.src[0])])
+        r = np.trunc(v).astype(np.int64) if n.dtype.startswith("int") and v.dtype.kind == "f" else v.astype(
+          {"bool": bool, "int32": np.int64, "int64": np.int64}.get(n.dtype, np.float64))
+      else: r = self.table[op](*[memo[id(s)] for s in n.src])
+      memo[id(n)] = r
+      self._alive.append(n)
+    return memo[id(e)]
+
+
+class SketchFormulas:
+  """Features and resources of one sketch as formulas (built once per sketch)."""
+
+  def __init__(self, sketch: Sketch):
+    from minicomp.search.features import extract_program_exprs, feature_names
+    self.sketch = sketch
+    prog = sketch.schedule.lower()
+    self.rows = extract_program_exprs(prog)
+    self.unroll_col = feature_names().index(UNROLL_COLUMN)
+    self.kernels = [(tuple(_e(d) for d in k.block), tuple(_e(d) for d in k.grid),
+                     [(_e(b.size), DTYPE_BYTES[b.dtype]) for b in k.allocs if b.scope == "shared"])
+                    for k in prog.kernels]
+
+  def _env(self, values: list[dict]) -> dict[str, np.ndarray]:
+    names = self.sketch.schedule.params()
+    return {n: np.array([v[n] for v in values], np.int64) for n in names}
+
+  def features(self, values: list[dict], unroll: list[dict]) -> np.ndarray:
+    """(P, rows, N_FEATURES) float32 for P candidates of this sketch. The auto-unroll column holds
+    slog of the candidate's largest ``auto_unroll_max_step`` (the lowered program does not carry it)."""
+    from minicomp.search.features import N_FEATURES
+    P = len(values)
+    ev = FormulaEval(self._env(values))
+    out = np.zeros((P, len(self.rows), N_FEATURES), np.float64)
+    for r, row in enumerate(self.rows):
+      for c, e in enumerate(row):
+        out[:, r, c] = e.arg if e.op is Op.CONST else np.broadcast_to(np.asarray(ev(e), np.float64), (P,))
+    u = np.array([max(x.values(), default=0) for x in unroll], np.float64)
+    out[:, :, self.unroll_col] = np.log2(u + 1.0)[:, None]
+    return out.astype(np.float32)
+
+  def valid(self, values: list[dict], target: Target) -> np.ndarray:
+    """Boolean (P,): block size, grid size and shared memory within ``target``'s limits by the formulas."""
+    P = len(values)
+    ev = FormulaEval(self._env(values))
+    ok = np.ones(P, bool)
+    for block, grid, shared in self.kernels:
+      dims = [np.broadcast_to(np.asarray(ev(d), np.int64), (P,)) for d in block]
+      ok &= np.prod(dims, axis=0) <= target.max_threads_per_block
+      for d, m in zip(dims, target.max_block_dims): ok &= d <= m
+      for g, m in zip(grid, target.max_grid_dims): ok &= np.broadcast_to(np.asarray(ev(g), np.int64), (P,)) <= m
+      smem = sum((np.broadcast_to(np.asarray(ev(s), np.int64), (P,)) * nb for s, nb in shared), np.zeros(P, np.int64))
+      ok &= smem <= target.max_shared_bytes_per_block
+    return ok
+
+
+def _e(x) -> Expr:
+  return x if isinstance(x, Expr) else const(int(x))
+
+
+def formulas_or_none(sketch: Sketch) -> SketchFormulas | None:
+  """The sketch's formulas, or None when its symbolic program cannot be lowered or featurized
+  (the search then falls back to lowering each candidate)."""
+  try:
+    return SketchFormulas(sketch)
+  except Exception:  # noqa: BLE001 -- any failure just means: use the per-candidate path
+    return None
+
+
+__all__ = ["FormulaEval", "SketchFormulas", "formulas_or_none"]
