@@ -12,10 +12,7 @@ cache is turned off and a fresh cache folder is used, so every kernel is really 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,11 +48,9 @@ def main() -> int:
     rows.append((name, len(model.graph.node), st.tasks, len(cm.calls), f"{total:.2f}", f"{st.frontend:.2f}",
                  f"{st.partition:.2f}", f"{st.build:.2f}", f"{st.nvrtc:.2f}", "-" if run_s != run_s else f"{run_s:.3f}"))
   head = ("model", "ONNX nodes", "tasks", "kernel calls", "compile s", "frontend s", "partition s", "build s", "nvrtc s", "sim run s*")
-  cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-  print(f"command:  python benchmarks/{os.path.basename(__file__)} {' '.join(sys.argv[1:])}".rstrip())
-  print(f"date:     {datetime.datetime.now().isoformat(timespec='seconds')}")
-  print(f"machine:  nproc={os.cpu_count()}, CPU: {cpu}; minicomp @ {commit}; target {args.target}; default schedules")
+  from provenance import header_lines
+  for line in header_lines(__file__): print(line)
+  print(f"target:   {args.target}; default schedules")
   print("* CPU-simulator time of one run (correctness only; says nothing about GPU speed)\n")
   w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
   print("  ".join(h.ljust(x) for h, x in zip(head, w)))

@@ -26,7 +26,6 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +54,8 @@ from minicomp.target import as_target  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
 import test_workloads as TW  # noqa: E402
+from provenance import cmd_out as _cmd_out, cpu_model as _cpu_model, loadavg as _loadavg  # noqa: E402
+from provenance import nproc as _nproc, revision as _revision  # noqa: E402
 
 
 # ---- the workloads -----------------------------------------------------------------------
@@ -243,44 +244,6 @@ def table(rows: list[Row], markdown: bool) -> str:
     return "  ".join(v.rjust(w) if right else v.ljust(w)
                      for v, w, (*_, right) in zip(vals, widths, COLUMNS)).rstrip()
   return "\n".join([line(heads), line(["-" * w for w in widths])] + [line(c) for c in cells])
-
-
-def _cpu_model() -> str:
-  try:
-    for ln in Path("/proc/cpuinfo").read_text().splitlines():
-      if ln.startswith("model name"):
-        return ln.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
-
-
-def _nproc() -> int:
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:
-    return os.cpu_count() or 0
-
-
-def _loadavg() -> str:
-  try:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-  except OSError:
-    return "unknown"
-
-
-def _cmd_out(cmd: list[str]) -> str:
-  try:
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
-  except (OSError, subprocess.CalledProcessError):
-    return "unknown"
-
-
-def _revision() -> str:
-  """The commit, and whether minicomp/ differs from it (read-only git calls: no index refresh)."""
-  rev = _cmd_out(["git", "rev-parse", "--short", "HEAD"])
-  dirty = _cmd_out(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--", "minicomp"])
-  return rev + (" + uncommitted changes in minicomp/" if dirty and dirty != "unknown" else "")
 
 
 def header(args_line: str, repeats: int, load: str) -> list[str]:

@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -40,6 +37,7 @@ from minicomp.search.static.estimate import estimate
 from minicomp.search.static.footprint import analyze_kernel
 from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
 from minicomp.target import Target
+from provenance import header_lines
 
 DEVICE = "rtx3090"
 
@@ -92,11 +90,7 @@ def main(argv=None) -> int:
   args = ap.parse_args(argv)
   dev = Target(DEVICE).device
   sets = _kernels(args.random)
-  sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE, check=False).stdout.strip()
-  print(f"command:  python benchmarks/{os.path.basename(__file__)} {' '.join(argv or sys.argv[1:])}".rstrip())
-  print(f"date:     {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-  print(f"machine:  nproc={os.cpu_count()}, {platform.processor() or platform.machine()}, load average "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; minicomp @ {sha}")
+  for line in header_lines(__file__, argv): print(line)
   print(f"device:   {DEVICE} (static model; every latency it produces is an ESTIMATE); one process, one core\n")
   head = ("kernels", "n", "build med s", "ptx med ms", "footprint med ms", "footprint p90 ms", "rest med ms",
           "estimate med ms", "estimate p90 ms", "estimate max ms", "estimates/s/core")

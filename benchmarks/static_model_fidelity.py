@@ -22,14 +22,14 @@ kernel within 2x.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import header_lines  # noqa: E402
 
 import minicomp as mc
 from minicomp import workloads as W
@@ -137,11 +137,7 @@ def main(argv=None) -> int:
   rho = spearman([r[1] for r in rows], [r[2] for r in rows])
   worst = max(max(r[3], 1 / r[3]) for r in rows)
 
-  sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-  print(f"command:  python benchmarks/{os.path.basename(__file__)} {' '.join(argv or sys.argv[1:])}".rstrip())
-  print(f"date:     {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-  print(f"machine:  nproc={os.cpu_count()}, {platform.processor() or platform.machine()}; minicomp @ {sha}")
+  for line in header_lines(__file__, argv): print(line)
   print(f"workload: C = A @ B, {N}x{N}x{N} float32; built for sm_86, estimated on {DEVICE} "
         f"(ESTIMATE from the static model, no GPU)")
   print("measured: Simon Boehm's SGEMM worklog on an RTX A6000 (published GFLOP/s; cuBLAS "

@@ -16,11 +16,8 @@ scored through the sketches' feature formulas (docs/search.md).
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,11 +61,8 @@ def main(argv=None) -> int:
         curve.append((n, total))
       rows.append((name, curve, wall, cm.estimate().latency_s))
 
-  sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
-                       cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-  print(f"command:  python benchmarks/{os.path.basename(__file__)} {' '.join(argv or sys.argv[1:])}".rstrip())
-  print(f"date:     {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-  print(f"machine:  nproc={os.cpu_count()}, {platform.processor() or platform.machine()}; minicomp @ {sha}")
+  from provenance import header_lines
+  for line in header_lines(__file__, argv): print(line)
   print(f"model:    {args.model}, {len(weights)} tasks; target {args.target}; {args.trials} trials, "
         f"{args.per_round} per round; ansor population {args.population}, {args.generations} generations; seed {args.seed}")
   print("latency:  estimated end-to-end (static model, no GPU): an ESTIMATE\n")
