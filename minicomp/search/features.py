@@ -193,6 +193,98 @@ def _thread_ranges(k: Kernel) -> dict[str, Expr]:
   return out
 
 
+def _linear_in(e: Expr, t: str) -> dict | None:
+  """``e`` as ``{"t": coef, "1": rest}`` when it is affine in the launch variable ``t`` (coef and rest
+  free of t), else None. ``min(t, B)`` (the clamp of ``_thread_ranges``) counts as t. Symbolic lowering
+  leaves a split-then-fused thread loop as mixed-radix digits, ``t % x * k + t // x % y * (x k) + ...
+  + t // (x y ..) * (x y .. k)``, which concrete lowering folds to ``t * k``; the digits are merged
+  back exactly (``t // d % m * K + t // (d m) * (m K) = t // d * K``, compared as polynomials)."""
+  def is_t(x: Expr) -> bool:
+    return (x.op is Op.VAR and x.arg == t) or (x.op is Op.MIN and x.src[0].op is Op.VAR and x.src[0].arg == t
+                                               and t not in free_vars(x.src[1]))
+
+  one = const(1)
+
+  def digit(x: Expr):                    # (t // d) % m as (d, m); m None: no modulo
+    if is_t(x): return one, None
+    if x.op is Op.FLOORDIV and t not in free_vars(x.src[1]):
+      inner = digit(x.src[0])
+      if inner is not None and inner[1] is None: return _mk(Op.MUL, "int32", inner[0], x.src[1]), None
+    if x.op is Op.FLOORMOD and t not in free_vars(x.src[1]):
+      inner = digit(x.src[0])
+      if inner is not None and inner[1] is None: return inner[0], x.src[1]
+    return None
+
+  def go(x: Expr) -> list | None:       # list of (digit | None for the t-free part, coef)
+    if t not in free_vars(x): return [(None, x)]
+    dg = digit(x)
+    if dg is not None: return [(dg, one)]
+    if x.op in (Op.ADD, Op.SUB):
+      a, b = go(x.src[0]), go(x.src[1])
+      if a is None or b is None: return None
+      if x.op is Op.SUB: b = [(d, _mk(Op.NEG, "int32", c)) for d, c in b]
+      return a + b
+    if x.op is Op.NEG:
+      a = go(x.src[0])
+      return None if a is None else [(d, _mk(Op.NEG, "int32", c)) for d, c in a]
+    if x.op is Op.MUL:
+      for i in (0, 1):
+        if t not in free_vars(x.src[1 - i]):
+          a = go(x.src[i])
+          return None if a is None else [(d, _mk(Op.MUL, "int32", c, x.src[1 - i])) for d, c in a]
+    return None
+
+  terms = go(e)
+  if terms is None: return None
+  from minicomp.search.smooth import Polys, _padd
+  polys = Polys(enabled=False)
+
+  def eq(a: Expr, b: Expr) -> bool:
+    if a.op is Op.CONST and b.op is Op.CONST: return a.arg == b.arg
+    diff = _padd(polys.poly(a), polys.poly(b), -1)
+    return diff is not None and not any(diff.values())
+
+  rest = [c for d, c in terms if d is None]
+  digits = [(d[0], d[1], c) for d, c in terms if d is not None]
+  merged = True
+  while merged:
+    merged = False
+    for i, (d, m, k) in enumerate(digits):
+      if m is None: continue
+      for j, (d2, m2, k2) in enumerate(digits):
+        if m2 is None and eq(d2, _mk(Op.MUL, "int32", d, m)) and eq(k2, _mk(Op.MUL, "int32", k, m)):
+          digits = [x for n, x in enumerate(digits) if n not in (i, j)] + [(d, None, k)]
+          merged = True
+          break
+      if merged: break
+  if any(m is not None or not eq(d, one) for d, m, _ in digits): return None
+  coef, r = const(0), const(0)
+  for _, _, k in digits: coef = _mk(Op.ADD, "int32", coef, k)
+  for c in rest: r = _mk(Op.ADD, "int32", r, c)
+  return {"t": coef, "1": r}
+
+
+def _narrow(ext: Expr, g: Expr, t: str, loop_vars: set[str]) -> Expr:
+  """``ext`` narrowed by the guard ``g`` on the launch variable ``t``: a guard ``lhs < X`` with ``lhs``
+  affine in ``t`` with step ``s >= 1`` holds (other loop variables at 0) on the first
+  ``(X - 1 - lhs(t=0)) // s + 1`` threads. Concrete lowering hoists and simplifies such guards
+  (``t * 2 + v < 128`` becomes ``t < 64`` once the fetch loop around it has extent 1), so the count
+  is taken from the guard's meaning, not its form: the same number for the symbolic and the
+  concrete program. Guards not affine in ``t`` do not narrow (on a concrete program they are the
+  always-true spatial guards of divisible tilings, which concrete lowering drops)."""
+  if g.op is not Op.LT or g.src[0].dtype not in INT_DTYPES or t in free_vars(g.src[1]) or t not in free_vars(g.src[0]):
+    return ext
+  lin = _linear_in(g.src[0], t)
+  if lin is None: return ext
+  step = _at(lin["t"], {}, loop_vars)
+  l0 = _at(lin["1"], {}, loop_vars)
+  room = _mk(Op.SUB, "int32", _mk(Op.SUB, "int32", g.src[1], const(1)), l0)
+  lim = _mk(Op.ADD, "int32", _mk(Op.FLOORDIV, "int32", room, _mk(Op.MAX, "int32", step, const(1))), const(1))
+  lim = imin(ext, _mk(Op.MAX, "int32", lim, const(1)))
+  if step.op is Op.CONST: return lim if step.arg >= 1 else ext
+  return Expr.make(Op.SELECT, "int32", (Expr.make(Op.GE, "bool", (step, const(1))), lim, ext))
+
+
 def _sites(k: Kernel) -> list[_Site]:
   rng = _thread_ranges(k)
   rename = {c: (Expr.make(Op.MIN, "int32", (var(t), _mk(Op.SUB, "int32", _e(rng[c], "int32"), const(1))))
@@ -203,10 +295,11 @@ def _sites(k: Kernel) -> list[_Site]:
 
   def site(loops, conds, buf, index, value):
     ext = {t: _e(launch[t], "int32") for t in tags}
-    for c in conds:   # a guard `threadIdx.x < X` runs the store on X threads of the launch dimension only
+    loop_vars = {lp.var for lp in loops} | set(tags)
+    for c in conds:   # a guard `threadIdx.x * 2 + v < X` runs the store on fewer threads of the launch dimension
       for g in _conjuncts(c):
-        if g.op is Op.LT and g.src[0].op is Op.VAR and g.src[0].arg in ext:
-          ext[g.src[0].arg] = imin(ext[g.src[0].arg], g.src[1])
+        for t in tags:
+          ext[t] = _narrow(ext[t], g, t, loop_vars)
     fake = [_Loop(("launch", t), t, ext[t], "launch") for t in tags]
     s = _Site(k, fake + loops, buf, value)
     s.acc[buf.name] = (buf, "W", [substitute(index, rename)])
