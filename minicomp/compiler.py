@@ -59,8 +59,8 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   ``input_shapes`` gives concrete shapes for dynamic input dims.
 
   Schedules: ``trials=0`` without ``log_file`` uses the default rule-based schedules. With
-  ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor" or
-  "random") until the log holds N measurements for them in total (so re-running a killed
+  ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor",
+  "felix" or "random") until the log holds N measurements for them in total (so re-running a killed
   command resumes it), then each task is compiled with its best measured schedule. With
   ``log_file`` and ``trials=0`` the best record per task is applied without any search. Tasks
   without a valid record keep the default schedule. ``measurer`` defaults to the static model

@@ -54,7 +54,7 @@ def test_ansor_rounds_propose_new_valid_programs_and_train_the_model():
   meas = HashMeasurer()
   res = tune([t], strat, meas, trials=24, seed=0, measures_per_round=8)
   assert res.trials == 24 and len({s for _, s in meas.seen}) == 24
-  assert strat.stats["trainings"] == 3 and strat.stats["mutations"] > 0 and strat.model.fitted
+  assert strat.stats["trainings"] == res.rounds >= 3 and strat.stats["mutations"] > 0 and strat.model.fitted   # one per round
   # a sample of what it proposed: built and run against numpy
   ins = wl.random_inputs(2)
   for steps, _ in t.history[::8]:

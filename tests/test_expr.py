@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import minicomp as mc
-from minicomp.ir.expr import Expr, const, free_vars, max_, min_, select, substitute, var
 from minicomp.ir.evaluate import evaluate
+from minicomp.ir.expr import Expr, const, free_vars, max_, min_, select, substitute, var
 from minicomp.ir.ops import Op
 from minicomp.ir.simplify import bounds, simplify
 
@@ -67,6 +67,41 @@ def test_simplify_preserves_value_random():
   env = {n: rng.integers(lo, hi + 1, size=200) for n, (lo, hi) in R.items()}
   for e in exprs:
     np.testing.assert_array_equal(evaluate(simplify(e, R), env), evaluate(e, env))
+
+
+def test_simplify_memo_never_changes_a_result(monkeypatch):
+  """Results are remembered across calls, per ranges *contents*: warm, cold, cleared half-way through
+  (a tiny memo limit) or after the caller changed its ranges dict, simplify gives the same Exprs."""
+  from minicomp.ir import simplify as S
+  rng = np.random.default_rng(1)
+  leaves = [var("io"), var("ii"), var("j"), var("t"), const(3), const(8)]
+
+  def rand(depth):
+    if depth == 0: return leaves[rng.integers(len(leaves))]
+    a, b = rand(depth - 1), rand(depth - 1)
+    k = int(rng.integers(7))
+    return [a + b, a - b, a * 4 + b, a // 8, a % 4, min_(a, b), select(a < b, a, b)][k]
+
+  exprs = [rand(4) for _ in range(60)]
+  cases = [(e, r) for e in exprs for r in (R, None, {"io": (0, 1), "t": (0, None)})]
+  S.clear_memo()
+  cold = []
+  for e, r in cases:
+    S.clear_memo()
+    cold.append(simplify(e, r))
+  warm = [simplify(e, r) for e, r in cases]
+  assert warm == cold and [repr(x) for x in warm] == [repr(x) for x in cold]
+  monkeypatch.setattr(S, "_MEMO_MAX", 7)         # cleared again and again in the middle of a call
+  assert [simplify(e, r) for e, r in reversed(cases)] == cold[::-1]
+  monkeypatch.undo()
+  ii = var("ii")
+  rs = dict(R)
+  assert simplify(ii // 4, rs) == const(0)
+  rs["ii"] = (0, 7)                                # the same dict, new contents: not the old answer
+  assert simplify(ii // 4, rs) == ii // 4 and simplify(ii // 4) == ii // 4
+  terms, _ = S.linear(ii * 2 + 1)
+  terms.clear()                                    # linear hands out copies of what it remembers
+  assert S.linear(ii * 2 + 1) == ({ii: 2}, 1)
 
 
 def test_bounds():

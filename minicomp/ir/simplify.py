@@ -10,16 +10,72 @@ constant), which makes the rules that clean up lowered index math short and exac
 - min / max / comparisons / select decided by bounds.
 
 ``ranges`` maps variable names to inclusive integer bounds ``(lo, hi)`` (either may be None).
+
+Every function here is pure in (expression, ranges), so results are remembered across calls (see
+"memo tables" below): a symbolic program repeats the same large subexpressions in thousands of
+indices, and feature extraction simplifies each of them many times.
 """
 from __future__ import annotations
 
-from typing import Optional
-
-from minicomp.ir.expr import Expr, binary, const, Op
+from minicomp.ir.expr import Expr, Op, binary, const
 from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES
 
-Ranges = dict[str, tuple[Optional[int], Optional[int]]]
-Bound = tuple[Optional[int], Optional[int]]
+Ranges = dict[str, tuple[int | None, int | None]]
+Bound = tuple[int | None, int | None]
+
+
+# ---------------------------------------------------------------------------------------------
+# memo tables, keyed by Expr (structural equality, cached hash): one for linear forms and the order
+# key, one pair (simplified, bounds) per distinct ranges. All are dropped whenever they hold more
+# than _MEMO_MAX entries together, so memory stays bounded in long searches.
+
+_MEMO_MAX = 1 << 19
+_LINEAR: dict[Expr, tuple[dict[Expr, int], int]] = {}
+_ORDER: dict[Expr, str] = {}
+_CTXS: dict[object, _Ctx] = {}
+_size = [0]
+
+
+class _Ctx:
+  """The ranges of one simplification and what is known under them."""
+  __slots__ = ("bounds", "ranges", "simplified")
+
+  def __init__(self, ranges: Ranges):
+    self.ranges = ranges
+    self.simplified: dict[Expr, Expr] = {}
+    self.bounds: dict[Expr, Bound] = {}
+
+
+def _remember(table: dict, key, value) -> None:
+  if _size[0] >= _MEMO_MAX: clear_memo()
+  table[key] = value
+  _size[0] += 1
+
+
+def clear_memo() -> None:
+  """Forget every remembered result (they are only a speed-up: results do not change)."""
+  _LINEAR.clear(); _ORDER.clear(); _CTXS.clear()
+  _size[0] = 0
+
+
+def _ctx(ranges: Ranges | None) -> _Ctx:
+  if not ranges: key = None
+  else:
+    try: key = frozenset(ranges.items())
+    except TypeError: return _Ctx(dict(ranges))   # unhashable bounds: remember nothing across calls
+  c = _CTXS.get(key)
+  if c is None:
+    c = _CTXS[key] = _Ctx(dict(ranges) if ranges else {})
+  return c
+
+
+def _order(e: Expr) -> str:
+  """The canonical order key of a term (its text), remembered."""
+  k = _ORDER.get(e)
+  if k is None:
+    k = repr(e)
+    _remember(_ORDER, e, k)
+  return k
 
 
 # ---------------------------------------------------------------------------------------------
@@ -37,20 +93,32 @@ def _scale(a: Bound, k: int) -> Bound:
 
 def bounds(e: Expr, ranges: Ranges | None = None) -> Bound:
   """Inclusive integer bounds of ``e`` given variable ranges; None where unknown."""
-  ranges = ranges or {}
+  return _bounds(e, _ctx(ranges))
+
+
+def _bounds(e: Expr, cx: _Ctx) -> Bound:
   op = e.op
   if op is Op.CONST:
     v = e.arg
     return (int(v), int(v)) if isinstance(v, (int, bool)) else (None, None)
-  if op is Op.VAR: return ranges.get(e.arg, (None, None))
+  if op is Op.VAR: return cx.ranges.get(e.arg, (None, None))
+  r = cx.bounds.get(e)
+  if r is None:
+    r = _bounds_of(e, cx)
+    _remember(cx.bounds, e, r)
+  return r
+
+
+def _bounds_of(e: Expr, cx: _Ctx) -> Bound:
+  op = e.op
   if e.dtype not in INT_DTYPES and e.dtype != "bool": return (None, None)
   if op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG):
-    terms, c = linear(e)
+    terms, c = _linear(e)
     out: Bound = (c, c)
     for t, k in terms.items():
-      out = _add(out, _scale(bounds(t, ranges), k) if t.op is not Op.MUL else _scale(_mul_bounds(t, ranges), k))
+      out = _add(out, _scale(_bounds(t, cx), k) if t.op is not Op.MUL else _scale(_mul_bounds(t, cx), k))
     return out
-  a = bounds(e.src[0], ranges) if e.src else (None, None)
+  a = _bounds(e.src[0], cx) if e.src else (None, None)
   if op in (Op.FLOORDIV, Op.FLOORMOD) and e.src[1].is_const and e.src[1].arg > 0:
     d = e.src[1].arg
     if op is Op.FLOORDIV:
@@ -59,7 +127,7 @@ def bounds(e: Expr, ranges: Ranges | None = None) -> Bound:
     import math
     return (0, d - math.gcd(multiple_of(e.src[0]), d))   # x % d of a multiple of g is at most d - g
   if op in (Op.MIN, Op.MAX):
-    b = bounds(e.src[1], ranges)
+    b = _bounds(e.src[1], cx)
     f = min if op is Op.MIN else max
     lo = f(a[0], b[0]) if a[0] is not None and b[0] is not None else (
       None if op is Op.MIN else (a[0] if a[0] is not None else b[0]))
@@ -67,7 +135,7 @@ def bounds(e: Expr, ranges: Ranges | None = None) -> Bound:
       None if op is Op.MAX else (a[1] if a[1] is not None else b[1]))
     return (lo, hi)
   if op is Op.SELECT:
-    b, c = bounds(e.src[1], ranges), bounds(e.src[2], ranges)
+    b, c = _bounds(e.src[1], cx), _bounds(e.src[2], cx)
     return (None if b[0] is None or c[0] is None else min(b[0], c[0]),
             None if b[1] is None or c[1] is None else max(b[1], c[1]))
   if op is Op.CAST: return a
@@ -75,8 +143,8 @@ def bounds(e: Expr, ranges: Ranges | None = None) -> Bound:
   return (None, None)
 
 
-def _mul_bounds(e: Expr, ranges: Ranges) -> Bound:
-  a, b = bounds(e.src[0], ranges), bounds(e.src[1], ranges)
+def _mul_bounds(e: Expr, cx: _Ctx) -> Bound:
+  a, b = _bounds(e.src[0], cx), _bounds(e.src[1], cx)
   if None in a or None in b:
     if a[0] is not None and b[0] is not None and a[0] >= 0 and b[0] >= 0:   # both non-negative
       return (a[0] * b[0], None if a[1] is None or b[1] is None else a[1] * b[1])
@@ -90,26 +158,40 @@ def _mul_bounds(e: Expr, ranges: Ranges) -> Bound:
 
 def linear(e: Expr) -> tuple[dict[Expr, int], int]:
   """``e`` as ``sum(k * term) + c`` over integer coefficients (non-linear parts are terms)."""
+  terms, c = _linear(e)
+  return dict(terms), c
+
+
+def _linear(e: Expr) -> tuple[dict[Expr, int], int]:
+  """:func:`linear`, remembered: the dict is shared, never change it."""
+  r = _LINEAR.get(e)
+  if r is None:
+    r = _linear_of(e)
+    _remember(_LINEAR, e, r)
+  return r
+
+
+def _linear_of(e: Expr) -> tuple[dict[Expr, int], int]:
   if e.dtype not in INT_DTYPES: return ({e: 1}, 0)
   op = e.op
   if op is Op.CONST: return ({}, int(e.arg))
   if op in (Op.ADD, Op.SUB):
-    ta, ca = linear(e.src[0]); tb, cb = linear(e.src[1])
+    ta, ca = _linear(e.src[0]); tb, cb = _linear(e.src[1])
     s = 1 if op is Op.ADD else -1
     out = dict(ta)
     for t, k in tb.items(): out[t] = out.get(t, 0) + s * k
     return ({t: k for t, k in out.items() if k != 0}, ca + s * cb)
   if op is Op.NEG:
-    ta, ca = linear(e.src[0])
+    ta, ca = _linear(e.src[0])
     return ({t: -k for t, k in ta.items()}, -ca)
   if op is Op.MUL:
     a, b = e.src
     if b.is_const: a, b = b, a
     if a.is_const:
-      tb, cb = linear(b); k = int(a.arg)
+      tb, cb = _linear(b); k = int(a.arg)
       return ({t: k * v for t, v in tb.items() if k * v != 0}, k * cb)
     # distribute a product of sums of symbolic terms (small ones only): (x - 1) * f -> x*f - f
-    ta, ca = linear(a); tb, cb = linear(b)
+    ta, ca = _linear(a); tb, cb = _linear(b)
     parts_a = list(ta.items()) + ([(None, ca)] if ca else [])
     parts_b = list(tb.items()) + ([(None, cb)] if cb else [])
     if len(parts_a) * len(parts_b) > 1 and len(parts_a) * len(parts_b) <= 16:
@@ -128,13 +210,13 @@ def linear(e: Expr) -> tuple[dict[Expr, int], int]:
 
 def _product(x: Expr, y: Expr) -> Expr:
   """A canonical product atom (factors ordered, so x*y and y*x are one term)."""
-  if repr(y) < repr(x): x, y = y, x
+  if _order(y) < _order(x): x, y = y, x
   return Expr.make(Op.MUL, x.dtype, (x, y))
 
 
 def _term_key(item):
   t, k = item
-  return (-abs(k), repr(t))
+  return (-abs(k), _order(t))
 
 
 def build_linear(terms: dict[Expr, int], c: int, dtype: str = "int32") -> Expr:
@@ -153,10 +235,11 @@ def build_linear(terms: dict[Expr, int], c: int, dtype: str = "int32") -> Expr:
   return out
 
 
-def _merge_divmod(terms: dict[Expr, int], ranges: Ranges | None = None) -> dict[Expr, int]:
+def _merge_divmod(terms: dict[Expr, int], cx: _Ctx) -> dict[Expr, int]:
   """``c*(y % b) + c*b*(x // (a*b)) -> c*y`` where ``y == x // a`` (``a`` may be 1: ``y == x``).
 
   This undoes the index arithmetic of fused loops: ``(f // 32 % 16) * 32 + f // 512 * 512 + f % 32 -> f``.
+  ``terms`` is not changed (a new dict is returned when anything merges).
   """
   changed = True
   while changed:
@@ -168,10 +251,11 @@ def _merge_divmod(terms: dict[Expr, int], ranges: Ranges | None = None) -> dict[
         if q.op is not Op.FLOORDIV or not q.src[1].is_const or kq != k * b or q.src[1].arg % b: continue
         a = q.src[1].arg // b
         x = q.src[0]
-        if (simplify(x, ranges) if a == 1 else simplify(Expr.make(Op.FLOORDIV, x.dtype, (x, const(a, x.dtype))), ranges)) != y:
+        if (_simplify(x, cx) if a == 1 else _simplify(Expr.make(Op.FLOORDIV, x.dtype, (x, const(a, x.dtype))), cx)) != y:
           continue
+        terms = dict(terms)
         del terms[t]; del terms[q]
-        ty, cy = linear(y)
+        ty, cy = _linear(y)
         for tt, kk in ty.items(): terms[tt] = terms.get(tt, 0) + kk * k
         terms[_CONST_KEY] = terms.get(_CONST_KEY, 0) + cy * k
         terms = {a_: b_ for a_, b_ in terms.items() if b_ != 0}
@@ -189,15 +273,18 @@ _CONST_KEY = const(0)   # carries a constant picked up while merging (folded by 
 
 def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
   """Simplify ``e`` bottom-up (see module docstring for the rules)."""
-  ranges = ranges or {}
-  memo: dict[int, Expr] = {}
+  return _simplify(e, _ctx(ranges))
+
+
+def _simplify(e: Expr, cx: _Ctx) -> Expr:
+  memo = cx.simplified
 
   def go(n: Expr) -> Expr:
-    r = memo.get(id(n))
+    r = memo.get(n)
     if r is None:
       m = n.replace(src=tuple(go(s) for s in n.src)) if n.src else n
-      r = _rewrite(m, ranges)
-      memo[id(n)] = r
+      r = _rewrite(m, cx)
+      _remember(memo, n, r)
     return r
   return go(e)
 
@@ -226,26 +313,28 @@ def _fold(n: Expr) -> Expr | None:
   return const(v.item() if hasattr(v, "item") else v, n.dtype)
 
 
-def _rewrite(n: Expr, ranges: Ranges) -> Expr:
+def _rewrite(n: Expr, cx: _Ctx) -> Expr:
   op = n.op
   if op in (Op.FLOORDIV, Op.FLOORMOD) and n.src[1].is_const and n.src[1].arg == 0: return n
   f = _fold(n)
   if f is not None: return f
   if n.dtype in INT_DTYPES:
     if op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG):
-      terms, c = linear(n)
-      terms = _merge_divmod(terms, ranges)
-      c += terms.pop(_CONST_KEY, 0)
+      terms, c = _linear(n)
+      terms = _merge_divmod(terms, cx)
+      if _CONST_KEY in terms:
+        terms = dict(terms)
+        c += terms.pop(_CONST_KEY)
       return build_linear(terms, c, n.dtype)
     if op in (Op.FLOORDIV, Op.FLOORMOD) and n.src[1].is_const and n.src[1].arg > 0:
-      return _divmod(n, n.src[0], n.src[1].arg, ranges)
+      return _divmod(n, n.src[0], n.src[1].arg, cx)
   if op in (Op.MIN, Op.MAX) and n.dtype in INT_DTYPES:
-    lo, hi = bounds(simplify(binary(Op.SUB, n.src[0], n.src[1])), ranges)
+    lo, hi = _bounds(_simplify(binary(Op.SUB, n.src[0], n.src[1]), _ctx(None)), cx)
     if hi is not None and hi <= 0: return n.src[0] if op is Op.MIN else n.src[1]
     if lo is not None and lo >= 0: return n.src[1] if op is Op.MIN else n.src[0]
   if op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE) and n.src[0].dtype in INT_DTYPES:
-    d = simplify(binary(Op.SUB, n.src[0], n.src[1]), ranges)
-    lo, hi = bounds(d, ranges)
+    d = _simplify(binary(Op.SUB, n.src[0], n.src[1]), cx)
+    lo, hi = _bounds(d, cx)
     decide = {Op.LT: (hi is not None and hi < 0, lo is not None and lo >= 0),
               Op.LE: (hi is not None and hi <= 0, lo is not None and lo > 0),
               Op.GT: (lo is not None and lo > 0, hi is not None and hi <= 0),
@@ -283,7 +372,7 @@ def multiple_of(e: Expr) -> int:
   """A positive integer that provably divides ``e`` (1 when nothing better is known)."""
   import math
   if e.op is Op.CONST and isinstance(e.arg, int): return abs(e.arg) or 1 << 30
-  terms, c = linear(e)
+  terms, c = _linear(e)
   if len(terms) == 1 and c == 0:
     (t, k), = terms.items()
     if t.op is Op.FLOORMOD and t.src[1].is_const: return abs(k) * math.gcd(multiple_of(t.src[0]), t.src[1].arg)
@@ -295,7 +384,7 @@ def multiple_of(e: Expr) -> int:
   return g or 1
 
 
-def _split_small(r_terms: dict[Expr, int], rc: int, d: int, ranges: Ranges):
+def _split_small(r_terms: dict[Expr, int], rc: int, d: int, cx: _Ctx):
   """Split ``sum(r_terms) + rc`` into ``big + small`` with ``g | big``, ``g | d`` and ``0 <= small < g`` (g > 1)."""
   cands = sorted({abs(k) * multiple_of(t) for t, k in r_terms.items()}, reverse=True)
   for g in cands:
@@ -304,39 +393,39 @@ def _split_small(r_terms: dict[Expr, int], rc: int, d: int, ranges: Ranges):
     small = {t: k for t, k in r_terms.items() if t not in big}
     if not big or not small and rc == 0: continue
     se = build_linear(small, rc)
-    lo, hi = bounds(se, ranges)
+    lo, hi = _bounds(se, cx)
     if lo is not None and hi is not None and lo >= 0 and hi < g: return build_linear(big, 0), se
   return None
 
 
-def _divmod(n: Expr, x: Expr, d: int, ranges: Ranges) -> Expr:
+def _divmod(n: Expr, x: Expr, d: int, cx: _Ctx) -> Expr:
   dt = n.dtype
   if d == 1: return x if n.op is Op.FLOORDIV else const(0, dt)
-  terms, c = linear(x)
+  terms, c = _linear(x)
   q_terms = {t: k // d for t, k in terms.items() if k % d == 0}
   r_terms = {t: k for t, k in terms.items() if k % d != 0}
   qc, rc = divmod(c, d)
   rest = build_linear(r_terms, rc, dt)
-  lo, hi = bounds(rest, ranges)
+  lo, hi = _bounds(rest, cx)
   m = None
   if lo is not None and hi is not None and lo // d == hi // d: m = lo // d
   if n.op is Op.FLOORDIV and m is not None: return build_linear(q_terms, qc + m, dt)
   if n.op is Op.FLOORMOD and m is not None: return build_linear(r_terms, rc - m * d, dt)
   # (x + r) with x a multiple of g, g | d and 0 <= r < g: r cannot carry into the quotient
-  split = _split_small(r_terms, rc, d, ranges)
+  split = _split_small(r_terms, rc, d, cx)
   if split is not None:
     big, small = split
     if n.op is Op.FLOORDIV:
       q_terms[Expr.make(Op.FLOORDIV, dt, (big, const(d, dt)))] = q_terms.get(Expr.make(Op.FLOORDIV, dt, (big, const(d, dt))), 0) + 1
       return build_linear(q_terms, qc, dt)
-    return simplify(Expr.make(Op.ADD, dt, (Expr.make(Op.FLOORMOD, dt, (big, const(d, dt))), small)), ranges)
+    return _simplify(Expr.make(Op.ADD, dt, (Expr.make(Op.FLOORMOD, dt, (big, const(d, dt))), small)), cx)
   if n.op is Op.FLOORDIV:
     if rest.op is Op.FLOORDIV and rest.src[1].is_const and rest.src[1].arg > 0 and not q_terms and qc == 0:
-      return _divmod(n, rest.src[0], rest.src[1].arg * d, ranges)
+      return _divmod(n, rest.src[0], rest.src[1].arg * d, cx)
     inner = Expr.make(Op.FLOORDIV, dt, (rest, const(d, dt)))
     if not q_terms and qc == 0: return inner
     q_terms[inner] = q_terms.get(inner, 0) + 1
     return build_linear(q_terms, qc, dt)
   if rest.op is Op.FLOORMOD and rest.src[1].is_const and rest.src[1].arg % d == 0:
-    return _divmod(n, rest.src[0], d, ranges)
+    return _divmod(n, rest.src[0], d, cx)
   return Expr.make(Op.FLOORMOD, dt, (rest, const(d, dt)))

@@ -18,7 +18,7 @@ from minicomp.search.strategies.base import RandomStrategy, Strategy, TuneTask
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
-STRATEGIES = ("ansor", "random")
+STRATEGIES = ("ansor", "felix", "random")
 
 
 class TuneError(MinicompError):
@@ -31,6 +31,9 @@ def make_strategy(name: str | Strategy, seed: int = 0) -> Strategy:
   if name == "ansor":
     from minicomp.search.strategies.ansor import AnsorStrategy
     return AnsorStrategy(seed=seed)
+  if name == "felix":
+    from minicomp.search.strategies.felix import FelixStrategy
+    return FelixStrategy(seed=seed)
   raise TuneError(f"unknown search strategy {name!r}; known: {', '.join(STRATEGIES)}")
 
 

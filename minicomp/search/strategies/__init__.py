@@ -1,1 +1,1 @@
-"""Search strategies (siblings behind one interface, ``base.Strategy``): random, ansor."""
+"""Search strategies (siblings behind one interface, ``base.Strategy``): random, ansor, felix."""

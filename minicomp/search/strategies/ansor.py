@@ -31,12 +31,12 @@ whose symbolic program cannot be lowered fall back to lowering each candidate.
 Departures from Ansor: crossover exists (Ansor's code has a TODO); compute-location mutation is
 not needed on GPU (Ansor disables it there too); features are the formula values (equal to the
 lowered program's where every split divides; see ``formulas.py``).
+
+The cost model, its features and its retraining are shared with Felix (``learned.py``).
 """
 from __future__ import annotations
 
-import logging
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,10 +47,10 @@ from minicomp.search.annotate import (
   draw_values,
   make_candidate,
 )
-from minicomp.search.strategies.base import Strategy, TuneTask
+from minicomp.search.strategies.base import TuneTask
+from minicomp.search.strategies.learned import MIN_TRAIN_STEPS, LearnedStrategy, Point
 
-log = logging.getLogger("minicomp")
-MIN_TRAIN_STEPS = 300            # optimiser steps per retraining at least (early stopping still applies)
+__all__ = ["MIN_TRAIN_STEPS", "AnsorStrategy", "Point"]
 
 
 def _prime_factors(n: int) -> list[int]:
@@ -62,80 +62,16 @@ def _prime_factors(n: int) -> list[int]:
   return out
 
 
-@dataclass(frozen=True, eq=False)
-class Point:
-  """A candidate before it is lowered: the sketch and the values of its variables."""
-  sketch_index: int
-  values: dict
-  unroll: dict = field(default_factory=dict)
-
-  @property
-  def key(self) -> tuple:
-    return (self.sketch_index, tuple(sorted(self.values.items())), tuple(sorted(self.unroll.items())))
-
-
-class AnsorStrategy(Strategy):
+class AnsorStrategy(LearnedStrategy):
   name = "ansor"
 
   def __init__(self, seed: int = 0, population: int = 2048, generations: int = 4, mutation_prob: float = 0.85,
                eps_greedy: float = 0.05, use_measured_ratio: float = 0.2, model=None):
+    super().__init__(seed, model)
     self.population, self.generations = population, generations
     self.mutation_prob, self.eps_greedy, self.use_measured_ratio = mutation_prob, eps_greedy, use_measured_ratio
-    self.seed = seed
-    self._model = model
-    self._features: dict[str, np.ndarray] = {}
-    self._data: list[tuple[np.ndarray, float | None, str]] = []
-    self.accuracy: list[tuple[str, float, float]] = []   # (task, pairwise accuracy, recall@k) on each new round
-    self.stats = {"scored": 0, "mutations": 0, "crossovers": 0, "invalid_children": 0, "trainings": 0,
-                  "rejected_after_prefilter": 0}
-    self._formula_cache: dict[tuple[str, int], object] = {}
+    self.stats.update({"mutations": 0, "crossovers": 0, "invalid_children": 0, "rejected_after_prefilter": 0})
     self._concrete: dict[tuple, Candidate] = {}        # points lowered exactly (sketches without formulas)
-    self._point_of: dict[str, Point] = {}              # measured program key -> its point
-    self._measured_points: set[tuple] = set()
-
-  # -- the model
-  @property
-  def model(self):
-    """The learned cost model, shared by all tasks (Ansor). Ranking loss, batches of 128: the
-    cost-model tests found the MLP underfits the few hundred programs of early rounds with
-    Ansor's batch of 512, and the weighted-MSE loss cannot rank programs whose statement rows
-    differ in number (minicomp's sketches vary in how many stores they have)."""
-    if self._model is None:
-      from minicomp.search.cost_model import MLPCostModel
-      from minicomp.search.features import N_FEATURES
-      self._model = MLPCostModel(N_FEATURES, loss="rank", seed=self.seed, batch=128, lr=1e-3)
-    return self._model
-
-  def features(self, c: Candidate) -> np.ndarray:
-    """Features of a concrete candidate by lowering it (the fallback path; cached by program key)."""
-    f = self._features.get(c.key)
-    if f is None:
-      from minicomp.search.features import extract_features
-      prog = c.program if c.program is not None else c.schedule.lower()
-      try: f = extract_features(prog)
-      except Exception:  # noqa: BLE001 -- a program the extractor cannot take scores -inf, never stops the search
-        f = np.zeros((0, 1), np.float32)
-      self._features[c.key] = f
-    return f
-
-  def _formulas(self, task: TuneTask, k: int):
-    key = (task.key, k)
-    if key not in self._formula_cache:
-      from minicomp.search.formulas import formulas_or_none
-      self._formula_cache[key] = formulas_or_none(task.sketches[k])
-    return self._formula_cache[key]
-
-  def _point_features(self, task: TuneTask, points: list[Point]) -> list[np.ndarray | None]:
-    """Feature matrices of points (formulas, batched per sketch); None where the sketch has none."""
-    out: list[np.ndarray | None] = [None] * len(points)
-    by_sketch: dict[int, list[int]] = {}
-    for i, p in enumerate(points): by_sketch.setdefault(p.sketch_index, []).append(i)
-    for k, idx in by_sketch.items():
-      f = self._formulas(task, k) if k >= 0 else None
-      if f is None: continue
-      X = f.features([points[i].values for i in idx], [points[i].unroll for i in idx])
-      for j, i in enumerate(idx): out[i] = X[j]
-    return out
 
   def _valid(self, task: TuneTask, points: list[Point]) -> np.ndarray:
     """Pre-filter (value checks + resource formulas); sketches without formulas are lowered per point."""
@@ -219,11 +155,6 @@ class AnsorStrategy(Strategy):
       take(p)
     return chosen[:n]
 
-  def _best_measured(self, task: TuneTask, k: int) -> list[Point]:
-    if k <= 0: return []
-    ok = sorted(((c, s) for s, c in task.measured.items() if c is not None and s in self._point_of), key=lambda cs: cs[0])
-    return [self._point_of[s] for _, s in ok[:k]]
-
   def _next_generation(self, task: TuneTask, pop: list[Point], scores: np.ndarray,
                        rng: np.random.Generator) -> list[Point]:
     ok = np.isfinite(scores)
@@ -288,47 +219,3 @@ class AnsorStrategy(Strategy):
     for c in sk.choices:
       if rng.random() < 0.5 and c.var in q.values: values[c.var] = q.values[c.var]
     return values, unroll
-
-  # -- learning
-  def _candidate_features(self, task: TuneTask, cands: list[Candidate]) -> list[np.ndarray]:
-    """Features of measured candidates, by the same definition the scoring used (formulas where
-    the sketch has them, else the lowered program)."""
-    pts = [Point(c.sketch_index, c.values, c.unroll) for c in cands]
-    feats = self._point_features(task, pts) if all(c.sketch_index >= 0 for c in cands) else [None] * len(cands)
-    return [f if f is not None else self.features(c) for f, c in zip(feats, cands)]
-
-  def update(self, task: TuneTask, candidates: list[Candidate], costs: list[float | None]) -> None:
-    feats = self._candidate_features(task, candidates)
-    if self.model.fitted and len(candidates) > 1:
-      # the round's results are held-back data for the model trained before it: how well did it rank them?
-      from minicomp.search.cost_model import evaluate
-      ev = evaluate(self.model.predict(feats), costs, [task.key] * len(costs), k=min(8, len(costs)))
-      self.accuracy.append((task.key, ev["pairwise_accuracy"], ev["recall_at_k"]))
-      log.info("cost model on the new round of %s: pairwise accuracy %.2f, recall@%d %.2f", task.name or task.key,
-               ev["pairwise_accuracy"], min(8, len(costs)), ev["recall_at_k"])
-    for c, f, cost in zip(candidates, feats, costs):
-      self._data.append((f, cost, task.key))
-      pt = Point(c.sketch_index, c.values, c.unroll)
-      self._point_of[c.key] = pt
-      self._measured_points.add(pt.key)
-    self._train()
-
-  def resume(self, tasks: list[TuneTask]) -> None:
-    """Retrain the cost model from the tasks' logged history (programs rebuilt from their steps)."""
-    from minicomp.ir.schedule import Schedule
-    for t in tasks:
-      for steps, cost in t.history:
-        try: prog = Schedule.from_json(t.dag, steps).lower()
-        except Exception:  # noqa: BLE001 -- a logged program this version cannot lower: skip it
-          continue
-        c = Candidate(Schedule.from_json(t.dag, steps), {}, -1, {}, prog)
-        self._data.append((self.features(c), cost, t.key))
-    if self._data: self._train()
-
-  def _train(self) -> None:
-    rows = [d[0] for d in self._data]
-    m = self.model
-    steps_per_epoch = max(1, math.ceil(len(rows) / max(1, m.batch)))
-    m.epochs = int(min(200, max(30, math.ceil(MIN_TRAIN_STEPS / steps_per_epoch))))   # enough steps on small data
-    m.fit(rows, [d[1] for d in self._data], [d[2] for d in self._data])
-    self.stats["trainings"] += 1
