@@ -177,3 +177,18 @@ def test_tune_with_felix_through_the_public_entry_records_and_resumes(tmp_path, 
   ins = wl.random_inputs(5)
   k = mc.build(mc.Schedule.from_json(dag, best[task.key]), "sm_86")
   np.testing.assert_allclose(k(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)
+
+
+def test_register_estimate_is_a_resource_formula(mm):
+  """The penalised register estimate is the 32-bit words of the thread's local buffers, equal to what
+  the concretely lowered program allocates, with a limit below the target's registers per thread."""
+  from minicomp.ir.evaluate import evaluate
+  from minicomp.search.objective import REG_RESERVE, resource_formulas
+  exprs, limits = resource_formulas(mm.f, TGT)
+  assert TGT.max_registers_per_thread - REG_RESERVE in limits
+  reg = exprs[limits.index(TGT.max_registers_per_thread - REG_RESERVE)]
+  for v in _valid_draws(mm.sk, mm.f, 6, np.random.default_rng(4)):
+    cand, _ = make_candidate(mm.sk, v, {}, TGT)
+    words = sum(int(b.size.arg if hasattr(b.size, "arg") else b.size) for k in cand.program.kernels
+                for b in k.allocs if b.scope == "local")
+    assert int(evaluate(reg, v)) == words

@@ -4,16 +4,16 @@ must evaluate *exactly* to what the concrete extractor reads off the concretely 
 
 Concrete lowering simplifies what symbolic lowering cannot (extent-1 loops vanish, guards are hoisted
 or dropped, mixed-radix thread digits fold back to ``threadIdx.x * k``); the extractor reads guards by
-their meaning so both agree. The candidates carry no unroll pragma: like Ansor's and Felix's, the
-formulas see ``auto_unroll_max_step`` only through its own column (``SketchFormulas`` fills it), not
-through the loops the pragma unrolls in the concrete program (docs/features.md, "Limits of the
-exactness guarantee").
+their meaning so both agree. The candidates carry random ``auto_unroll_max_step`` pragmas: as in
+Ansor and Felix, features see the pragma only in its own column (the unrolling is a later pass), which
+the symbolic program cannot hold and ``SketchFormulas`` fills from the candidate's unroll choice; the
+test fills it the same way.
 """
 import numpy as np
 import pytest
 
 from minicomp import workloads as W
-from minicomp.search.annotate import check_values, draw_values, make_candidate
+from minicomp.search.annotate import check_values, draw_unroll, draw_values, make_candidate
 from minicomp.search.features import evaluate_features, extract_features, extract_program_exprs, feature_names
 from minicomp.search.sketch import generate_sketches
 from minicomp.target import Target
@@ -34,8 +34,9 @@ def _valid_assignments(sk, tgt, n, rng):
     if len(out) == n: break
     v = draw_values(sk, rng)
     if check_values(sk, v, tgt) is not None: continue
-    cand, _ = make_candidate(sk, v, {}, tgt)
-    if cand is not None: out.append((v, cand))
+    u = draw_unroll(sk, rng)
+    cand, _ = make_candidate(sk, v, u, tgt)
+    if cand is not None: out.append((v, u, cand))
   return out
 
 
@@ -45,14 +46,16 @@ def test_formulas_equal_concrete_features_exactly(name):
   make, n = CASES[name]
   tgt = Target("sm_86")
   names = feature_names()
+  col = names.index("auto_unroll_max_step")
   rng = np.random.default_rng(7)
   checked = 0
   for si, sk in enumerate(generate_sketches(make().outputs, tgt)):
     rows = extract_program_exprs(sk.schedule.lower())
     pairs = _valid_assignments(sk, tgt, n, rng)
     assert len(pairs) == n, f"sketch {si}: only {len(pairs)} valid assignments found"
-    for values, cand in pairs:
+    for values, unroll, cand in pairs:
       sym = evaluate_features(rows, values)
+      sym[:, col] = np.log2(max(unroll.values(), default=0) + 1.0)     # what SketchFormulas.features writes
       conc = extract_features(cand.program)
       assert sym.shape == conc.shape, f"sketch {si} {values}: {sym.shape} rows vs {conc.shape}"
       bad = np.argwhere(sym != conc)

@@ -30,6 +30,7 @@ class For:
   extent: Expr
   body: "Stmt"
   kind: str = "serial"       # "serial" | "unroll" | "vectorize" | "vthread"
+  pragma_unroll: bool = False   # unrolled by an auto_unroll_max_step pragma (constant extents), not by the schedule
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class Kernel:
   block: tuple
   body: Stmt
   stages: list[str] = field(default_factory=list)
+  auto_unroll_max_step: int = 0   # the largest auto_unroll_max_step pragma of its stages (features read it)
 
 
 @dataclass

@@ -61,7 +61,8 @@ class NestBuilder:
     params = [b for b in order if b.name in params_seen]
     n_roots = len([x for x in self.info.values() if x.st.attach.kind == "root"])
     kname = f"{c_ident(self.name)}_{c_ident(root)}" if n_roots > 1 else f"{c_ident(self.name)}_kernel"
-    k = Kernel(kname, params, allocs, bindings, _dims(grid), _dims(block), body, members)
+    k = Kernel(kname, params, allocs, bindings, _dims(grid), _dims(block), body, members,
+               max((self.info[m].st.auto_unroll_max_step for m in members if m in self.info), default=0))
     k.written = {b.name for b, w in params_seen.values() if w}
     return k
 
@@ -126,7 +127,8 @@ class NestBuilder:
     def loop(it, body):
       a = anns.get(it, "none")
       if a in BLOCK_TAGS or a in THREAD_TAGS or _is_one(i.leaf_ext[it]): return body
-      kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": "vthread"}.get(a, unroll_kind.get(it, "serial"))
+      kind = {"unroll": "unroll", "vectorize": "vectorize", "vthread": "vthread"}.get(a)
+      if kind is None: return For(i.cvar[it], i.leaf_ext[it], body, unroll_kind.get(it, "serial"), it in unroll_kind)
       return For(i.cvar[it], i.leaf_ext[it], body, kind)
 
     # each guard wraps the body of the innermost loop it depends on (hoisted out of the loops it does not
@@ -219,7 +221,7 @@ def _tidy(s):
         if isinstance(y, Sync) and out and isinstance(out[-1], Sync): continue
         out.append(y)
     return out[0] if len(out) == 1 else Seq(tuple(out))
-  if isinstance(s, For): return For(s.var, s.extent, _tidy(s.body), s.kind)
+  if isinstance(s, For): return For(s.var, s.extent, _tidy(s.body), s.kind, s.pragma_unroll)
   if isinstance(s, If): return If(s.cond, _tidy(s.then))
   return s
 

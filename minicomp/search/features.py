@@ -310,7 +310,8 @@ def _sites(k: Kernel) -> list[_Site]:
     out.append(s)
 
   def go(st, loops, conds):
-    if isinstance(st, For): go(st.body, loops + [_Loop(id(st), st.var, st.extent, st.kind)], conds)
+    if isinstance(st, For):   # the pragma's unrolling is a later pass in TVM: features see it in one column only
+      go(st.body, loops + [_Loop(id(st), st.var, st.extent, "serial" if st.pragma_unroll else st.kind)], conds)
     elif isinstance(st, Seq):
       for x in st.stmts: go(x, loops, conds)
     elif isinstance(st, If): go(st.then, loops, conds + [substitute(st.cond, rename)])
@@ -519,7 +520,7 @@ def _curve(s: _Site, float_ops: int) -> list[Expr]:
   return out
 
 
-def _row(sites: list[_Site], j: int, loop_vars: set[str], alloc_at: dict[str, int]) -> list[Expr]:
+def _row(sites: list[_Site], j: int, loop_vars: set[str], alloc_at: dict[str, int], unroll_max: int = 0) -> list[Expr]:
   s = sites[j]
   k = s.kernel
   outer_prod = fl(1.0)
@@ -546,11 +547,10 @@ def _row(sites: list[_Site], j: int, loop_vars: set[str], alloc_at: dict[str, in
     row += [slog(size), slog(mul(s.buffer.size, aop)), slog(aop), slog(div(outer_prod, aop))]
   else:
     row += [fl(0.0)] * 4
-  num_loops, unroll_max = fl(0.0), fl(0.0)
+  num_loops = fl(0.0)
   for lp in s.loops:
     num_loops = add(num_loops, 1.0 if lp.kind == "launch" else onehot(_nt(lp)))
-    if lp.kind == "unroll": unroll_max = fmax(unroll_max, ifl(_nt(lp), lp.ext, 0.0))
-  row += [slog(outer_prod), slog(num_loops), slog(unroll_max)]
+  row += [slog(outer_prod), slog(num_loops), slog(fl(float(unroll_max)))]
   assert len(row) == N_FEATURES, len(row)
   return row
 
@@ -565,6 +565,7 @@ def extract_program_exprs(program: Program) -> list[list[Expr]]:
   """One row of N_FEATURES float64 Exprs per Store (and per cross-thread reduction) of every kernel, in
   program order. Constants on a concrete program; Exprs of the schedule variables on a symbolic one."""
   rows: list[list[Expr]] = []
+  unroll_max = max((getattr(k, "auto_unroll_max_step", 0) for k in program.kernels), default=0)
   for k in program.kernels:
     sites = _sites(k)
     loop_vars = _kernel_loop_vars(k, sites)
@@ -580,7 +581,7 @@ def extract_program_exprs(program: Program) -> list[list[Expr]]:
         keys[s.buffer.name] = prev[:d]
     alloc_at = {b: len(ks) for b, ks in keys.items()}
     for s in sites: _regions(s, loop_vars)
-    rows += [_row(sites, j, loop_vars, alloc_at) for j in range(len(sites))]
+    rows += [_row(sites, j, loop_vars, alloc_at, unroll_max) for j in range(len(sites))]
   return rows
 
 

@@ -74,6 +74,8 @@ class SketchFormulas:
     self.kernels = [(tuple(_e(d) for d in k.block), tuple(_e(d) for d in k.grid),
                      [(_e(b.size), DTYPE_BYTES[b.dtype]) for b in k.allocs if b.scope == "shared"])
                     for k in prog.kernels]
+    # per kernel: (elements, bytes) of each per-thread local buffer: the register estimate Felix penalises
+    self.local = [[(_e(b.size), DTYPE_BYTES[b.dtype]) for b in k.allocs if b.scope == "local"] for k in prog.kernels]
 
   def _env(self, values: list[dict]) -> dict[str, np.ndarray]:
     names = self.sketch.schedule.params()

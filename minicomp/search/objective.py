@@ -23,8 +23,9 @@ A sketch's variables x (tile sizes, thread counts, vector widths; ``Sketch.param
   - linear, by penalty: per tile group ``sum y - log extent`` (the product fits the loop), threads per
     block ``sum y - log 1024`` and, where the stage has more than two warps of work, ``log 32 - sum y``
     (``annotate.check_values``), vthreads ``sum y - log 8``;
-  - nonlinear, by penalty: each kernel's shared memory and block size from the sketch's resource
-    formulas (``formulas.py``), smoothed and compiled like the features:
+  - nonlinear, by penalty: each kernel's shared memory, block size and register estimate (32-bit words
+    of its per-thread local buffers <= max registers per thread - ``REG_RESERVE``) from the sketch's
+    resource formulas (``formulas.py``), smoothed and compiled like the features:
     ``log(max(bytes, 1)) - log(limit)``.
   A rounded point is still checked exactly (``annotate.make_candidate``) before it is measured.
 
@@ -46,6 +47,7 @@ from minicomp.search.sketch import Sketch
 from minicomp.target import Target
 
 UNROLL_MAX = math.log2(max(UNROLL_CHOICES) + 1)   # the unroll column's largest value (slog of 1024)
+REG_RESERVE = 32      # registers per thread kept for indices, pointers and operands (register-estimate penalty)
 
 
 def _run_lanes(tape, Y):
@@ -106,9 +108,18 @@ def constraints(sketch: Sketch, target: Target) -> tuple[np.ndarray, np.ndarray,
 
 
 def resource_formulas(formulas, target: Target) -> tuple[list, list[float]]:
-  """The non-constant resource Exprs of a sketch (shared bytes and threads per kernel) and their limits."""
+  """The non-constant resource Exprs of a sketch (shared bytes, threads and a register estimate per kernel)
+  and their limits. The register estimate is the 32-bit words of the thread's local buffers (the
+  accumulator tile, times its vthreads); the limit leaves ``REG_RESERVE`` of the target's registers per
+  thread for indices, pointers and operands. It only steers the descent (ptxas decides, and a kernel
+  that spills still runs), so the exact validity checks do not use it."""
   from minicomp.ir.ops import Op
   exprs, limits = [], []
+  for local in getattr(formulas, "local", []):
+    words = [size * max(1, nbytes // 4) for size, nbytes in local]
+    regs = sum(words[1:], words[0]) if words else None
+    if regs is not None and regs.op is not Op.CONST:
+      exprs.append(regs); limits.append(float(max(1, target.max_registers_per_thread - REG_RESERVE)))
   for block, _, shared in formulas.kernels:
     threads = math.prod(block[1:], start=block[0])
     if threads.op is not Op.CONST: exprs.append(threads); limits.append(float(target.max_threads_per_block))
