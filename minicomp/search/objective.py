@@ -51,28 +51,8 @@ REG_RESERVE = 32      # registers per thread kept for indices, pointers and oper
 
 
 def _run_lanes(tape, Y):
-  """The values of ``tape``'s Exprs for a batch: ``Y[B, n_vars] -> [B, n_out]`` (jax). Same program as
-  ``smooth.Tape.run``, with the value buffer ``[slots, B]`` so every gather reads whole rows."""
-  import jax
-  import jax.numpy as jnp
-
-  from minicomp.search.smooth import _OPS
-  # _OPS: the tape's own op table, so each op has one definition
-  B, dt = Y.shape[0], Y.dtype
-  consts = jnp.broadcast_to(jnp.asarray(tape.consts, dt)[:, None], (len(tape.consts), B))
-  buf = jnp.concatenate([consts, Y.T[tape.var_pos], jnp.zeros((tape.size - tape.n_fixed, B), dt)])
-  fns = [_OPS[k] for k in tape.kinds]
-
-  def body(buf, xs):
-    op, args, start = xs
-    a, b, c = buf[args[0]], buf[args[1]], buf[args[2]]
-    r = jnp.zeros_like(a)
-    for i, fn in enumerate(fns):
-      m = (op == i)[:, None]
-      r = jnp.where(m, fn(jnp, a, b, c, m), r)
-    return jax.lax.dynamic_update_slice(buf, r, (start, 0)), None
-  buf, _ = jax.lax.scan(body, buf, (tape.op, tape.args, tape.start))
-  return buf[tape.out].T
+  """The values of ``tape``'s Exprs for a batch: ``Y[B, n_vars] -> [B, n_out]`` (``smooth.Tape.run_lanes``)."""
+  return tape.run_lanes(Y)
 
 
 def constraints(sketch: Sketch, target: Target) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
