@@ -67,3 +67,20 @@ def test_gpu_measurer_times_a_kernel_on_the_gpu():
     (res,) = m.measure([MeasureInput(s.dag, s.to_json(), "sm_80")])
   assert res.ok, res.message
   assert res.is_estimate is False and 0 < res.cost_s < 0.1 and res.parts["min_s"] <= res.cost_s
+
+
+def test_a_timed_out_estimate_does_not_keep_its_worker():
+  """A timeout stops the owned pool's worker and starts a fresh pool (``_restart``): the next round is
+  measured by the new pool and close() returns promptly. (This estimate is fast, so the test checks the
+  restart path, not a minutes-long abandoned estimate.)"""
+  import time
+  inputs = _inputs()[:1]
+  m = StaticMeasurer(workers=1, timeout_s=0.01)
+  (res,) = m.measure(inputs)
+  assert res.error is ErrorKind.TIMEOUT
+  m.timeout_s = 120.0
+  (res2,) = m.measure(inputs)
+  assert res2.ok, res2.message
+  t0 = time.perf_counter()
+  m.close()
+  assert time.perf_counter() - t0 < 10

@@ -138,15 +138,29 @@ class StaticMeasurer(Measurer):
                            "'spawn', which re-imports the main script: put the code that tunes under "
                            "`if __name__ == \"__main__\":`") from e2
     out = []
+    timed_out = False
     for f in futs:
       try:
         out.append(f.result(timeout=self.timeout_s))
       except cf.TimeoutError:
         f.cancel()
+        timed_out = True
         out.append(MeasureResult(None, ErrorKind.TIMEOUT, f"no result within {self.timeout_s} s"))
       except Exception as e:   # a worker died
         out.append(MeasureResult(None, ErrorKind.INTERNAL, f"worker failed: {type(e).__name__}: {e}"))
+    if timed_out and self._own: self._restart()
     return out
+
+  def _restart(self) -> None:
+    """Stop the pool's workers (a timed-out estimate keeps its worker busy, for minutes on the slow
+    static-model paths: later rounds would queue behind it and close() would wait for it) and start
+    a fresh pool."""
+    procs = list(getattr(self.executor, "_processes", {}).values())
+    self.executor.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+      if p.is_alive(): p.terminate()
+    for p in procs: p.join(timeout=5)
+    self.executor = _process_pool(self._workers)
 
   def close(self) -> None:
     if self._own: self.executor.shutdown(wait=True, cancel_futures=True)
