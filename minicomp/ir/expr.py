@@ -262,15 +262,17 @@ def abs_(x): return call("abs", x)
 # ---------------------------------------------------------------------------------------------
 # traversal helpers
 
-def walk(e: Expr):
-  """Yield every node of ``e`` once, children before parents."""
+def walk(e: Expr, skip=None):
+  """Yield every node of ``e`` once, children before parents (iteratively: formulas nest thousands
+  deep). Nodes whose ``id`` is in ``skip`` (a memo of nodes already handled, which the caller may fill
+  while it iterates) are not entered."""
   seen: set[int] = set()
   stack: list[tuple[Expr, bool]] = [(e, False)]
   while stack:
     n, done = stack.pop()
     if done:
       yield n; continue
-    if id(n) in seen: continue
+    if id(n) in seen or (skip is not None and id(n) in skip): continue
     seen.add(id(n))
     stack.append((n, True))
     stack.extend((s, False) for s in reversed(n.src))

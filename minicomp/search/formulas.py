@@ -22,7 +22,7 @@ import numpy as np
 
 from minicomp.codegen.verify import DTYPE_BYTES
 from minicomp.ir.evaluate import _intrinsics, _table
-from minicomp.ir.expr import Expr, const
+from minicomp.ir.expr import Expr, const, walk
 from minicomp.ir.ops import Op
 from minicomp.search.sketch import Sketch
 from minicomp.target import Target
@@ -38,16 +38,10 @@ class FormulaEval:
     self.table, self.intr = _table(np), _intrinsics(np)
 
   def __call__(self, e: Expr):
-    stack = [e]
     memo, env = self.memo, self.env
     # keyed by id: structural equality of deep formulas costs O(size) per lookup (the nodes stay
     # alive in the feature rows, so ids are stable)
-    while stack:                                  # iterative post-order: feature formulas nest deeply
-      n = stack[-1]
-      if id(n) in memo: stack.pop(); continue
-      pending = [s for s in n.src if id(s) not in memo]
-      if pending: stack.extend(pending); continue
-      stack.pop()
+    for n in walk(e, memo):
       op = n.op
       if op is Op.CONST: r = n.arg
       elif op is Op.VAR: r = env[n.arg]

@@ -251,13 +251,7 @@ class Smoother:
 
   def __call__(self, e: Expr) -> Expr:
     memo = self.memo
-    stack = [e]
-    while stack:                                     # iterative post-order: formulas nest thousands deep
-      n = stack[-1]
-      if id(n) in memo: stack.pop(); continue
-      pending = [s for s in n.src if id(s) not in memo]
-      if pending: stack.extend(pending); continue
-      stack.pop()
+    for n in walk(e, memo):
       self.integral[id(n)] = _integral(n, self.integral)
       self.sentinel[id(n)] = (abs(float(n.arg)) >= SENTINEL if n.op is Op.CONST and n.dtype != "bool"
                               else n.dtype != "bool" and any(self.sentinel[id(s)] for s in n.src))
@@ -693,16 +687,10 @@ def exp_substitute(e: Expr, names: Iterable[str], memo: dict[int, Expr] | None =
 
 def _exp_sub(e: Expr, names: set[str], memo: dict[int, Expr]) -> Expr:
   keep = memo.setdefault(-1, [])            # the inputs' ids key the memo: keep them alive with it
-  stack = [e]
-  while stack:
-    n = stack[-1]
-    if id(n) in memo: stack.pop(); continue
+  for n in walk(e, memo):
     if n.dtype != F64 or (n.op not in SMOOTH_OPS and n.op not in (Op.MIN, Op.MAX)) or \
        (n.op is Op.CALL and n.arg not in SMOOTH_CALLS):
       raise _NotSmooth
-    pending = [s for s in n.src if id(s) not in memo]
-    if pending: stack.extend(pending); continue
-    stack.pop()
     if n.op is Op.VAR: memo[id(n)] = exp(var(n.arg, F64)) if n.arg in names else n
     elif n.src: memo[id(n)] = n.replace(src=tuple(memo[id(s)] for s in n.src))
     else: memo[id(n)] = n
@@ -790,13 +778,7 @@ class Tape:
     order: list[Expr] = []
     depth: dict[int, int] = {}
     for e in exprs:
-      stack = [e]
-      while stack:
-        n = stack[-1]
-        if id(n) in depth: stack.pop(); continue
-        pending = [s for s in n.src if id(s) not in depth]
-        if pending: stack.extend(pending); continue
-        stack.pop()
+      for n in walk(e, depth):
         if n.op is Op.VAR and n.arg not in pos: raise ExprError(f"variable {n.arg!r} is not in names")
         depth[id(n)] = 0 if not n.src else 1 + max(depth[id(s)] for s in n.src)
         order.append(n)
