@@ -132,18 +132,11 @@ class AnsorStrategy(LearnedStrategy):
     best = [p for _, p in sorted(keep.values(), key=lambda sp: -sp[0])]
     n_random = int(self.eps_greedy * n)
     chosen: list[Candidate] = []
-    seen_keys: set[str] = set()
+    exclude = set(measured)
 
-    def take(p: Point) -> bool:
-      """Lower and check exactly (the formulas only pre-filter); skip what was measured before."""
-      c = self._concrete.get(p.key)
-      if c is None:
-        c, _ = make_candidate(task.sketches[p.sketch_index], p.values, p.unroll, task.target, p.sketch_index)
-      if c is None:
-        self.stats["rejected_after_prefilter"] += 1; return False
-      if c.key in measured or c.key in seen_keys: return False
-      chosen.append(c); seen_keys.add(c.key)
-      return True
+    def take(p: Point) -> None:
+      c = self._lower_new(task, p, exclude, self._concrete)
+      if c is not None: chosen.append(c)
     for p in best:
       if len(chosen) >= n - n_random: break
       take(p)

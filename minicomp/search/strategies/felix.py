@@ -50,7 +50,6 @@ from minicomp.search.annotate import (
   draw_unroll,
   draw_values,
   factorizations,
-  make_candidate,
   sample_population,
 )
 from minicomp.search.sketch import Sketch
@@ -202,14 +201,11 @@ class FelixStrategy(LearnedStrategy):
     if ran: self._descents[task.key] = rnd + 1
     self.stats["rounded"] += len(found)
     chosen: list[Candidate] = []
-    keys: set[str] = set()
+    exclude = set(measured)
     for p in self._rank(task, list(found.values())):
       if len(chosen) >= n: break
-      c, _ = make_candidate(task.sketches[p.sketch_index], p.values, p.unroll, task.target, p.sketch_index)
-      if c is None:
-        self.stats["rejected_after_prefilter"] += 1; continue
-      if c.key in measured or c.key in keys: continue
-      chosen.append(c); keys.add(c.key)
+      c = self._lower_new(task, p, exclude)
+      if c is not None: chosen.append(c)
     self.stats["from_descent"] += len(chosen)
     return chosen
 

@@ -146,6 +146,21 @@ class LearnedStrategy(Strategy):
     m.fit(rows, [d[1] for d in self._data], [d[2] for d in self._data])
     self.stats["trainings"] += 1
 
+  def _lower_new(self, task: TuneTask, p: Point, exclude: set[str], cache: dict | None = None) -> Candidate | None:
+    """Point ``p`` lowered and checked exactly (the formulas only pre-filter; ``cache``: points already
+    lowered), or None when it is invalid (counted in ``stats``) or its program is in ``exclude``. A
+    returned candidate's program key is added to ``exclude``, so a round never proposes one twice."""
+    from minicomp.search.annotate import make_candidate
+    c = cache.get(p.key) if cache is not None else None
+    if c is None:
+      c, _ = make_candidate(task.sketches[p.sketch_index], p.values, p.unroll, task.target, p.sketch_index)
+    if c is None:
+      self.stats["rejected_after_prefilter"] = self.stats.get("rejected_after_prefilter", 0) + 1
+      return None
+    if c.key in exclude: return None
+    exclude.add(c.key)
+    return c
+
   def _best_measured(self, task: TuneTask, k: int, sketch_index: int | None = None) -> list[Point]:
     """The points of the ``k`` best measured programs of ``task`` (of one sketch if given)."""
     if k <= 0: return []
