@@ -236,13 +236,11 @@ def _linear_in(e: Expr, t: str) -> dict | None:
 
   terms = go(e)
   if terms is None: return None
-  from minicomp.search.smooth import Polys, _padd
+  from minicomp.search.smooth import Polys
   polys = Polys(enabled=False)
 
   def eq(a: Expr, b: Expr) -> bool:
-    if a.op is Op.CONST and b.op is Op.CONST: return a.arg == b.arg
-    diff = _padd(polys.poly(a), polys.poly(b), -1)
-    return diff is not None and not any(diff.values())
+    return a.arg == b.arg if a.op is Op.CONST and b.op is Op.CONST else polys.equal(a, b)
 
   rest = [c for d, c in terms if d is None]
   digits = [(d[0], d[1], c) for d, c in terms if d is not None]

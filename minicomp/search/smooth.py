@@ -475,6 +475,12 @@ class Polys:
       lb += k
     return lb
 
+  def equal(self, a: Expr, b: Expr) -> bool:
+    """Whether integer Exprs ``a`` and ``b`` are the same polynomial over their atoms (exact; False
+    when the expansion is too large to tell)."""
+    diff = _padd(self.poly(a), self.poly(b), -1)
+    return diff is not None and not any(diff.values())
+
   def dominates(self, p: Poly, q: Poly) -> bool:
     if not self.enabled: return False
     d = _padd(p, q, -1)
