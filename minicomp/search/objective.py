@@ -32,7 +32,7 @@ A sketch's variables x (tile sizes, thread counts, vector widths; ``Sketch.param
 Gradients are forward-mode (one JVP per variable, all seeds at once): the feature tape is a
 ``lax.scan`` over a value buffer, and its reverse-mode gradient copies the whole cotangent buffer at
 every scan step: 3-4x slower than forward mode for the 10-30 variables of a sketch on CPU. The tape
-is run with the seeds in the lanes of each buffer slot (``_run_lanes``; ``jax.vmap`` of
+is run with the seeds in the lanes of each buffer slot (``smooth.Tape.run_lanes``; ``jax.vmap`` of
 ``Tape.run`` gathers across the batch and is ~3x slower again).
 """
 from __future__ import annotations
@@ -48,11 +48,6 @@ from minicomp.target import Target
 
 UNROLL_MAX = math.log2(max(UNROLL_CHOICES) + 1)   # the unroll column's largest value (slog of 1024)
 REG_RESERVE = 32      # registers per thread kept for indices, pointers and operands (register-estimate penalty)
-
-
-def _run_lanes(tape, Y):
-  """The values of ``tape``'s Exprs for a batch: ``Y[B, n_vars] -> [B, n_out]`` (``smooth.Tape.run_lanes``)."""
-  return tape.run_lanes(Y)
 
 
 def constraints(sketch: Sketch, target: Target) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -145,7 +140,7 @@ class SketchObjective:
     """``Y[B, dim] -> [B, rows, features]``: the smoothed feature rows, unroll column = ``u``."""
     import jax.numpy as jnp
     B = Y.shape[0]
-    F = _run_lanes(self.feature_tape, Y[:, :-1]).reshape((B, *self.shape))
+    F = self.feature_tape.run_lanes(Y[:, :-1]).reshape((B, *self.shape))
     u = jnp.broadcast_to(Y[:, -1:], (B, self.shape[0]))
     return F.at[:, :, self.unroll_col].set(u)
 
@@ -157,7 +152,7 @@ class SketchObjective:
       g = Y @ jnp.asarray(self.A.T, Y.dtype) - jnp.asarray(self.b, Y.dtype)
       p = p + jnp.sum(jnp.maximum(g, 0.0) ** 2, axis=1)
     if self.resource_tape is not None:
-      v = _run_lanes(self.resource_tape, Y[:, :-1])
+      v = self.resource_tape.run_lanes(Y[:, :-1])
       g = jnp.log(jnp.maximum(v, 1.0)) - jnp.asarray(self.log_limits, Y.dtype)
       p = p + jnp.sum(jnp.maximum(g, 0.0) ** 2, axis=1)
     return p
