@@ -2,7 +2,10 @@
 
 ``run(feeds)`` validates the feeds (names, shapes, dtypes) and launches every kernel in order —
 on the GPU when there is one, else on the CPU simulator. Intermediates live in a byte pool
-planned at construction: a buffer is reused once the value in it is dead. ``save(path)`` writes a folder: ``manifest.json`` (format version, target,
+planned at construction: a buffer is reused once the value in it is dead. On a GPU the model is
+device-resident (:mod:`minicomp.codegen.resident`): weights are uploaded once, the pool lives on
+the device, only graph inputs go up and graph outputs come down; ``run(..., cuda_graph=True)``
+replays a captured CUDA graph; ``benchmark(feeds)`` times it with CUDA events. ``save(path)`` writes a folder: ``manifest.json`` (format version, target,
 inputs, outputs, steps, launch plans), ``kernels/kN.cu|.ptx|.cubin|.log`` and ``weights.npz``
 (no pickle); ``minicomp.load(path)`` reads it back and refuses unknown format versions.
 """
@@ -17,7 +20,7 @@ import numpy as np
 
 from minicomp.codegen.kernel import NP_DTYPE, Kernel, LaunchPlan
 from minicomp.codegen.nvrtc import CudaBinary, parse_ptxas_log
-from minicomp.errors import FeedError, SaveFormatError
+from minicomp.errors import FeedError, RuntimeLaunchError, SaveFormatError
 from minicomp.target import Target, as_target
 
 FORMAT_VERSION = 1
@@ -75,6 +78,7 @@ class CompiledModel:
     self.target, self.inputs, self.output_names, self.kernels = target, inputs, outputs, kernels
     self.steps, self.weights, self.consts, self.name = steps, weights, dict(consts or {}), name
     self._plan_buffers()
+    self._sessions: dict[str, object] = {}   # GPU backend name -> DeviceSession (device-resident state)
 
   def _plan_buffers(self) -> None:
     """Assign every intermediate value a slot of a reusable byte pool: a slot is free again after
@@ -145,9 +149,19 @@ class CompiledModel:
       env[n] = a if a.flags.c_contiguous else np.ascontiguousarray(a)   # (keeps 0-d arrays 0-d)
     return env
 
-  def run(self, feeds: Mapping[str, np.ndarray], device: str | None = None) -> list[np.ndarray]:
-    """Run the model; returns one array per graph output, in graph-output order."""
+  def run(self, feeds: Mapping[str, np.ndarray], device: str | None = None, cuda_graph: bool = False) -> list[np.ndarray]:
+    """Run the model; returns one array per graph output, in graph-output order.
+
+    ``device``: None (the GPU when one is usable, else the CPU simulator), ``"cpu"``, ``"gpu"``
+    (the default GPU backend), ``"cuda"`` or ``"pycuda"``. On a GPU the first run uploads the
+    weights and allocates the buffers; later runs copy only inputs up and outputs down.
+    ``cuda_graph=True`` (GPU only) captures the launch sequence once and replays it.
+    """
+    from minicomp.codegen.driver import backend_for
     env = self._check_feeds(feeds)
+    backend = backend_for(device)
+    if backend is not None: return self.session(backend).run(env, cuda_graph)
+    if cuda_graph: raise RuntimeLaunchError("cuda_graph=True needs a GPU; this run is on the CPU simulator")
     env.update(self.consts)
     pool = [np.empty(n, np.uint8) for n in self._slot_bytes]
 
@@ -160,9 +174,56 @@ class CompiledModel:
         env[st.dst] = env[st.src].reshape(st.shape)
         continue
       args = [env[n] if kind == "value" else self.weights[n] for kind, n in st.inputs]
-      outs = self.kernels[st.kernel].run(args, device=device, out=[view_of(n) if n in self._slot else None for n in st.outputs])
+      outs = self.kernels[st.kernel].run(args, device="cpu", out=[view_of(n) if n in self._slot else None for n in st.outputs])
       for name, arr in zip(st.outputs, outs): env[name] = arr
     return [np.array(env[o]) for o in self.output_names]
+
+  def session(self, backend: str | None = None):
+    """The model's :class:`~minicomp.codegen.resident.DeviceSession` on ``backend`` (default
+    backend), opened on first use: weights uploaded, buffers allocated."""
+    from minicomp.codegen.driver import default_backend, get_driver
+    from minicomp.codegen.resident import DeviceSession
+    name = backend or default_backend()
+    if name not in self._sessions: self._sessions[name] = DeviceSession(self, get_driver(name))
+    return self._sessions[name]
+
+  def release_device(self) -> None:
+    """Free the model's GPU memory now (weights, pool, graphs); the next GPU run uploads again.
+    Dropping the model frees it too."""
+    for s in self._sessions.values(): s.close()
+    self._sessions.clear()
+
+  def random_feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of the right shapes and dtypes: N(0, 1) floats, zeros for integers and bools (safe indices)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in self.inputs:
+      dt = np.dtype(NP_DTYPE[i.dtype])
+      out[i.name] = rng.standard_normal(i.shape).astype(dt) if dt.kind == "f" else np.zeros(i.shape, dt)
+    return out
+
+  def benchmark(self, feeds: Mapping[str, np.ndarray] | None = None, repeat: int = 50, warmup: int = 5,
+                flush_l2: bool = True, cuda_graph: bool = False, device: str | None = "gpu"):
+    """Measure the model on the GPU with CUDA events: end-to-end and per kernel call (median and
+    min over ``repeat`` runs after ``warmup``), the L2 flushed before each run when ``flush_l2``.
+    ``feeds`` default to :meth:`random_feeds`. Returns a
+    :class:`~minicomp.codegen.resident.BenchmarkResult`; ``print`` it for the table.
+
+    Raises :class:`~minicomp.codegen.driver.NoGPUError` without a usable GPU: its message says
+    why, and that :meth:`estimate` gives the static model's estimate instead (no GPU needed).
+    """
+    from minicomp.codegen.driver import NoGPUError, backend_for, get_driver
+    if repeat < 1 or warmup < 0: raise RuntimeLaunchError(f"benchmark needs repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
+    try:
+      backend = backend_for(device)
+      if backend is not None: get_driver(backend)
+    except NoGPUError as e:
+      raise NoGPUError(f"{e}. Without a GPU, mod.estimate() gives the static model's latency ESTIMATE instead "
+                       "(`minicomp bench` prints it)") from None
+    if backend is None: raise RuntimeLaunchError("benchmark times the model on a GPU; device='cpu' is the simulator, "
+                                                 "whose times say nothing about a GPU (use mod.estimate())")
+    env = self._check_feeds(feeds if feeds is not None else self.random_feeds())
+    return self.session(backend).benchmark(env, repeat, warmup, flush_l2, cuda_graph)
 
   # -- reporting
   @property

@@ -1,2 +1,14 @@
-import sys, os
+import os
+import sys
+
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+  """A fake GPU (tests/fake_gpu.py) as the default backend: kernels run on the CPU simulator,
+  every driver call is recorded in ``fake_gpu.calls``."""
+  import fake_gpu as fg
+  return fg.install(monkeypatch)

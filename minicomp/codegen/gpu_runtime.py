@@ -1,59 +1,269 @@
-"""Run NVRTC-compiled kernels on a real GPU through pycuda (the optional ``minicomp[gpu]`` extra).
+"""Run NVRTC-compiled kernels on a GPU through a :class:`~minicomp.codegen.driver.Driver`.
 
-Nothing else in minicomp needs this module, and importing it never imports pycuda: that
-happens inside :func:`gpu_available` and :class:`GpuModule`. Kernels run in the device's
-primary context on the calling thread; arrays are copied to the device before a launch and
-copied back (in place) after it for every pointer the kernel does not declare ``const``.
+:class:`GpuModule` loads one :class:`CudaBinary` onto the GPU, choosing the image the GPU can
+run (:func:`choose_image`):
+
+* the CUBIN when it was built for the GPU's major arch and a minor arch no newer than the GPU's
+  (``sm_86`` code runs on an ``sm_89`` GPU; CUBINs are compatible only within a major arch);
+* else the PTX, JIT-compiled by the driver, when the GPU is newer than the build's arch (an
+  ``sm_86`` build on an H100): logged once per (build arch, GPU) pair;
+* else a :class:`RuntimeLaunchError` that names the fix (build for the GPU's arch: ``target="cuda"``).
+
+PTX newer than the driver can JIT (NVRTC 13 emits PTX ISA 9.0, which a CUDA 12 driver refuses)
+is refused with the versions and the fix, before the driver is asked.
+
+:func:`run_plan` runs a :class:`LaunchPlan` on numpy arrays (copy in, launch in order on one
+stream, copy out, one synchronisation); :func:`time_plan` times one with CUDA events, the L2
+flushed before each run. A compiled model keeps its buffers on the device instead
+(:mod:`minicomp.codegen.resident`). Importing this module never touches a GPU.
 """
 from __future__ import annotations
 
+import logging
 import re
-import threading
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
 
+from minicomp.codegen.driver import (DeviceInfo, DevicePtr, Driver, DriverError, NoGPUError, get_driver, gpu_arch,  # noqa: F401
+                                     gpu_available, gpu_status)
 from minicomp.codegen.nvrtc import CudaBinary
 from minicomp.errors import RuntimeLaunchError
 
-_state: dict[str, object] = {}  # "available": bool, "reason": str, "driver": pycuda.driver
-_state_lock = threading.Lock()
+_logger = logging.getLogger("minicomp")
+_warned: set[tuple[str, str]] = set()
+
+# The newest PTX ISA each CUDA release's driver JIT-compiles (PTX ISA reference, "Release Notes").
+# A driver newer than the table is taken to accept any PTX NVRTC writes today.
+PTX_ISA_OF_CUDA = {(11, 0): (7, 0), (11, 1): (7, 1), (11, 2): (7, 2), (11, 3): (7, 3), (11, 4): (7, 4),
+                   (11, 5): (7, 5), (11, 6): (7, 6), (11, 7): (7, 7), (11, 8): (7, 8), (12, 0): (8, 0),
+                   (12, 1): (8, 1), (12, 2): (8, 2), (12, 3): (8, 3), (12, 4): (8, 4), (12, 5): (8, 5),
+                   (12, 6): (8, 5), (12, 7): (8, 6), (12, 8): (8, 7), (12, 9): (8, 8), (13, 0): (9, 0)}
 
 
-def _probe() -> tuple[bool, str]:
+def arch_cc(arch: str) -> tuple[int, int]:
+  """``"sm_86"`` -> (8, 6); ``"sm_100"`` -> (10, 0)."""
+  m = re.fullmatch(r"sm_(\d+)(\d)", arch)
+  if m is None: raise RuntimeLaunchError(f"not a CUDA arch: {arch!r}")
+  return int(m.group(1)), int(m.group(2))
+
+
+def choose_image(build_arch: str, device: DeviceInfo) -> str:
+  """``"cubin"`` or ``"ptx"``: which image of a ``build_arch`` build ``device`` runs.
+
+  Raises RuntimeLaunchError when the GPU is older than the build (no image can run)."""
+  (bm, bn), (dm, dn) = arch_cc(build_arch), device.compute_capability
+  if bm == dm and dn >= bn: return "cubin"
+  if (dm, dn) > (bm, bn): return "ptx"
+  raise RuntimeLaunchError(f"the kernels were built for {build_arch}, newer than the GPU ({device}): "
+                           f"rebuild them for its arch with target='cuda' (or target='{device.arch}')")
+
+
+def ptx_isa(ptx: str) -> tuple[int, int] | None:
+  """The ``.version`` of a PTX text, e.g. (8, 8); None when it has none."""
+  m = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", ptx, re.M)
+  return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_ptx_supported(ptx: str, device: DeviceInfo) -> None:
+  """Refuse PTX whose ISA version is newer than what ``device``'s driver JIT-compiles."""
+  have, cuda = ptx_isa(ptx), device.driver_cuda
+  newest = PTX_ISA_OF_CUDA.get(cuda)
+  if have is None or newest is None or cuda > max(PTX_ISA_OF_CUDA): return
+  if have > newest:
+    raise RuntimeLaunchError(
+      f"the PTX is ISA {'%d.%d' % have}, newer than the driver on {device.name} can JIT-compile (CUDA "
+      f"{'%d.%d' % cuda}: up to PTX {'%d.%d' % newest}); update the NVIDIA driver, or install an NVRTC no newer "
+      f"than the driver (pip install 'nvidia-cuda-nvrtc-cu12<={'%d.%d' % cuda}.99') and rebuild")
+
+
+def _unload(driver: Driver, module) -> None:
+  try: driver.module_unload(module)
+  except Exception: pass   # the context may be gone at interpreter exit
+
+
+class GpuModule:
+  """The kernels of one :class:`CudaBinary`, loaded onto the GPU of ``driver`` (default backend).
+
+  >>> mod = GpuModule(compile_cuda(src, "sm_86"))        # doctest: +SKIP
+  >>> mod.launch("add", grid=4, block=256, shared_bytes=0, args=[a, b, c, np.int32(1024)])  # doctest: +SKIP
+  """
+
+  def __init__(self, binary: CudaBinary, driver: Driver | None = None):
+    self.binary, self.driver = binary, driver or get_driver()
+    info = self.driver.info()
+    self.image = choose_image(binary.arch, info)
+    if self.image == "ptx":
+      check_ptx_supported(binary.ptx, info)
+      if (binary.arch, info.arch) not in _warned:
+        _warned.add((binary.arch, info.arch))
+        _logger.warning("kernels built for %s run on %s through the driver's PTX JIT (slower first load; "
+                        "build with target='cuda' for native code)", binary.arch, info)
+    data = binary.cubin if self.image == "cubin" else binary.ptx.encode() + b"\0"
+    try:
+      self._module = self.driver.module_load(data)
+    except DriverError as e:
+      hint = {"CUDA_ERROR_UNSUPPORTED_PTX_VERSION": "; the PTX is newer than this driver can JIT-compile: update "
+                                                    "the NVIDIA driver, or build with an NVRTC no newer than it",
+              "CUDA_ERROR_NO_BINARY_FOR_GPU": "; rebuild for the GPU's arch with target='cuda'"}.get(e.code, "")
+      raise DriverError(f"could not load the {binary.arch} {self.image.upper()} ({', '.join(binary.resources)}) "
+                        f"on {info}: {e}{hint}", e.code) from e
+    self._functions: dict[str, object] = {}
+    self._params = kernel_params(binary.source)
+    self._finalizer = weakref.finalize(self, _unload, self.driver, self._module)
+
+  def function(self, name: str):
+    if name not in self._functions:
+      try:
+        self._functions[name] = self.driver.function(self._module, name)
+      except DriverError as e:
+        raise RuntimeLaunchError(f"kernel {name!r} is not in the module ({', '.join(self.binary.resources)}): {e}") from e
+    return self._functions[name]
+
+  def launch(self, name: str, grid: int | Sequence[int], block: int | Sequence[int], shared_bytes: int,
+             args: Sequence[object], time: bool = False, stream=None) -> float | None:
+    """Run kernel ``name`` once.
+
+    ``args``: numpy arrays for pointer parameters (copied in, and back in place unless the
+    parameter is ``const``; the call then synchronises), device pointers (:class:`DevicePtr`),
+    and scalars (numpy scalars as they are; Python ``int``/``bool`` -> int32, ``float`` -> float32). With ``time`` the kernel's run
+    time in seconds (CUDA events) is returned. Raises RuntimeLaunchError naming the launch.
+    """
+    drv = self.driver
+    config = f"{name}<<<grid={grid}, block={block}, shared={shared_bytes}>>>"
+    consts = self._params.get(name)
+    if consts is not None and len(consts) != len(args):
+      raise RuntimeLaunchError(f"{config}: the kernel takes {len(consts)} arguments, got {len(args)}")
+    allocs, copies, kargs = [], [], []
+    try:
+      grid3, block3 = _dim3(grid, "grid"), _dim3(block, "block")
+      fn = self.function(name)
+      for i, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+          host = np.ascontiguousarray(a)
+          ptr = drv.alloc(host.nbytes)
+          allocs.append(ptr)
+          drv.htod(ptr, host, stream)
+          if not (consts and consts[i]) and a.flags.writeable: copies.append((a, host, ptr))
+          kargs.append(ptr)
+        elif isinstance(a, DevicePtr): kargs.append(int(a))
+        elif isinstance(a, int): kargs.append(np.int32(a))
+        elif isinstance(a, np.generic): kargs.append(a)
+        elif isinstance(a, float): kargs.append(np.float32(a))
+        else: raise RuntimeLaunchError(f"{config}: argument {i} has unsupported type {type(a).__name__}")
+      if time:
+        start, end = drv.event(), drv.event()
+        drv.record(start, stream)
+      drv.launch(fn, grid3, block3, int(shared_bytes), kargs, stream)
+      elapsed = None
+      if time:
+        drv.record(end, stream)
+        elapsed = drv.elapsed_s(start, end)
+      for a, host, ptr in copies:
+        drv.dtoh(host, ptr, stream)
+      if allocs: drv.sync(stream)
+      for a, host, ptr in copies:
+        if host is not a: a[...] = host
+      return elapsed
+    except RuntimeLaunchError as e:
+      if isinstance(e, DriverError):
+        res = self.binary.resources.get(name)
+        raise DriverError(f"{config} on {drv.info()} failed ({res}): {e}", e.code) from e
+      raise
+    finally:
+      _free_all(drv, allocs)
+
+
+def _free_all(drv: Driver, ptrs) -> None:
+  for p in ptrs:
+    try: drv.free(p)
+    except Exception: pass   # the context may already be broken by the failed launch
+
+
+def nbytes(shape: Sequence[int], dtype: str) -> int:
+  from minicomp.codegen.kernel import NP_DTYPE
+  return int(np.prod(shape, dtype=np.int64)) * np.dtype(NP_DTYPE[dtype]).itemsize
+
+
+def launch_plan(module: GpuModule, plan, ptrs: dict[str, int], stream=None) -> None:
+  """Queue every launch of ``plan`` (a LaunchPlan) on ``stream`` with buffers ``ptrs`` (name -> pointer)."""
+  for l in plan.launches:
+    try:
+      module.driver.launch(module.function(l.kernel), l.grid, l.block, 0, [ptrs[n] for n in l.params], stream)
+    except DriverError as e:
+      raise DriverError(f"{l.kernel}<<<{l.grid}, {l.block}>>> on {module.driver.info()} failed "
+                        f"({module.binary.resources.get(l.kernel)}): {e}", e.code) from e
+
+
+class PlanBuffers:
+  """Device buffers for every buffer of a LaunchPlan (inputs, outputs, temps), freed on close/collection."""
+
+  def __init__(self, driver: Driver, plan):
+    self.driver, self.ptrs, owned = driver, {}, []
+    self._finalizer = weakref.finalize(self, _free_all, driver, owned)
+    for b in plan.inputs + plan.outputs + plan.temps:
+      self.ptrs[b.name] = driver.alloc(nbytes(b.shape, b.dtype))
+      owned.append(self.ptrs[b.name])
+
+  def close(self) -> None: self._finalizer()
+
+
+def run_plan(module: GpuModule, plan, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+  """Run ``plan`` once: inputs copied up, every launch queued on one stream, outputs copied down
+  into ``outputs`` (C-contiguous arrays), one synchronisation; the device buffers are freed."""
+  drv = module.driver
+  bufs = PlanBuffers(drv, plan)
   try:
-    import pycuda.driver as drv
-    drv.init()
-    if drv.Device.count() == 0:
-      return False, "pycuda found no CUDA device"
-    try:  # pycuda >= 2021.1: share the primary context with other CUDA libraries
-      import pycuda.autoprimaryctx  # noqa: F401
-    except ImportError:
-      import pycuda.autoinit  # noqa: F401
-    _state["driver"] = drv
-    return True, f"{drv.Device(0).name()} via pycuda"
-  except Exception as e:  # ImportError, pycuda LogicError / RuntimeError without a driver, ...
-    return False, f"{type(e).__name__}: {e}"
+    for b, a in zip(plan.inputs, inputs): drv.htod(bufs.ptrs[b.name], a)
+    launch_plan(module, plan, bufs.ptrs)
+    for b, o in zip(plan.outputs, outputs): drv.dtoh(o, bufs.ptrs[b.name])
+    drv.sync()
+  finally:
+    bufs.close()
 
 
-def gpu_available() -> bool:
-  """True when pycuda imports and a CUDA device can be initialised. Never raises; cached."""
-  with _state_lock:
-    if "available" not in _state:
-      _state["available"], _state["reason"] = _probe()
-    return bool(_state["available"])
+FLUSH_BYTES = 256 << 20   # larger than the L2 of any GPU minicomp targets (H100: 50 MB, B200: 126 MB)
 
 
-def gpu_status() -> str:
-  """Why :func:`gpu_available` answered as it did (the device name, or the failure)."""
-  gpu_available()
-  return str(_state["reason"])
+class L2Flush:
+  """Evicts the L2 cache when called: writes a buffer larger than any current GPU's L2 (queued on
+  the stream). The buffer is allocated on first use and freed by :meth:`close` or collection."""
+
+  def __init__(self, driver: Driver, nbytes: int = FLUSH_BYTES):
+    self.driver, self.nbytes, self._ptrs = driver, nbytes, []
+    self._finalizer = weakref.finalize(self, _free_all, driver, self._ptrs)
+
+  def __call__(self, stream=None) -> None:
+    if not self._ptrs: self._ptrs.append(self.driver.alloc(self.nbytes))
+    self.driver.memset(self._ptrs[0], self.nbytes, stream)
+
+  def close(self) -> None: self._finalizer()
 
 
-def _driver():
-  if not gpu_available():
-    raise RuntimeLaunchError(f"no CUDA GPU / pycuda: {gpu_status()}; install minicomp[gpu] on a GPU machine")
-  return _state["driver"]
+def time_plan(module: GpuModule, plan, inputs: Sequence[np.ndarray], min_total_s: float = 0.1,
+              max_repeats: int = 1000, min_repeats: int = 3, flush: bool = True) -> list[float]:
+  """Run times in seconds of the whole ``plan`` on ``inputs`` (real dtypes; uploaded once): one
+  warm-up run, then runs (each after an L2 flush when ``flush``) bracketed by CUDA events until
+  ``min_total_s`` of kernel time and ``min_repeats`` runs, or ``max_repeats`` runs."""
+  drv = module.driver
+  bufs, flush_l2 = PlanBuffers(drv, plan), L2Flush(drv)
+  try:
+    for b, a in zip(plan.inputs, inputs): drv.htod(bufs.ptrs[b.name], np.ascontiguousarray(a))
+    launch_plan(module, plan, bufs.ptrs)
+    drv.sync()
+    start, end = drv.event(), drv.event()
+    times: list[float] = []
+    while len(times) < max_repeats and (sum(times) < min_total_s or len(times) < min_repeats):
+      if flush: flush_l2()
+      drv.record(start)
+      launch_plan(module, plan, bufs.ptrs)
+      drv.record(end)
+      times.append(drv.elapsed_s(start, end))
+    return times
+  finally:
+    bufs.close()
+    flush_l2.close()
 
 
 _BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
@@ -78,110 +288,3 @@ def _dim3(d: int | Sequence[int], what: str) -> tuple[int, int, int]:
   if not 1 <= len(t) <= 3 or any(int(x) < 1 for x in t):
     raise RuntimeLaunchError(f"{what} must be 1 to 3 positive ints, got {d!r}")
   return tuple(int(x) for x in t) + (1,) * (3 - len(t))
-
-
-class GpuModule:
-  """The kernels of one :class:`CudaBinary`, loaded onto the GPU.
-
-  >>> mod = GpuModule(compile_cuda(src, "sm_86"))        # doctest: +SKIP
-  >>> mod.launch("add", grid=4, block=256, shared_bytes=0, args=[a, b, c, 1024])  # doctest: +SKIP
-  """
-
-  def __init__(self, binary: CudaBinary):
-    drv = _driver()
-    self.binary = binary
-    self._params = kernel_params(binary.source)
-    try:
-      self._module = drv.module_from_buffer(binary.cubin)
-    except Exception as e:
-      raise RuntimeLaunchError(f"could not load the {binary.arch} CUBIN ({', '.join(binary.resources)}) "
-                               f"on {gpu_status()}: {e}") from e
-    self._functions: dict[str, object] = {}
-
-  def _function(self, name: str):
-    if name not in self._functions:
-      self._functions[name] = self._module.get_function(name)
-    return self._functions[name]
-
-  def launch(self, name: str, grid: int | Sequence[int], block: int | Sequence[int], shared_bytes: int,
-             args: Sequence[object], time: bool = False) -> float | None:
-    """Run kernel ``name`` once; arrays are copied in, and back in place unless ``const``.
-
-    Parameters
-    ----------
-    name : str
-        The ``extern "C"`` kernel name.
-    grid, block : int or tuple of int
-        Launch configuration (1 to 3 dimensions).
-    shared_bytes : int
-        Dynamic shared memory per block (0 for kernels with only static ``__shared__``).
-    args : sequence
-        numpy arrays for pointer parameters; Python ``int`` / ``float`` scalars are passed
-        as ``np.int32`` / ``np.float32``, numpy scalars as they are.
-    time : bool
-        Return the kernel's run time in seconds (CUDA events; copies excluded).
-
-    Raises
-    ------
-    RuntimeLaunchError
-        Bad arguments, an unknown kernel, or a driver error during the launch.
-    """
-    drv = _driver()
-    config = f"{name}<<<grid={grid}, block={block}, shared={shared_bytes}>>>"
-    consts = self._params.get(name)
-    if consts is not None and len(consts) != len(args):
-      raise RuntimeLaunchError(f"{config}: the kernel takes {len(consts)} arguments, got {len(args)}")
-    allocs, copies, kargs = [], [], []
-    try:
-      grid3, block3 = _dim3(grid, "grid"), _dim3(block, "block")
-      fn = self._function(name)
-      for i, a in enumerate(args):
-        if isinstance(a, np.ndarray):
-          host = np.ascontiguousarray(a)
-          dev = drv.mem_alloc(max(host.nbytes, 1))
-          allocs.append(dev)
-          drv.memcpy_htod(dev, host)
-          if not (consts and consts[i]) and a.flags.writeable:
-            copies.append((a, host, dev))
-          kargs.append(dev)
-        elif isinstance(a, (bool, int)):
-          kargs.append(np.int32(a))
-        elif isinstance(a, float):
-          kargs.append(np.float32(a))
-        elif isinstance(a, np.generic):
-          kargs.append(a)
-        else:
-          raise RuntimeLaunchError(f"{config}: argument {i} has unsupported type {type(a).__name__}")
-      start, end = drv.Event(), drv.Event()
-      start.record()
-      fn(*kargs, grid=grid3, block=block3, shared=int(shared_bytes))
-      end.record()
-      end.synchronize()
-      elapsed = start.time_till(end) / 1e3
-      for a, host, dev in copies:
-        drv.memcpy_dtoh(host, dev)
-        if host is not a:
-          a[...] = host
-    except RuntimeLaunchError:
-      raise
-    except Exception as e:  # pycuda LaunchError, LogicError, MemoryError, ...
-      res = self.binary.resources.get(name)
-      raise RuntimeLaunchError(f"{config} on {gpu_status()} failed ({res}): {type(e).__name__}: {e}") from e
-    finally:
-      for dev in allocs:
-        try:
-          dev.free()
-        except Exception:  # the context may already be broken by the failed launch
-          pass
-    return elapsed if time else None
-
-
-_FLUSH: list = []
-
-
-def flush_l2(nbytes: int = 256 << 20) -> None:   # pragma: no cover - needs a GPU
-  """Evict the L2 cache by writing a buffer larger than any current GPU's L2 (for timing)."""
-  import pycuda.driver as drv
-  if not _FLUSH: _FLUSH.append(drv.mem_alloc(nbytes))
-  drv.memset_d32(_FLUSH[0], 0, nbytes // 4)
-  drv.Context.synchronize()

@@ -2,8 +2,10 @@
 
 A Kernel carries only what running needs — the CUDA source, the NVRTC binary and a
 :class:`LaunchPlan` (buffers and launches) — so it can be saved and loaded without the
-schedule. ``Kernel.__call__`` runs on a GPU when pycuda and a device are present, else on the
-CPU simulator (the same CUDA C text); ``device="gpu"`` / ``device="cpu"`` forces one.
+schedule, and pickled (the live GPU module, simulator handle and lock are left out and made
+again on first use). ``Kernel.__call__`` runs on a GPU when one is usable
+(:mod:`minicomp.codegen.driver`), else on the CPU simulator (the same CUDA C text);
+``device="cpu"`` / ``"gpu"`` / ``"cuda"`` / ``"pycuda"`` forces one.
 """
 from __future__ import annotations
 
@@ -73,9 +75,27 @@ class Kernel:
   def __init__(self, plan: LaunchPlan, source: str, binary: CudaBinary, target: Target, program: Program | None = None):
     self.plan, self.source, self.binary, self.target, self.program = plan, source, binary, target, program
     self._sim = None
-    self._gpu = None
+    self._gpu: dict[str, object] = {}     # backend name -> GpuModule
     self._lock = threading.Lock()
     self.timings: dict[str, float] = {}   # build phases, seconds (set by build())
+
+  def __getstate__(self) -> dict:
+    """Plain data only: the plan, source, binary, target, program and timings (no live handles)."""
+    st = dict(self.__dict__)
+    st["_sim"], st["_gpu"], st["_lock"] = None, {}, None
+    return st
+
+  def __setstate__(self, st: dict) -> None:
+    self.__dict__.update(st)
+    self._lock = threading.Lock()
+
+  def gpu_module(self, backend: str | None = None):
+    """This kernel's binary loaded on the GPU of ``backend`` (default backend), loaded once."""
+    from minicomp.codegen.driver import default_backend, get_driver
+    from minicomp.codegen.gpu_runtime import GpuModule
+    name = backend or default_backend()
+    if name not in self._gpu: self._gpu[name] = GpuModule(self.binary, get_driver(name))
+    return self._gpu[name]
 
   @property
   def resources(self) -> Resources | dict[str, Resources]:
@@ -117,12 +137,14 @@ class Kernel:
   def run(self, args: Sequence[np.ndarray], device: str | None = None,
           out: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
     """Like ``__call__`` but always returns a list of outputs; ``out`` may give preallocated
-    (C-contiguous, right shape and dtype) arrays to write outputs into."""
-    from minicomp.codegen.gpu_runtime import gpu_available
+    (C-contiguous, right shape and dtype) arrays to write outputs into.
+
+    ``device``: None (the GPU when one is usable, else the CPU simulator), ``"cpu"``, ``"gpu"``
+    (the default GPU backend), ``"cuda"`` or ``"pycuda"`` (that backend). On a GPU the inputs are
+    copied up, the launches queued on one stream and the outputs copied down once."""
+    from minicomp.codegen.driver import backend_for
     ins = self._check_inputs(args)
-    if device not in (None, "cpu", "gpu"): raise RuntimeLaunchError(f"device must be 'cpu', 'gpu' or None, got {device!r}")
-    use_gpu = device == "gpu" or (device is None and gpu_available())
-    if device == "gpu" and not gpu_available(): raise RuntimeLaunchError("device='gpu' but no CUDA GPU / pycuda is available")
+    backend = backend_for(device)
     p = self.plan
     bufs: dict[str, np.ndarray] = {b.name: a for b, a in zip(p.inputs, ins)}
     for k, b in enumerate(p.outputs):
@@ -130,15 +152,15 @@ class Kernel:
       if o is not None and (o.shape != b.shape or o.dtype != np.dtype(NP_DTYPE[b.dtype]) or not o.flags.c_contiguous):
         raise RuntimeLaunchError(f"out[{k}] for {b.name}: expected a C-contiguous {b.dtype} array of shape {b.shape}")
       bufs[b.name] = o if o is not None else np.zeros(b.shape, NP_DTYPE[b.dtype])
+    if backend is not None:
+      from minicomp.codegen.gpu_runtime import run_plan
+      with self._lock: mod = self.gpu_module(backend)
+      run_plan(mod, p, ins, [bufs[b.name] for b in p.outputs])
+      return [bufs[b.name] for b in p.outputs]
     for b in p.temps: bufs[b.name] = np.zeros(b.shape, NP_DTYPE[b.dtype])
     with self._lock:
-      if use_gpu:
-        from minicomp.codegen.gpu_runtime import GpuModule
-        if self._gpu is None: self._gpu = GpuModule(self.binary)
-        for l in p.launches: self._gpu.launch(l.kernel, l.grid, l.block, 0, [bufs[n] for n in l.params])
-      else:
-        sim = self.simulator()
-        for l in p.launches: sim.launch(l.kernel, l.grid, l.block, [bufs[n] for n in l.params])
+      sim = self.simulator()
+      for l in p.launches: sim.launch(l.kernel, l.grid, l.block, [bufs[n] for n in l.params])
     return [bufs[b.name] for b in p.outputs]
 
   def simulator(self):
