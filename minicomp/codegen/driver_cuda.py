@@ -42,9 +42,12 @@ class CudaDriver:
     err, *out = getattr(self._cu, fn)(*args)
     if err != self._cu.CUresult.CUDA_SUCCESS:
       code = getattr(err, "name", str(err))
-      e2, desc = self._cu.cuGetErrorString(err)
-      desc = desc.decode(errors="replace") if isinstance(desc, bytes) else ""
-      raise DriverError(f"{fn} failed: {code} ({desc})", code)
+      try:
+        desc = self._cu.cuGetErrorString(err)[1]
+        desc = f" ({desc.decode(errors='replace')})" if isinstance(desc, bytes) else ""
+      except Exception:   # no description without a working driver
+        desc = ""
+      raise DriverError(f"{fn} failed: {code}{desc}", code)
     return None if not out else out[0] if len(out) == 1 else out
 
   def _current(self) -> None:
