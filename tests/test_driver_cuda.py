@@ -43,7 +43,7 @@ def _fake_cu(log):
 
 
 def test_launch_arguments_reach_the_driver(monkeypatch):
-  import cuda.bindings
+  import cuda.bindings.driver  # noqa: F401  (so the attribute exists to replace)
   log = []
   cu = _fake_cu(log)
   monkeypatch.setattr(cuda.bindings, "driver", cu)   # what `from cuda.bindings import driver` finds
