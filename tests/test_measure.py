@@ -56,17 +56,62 @@ def test_gpu_measurer_needs_a_gpu():
 
 @pytest.mark.gpu
 def test_gpu_measurer_times_a_kernel_on_the_gpu():
-  """Runs only where pycuda finds a CUDA GPU (none on the CI machines: skipped there, saying so)."""
-  from minicomp.codegen.gpu_runtime import gpu_available, gpu_status
+  """Runs only where a CUDA GPU is usable (none on the CI machines: skipped there, saying so)."""
+  from minicomp.codegen.driver import gpu_arch, gpu_available, gpu_status
   if not gpu_available():
-    pytest.skip(f"needs a CUDA GPU and pycuda: {gpu_status()}")
+    pytest.skip(f"needs a CUDA GPU: {gpu_status()}")
   import test_workloads as T
   wl = W.matmul(128, 96, 64)
   s = T.mm_tiled_shared(wl, tile=32, thread=4, kt=8)
   with GPUMeasurer(min_total_s=0.02) as m:
-    (res,) = m.measure([MeasureInput(s.dag, s.to_json(), "sm_80")])
+    (res,) = m.measure([MeasureInput(s.dag, s.to_json(), gpu_arch())])
   assert res.ok, res.message
   assert res.is_estimate is False and 0 < res.cost_s < 0.1 and res.parts["min_s"] <= res.cost_s
+
+
+def _float64_double():
+  A = mc.placeholder((300,), "float64", name="A")
+  B = mc.compute((300,), lambda i: A[i] * 2.0, name="B")
+  s = mc.Schedule([B])
+  bo, t = s.split("B", s.axis("B")[0], 128)
+  s.bind("B", bo, "blockIdx.x"); s.bind("B", t, "threadIdx.x")
+  return MeasureInput(mc.ComputeDAG([B]), s.to_json(), "sm_86", "f64")
+
+
+def test_gpu_measurer_with_a_fake_gpu_through_a_spawn_pool(fake_gpu):
+  """Builds in real spawned workers come back as plain data; timing and the simulator check run here."""
+  with GPUMeasurer(driver=fake_gpu, min_total_s=0.0, max_repeats=5) as m:    # default executor: spawn pool
+    good, big, bad, f64 = m.measure(_inputs() + [_float64_double()])
+  assert good.ok and f64.ok, (good.message, f64.message)
+  assert good.is_estimate is False and good.cost_s == pytest.approx(fake_gpu.launch_s) and good.parts["repeats"] == 3
+  assert big.error is ErrorKind.RESOURCE and bad.error is ErrorKind.SCHEDULE
+  assert 300 * 8 in [c[2] for c in fake_gpu.of("alloc")]             # float64 buffers in their real size
+  assert fake_gpu.count("memset") == 2 * 3                             # L2 flushed before every timed run
+
+
+def test_gpu_measurer_stops_when_the_gpu_context_is_lost(fake_gpu):
+  from minicomp.search.measure import MeasureError, build_candidate
+  inp = _inputs()[0]
+  name = build_candidate(inp).plan.launches[0].kernel
+  with GPUMeasurer(driver=fake_gpu, executor=cf.ThreadPoolExecutor(1), min_total_s=0.0, max_repeats=3) as m:
+    fake_gpu.fail_launch[name] = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"   # the candidate's fault
+    (res,) = m.measure([inp])
+    assert res.error is ErrorKind.LAUNCH and "OUT_OF_RESOURCES" in res.message
+    fake_gpu.fail_launch[name] = "CUDA_ERROR_ILLEGAL_ADDRESS"           # the context is gone
+    with pytest.raises(MeasureError, match="context is lost.*restart the process"):
+      m.measure([inp])
+
+
+def test_gpu_measurer_reports_a_wrong_result(fake_gpu, monkeypatch):
+  import minicomp.codegen.gpu_runtime as G
+  real = G.run_plan
+  def corrupt(mod, plan, ins, outs):
+    real(mod, plan, ins, outs)
+    outs[0].reshape(-1)[0] += 1.0
+  monkeypatch.setattr(G, "run_plan", corrupt)
+  with GPUMeasurer(driver=fake_gpu, executor=cf.ThreadPoolExecutor(1), min_total_s=0.0, max_repeats=3) as m:
+    (res,) = m.measure(_inputs()[:1])
+  assert res.error is ErrorKind.WRONG_RESULT
 
 
 def test_a_timed_out_estimate_does_not_keep_its_worker():
@@ -84,3 +129,13 @@ def test_a_timed_out_estimate_does_not_keep_its_worker():
   t0 = time.perf_counter()
   m.close()
   assert time.perf_counter() - t0 < 10
+
+
+def test_tuning_measures_on_the_gpu_only_when_it_is_the_target(fake_gpu):
+  from minicomp.search.tune import default_measurer
+  m = default_measurer(mc.Target("sm_86"))          # the fake GPU is sm_86
+  assert isinstance(m, GPUMeasurer) and m.driver is fake_gpu
+  m.close()
+  m = default_measurer(mc.Target("sm_80"))
+  assert isinstance(m, StaticMeasurer)
+  m.close()

@@ -169,69 +169,91 @@ class StaticMeasurer(Measurer):
   def __exit__(self, *exc): self.close()
 
 
+def build_plain(inp: MeasureInput) -> tuple:
+  """:func:`build_candidate` for a worker process: returns plain data (launch plan, CUDA source,
+  NVRTC binary, target), never a live Kernel, so it crosses process boundaries by pickling."""
+  k = build_candidate(inp)
+  return k.plan, k.source, k.binary, str(k.target)
+
+
 class GPUMeasurer(Measurer):
-  """Costs measured on the local GPU through pycuda (Felix-style: warm-up, repeat until at least
-  ``min_total_s`` of kernel time, L2 flushed between runs, median), with the result of the first
-  run checked against the CPU simulator when the output is small. Builds run in ``executor``;
-  launches run in this process (GPU handles are never sent to workers)."""
+  """Costs measured on the local GPU with CUDA events (Felix-style: a warm-up run, then runs with
+  the L2 flushed before each until ``min_total_s`` of kernel time, the median), every buffer in
+  its real dtype. The result of one run is checked against the CPU simulator when the output has
+  at most ``check_elements`` elements.
+
+  Builds run in ``executor`` (default: a spawn process pool) and come back as plain data;
+  launches run in this process, through ``backend`` (default backend) or ``driver``. A failure of
+  the machinery itself — the worker pool died, or the GPU context was lost — raises
+  :class:`MeasureError` and stops the run, instead of being recorded as candidate failures.
+  """
   is_estimate = False
 
   def __init__(self, executor: cf.Executor | None = None, min_total_s: float = 0.1, max_repeats: int = 1000,
-               timeout_s: float = 10.0, check_elements: int = 1 << 16):
-    from minicomp.codegen.gpu_runtime import gpu_available
-    if not gpu_available(): raise RuntimeLaunchError("GPUMeasurer needs pycuda and a CUDA GPU; use StaticMeasurer")
+               timeout_s: float = 10.0, check_elements: int = 1 << 16, backend: str | None = None, driver=None):
+    from minicomp.codegen.driver import NoGPUError, get_driver
+    try:
+      self.driver = driver or get_driver(backend)
+    except NoGPUError as e:
+      raise NoGPUError(f"GPUMeasurer needs a GPU: {e}; use StaticMeasurer (the static model) instead") from None
     self._own = executor is None
     self.executor = executor or _process_pool(None)
     self.min_total_s, self.max_repeats, self.timeout_s, self.check_elements = min_total_s, max_repeats, timeout_s, check_elements
 
-  def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:   # pragma: no cover - needs a GPU
-    import numpy as np
-    futs = [self.executor.submit(build_candidate, inp) for inp in inputs]
-    out = []
-    for inp, f in zip(inputs, futs):
-      t0 = time.perf_counter()
-      try:
-        kern = f.result(timeout=self.timeout_s)
-        rng = np.random.default_rng(0)
-        from minicomp.codegen.kernel import NP_DTYPE
-        args = [rng.standard_normal(b.shape).astype(NP_DTYPE[b.dtype]) for b in kern.plan.inputs]
-        ref = None
-        if sum(int(np.prod(b.shape)) for b in kern.plan.outputs) <= self.check_elements:
-          ref = kern.run(args, device="cpu")
-        got = kern.run(args, device="gpu")
-        if ref is not None and not all(np.allclose(g, r, rtol=1e-3, atol=1e-3) for g, r in zip(got, ref)):
-          out.append(MeasureResult(None, ErrorKind.WRONG_RESULT, "GPU result differs from the CPU simulator", False)); continue
-        times = _time_on_gpu(kern, args, self.min_total_s, self.max_repeats)
-        out.append(MeasureResult(float(np.median(times)), ErrorKind.NONE, "", False, {"min_s": float(min(times))},
-                                 time.perf_counter() - t0))
-      except cf.TimeoutError:
-        out.append(MeasureResult(None, ErrorKind.TIMEOUT, f"build took over {self.timeout_s} s", False))
-      except MinicompError as e:
-        out.append(MeasureResult(None, _classify(e), str(e), False))
-      except Exception as e:
-        out.append(MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False))
-    return out
+  def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+    try:
+      futs = [self.executor.submit(build_plain, inp) for inp in inputs]
+    except (cf.process.BrokenProcessPool, RuntimeError) as e:
+      raise MeasureError(f"GPUMeasurer: the build workers cannot take work ({type(e).__name__}: {e}); if they die "
+                         "at start, put the code that tunes under `if __name__ == \"__main__\":`") from e
+    return [self._one(inp, f) for inp, f in zip(inputs, futs)]
 
+  def _one(self, inp: MeasureInput, fut) -> MeasureResult:
+    import numpy as np
+    from minicomp.codegen.driver import DriverError
+    from minicomp.codegen.gpu_runtime import GpuModule, run_plan, time_plan
+    from minicomp.codegen.kernel import NP_DTYPE, Kernel
+    from minicomp.target import as_target
+    t0 = time.perf_counter()
+    try:
+      plan, source, binary, target = fut.result(timeout=self.timeout_s)
+    except cf.TimeoutError:
+      return MeasureResult(None, ErrorKind.TIMEOUT, f"build took over {self.timeout_s} s", False)
+    except cf.process.BrokenProcessPool as e:
+      raise MeasureError(f"GPUMeasurer: a build worker process died ({e}); the measurement machinery is broken") from e
+    except MinicompError as e:
+      return MeasureResult(None, _classify(e), str(e), False, {}, time.perf_counter() - t0)
+    except Exception as e:
+      return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
+    try:
+      kern = Kernel(plan, source, binary, as_target(target))
+      rng = np.random.default_rng(0)
+      args = []
+      for b in plan.inputs:
+        dt = np.dtype(NP_DTYPE[b.dtype])
+        args.append(rng.standard_normal(b.shape).astype(dt) if dt.kind == "f" else np.zeros(b.shape, dt))
+      mod = GpuModule(binary, self.driver)
+      if sum(int(np.prod(b.shape)) for b in plan.outputs) <= self.check_elements:
+        ref = kern.run(args, device="cpu")
+        got = [np.empty(b.shape, NP_DTYPE[b.dtype]) for b in plan.outputs]
+        run_plan(mod, plan, args, got)
+        if not all(np.allclose(g, r, rtol=1e-3, atol=1e-3, equal_nan=True) for g, r in zip(got, ref)):
+          return MeasureResult(None, ErrorKind.WRONG_RESULT, "GPU result differs from the CPU simulator", False)
+      times = time_plan(mod, plan, args, self.min_total_s, self.max_repeats)
+      return MeasureResult(float(np.median(times)), ErrorKind.NONE, "", False,
+                           {"min_s": float(min(times)), "repeats": len(times)}, time.perf_counter() - t0)
+    except DriverError as e:
+      if e.sticky:
+        raise MeasureError(f"GPUMeasurer: the GPU context is lost after candidate {inp.key or '?'} ({e}); "
+                           "restart the process to go on (the tuning log keeps what was measured)") from e
+      return MeasureResult(None, ErrorKind.LAUNCH, str(e), False, {}, time.perf_counter() - t0)
+    except MinicompError as e:
+      return MeasureResult(None, _classify(e), str(e), False, {}, time.perf_counter() - t0)
+    except Exception as e:
+      return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
 
   def close(self) -> None:
     if self._own: self.executor.shutdown(wait=True, cancel_futures=True)
 
   def __enter__(self): return self
   def __exit__(self, *exc): self.close()
-
-
-def _time_on_gpu(kern, args, min_total_s: float, max_repeats: int) -> list[float]:   # pragma: no cover - needs a GPU
-  """Kernel times in seconds: one warm-up, then repeats (L2 flushed before each) until
-  ``min_total_s`` of kernel time or ``max_repeats``."""
-  import numpy as np
-  from minicomp.codegen.gpu_runtime import GpuModule, flush_l2
-  mod = GpuModule(kern.binary)
-  bufs = {b.name: a for b, a in zip(kern.plan.inputs, args)}
-  for b in kern.plan.outputs + kern.plan.temps: bufs[b.name] = np.zeros(b.shape, np.float32)
-  run = lambda: sum(mod.launch(l.kernel, l.grid, l.block, 0, [bufs[n] for n in l.params], time=True) for l in kern.plan.launches)
-  run()
-  times: list[float] = []
-  while sum(times) < min_total_s and len(times) < max_repeats:
-    flush_l2()
-    times.append(run())
-  return times

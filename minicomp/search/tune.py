@@ -42,11 +42,17 @@ def target_key(tgt: Target) -> str:
   return tgt.device_name or tgt.arch
 
 
-def default_measurer():
-  """GPUMeasurer when a GPU is present (pycuda), else the static model (estimates)."""
-  from minicomp.codegen.gpu_runtime import gpu_available
+def default_measurer(tgt: Target | None = None):
+  """GPUMeasurer when a GPU of ``tgt``'s arch is usable (real timings of the kernels being tuned),
+  else the static model (estimates): timings of the target's code JIT-compiled for another GPU
+  would tune for the wrong machine."""
+  from minicomp.codegen.driver import gpu_arch
   from minicomp.search.measure import GPUMeasurer, StaticMeasurer
-  return GPUMeasurer() if gpu_available() else StaticMeasurer()
+  arch = gpu_arch()
+  if arch is not None and (tgt is None or tgt.arch == arch): return GPUMeasurer()
+  if arch is not None:
+    log.info("the GPU here is %s and the target %s: tuning with the static model (estimates)", arch, tgt.arch)
+  return StaticMeasurer()
 
 
 def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy: str | Strategy = "ansor",
@@ -59,7 +65,7 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
   tgt = as_target(target)
   tkey = target_key(tgt)
   own = measurer is None and trials > 0
-  if own: measurer = default_measurer()
+  if own: measurer = default_measurer(tgt)
   records = load_records(log_file, target=tkey) if log_file else []
   keys = {t.key for t in tasks}
   records = [r for r in records if r.workload_key in keys]
