@@ -7,8 +7,10 @@ address-space randomisation on. The tests run each try in a fresh interpreter wi
 cache, since the failure is a crash of the process, not an exception.
 """
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +134,57 @@ def test_a_forked_process_gets_its_own_child(monkeypatch):
   compile_cuda('extern "C" __global__ void k(float* x) { x[0] = 3.0f; } // forked %d' % os.getpid(), "sm_80")
   assert nvrtc_worker._child is not inherited
   inherited.close()
+
+
+# ---- the child imports the real cuda.bindings whatever sys.path[0] holds ---------------------
+
+def _child_without_site(monkeypatch, script: str) -> None:
+  """Start NVRTC children as ``python -S script``: no site processing, hence no
+  ``_cuda_bindings_redirector.pth`` importing the real ``cuda`` at start-up (as in conda or with
+  cuda-bindings 13). PYTHONPATH makes ``cuda.bindings`` findable, after the script's folder
+  (sys.path[0]); LD_LIBRARY_PATH finds libnvrtc (without site, pathfinder misses the venv's)."""
+  import cuda.bindings
+  import site
+  from minicomp.codegen.nvrtc import nvrtc_version
+  nvrtc_version()                                                # loads libnvrtc into this process
+  libs = [ln.split()[-1] for ln in Path("/proc/self/maps").read_text().splitlines() if "libnvrtc.so" in ln]
+  assert libs, "libnvrtc is not mapped into this process"
+  paths = [str(Path(cuda.bindings.__file__).parents[2]), *site.getsitepackages()]
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join(dict.fromkeys(paths)))
+  monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join([os.path.dirname(libs[0]), os.environ.get("LD_LIBRARY_PATH", "")]))
+  monkeypatch.setattr(nvrtc_worker, "_CHILD_ARGS", ["-S", script])
+  nvrtc_worker._close_child()
+
+
+def _compile_in_child() -> None:
+  src = 'extern "C" __global__ void k(float* x) { x[0] = 7.0f; }'
+  try:
+    reply = nvrtc_worker.compile_isolated(src, "sm_80", [], "shadow.cu")
+    assert reply[0] == "ok" and ".entry k(" in reply[1], reply
+    cmdline = Path(f"/proc/{nvrtc_worker._child.proc.pid}/cmdline").read_bytes().split(b"\0")
+    assert b"-S" in cmdline, cmdline          # the child that compiled (re-executed with ASLR off) kept -S
+    retry = nvrtc_worker._Child(no_aslr=False)  # what a crash retry starts: ASLR on, no re-exec
+    try: reply = retry.request((src, "sm_80", [], "shadow.cu"))
+    finally: retry.close()
+    assert reply is not None and reply[0] == "ok", reply
+  finally:
+    nvrtc_worker._close_child()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_child_is_not_shadowed_by_its_sibling_cuda_py(monkeypatch):
+  """Run as a script, nvrtc_worker.py has minicomp/codegen/ as sys.path[0], next to minicomp's own
+  cuda.py: without the redirector .pth, ``import cuda.bindings`` found that file (issue #13)."""
+  assert Path(nvrtc_worker.__file__).with_name("cuda.py").exists()
+  _child_without_site(monkeypatch, nvrtc_worker.__file__)
+  _compile_in_child()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_planted_cuda_py_next_to_the_worker_is_ignored(monkeypatch, tmp_path):
+  """A copy of the worker next to a cuda.py that fails on import still compiles."""
+  script = tmp_path / "nvrtc_worker.py"
+  shutil.copyfile(nvrtc_worker.__file__, script)
+  (tmp_path / "cuda.py").write_text('raise ImportError("the cuda.py next to the worker was imported")\n')
+  _child_without_site(monkeypatch, str(script))
+  _compile_in_child()

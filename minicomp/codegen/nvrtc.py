@@ -3,8 +3,10 @@
 NVRTC needs no GPU and no driver, so every kernel minicomp emits is compiled here for its
 target arch, on any machine. ``--ptxas-options=-v`` makes ptxas report, per entry function,
 registers, static shared memory, spills and stack; :func:`parse_ptxas_log` turns that into
-:class:`Resources`. Results are cached in memory and on disk (``cache_dir("nvrtc")``,
-disabled by ``MINICOMP_NVRTC_CACHE=0``), keyed by source, arch, options and NVRTC version.
+:class:`Resources`. Results are cached on disk (``cache_dir("nvrtc")``, disabled by
+``MINICOMP_NVRTC_CACHE=0``) and in memory, keyed by source, arch, options and NVRTC version.
+The memory cache keeps the :data:`MEMORY_CACHE_SIZE` (512) most recently used binaries;
+``MINICOMP_NVRTC_MEMORY_CACHE=N`` keeps N instead, 0 turns it off.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import logging
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -194,7 +197,8 @@ def _error_message(source: str, arch: str, opts: list[str], status: str, log: st
 
 # ---- caching -----------------------------------------------------------------------------
 
-_memory: dict[str, CudaBinary] = {}
+MEMORY_CACHE_SIZE = 512         # binaries kept in memory (LRU); MINICOMP_NVRTC_MEMORY_CACHE overrides, 0: none
+_memory: OrderedDict[str, CudaBinary] = OrderedDict()   # least recently used first
 _memory_lock = threading.Lock()
 
 
@@ -202,6 +206,44 @@ def clear_memory_cache() -> None:
   """Forget every in-memory result (the disk cache is untouched)."""
   with _memory_lock:
     _memory.clear()
+
+
+def _memory_limit() -> int:
+  """How many binaries the memory cache keeps: ``$MINICOMP_NVRTC_MEMORY_CACHE``, else :data:`MEMORY_CACHE_SIZE`."""
+  raw = os.environ.get("MINICOMP_NVRTC_MEMORY_CACHE", "").strip()
+  return _parse_limit(raw) if raw else MEMORY_CACHE_SIZE
+
+
+@functools.cache
+def _parse_limit(raw: str) -> int:
+  try:
+    return max(0, int(raw))
+  except ValueError:  # a typo in the environment must not fail every compile: say so once
+    _logger.warning("MINICOMP_NVRTC_MEMORY_CACHE=%r is not an integer; keeping %d binaries", raw, MEMORY_CACHE_SIZE)
+    return MEMORY_CACHE_SIZE
+
+
+def _memory_get(key: str) -> CudaBinary | None:
+  with _memory_lock:
+    hit = _memory.get(key)
+    if hit is not None:
+      _memory.move_to_end(key)
+    return hit
+
+
+def _memory_put(key: str, binary: CudaBinary) -> CudaBinary:
+  """Keep ``binary`` (or the one another thread stored first, so callers share one object)."""
+  limit = _memory_limit()
+  with _memory_lock:
+    kept = _memory.get(key)
+    if kept is not None:
+      _memory.move_to_end(key)
+      return kept
+    if limit > 0:
+      _memory[key] = binary
+    while len(_memory) > limit:   # also shrinks a cache whose limit was lowered
+      _memory.popitem(last=False)
+  return binary
 
 
 def _disk_enabled() -> bool:
@@ -258,8 +300,7 @@ def compile_cuda(source: str, arch: str | Target, options: Sequence[str] = ()) -
     raise TargetError(f"pass the arch as compile_cuda(arch=...), not in options {options}")
   version = "%d.%d" % nvrtc_version()
   key = cache_key(source, arch, "\0".join(options), version)
-  with _memory_lock:
-    hit = _memory.get(key)
+  hit = _memory_get(key)
   if hit is not None:
     return hit
   disk = _disk_enabled()
@@ -267,6 +308,4 @@ def compile_cuda(source: str, arch: str | Target, options: Sequence[str] = ()) -
   ptx, cubin, log = found if found is not None else _compile(source, arch, options)
   if disk and found is None:
     _disk_store(key, ptx, cubin, log)
-  binary = CudaBinary(arch, ptx, cubin, log, parse_ptxas_log(log), options, source)
-  with _memory_lock:
-    return _memory.setdefault(key, binary)
+  return _memory_put(key, CudaBinary(arch, ptx, cubin, log, parse_ptxas_log(log), options, source))

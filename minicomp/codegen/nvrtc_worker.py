@@ -10,7 +10,8 @@ any small edit of the kernel makes it compile, so there is no source pattern to 
 tuning run compiles thousands of kernels: a crash must cost a retry, not the run.
 
 How: each minicomp process keeps one long-lived child (``python nvrtc_worker.py``, this file
-run as a script: it imports only ``cuda.bindings``, not minicomp) and sends it one compile at
+run as a script: it imports only ``cuda.bindings``, not minicomp, and first drops its own folder
+from ``sys.path``, where the sibling ``cuda.py`` would shadow ``cuda``) and sends it one compile at
 a time over its stdin/stdout as length-prefixed pickles (both ends are this file; nothing
 else is ever unpickled). The child first re-executes itself with ASLR off (Linux
 ``personality(ADDR_NO_RANDOMIZE)``, as ``setarch -R`` does), which makes NVRTC's behaviour on
@@ -26,15 +27,24 @@ process, and a crash kills the caller).
 """
 from __future__ import annotations
 
-import atexit
-import logging
 import os
-import pickle
-import signal
-import struct
-import subprocess
 import sys
-import threading
+
+if __name__ == "__main__":
+  # Run as a script, this file's folder is sys.path[0], where the sibling cuda.py (minicomp's
+  # emitter) shadows the ``cuda`` namespace package: ``import cuda.bindings`` then fails
+  # ("'cuda' is not a package") unless the real ``cuda`` was imported at start-up, which only
+  # cuda-bindings 12.x's _cuda_bindings_redirector.pth does (conda, cuda-bindings 13: no such .pth).
+  _HERE = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+  sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != _HERE]
+
+import atexit  # noqa: E402 -- below the sys.path fix, so no sibling file can shadow a module
+import logging  # noqa: E402
+import pickle  # noqa: E402
+import signal  # noqa: E402
+import struct  # noqa: E402
+import subprocess  # noqa: E402
+import threading  # noqa: E402
 
 _logger = logging.getLogger("minicomp")
 CRASH_TRIES = 16                # fresh children a crashing compile gets, the first with ASLR off
@@ -112,7 +122,7 @@ def _no_aslr_reexec() -> None:
   except (OSError, AttributeError):
     return
   os.environ[_ENV_NO_ASLR] = "done"
-  os.execv(sys.executable, [sys.executable, *sys.argv])
+  os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])   # same interpreter options (-S, -I, -X)
 
 
 def _child_main() -> None:

@@ -17,6 +17,10 @@ pointers, fiber stack overflow) and integer division by zero raise
 :class:`SimulatorError`; an out-of-bounds access that lands in mapped memory is not
 detected. Dynamic shared memory (``extern __shared__``) is not supported.
 
+Builds are cached on disk (``cache_dir("sim")``); the process keeps the
+:data:`LIBRARY_CACHE_SIZE` (256) most recently used of them loaded. An older one is unloaded
+(``dlclose``) once no :class:`SimModule` uses it any more; building it again reloads it.
+
 Example::
 
   mod = build_simulator(src, {"add": ["const float*", "const float*", "float*", "int"]})
@@ -24,6 +28,7 @@ Example::
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import functools
 import os
@@ -31,6 +36,8 @@ import re
 import subprocess
 import tempfile
 import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -63,7 +70,9 @@ _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
 # One lock for every module: the fiber state lives in each .so, but the fault signal
 # handlers it installs during a launch are process-wide.
 _LAUNCH_LOCK = threading.Lock()
-_LIBS: dict[str, ctypes.CDLL] = {}
+LIBRARY_CACHE_SIZE = 256   # simulator builds kept loaded (LRU); older ones are dlclose'd once unused
+_LIBS: OrderedDict[str, ctypes.CDLL] = OrderedDict()   # by path, least recently used first
+_DLCLOSE = getattr(_ctypes, "dlclose", None) or getattr(_ctypes, "FreeLibrary", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,16 +248,23 @@ def _shim_text() -> str:
 
 
 def _load(path: Path, names: Sequence[str]) -> ctypes.CDLL:
-  """dlopen ``path`` once per process and declare its launcher signatures."""
+  """dlopen ``path`` (once while it is among the :data:`LIBRARY_CACHE_SIZE` most recently
+  used builds) and declare its launcher signatures."""
   with _LAUNCH_LOCK:
     lib = _LIBS.get(str(path))
-    if lib is None:
+    if lib is not None:
+      _LIBS.move_to_end(str(path))
+    else:
       try:
         lib = ctypes.CDLL(str(path))
       except OSError as e:
         raise SimulatorError(f"cannot load simulator build {path} (delete it to rebuild): {e}") from e
       lib.mc_sim_error.restype = ctypes.c_char_p
       _LIBS[str(path)] = lib
+      while len(_LIBS) > LIBRARY_CACHE_SIZE:
+        _, old = _LIBS.popitem(last=False)
+        if _DLCLOSE is not None:   # when the last SimModule (and function pointer) using it is gone
+          weakref.finalize(old, _DLCLOSE, old._handle).atexit = False   # exit unloads everything anyway
     for n in names:
       fn = getattr(lib, f"mc_sim_launch_{n}")
       fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
