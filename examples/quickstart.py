@@ -1,12 +1,17 @@
 """Quickstart: a fused matmul + bias + relu, scheduled by hand, compiled with NVRTC and run.
 
 Run:  python examples/quickstart.py
-It prints the CUDA C minicomp wrote, the ptxas resource usage, and checks the result
-against numpy (on a GPU if pycuda finds one, else on the CPU simulator of the same source).
+It prints the CUDA C minicomp wrote, the ptxas resource usage, and checks the result against
+numpy: on the GPU when one is usable (built for its own arch, target="cuda"), else on the CPU
+simulator of the same source (built for sm_86).
 """
 import numpy as np
 
 import minicomp as mc
+from minicomp.codegen.driver import gpu_available, gpu_status
+
+TARGET = "cuda" if gpu_available() else "sm_86"    # "cuda": the arch of GPU 0
+print(f"GPU: {gpu_status()}" if gpu_available() else f"no GPU ({gpu_status()}): running on the CPU simulator")
 
 M, N, K = 300, 200, 129      # deliberately not multiples of the tile sizes
 
@@ -48,7 +53,7 @@ for X in (A, B):
   s.bind(XS, y, "threadIdx.y")
   s.bind(XS, x, "threadIdx.x")
 
-kern = mc.build(s, target="sm_86")
+kern = mc.build(s, target=TARGET)
 print(kern.source)
 print("launch:", kern.launches)
 print("resources:", kern.resources)
@@ -57,6 +62,6 @@ rng = np.random.default_rng(0)
 a = rng.standard_normal((M, K), dtype=np.float32)
 b = rng.standard_normal((K, N), dtype=np.float32)
 c = rng.standard_normal((N,), dtype=np.float32)
-out = kern(a, b, c)
+out = kern(a, b, c)                     # the GPU when one is usable, else the CPU simulator
 np.testing.assert_allclose(out, np.maximum(a @ b + c, 0), rtol=1e-4, atol=1e-4)
-print("matches numpy")
+print(f"matches numpy ({'GPU' if gpu_available() else 'CPU simulator'}, {kern.target.arch})")

@@ -3,6 +3,7 @@
     minicomp info model.onnx                        ops, which are supported, the tasks it would make
     minicomp compile model.onnx --target sm_86 -o out/
     minicomp run out/ --input input=x.npy --output y.npy
+    minicomp bench out/ --repeat 100                GPU time per kernel and end to end (CUDA events)
 """
 from __future__ import annotations
 
@@ -94,6 +95,34 @@ def cmd_run(a) -> int:
   return 0
 
 
+def _load_or_compile(path: str, target: str, shapes):
+  from pathlib import Path
+  if Path(path).is_dir():
+    from minicomp.compiled_model import load
+    return load(path)
+  from minicomp.compiler import compile as mc_compile
+  return mc_compile(path, target=target, input_shapes=shapes)
+
+
+def cmd_bench(a) -> int:
+  from minicomp.codegen.driver import NoGPUError
+  cm = _load_or_compile(a.model, a.target, _parse_shapes(a.input_shape))
+  feeds = None
+  if a.input:
+    feeds = {}
+    for it in a.input:
+      name, _, path = it.partition("=")
+      feeds[name] = np.load(path, allow_pickle=False)
+  try:
+    print(cm.benchmark(feeds, repeat=a.repeat, warmup=a.warmup, flush_l2=not a.no_flush, cuda_graph=a.cuda_graph,
+                       device=a.device))
+  except NoGPUError as e:
+    print(f"minicomp: no GPU to measure on ({e})", file=sys.stderr)
+    print("Static-model ESTIMATE instead (no GPU measurement):")
+    print(cm.estimate())
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="minicomp", description="A tensor compiler: ONNX models to CUDA kernels it writes itself.")
   sub = p.add_subparsers(dest="cmd", required=True)
@@ -140,13 +169,31 @@ def build_parser() -> argparse.ArgumentParser:
   pp.set_defaults(fn=cmd_report)
 
   pr = sub.add_parser("run", help="run a compiled model on .npy inputs",
-                      description="Run a compiled model folder: on the GPU when pycuda finds one, else on the CPU simulator.")
+                      description="Run a compiled model folder: on the GPU when one is usable, else on the CPU simulator.")
   pr.add_argument("compiled", help="folder written by `minicomp compile`")
   pr.add_argument("--input", action="append", help="NAME=FILE.npy for each model input (repeatable)")
   pr.add_argument("--output", action="append", help="FILE.npy for each output, in graph order (repeatable); "
                                                     "without it outputs are summarised")
-  pr.add_argument("--device", choices=["cpu", "gpu"], default=None, help="force the CPU simulator or the GPU")
+  pr.add_argument("--device", choices=["cpu", "gpu", "cuda", "pycuda"], default=None,
+                  help="cpu (the simulator), gpu (the default GPU backend), or a backend: cuda (driver API, "
+                       "the default) or pycuda; default: the GPU when one is usable, else cpu")
   pr.set_defaults(fn=cmd_run)
+
+  pb = sub.add_parser("bench", help="time a model on the GPU: per kernel call and end to end (CUDA events)",
+                      description="Measure a compiled model folder (or an .onnx file, compiled first) on the GPU with "
+                                  "CUDA events and print a table. Without a GPU it says so and prints the static "
+                                  "model's ESTIMATE instead.")
+  pb.add_argument("model", help="folder written by `minicomp compile`, or an .onnx file")
+  pb.add_argument("--target", default="auto", help="for an .onnx file: the arch to compile for (default auto: the "
+                                                   "GPU's arch, sm_86 without a GPU)")
+  pb.add_argument("--input", action="append", help="NAME=FILE.npy (default: random inputs)")
+  pb.add_argument("--input-shape", action="append", help=shape_help)
+  pb.add_argument("--repeat", type=int, default=50, help="timed runs (default 50)")
+  pb.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+  pb.add_argument("--no-flush", action="store_true", help="do not flush the L2 cache before each timed run")
+  pb.add_argument("--cuda-graph", action="store_true", help="replay the launches as one captured CUDA graph")
+  pb.add_argument("--device", choices=["gpu", "cuda", "pycuda"], default="gpu", help="GPU backend (default: gpu)")
+  pb.set_defaults(fn=cmd_bench)
   return p
 
 

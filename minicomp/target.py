@@ -235,6 +235,11 @@ class Target:
   device_name: str | None = None  # set for named-device targets; None -> DEFAULT_DEVICE[arch]
 
   def __post_init__(self):
+    if self.arch.strip().lower() in GPU_TARGETS:
+      arch, dev = resolve_gpu_target(self.arch.strip().lower())
+      object.__setattr__(self, "arch", arch)
+      if self.device_name is None: object.__setattr__(self, "device_name", dev)
+      return
     m = re.fullmatch(r"sm_?(\d\d)", self.arch.strip())
     if m is None:
       key = _device_key(self.arch)
@@ -278,6 +283,53 @@ class Target:
 
   def __str__(self) -> str:
     return self.device_name or self.arch
+
+
+GPU_TARGETS = ("cuda", "auto")
+AUTO_FALLBACK_ARCH = "sm_86"   # what target="auto" builds for on a machine without a GPU
+
+
+def device_for_gpu(gpu_name: str, arch: str) -> str | None:
+  """The ``DEVICES`` entry a GPU's reported name is (``"NVIDIA H100 80GB HBM3"`` -> ``"h100"``):
+  the longest device name of the same arch found in it, else None (the arch's default device)."""
+  key = _device_key(gpu_name)
+  hits = [n for n, d in DEVICES.items() if d.arch == arch and n in key]
+  return max(hits, key=len) if hits else None
+
+
+def resolve_gpu_target(kind: str) -> tuple[str, str | None]:
+  """(arch, device name) for ``target="cuda"`` / ``"auto"``: GPU 0's compute capability (its
+  device entry when the table knows it). Without a usable GPU ``"cuda"`` raises TargetError
+  saying so and ``"auto"`` builds for :data:`AUTO_FALLBACK_ARCH`. A GPU newer than every
+  supported arch gets the newest supported one of no newer compute capability (the driver
+  JIT-compiles its PTX)."""
+  import logging
+  from minicomp.codegen.driver import get_driver
+  from minicomp.errors import RuntimeLaunchError
+  log = logging.getLogger("minicomp")
+  try:
+    info = get_driver().info()
+  except RuntimeLaunchError as e:
+    if kind == "cuda":
+      raise TargetError(f"target='cuda' means the arch of GPU 0, but there is none here ({e}); name an arch "
+                        f"instead, e.g. target='sm_86' (NVRTC compiles for any arch without a GPU), or use "
+                        f"target='auto' ({AUTO_FALLBACK_ARCH} without a GPU)") from None
+    log.info("target='auto': no usable GPU, building for %s", AUTO_FALLBACK_ARCH)
+    return AUTO_FALLBACK_ARCH, None
+  cc = info.compute_capability
+  ok = [a for a in SUPPORTED_ARCHS if _arch_cc(a) <= cc]
+  if not ok:
+    raise TargetError(f"GPU 0 ({info}) is older than every arch minicomp supports ({', '.join(SUPPORTED_ARCHS)})")
+  arch = max(ok, key=_arch_cc)
+  if _arch_cc(arch) != cc:
+    log.warning("GPU 0 is %s, which minicomp has no target for: building for %s (the driver JIT-compiles its PTX)",
+                info.arch, arch)
+  return arch, device_for_gpu(info.name, arch)
+
+
+def _arch_cc(arch: str) -> tuple[int, int]:
+  m = re.fullmatch(r"sm_(\d+)(\d)", arch)
+  return int(m.group(1)), int(m.group(2))
 
 
 def as_target(t: Target | str) -> Target:

@@ -231,3 +231,50 @@ def test_no_gpu_here_is_reported_not_raised():
   assert D.gpu_arch("cuda") is None
   with pytest.raises(NoGPUError):
     D.get_driver("cuda")
+
+
+def test_cli_bench(fake_gpu, block, tmp_path, capsys):
+  from minicomp.cli import main
+  folder = block[0].save(tmp_path / "m")
+  assert main(["bench", str(folder), "--repeat", "2", "--warmup", "0"]) == 0
+  out = capsys.readouterr().out
+  assert "MEASURED" in out and "end to end" in out and "Fake GPU" in out
+
+
+def test_cli_bench_without_gpu_prints_the_estimate(monkeypatch, block, tmp_path, capsys):
+  from minicomp.cli import main
+  monkeypatch.setitem(D._failures, "cuda", "no usable GPU through the 'cuda' backend: no libcuda")
+  monkeypatch.delitem(D._drivers, "cuda", raising=False)
+  monkeypatch.setenv(D.ENV_BACKEND, "cuda")
+  import onnx
+  model, _ = zoo.residual_block()
+  onnx.save(model, tmp_path / "m.onnx")
+  assert main(["bench", str(tmp_path / "m.onnx")]) == 0                  # --target auto: sm_86 without a GPU
+  cap = capsys.readouterr()
+  assert "no GPU to measure on" in cap.err and "no libcuda" in cap.err
+  assert "ESTIMATE" in cap.out and "estimated latency on rtx3090 (static model" in cap.out
+
+
+def test_target_cuda_follows_the_gpu(monkeypatch, caplog):
+  fake = fg.install(monkeypatch, cc=(9, 0), gpu_name="NVIDIA H100 80GB HBM3")
+  t = mc.Target("cuda")
+  assert (t.arch, t.device_name, t.device.name) == ("sm_90", "h100", "h100")
+  assert mc.Target("auto") == t
+  s, wl = _mm_kernel()
+  kern = mc.build(s, "cuda")
+  a, b = (np.random.default_rng(2).standard_normal(x.shape).astype(np.float32) for x in wl.inputs)
+  np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-4)
+  assert [c[1] for c in fake.of("module_load")] == ["cubin"]           # native code, no JIT
+  fg.install(monkeypatch, cc=(9, 9), gpu_name="Some future GPU")
+  with caplog.at_level(logging.WARNING, logger="minicomp"):
+    t = mc.Target("cuda")
+  assert t.arch == "sm_90" and t.device_name is None and "no target for" in caplog.text
+
+
+def test_target_cuda_without_gpu_says_how_to_fix(monkeypatch):
+  monkeypatch.setitem(D._failures, "cuda", "no usable GPU through the 'cuda' backend: no libcuda")
+  monkeypatch.delitem(D._drivers, "cuda", raising=False)
+  monkeypatch.setenv(D.ENV_BACKEND, "cuda")
+  with pytest.raises(mc.target.TargetError, match=r"no libcuda.*target='sm_86'"):
+    mc.Target("cuda")
+  assert mc.Target("auto").arch == "sm_86"

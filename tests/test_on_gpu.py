@@ -1,0 +1,79 @@
+"""On a real GPU (gpu-marked; skipped without one, saying why): random valid schedules of every
+standard workload and every zoo model, built for the GPU's own arch (``target="cuda"``), run
+through the default backend and compared with numpy / onnxruntime; a model benchmark; and
+GPU-measured tuning of a small model beating its default schedules.
+
+Run on a GPU machine with ``python -m pytest -m gpu tests/``."""
+import numpy as np
+import pytest
+
+import minicomp as mc
+from minicomp import workloads as W
+from minicomp import zoo
+from minicomp.codegen.driver import gpu_available, gpu_status
+from onnx_harness import run_ort
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_gpu():
+  if not gpu_available():
+    pytest.skip(f"needs a CUDA GPU through the default backend: {gpu_status()}")
+
+
+WORKLOADS = {
+  "matmul": lambda: W.matmul(257, 192, 129), "matmul_bias_relu": lambda: W.matmul(128, 96, 64, bias_relu=True),
+  "batch_matmul": lambda: W.batch_matmul(4, 64, 48, 32),
+  "conv2d": lambda: W.conv2d(1, 16, 14, 14, 32, 3, pad=1), "conv2d_stride": lambda: W.conv2d(2, 8, 15, 13, 16, 3, stride=2),
+  "depthwise": lambda: W.depthwise_conv2d(1, 32, 28, 28, 3, pad=1),
+  "softmax": lambda: W.softmax(64, 1000), "layernorm": lambda: W.layernorm(64, 768),
+  "row_sum": lambda: W.row_sum(100, 777), "broadcast_chain": lambda: W.broadcast_chain(8, 30, 17),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_random_schedules_of_every_workload_match_numpy_on_the_gpu(name):
+  from minicomp.search.annotate import sample_population
+  from minicomp.search.sketch import generate_sketches
+  wl = WORKLOADS[name]()
+  tgt = mc.Target("cuda")
+  cands = sample_population(generate_sketches(mc.ComputeDAG(wl.outputs), tgt), 8, np.random.default_rng(0), tgt)
+  assert cands, "no valid schedule sampled"
+  ins = wl.random_inputs(1)
+  want = wl.reference(*ins)
+  for c in cands:
+    got = mc.build(c.schedule, tgt)(*ins, device="gpu")
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3, err_msg=c.key[:200])
+
+
+@pytest.mark.parametrize("name", sorted(zoo.TEST_MODELS))
+def test_zoo_model_matches_onnxruntime_on_the_gpu(name):
+  model, feeds = zoo.TEST_MODELS[name]()
+  want = run_ort(model, feeds)
+  cm = mc.compile(model, target="cuda")
+  for cuda_graph in (False, True, True):
+    for g, w in zip(cm.run(feeds, device="gpu", cuda_graph=cuda_graph), want):
+      np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4, err_msg=f"{name} cuda_graph={cuda_graph}")
+
+
+def test_benchmark_on_the_gpu():
+  model, feeds = zoo.residual_block(c=32, hw=28)
+  cm = mc.compile(model, target="cuda")
+  r = cm.benchmark(feeds, repeat=20, warmup=3)
+  print(r)
+  assert r.median_s > 0 and r.min_s <= r.median_s and len(r.calls) == len(cm.calls)
+  assert all(c[2] > 0 for c in r.calls)
+  g = cm.benchmark(feeds, repeat=20, warmup=3, cuda_graph=True)
+  assert g.median_s > 0 and g.cuda_graph
+
+
+def test_gpu_measured_tuning_beats_the_default_schedule(tmp_path):
+  model, feeds = zoo.residual_block(c=32, hw=28)
+  default = mc.compile(model, target="cuda").benchmark(feeds, repeat=30)
+  tuned = mc.compile(model, target="cuda", trials=64, log_file=str(tmp_path / "log.jsonl"), seed=0)
+  got = tuned.benchmark(feeds, repeat=30)
+  print(default, got, sep="\n")
+  assert got.median_s < default.median_s
+  for g, w in zip(tuned.run(feeds), run_ort(model, feeds)):
+    np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
