@@ -8,7 +8,7 @@ simulator of the same source (built for sm_86).
 import numpy as np
 
 import minicomp as mc
-from minicomp.codegen.driver import gpu_available, gpu_status
+from minicomp import gpu_available, gpu_status
 
 TARGET = "cuda" if gpu_available() else "sm_86"    # "cuda": the arch of GPU 0
 print(f"GPU: {gpu_status()}" if gpu_available() else f"no GPU ({gpu_status()}): running on the CPU simulator")

@@ -36,5 +36,6 @@ __all__ += ["compile", "load", "CompiledModel", "FeedError", "ModelError", "Save
             "UnsupportedOpError"]
 
 from minicomp.search.static.estimate import estimate  # noqa: E402
+from minicomp.codegen.driver import DriverError, NoGPUError, gpu_available, gpu_status  # noqa: E402
 
-__all__ += ["estimate"]
+__all__ += ["estimate", "DriverError", "NoGPUError", "gpu_available", "gpu_status"]
