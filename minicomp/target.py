@@ -12,15 +12,23 @@ Sources (named again next to each value):
   Compute Capability) and "Arithmetic Instructions" throughput tables: every per-SM limit
   that depends only on the compute capability (threads / warps / blocks / registers /
   shared memory per SM, shared memory per block, unified L1 size, FP32 / INT32 / SFU
-  results per clock per SM, 32 shared-memory banks, warp size 32).
+  results per clock per SM, 32 shared-memory banks, warp size 32). For compute capability 10.0
+  and 12.0 also its per-arch sections "Compute Capability 10.0" / "12.0" ("Architecture",
+  "Shared Memory"; numbered 20.9 / 20.10 in the CUDA 13.1 edition).
 * [OCC] ``cuda_occupancy.h`` (CUDA Toolkit occupancy calculator): register allocation unit
   256 per warp, 4 SM sub-partitions, shared-memory allocation unit (256 B on 7.x, 128 B
-  on 8.x; 128 B taken for 9.0 as well) and the 1 KiB of shared memory the driver reserves
-  per block from Ampere on (``reservedSharedMemPerBlock``).
+  on 8.x; 128 B taken for 9.0 as well; CUDA 13.0's header: 128 B for majors 8 .. 12) and the
+  1 KiB of shared memory the driver reserves per block from Ampere on
+  (``reservedSharedMemPerBlock``).
 * [WP] The SM diagrams of the architecture whitepapers (Volta GV100, Turing, Ampere GA100 and
   GA102, Ada, Hopper GH100): load/store units per SM, 8 per sub-partition on the datacenter
   chips (GV100, GA100, GH100) and 4 on the others (TU10x, GA10x, AD10x). The Jetson archs are
-  taken as their desktop relatives (sm_72 as Volta, sm_87 as GA10x), an assumption.
+  taken as their desktop relatives (sm_72 as Volta, sm_87 as GA10x), an assumption; so are
+  the Blackwell archs (sm_100 as GH100, sm_120 as AD10x: see ``_ARCH``).
+* [BTG] NVIDIA Blackwell Tuning Guide (CUDA 12.8+), "Occupancy" and "Unified Shared Memory/L1/
+  Texture Cache": the compute capability 10.0 and 12.0 limits (warps, blocks, registers and
+  shared memory per SM, shared memory per block, 1 KiB reserved per block, the 256 KiB
+  combined L1 / shared memory of the B200).
 * Product figures (SM count, boost clock, L2, DRAM bandwidth) from the architecture
   whitepaper or datasheet named in each ``DEVICES`` entry.
 
@@ -40,11 +48,25 @@ class TargetError(MinicompError):
   """An unknown or unsupported target string."""
 
 
-SUPPORTED_ARCHS = ("sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90")
+SUPPORTED_ARCHS = ("sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_120")
 
-# Opt-in dynamic shared memory per block (CUDA C++ Programming Guide, compute capability table).
+# Opt-in dynamic shared memory per block (CUDA C++ Programming Guide, compute capability table;
+# sm_100 / sm_120: its sections 20.9.3 / 20.10.3 "Shared Memory" and [BTG]).
 _SMEM_OPTIN = {"sm_70": 96 * 1024, "sm_72": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024,
-               "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024}
+               "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
+               "sm_100": 227 * 1024, "sm_120": 99 * 1024}
+
+# "sm_86" / "sm86" -> "86"; "sm_100" -> "100" (three digits from Blackwell on: CC 10.0, 12.0).
+_ARCH_RE = re.compile(r"sm_?(\d{2,3})")
+
+
+def arch_compute_capability(arch: str) -> tuple[int, int]:
+  """``"sm_86"`` -> (8, 6); ``"sm_100"`` -> (10, 0): the last digit is the minor version."""
+  m = _ARCH_RE.fullmatch(arch.strip())
+  if m is None:
+    raise TargetError(f"not a CUDA arch: {arch!r} (expected e.g. 'sm_86' or 'sm_100')")
+  digits = m.group(1)
+  return int(digits[:-1]), int(digits[-1])
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -117,7 +139,7 @@ class DeviceSpec:
     return self.fp32_peak_flops / self.dram_bytes_per_s
 
   @property
-  def compute_capability(self) -> tuple[int, int]: return int(self.arch[3]), int(self.arch[4])
+  def compute_capability(self) -> tuple[int, int]: return arch_compute_capability(self.arch)
 
 
 # Per-compute-capability columns [CCT] + allocation rules [OCC]:
@@ -126,6 +148,31 @@ class DeviceSpec:
 #  LD/ST lanes [WP]).
 # FP64 lanes of the Jetson archs (sm_72, sm_87) are not published per SM; 2 (as on the other
 # non-datacenter parts, sm_75 / sm_86 / sm_89) is an assumption.
+#
+# Blackwell (sm_100: B200 class; sm_120: GeForce RTX 50 / RTX PRO Blackwell class):
+# - threads / warps per SM: [BTG] "64 [warps] for compute capability 10.0 and 48 for 12.0" (the
+#   RTX 5090's driver reports 1536 threads per SM);
+# - blocks per SM: 32 on sm_100 ([BTG]; cuda_occupancy.h of CUDA 13.0). sm_120: 24, from
+#   cuda_occupancy.h (CUDA 13.0) ``cudaOccMaxBlocksPerMultiprocessor`` ("case 12: value = 24"),
+#   which is what the occupancy calculator uses; [BTG] says 32 for 12.0. The sources disagree;
+#   24 is the calculator's (and sm_89's, the other 48-warp SM) figure;
+# - shared memory per SM: 228 KiB on sm_100 (carveouts 0 .. 228 KiB, [CCT] 20.9.3, [BTG]),
+#   100 KiB on sm_120 (carveouts 0 .. 100 KiB, [CCT] 20.10.3; cuda_occupancy.h; the RTX 5090's
+#   driver reports 102400 B). [BTG] says "128KB" for 12.0, which is the L1 + shared total;
+# - per block with opt-in: 227 / 99 KiB ([CCT] 20.9.3 / 20.10.3, [BTG]); 1 KiB reserved per
+#   block ([CCT], [BTG]); allocation unit 128 B (cuda_occupancy.h, CUDA 13.0: majors 8 .. 12);
+# - unified L1 + shared per SM: 256 KiB on sm_100 ([CCT] 20.9.1, [BTG]); 128 KiB on sm_120
+#   (NVIDIA RTX Blackwell GPU Architecture whitepaper, SM: 128 KB L1 / shared memory; [BTG]'s
+#   "128KB"). [CCT] 20.10.1 prints "100 KB" for the unified cache of 12.0, which would leave no
+#   L1 beside the 100 KiB carveout: taken as the shared-memory maximum, not the L1 size;
+# - lanes: [CCT] 20.9.1 / 20.10.1 (the per-arch "Architecture" sections): 128 FP32, 64 INT32,
+#   16 SFU per SM; FP64 64 (10.0) and 2 (12.0). The RTX Blackwell whitepaper makes all 128
+#   cores FP32-or-INT32 capable (up to 128 INT32 per clock, shared with FP32); minicomp models
+#   FP32 and INT32 as separate pipes, so the guide's 64 is kept;
+# - LD/ST lanes: not published for either (NVIDIA has published no B200 SM diagram). An
+#   assumption: sm_100 as GH100 (32: 8 per sub-partition, the datacenter SM it extends; the
+#   diagram Chips and Cheese / Cornell CVW draw of the B200 SM shows 32), sm_120 as AD10x (16:
+#   4 per sub-partition, the consumer SM it replaces).
 _ARCH = {
   "sm_70": (2048, 64, 32, 96 * KiB, 96 * KiB, 256, 0, 128 * KiB, 64, 64, 16, 32, 32),
   "sm_72": (2048, 64, 32, 96 * KiB, 96 * KiB, 256, 0, 128 * KiB, 64, 64, 16, 2, 32),
@@ -135,6 +182,8 @@ _ARCH = {
   "sm_87": (1536, 48, 16, 164 * KiB, 163 * KiB, 128, 1 * KiB, 192 * KiB, 128, 64, 16, 2, 16),
   "sm_89": (1536, 48, 24, 100 * KiB, 99 * KiB, 128, 1 * KiB, 128 * KiB, 128, 64, 16, 2, 16),
   "sm_90": (2048, 64, 32, 228 * KiB, 227 * KiB, 128, 1 * KiB, 256 * KiB, 128, 64, 16, 64, 32),
+  "sm_100": (2048, 64, 32, 228 * KiB, 227 * KiB, 128, 1 * KiB, 256 * KiB, 128, 64, 16, 64, 32),
+  "sm_120": (1536, 48, 24, 100 * KiB, 99 * KiB, 128, 1 * KiB, 128 * KiB, 128, 64, 16, 2, 16),
 }
 
 
@@ -190,12 +239,26 @@ DEVICES: dict[str, DeviceSpec] = {d.name: d for d in (
   # NVIDIA H100 Tensor Core GPU Architecture whitepaper (SXM5: 132 SMs, 50 MB L2) and the H100
   # datasheet (SXM: 67 TFLOP/s FP32 -> 1980 MHz boost, 3.35 TB/s HBM3).
   _device("h100", "sm_90", 132, 1980, 50 * MiB, 3352),
+  # NVIDIA B200 (HGX / DGX B200, 180 GB HBM3e). NVIDIA's datasheets give no SM count or clock:
+  # - 148 SMs: what the CUDA driver reports for a B200 (cudaDeviceProp.multiProcessorCount,
+  #   e.g. the device query in pytorch/ao PR #4002); the full two-die GB100 has more, disabled;
+  # - 1965 MHz: the B200's maximum SM clock as nvidia-smi reports it (used as the locked clock of
+  #   published B200 benchmarks, e.g. FlashInfer's); an assumption, not a datasheet figure;
+  #   -> 74.4 TFLOP/s FP32;
+  # - 126 MiB L2: [BTG] "Increased L2 Capacity" (the driver reports 126.5 MiB);
+  # - 8000 GB/s: DGX B200 datasheet (64 TB/s HBM3e for 8 GPUs). The driver's bus width and
+  #   memory clock give 7.67 TB/s (7680-bit at 3996 MHz), a 4% lower peak.
+  _device("b200", "sm_100", 148, 1965, 126 * MiB, 8000),
+  # NVIDIA RTX Blackwell GPU Architecture whitepaper, GeForce RTX 5090 (GB202) specifications:
+  # 170 SMs (21760 CUDA cores), 2407 MHz boost, 98304 KB L2, 1792 GB/s GDDR7 (512-bit,
+  # 28 Gbps) -> 104.8 TFLOP/s FP32.
+  _device("rtx5090", "sm_120", 170, 2407, 96 * MiB, 1792),
 )}
 
 # The device an arch-only target estimates for. sm_72 / sm_87 exist only as Jetson modules:
 # the largest of each (AGX Xavier, AGX Orin 64GB).
 DEFAULT_DEVICE = {"sm_70": "v100", "sm_72": "xavier", "sm_75": "t4", "sm_80": "a100", "sm_86": "rtx3090",
-                  "sm_87": "orin", "sm_89": "rtx4090", "sm_90": "h100"}
+                  "sm_87": "orin", "sm_89": "rtx4090", "sm_90": "h100", "sm_100": "b200", "sm_120": "rtx5090"}
 
 
 def _device_key(name: str) -> str:
@@ -208,7 +271,7 @@ def get_device(name: str) -> DeviceSpec:
   key = _device_key(name)
   if key in DEVICES:
     return DEVICES[key]
-  m = re.fullmatch(r"sm(\d\d)", key)
+  m = _ARCH_RE.fullmatch(key)
   if m and f"sm_{m.group(1)}" in DEFAULT_DEVICE:
     return DEVICES[DEFAULT_DEVICE[f"sm_{m.group(1)}"]]
   raise TargetError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}; "
@@ -240,7 +303,7 @@ class Target:
       object.__setattr__(self, "arch", arch)
       if self.device_name is None: object.__setattr__(self, "device_name", dev)
       return
-    m = re.fullmatch(r"sm_?(\d\d)", self.arch.strip())
+    m = _ARCH_RE.fullmatch(self.arch.strip())
     if m is None:
       key = _device_key(self.arch)
       if key not in DEVICES:
@@ -265,7 +328,7 @@ class Target:
 
   @property
   def compute_capability(self) -> tuple[int, int]:
-    return int(self.arch[3]), int(self.arch[4])
+    return arch_compute_capability(self.arch)
 
   @property
   def max_shared_optin_bytes(self) -> int:
@@ -317,19 +380,14 @@ def resolve_gpu_target(kind: str) -> tuple[str, str | None]:
     log.info("target='auto': no usable GPU, building for %s", AUTO_FALLBACK_ARCH)
     return AUTO_FALLBACK_ARCH, None
   cc = info.compute_capability
-  ok = [a for a in SUPPORTED_ARCHS if _arch_cc(a) <= cc]
+  ok = [a for a in SUPPORTED_ARCHS if arch_compute_capability(a) <= cc]
   if not ok:
     raise TargetError(f"GPU 0 ({info}) is older than every arch minicomp supports ({', '.join(SUPPORTED_ARCHS)})")
-  arch = max(ok, key=_arch_cc)
-  if _arch_cc(arch) != cc:
+  arch = max(ok, key=arch_compute_capability)
+  if arch_compute_capability(arch) != cc:
     log.warning("GPU 0 is %s, which minicomp has no target for: building for %s (the driver JIT-compiles its PTX)",
                 info.arch, arch)
   return arch, device_for_gpu(info.name, arch)
-
-
-def _arch_cc(arch: str) -> tuple[int, int]:
-  m = re.fullmatch(r"sm_(\d+)(\d)", arch)
-  return int(m.group(1)), int(m.group(2))
 
 
 def as_target(t: Target | str) -> Target:

@@ -18,7 +18,8 @@ import re
 import numpy as np
 
 from minicomp.codegen.driver import DeviceInfo, DriverError
-from minicomp.codegen.gpu_runtime import arch_cc, ptx_isa
+from minicomp.codegen.gpu_runtime import ptx_isa
+from minicomp.target import arch_compute_capability
 from minicomp.codegen.simulator import build_simulator
 
 _SIG = r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?{name}\s*\(([^)]*)\)'
@@ -69,7 +70,7 @@ class FakeDriver:
     if image not in self.images: raise DriverError("fake driver: unknown image", "CUDA_ERROR_INVALID_IMAGE")
     source, arch, kind = self.images[image]
     self.calls.append(("module_load", kind, arch))
-    (bm, bn), (dm, dn) = arch_cc(arch), self._info.compute_capability
+    (bm, bn), (dm, dn) = arch_compute_capability(arch), self._info.compute_capability
     if kind == "cubin" and not (bm == dm and dn >= bn):
       raise DriverError("no kernel image is available for execution on the device", "CUDA_ERROR_NO_BINARY_FOR_GPU")
     if kind == "ptx" and self.max_ptx is not None and ptx_isa(image.decode().rstrip("\0")) > self.max_ptx:

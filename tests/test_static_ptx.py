@@ -47,7 +47,7 @@ def test_arch_target_unchanged():
   assert t.max_grid_dims == (2**31 - 1, 65535, 65535)
   assert t.compute_capability == (8, 6) and t.max_shared_optin_bytes == 99 * 1024
   assert Target("sm_90").max_shared_optin_bytes == 227 * 1024
-  for bad in ("sm_61", "sm_100", "gpu", ""):
+  for bad in ("sm_61", "sm_101", "gpu", ""):   # sm_101: a real Blackwell arch, not a supported one
     with pytest.raises(TargetError):
       Target(bad)
 

@@ -71,6 +71,7 @@ class CudaDriver:
     self._call("cuModuleUnload", module)
 
   def function(self, module: Any, name: str) -> Any:
+    self._current()
     return self._call("cuModuleGetFunction", module, name.encode())
 
   def alloc(self, nbytes: int) -> int:

@@ -30,6 +30,7 @@ from minicomp.codegen.driver import (DeviceInfo, DevicePtr, Driver, DriverError,
                                      gpu_available, gpu_status)
 from minicomp.codegen.nvrtc import CudaBinary
 from minicomp.errors import RuntimeLaunchError
+from minicomp.target import arch_compute_capability
 
 _logger = logging.getLogger("minicomp")
 _warned: set[tuple[str, str]] = set()
@@ -42,18 +43,11 @@ PTX_ISA_OF_CUDA = {(11, 0): (7, 0), (11, 1): (7, 1), (11, 2): (7, 2), (11, 3): (
                    (12, 6): (8, 5), (12, 7): (8, 6), (12, 8): (8, 7), (12, 9): (8, 8), (13, 0): (9, 0)}
 
 
-def arch_cc(arch: str) -> tuple[int, int]:
-  """``"sm_86"`` -> (8, 6); ``"sm_100"`` -> (10, 0)."""
-  m = re.fullmatch(r"sm_(\d+)(\d)", arch)
-  if m is None: raise RuntimeLaunchError(f"not a CUDA arch: {arch!r}")
-  return int(m.group(1)), int(m.group(2))
-
-
 def choose_image(build_arch: str, device: DeviceInfo) -> str:
   """``"cubin"`` or ``"ptx"``: which image of a ``build_arch`` build ``device`` runs.
 
   Raises RuntimeLaunchError when the GPU is older than the build (no image can run)."""
-  (bm, bn), (dm, dn) = arch_cc(build_arch), device.compute_capability
+  (bm, bn), (dm, dn) = arch_compute_capability(build_arch), device.compute_capability
   if bm == dm and dn >= bn: return "cubin"
   if (dm, dn) > (bm, bn): return "ptx"
   raise RuntimeLaunchError(f"the kernels were built for {build_arch}, newer than the GPU ({device}): "
