@@ -167,3 +167,13 @@ def test_gpu_module_runs_on_gpu(backend):
   expect = np.concatenate([a[255::-1], a[:255:-1]])
   mod.launch("reverse", 2, 256, 0, [a])
   np.testing.assert_array_equal(a, expect)
+
+
+def test_an_arch_this_nvrtc_refuses_names_the_fix(monkeypatch):
+  monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: (13, 0))      # NVRTC 13 refuses sm_70 (CUDA 13 dropped Volta)
+  msg = nvrtc._error_message("", "sm_70", ["--gpu-architecture=sm_70"], "NVRTC_ERROR_INVALID_OPTION",
+                             "nvrtc: error: invalid value for --gpu-architecture (-arch)")
+  assert "NVRTC 13.x dropped sm_70" in msg and "nvidia-cuda-nvrtc-cu12" in msg
+  monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: (12, 4))
+  msg = nvrtc._error_message("", "sm_120", [], "NVRTC_ERROR_INVALID_OPTION", "invalid value for --gpu-architecture")
+  assert "need NVRTC 12.8 or newer" in msg

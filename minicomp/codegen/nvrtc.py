@@ -192,7 +192,18 @@ def _error_message(source: str, arch: str, opts: list[str], status: str, log: st
     out.append(f"... and {len(errors) - _MAX_ERRORS_SHOWN} more errors (see .log)")
   if not errors:  # e.g. an invalid option: NVRTC has no line to point at, show its whole log
     out.append(log.strip() or "(empty NVRTC log)")
+  if "invalid value for --gpu-architecture" in log:
+    out.append(_arch_hint(arch))
   return "\n".join(out)
+
+
+def _arch_hint(arch: str) -> str:
+  """Why this NVRTC refuses ``arch``, and which NVRTC compiles it."""
+  major = nvrtc_version()[0]
+  if arch in ("sm_70", "sm_72") and major >= 13:
+    return (f"NVRTC {major}.x dropped {arch} (CUDA 13 removed Volta): install NVRTC 12 "
+            "(pip install 'nvidia-cuda-nvrtc-cu12>=12.8,<13' 'cuda-bindings>=12.8,<13'), as minicomp's pyproject pins")
+  return f"this NVRTC ({'%d.%d' % nvrtc_version()}) does not know {arch}: sm_100 and sm_120 need NVRTC 12.8 or newer"
 
 
 # ---- caching -----------------------------------------------------------------------------
