@@ -3,6 +3,7 @@ import concurrent.futures as cf
 import json
 import pickle
 
+import numpy as np
 import pytest
 
 import minicomp as mc
@@ -139,3 +140,20 @@ def test_tuning_measures_on_the_gpu_only_when_it_is_the_target(fake_gpu):
   m = default_measurer(mc.Target("sm_80"))
   assert isinstance(m, StaticMeasurer)
   m.close()
+
+
+def test_compile_tunes_with_gpu_measurements(fake_gpu, tmp_path):
+  """compile(trials=N) on a GPU machine of the target's arch: N measured (not estimated) records, none
+  an internal error (the GPUMeasurer once failed every candidate: its workers returned live Kernels)."""
+  from minicomp import zoo
+  from minicomp.search.records import load_records
+  from onnx_harness import run_ort
+  model, feeds = zoo.residual_block(c=4, hw=6)
+  log = tmp_path / "gpu.jsonl"
+  cm = mc.compile(model, target="sm_86", trials=4, log_file=str(log), measures_per_round=2, strategy="random")
+  recs = load_records(log)
+  assert len(recs) == 4 and all(not r.is_estimate for r in recs)
+  assert not [r for r in recs if r.error == ErrorKind.INTERNAL.value], [r.message for r in recs]
+  assert sum(r.ok for r in recs) >= 2
+  for g, w in zip(cm.run(feeds), run_ort(model, feeds)):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
