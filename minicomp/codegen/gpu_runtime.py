@@ -66,10 +66,11 @@ def check_ptx_supported(ptx: str, device: DeviceInfo) -> None:
   newest = PTX_ISA_OF_CUDA.get(cuda)
   if have is None or newest is None or cuda > max(PTX_ISA_OF_CUDA): return
   if have > newest:
+    wheel = "nvidia-cuda-nvrtc-cu12" if cuda[0] == 12 else "nvidia-cuda-nvrtc"
     raise RuntimeLaunchError(
       f"the PTX is ISA {'%d.%d' % have}, newer than the driver on {device.name} can JIT-compile (CUDA "
-      f"{'%d.%d' % cuda}: up to PTX {'%d.%d' % newest}); update the NVIDIA driver, or install an NVRTC no newer "
-      f"than the driver (pip install 'nvidia-cuda-nvrtc-cu12<={'%d.%d' % cuda}.99') and rebuild")
+      f"{'%d.%d' % cuda}: up to PTX {'%d.%d' % newest}); update the NVIDIA driver, or install the NVRTC of the "
+      f"driver's CUDA (pip install '{wheel}=={cuda[0]}.{cuda[1]}.*') and rebuild")
 
 
 def _unload(driver: Driver, module) -> None:
@@ -121,8 +122,9 @@ class GpuModule:
 
     ``args``: numpy arrays for pointer parameters (copied in, and back in place unless the
     parameter is ``const``; the call then synchronises), device pointers (:class:`DevicePtr`),
-    and scalars (numpy scalars as they are; Python ``int``/``bool`` -> int32, ``float`` -> float32). With ``time`` the kernel's run
-    time in seconds (CUDA events) is returned. Raises RuntimeLaunchError naming the launch.
+    and scalars (numpy scalars as they are; Python ``int``/``bool`` -> int32, ``float`` ->
+    float32). With ``time`` the kernel's run time in seconds (CUDA events) is returned.
+    Raises RuntimeLaunchError naming the launch.
     """
     drv = self.driver
     config = f"{name}<<<grid={grid}, block={block}, shared={shared_bytes}>>>"
@@ -166,10 +168,11 @@ class GpuModule:
         raise DriverError(f"{config} on {drv.info()} failed ({res}): {e}", e.code) from e
       raise
     finally:
-      _free_all(drv, allocs)
+      free_all(drv, allocs)
 
 
-def _free_all(drv: Driver, ptrs) -> None:
+def free_all(drv: Driver, ptrs) -> None:
+  """Free every device pointer in ``ptrs``, ignoring failures (used by finalizers)."""
   for p in ptrs:
     try: drv.free(p)
     except Exception: pass   # the context may already be broken by the failed launch
@@ -195,7 +198,7 @@ class PlanBuffers:
 
   def __init__(self, driver: Driver, plan):
     self.driver, self.ptrs, owned = driver, {}, []
-    self._finalizer = weakref.finalize(self, _free_all, driver, owned)
+    self._finalizer = weakref.finalize(self, free_all, driver, owned)
     for b in plan.inputs + plan.outputs + plan.temps:
       self.ptrs[b.name] = driver.alloc(nbytes(b.shape, b.dtype))
       owned.append(self.ptrs[b.name])
@@ -226,7 +229,7 @@ class L2Flush:
 
   def __init__(self, driver: Driver, nbytes: int = FLUSH_BYTES):
     self.driver, self.nbytes, self._ptrs = driver, nbytes, []
-    self._finalizer = weakref.finalize(self, _free_all, driver, self._ptrs)
+    self._finalizer = weakref.finalize(self, free_all, driver, self._ptrs)
 
   def __call__(self, stream=None) -> None:
     if not self._ptrs: self._ptrs.append(self.driver.alloc(self.nbytes))

@@ -26,7 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from minicomp.codegen.driver import Driver, DriverError
-from minicomp.codegen.gpu_runtime import L2Flush, _free_all, nbytes
+from minicomp.codegen.gpu_runtime import L2Flush, free_all, nbytes
 from minicomp.codegen.kernel import NP_DTYPE
 
 
@@ -35,7 +35,7 @@ def _release(driver: Driver, ptrs: list[int], graphs: list) -> None:
     try: driver.graph_destroy(g)
     except Exception: pass
   graphs.clear()
-  _free_all(driver, ptrs)
+  free_all(driver, ptrs)
   ptrs.clear()
 
 
