@@ -50,6 +50,19 @@ def _progress(enabled: bool) -> Callable[[str], None]:
   return say
 
 
+def _build_default(task: Task, tgt: Target, name: str) -> tuple[Kernel, str]:
+  """The task's default schedule, built, and its steps JSON. A tile may break a resource limit:
+  back off to no shared-memory staging, then to the simplest schedule."""
+  for opts in ({}, {"shared": False}, {"simple": True}):
+    sched = default_schedule(task.dag, tgt, **opts)
+    try:
+      return build(sched, tgt, name=name), sched.to_json()
+    except (ScheduleError, LoweringError) as e:
+      if opts.get("simple"): raise
+      log.info("task %s: default schedule %s rejected (%s); backing off", task.key, opts or "(full)", e)
+  raise AssertionError("unreachable")
+
+
 def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Sequence[int]] | None = None,
             trials: int = 0, progress: bool = False, name: str | None = None, strategy: str = "ansor",
             log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
@@ -63,8 +76,10 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   "felix" or "random") until the log holds N measurements for them in total (so re-running a killed
   command resumes it), then each task is compiled with its best measured schedule. With
   ``log_file`` and ``trials=0`` the best record per task is applied without any search. Tasks
-  without a valid record keep the default schedule. ``measurer`` defaults to the static model
-  (every cost an estimate) when no GPU is present. ``progress=True`` prints one line per
+  without a valid record keep the default schedule, and so do tasks whose default schedule
+  measures at least as fast as their best record (it is measured once and logged as a record
+  with strategy "default"). ``measurer`` defaults to the static model (every cost an
+  estimate) when no GPU of the target's arch is present. ``progress=True`` prints one line per
   phase, per tuning round and per compiled task to stderr.
   """
   tgt = as_target(target)
@@ -117,35 +132,36 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   stats.tasks, stats.calls = len(tasks), len(plans)
   say(f"partitioned into {len(plans)} kernel calls, {len(tasks)} distinct tasks ({stats.partition:.2f} s)")
 
+  def account(kern: Kernel, seconds: float) -> None:
+    stats.build += kern.timings["lower_emit_s"] + (seconds - sum(kern.timings.values()))   # + scheduling
+    stats.nvrtc += kern.timings["nvrtc_s"]
+
+  defaults: dict[str, tuple[Kernel, str]] = {}   # key -> (default kernel, its steps JSON)
+  for k, (key, task) in enumerate(tasks.items()):
+    t0 = time.perf_counter()
+    defaults[key] = _build_default(task, tgt, f"task{k}")
+    account(defaults[key][0], time.perf_counter() - t0)
   tuned: dict[str, str] = {}
   if trials or log_file:
     from minicomp.search.tune import tune_tasks
     tuned = tune_tasks(list(tasks.values()), tgt, trials=trials, strategy=strategy, log_file=log_file, seed=seed,
                        measurer=measurer, measures_per_round=measures_per_round, time_budget_s=time_budget_s,
-                       progress=progress)
+                       progress=progress, defaults={key: d[1] for key, d in defaults.items()})
   for k, (key, task) in enumerate(tasks.items()):
     t0 = time.perf_counter()
-    kern = None
+    kern = defaults[key][0]
     if key in tuned:
       from minicomp.ir.schedule import Schedule
       try:
         kern = build(Schedule.from_json(task.dag, tuned[key]), tgt, name=f"task{k}")
+        account(kern, time.perf_counter() - t0)
       except (ScheduleError, LoweringError, CompileError) as e:
         log.warning("task %s: its best record no longer builds (%s); using the default schedule", key, e)
-    for opts in ({}, {"shared": False}, {"simple": True}) if kern is None else ():   # a tile may break a limit: back off
-      try:
-        kern = build(default_schedule(task.dag, tgt, **opts), tgt, name=f"task{k}")
-        break
-      except (ScheduleError, LoweringError) as e:
-        if opts.get("simple"): raise
-        log.info("task %s: default schedule %s rejected (%s); backing off", key, opts or "(full)", e)
+        tuned.pop(key)
     kernel_of[key] = len(kernels)
     kernels.append(kern)
-    dt = time.perf_counter() - t0
-    stats.build += kern.timings["lower_emit_s"] + (dt - sum(kern.timings.values()))   # + scheduling
-    stats.nvrtc += kern.timings["nvrtc_s"]
     say(f"[{k + 1}/{len(tasks)}] task {key} ({'+'.join(task.ops)}, x{task.weight}): "
-        f"{len(kern.launches)} launch(es), {'tuned' if key in tuned else 'default'} schedule, {dt:.2f} s")
+        f"{len(kern.launches)} launch(es), {'tuned' if key in tuned else 'default'} schedule")
   for call, key in plans: call.kernel = kernel_of[key]
   inputs = [IOSpec(n, tuple(g.values[n].shape), g.values[n].dtype) for n in g.inputs]
   for o in g.outputs:   # outputs that are folded constants

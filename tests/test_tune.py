@@ -83,29 +83,61 @@ def _onnx_ref(m, feeds):
   return ort.InferenceSession(m.SerializeToString()).run(None, feeds)[0]
 
 
+def _trials(path):
+  return [r for r in load_records(path) if r.strategy != "default"]
+
+
 def test_compile_with_trials_resumes_and_applies_the_log(tmp_path):
   m, feeds = zoo.residual_block()
   path = str(tmp_path / "rb.jsonl")
   meas = HashMeasurer()
   cm = mc.compile(m, "sm_86", trials=12, strategy="random", log_file=path, measurer=meas, measures_per_round=4)
   np.testing.assert_allclose(cm.run(feeds)[0], _onnx_ref(m, feeds), rtol=1e-4, atol=1e-4)
-  assert len(load_records(path)) == 12 and len(meas.seen) == 12
+  defaults = [r for r in load_records(path) if r.strategy == "default"]
+  assert len(_trials(path)) == 12 and len(defaults) == 2 and len(meas.seen) == 12 + 2   # + each task's default, once
   first = {s for _, s in meas.seen}
-  # the same command again: the log already holds 12 trials for these tasks -> nothing measured
+  # the same command again: the log already holds 12 trials and the defaults -> nothing measured
   mc.compile(m, "sm_86", trials=12, strategy="random", log_file=path, measurer=meas)
-  assert len(meas.seen) == 12
+  assert len(meas.seen) == 14
   # a bigger budget resumes: only new programs are measured
   mc.compile(m, "sm_86", trials=20, strategy="random", log_file=path, measurer=meas, measures_per_round=4, seed=3)
-  assert len(meas.seen) == 20 and not first & {s for _, s in meas.seen[12:]}
-  assert len(load_records(path)) == 20
-  # trials=0 applies the best record per task, and the kernels are those schedules
+  assert len(meas.seen) == 22 and not first & {s for _, s in meas.seen[14:]}
+  assert len(_trials(path)) == 20 and len(load_records(path)) == 22
+  # trials=0 applies, per task, the better of its best record and its default schedule
   applied = mc.compile(m, "sm_86", log_file=path)
+  plain = mc.compile(m, "sm_86")
   recs = load_records(path)
+  kept = 0
   for idx, task in enumerate(applied.tasks):
-    best = min((r for r in recs if r.workload_key == task.key and r.ok), key=lambda r: r.cost_s)
+    best = min((r for r in recs if r.workload_key == task.key and r.ok and r.strategy != "default"), key=lambda r: r.cost_s)
+    default = next(r for r in recs if r.workload_key == task.key and r.strategy == "default")
     k = applied.kernels[next(c.kernel for c in applied.calls if c.task == task.key)]
-    assert k.source == mc.build(mc.Schedule.from_json(task.dag, best.steps_json), "sm_86", name=f"task{idx}").source
+    if default.ok and default.cost_s <= best.cost_s:
+      kept += 1
+      assert k.source == plain.kernels[next(c.kernel for c in plain.calls if c.task == task.key)].source
+    else:
+      assert k.source == mc.build(mc.Schedule.from_json(task.dag, best.steps_json), "sm_86", name=f"task{idx}").source
   np.testing.assert_allclose(applied.run(feeds)[0], _onnx_ref(m, feeds), rtol=1e-4, atol=1e-4)
+
+
+def test_a_tuned_schedule_never_replaces_a_better_default(tmp_path):
+  """A measurer under which every default schedule is the fastest program: no record replaces one
+  (a short tuning run once made a model slower by minicomp's own estimate)."""
+  m, feeds = zoo.residual_block()
+  plain = mc.compile(m, "sm_86")
+
+  class DefaultsFastest(HashMeasurer):            # the first batch measured is the defaults
+    def measure(self, inputs):
+      first = not self.seen
+      out = super().measure(inputs)
+      return [MeasureResult(1e-9, ErrorKind.NONE, "", True) for _ in out] if first else out
+  path = str(tmp_path / "d.jsonl")
+  tuned = mc.compile(m, "sm_86", trials=8, strategy="random", log_file=path, measurer=DefaultsFastest(),
+                     measures_per_round=4)
+  assert [a.source for a in tuned.kernels] == [b.source for b in plain.kernels]
+  defaults = [r for r in load_records(path) if r.strategy == "default"]
+  assert len(defaults) == 2 and all(r.cost_s == 1e-9 for r in defaults) and len(_trials(path)) == 8
+  assert mc.compile(m, "sm_86", log_file=path).kernels[0].source == plain.kernels[0].source   # applying the log too
 
 
 def test_killed_run_leaves_a_log_that_resumes(tmp_path):
@@ -115,7 +147,7 @@ def test_killed_run_leaves_a_log_that_resumes(tmp_path):
   with open(path, "a") as f: f.write('{"v": 1, "workload_key": "tor')          # a torn last line
   meas = HashMeasurer()
   mc.compile(m, "sm_86", trials=12, strategy="random", log_file=path, measurer=meas, measures_per_round=4)
-  assert len(meas.seen) == 4 and len(load_records(path)) == 12
+  assert len(meas.seen) == 4 and len(_trials(path)) == 12
 
 
 @pytest.mark.slow
@@ -148,7 +180,7 @@ def test_cli_tune_then_report(tmp_path):
   assert "[minicomp tune] round" in r.stderr and "(estimate)" in r.stderr
   r = run("report", log, "--png", png)
   assert r.returncode == 0, r.stderr
-  assert "8 records, 2 tasks" in r.stdout and "ESTIMATE" in r.stdout
+  assert "8 records, 2 tasks (+ 2 default-schedule records)" in r.stdout and "ESTIMATE" in r.stdout
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   r = run("report", tmp_path / "missing.jsonl")
   assert r.returncode == 2 and "RecordsError" in r.stderr
@@ -159,8 +191,8 @@ def test_report_text_and_curve(tmp_path):
   m, _ = zoo.residual_block()
   path = str(tmp_path / "r.jsonl")
   mc.compile(m, "sm_86", trials=8, strategy="random", log_file=path, measurer=HashMeasurer(), measures_per_round=4)
-  recs = load_records(path)
-  pts = total_curve(recs)
+  recs = _trials(path)
+  pts = total_curve(load_records(path))
   n_all = next(n for n in range(1, len(recs) + 1) if len({r.workload_key for r in recs[:n]}) == 2)
   tail = [p for p in pts if p[0] >= n_all]                               # once every task is in the sum,
   assert tail and all(b[2] <= a[2] for a, b in zip(tail, tail[1:]))      # best-so-far never gets worse
@@ -168,4 +200,5 @@ def test_report_text_and_curve(tmp_path):
   for r in recs:
     if r.ok: best[r.workload_key] = min(best.get(r.workload_key, 1.0), r.cost_s)
   assert pts[-1][2] == pytest.approx(sum(best.values()))
-  assert "8 records, 2 tasks" in text_report(path)
+  text = text_report(path)
+  assert "8 records, 2 tasks (+ 2 default-schedule records)" in text and "kept (us)" in text

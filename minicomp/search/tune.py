@@ -7,6 +7,12 @@ for these tasks, and returns the best schedule (steps JSON) per task.
 
 Costs from the static model (no GPU) and GPU timings are never compared with each other: a
 resumed run only takes records of the kind its measurer produces.
+
+A tuned schedule never replaces a better one: the default schedule of each task (``defaults``,
+what ``compile`` builds without search) is measured once, logged as a record with strategy
+``"default"`` (not counted as a trial), and a task's best record is returned only when it beats
+its default. A log written before this rule, or for other default rules, gets its defaults
+measured on the next use.
 """
 from __future__ import annotations
 
@@ -55,10 +61,16 @@ def default_measurer(tgt: Target | None = None):
   return StaticMeasurer()
 
 
+DEFAULT = "default"   # the strategy name of a default schedule's record
+
+
 def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy: str | Strategy = "ansor",
                log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
-               time_budget_s: float | None = None, progress: bool = False) -> dict[str, str]:
-  """Tune ``tasks`` (the compiler's ``graph.tasks.Task`` objects) and return {workload key: best steps JSON}."""
+               time_budget_s: float | None = None, progress: bool = False,
+               defaults: dict[str, str] | None = None) -> dict[str, str]:
+  """Tune ``tasks`` (the compiler's ``graph.tasks.Task`` objects) and return {workload key: best steps JSON}
+  for the tasks whose best record beats their default schedule (``defaults``: key -> steps JSON;
+  without it every task's best record is returned)."""
   from minicomp.search.records import RecordLog, load_records
   from minicomp.search.task_scheduler import progress_printer, tune
   if trials < 0: raise TuneError(f"trials must be >= 0, got {trials}")
@@ -69,13 +81,21 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
   records = load_records(log_file, target=tkey) if log_file else []
   keys = {t.key for t in tasks}
   records = [r for r in records if r.workload_key in keys]
+  defaults = dict(defaults or {})
+  pool = None
+  if measurer is None and trials == 0 and defaults and any(r.strategy != DEFAULT for r in records):
+    own, (measurer, pool) = True, _apply_measurer(tgt, records)   # weigh old records against the defaults
   if measurer is not None: records = [r for r in records if r.is_estimate == measurer.is_estimate]
+  baseline = _default_records(records, defaults)
+  records = [r for r in records if r.strategy != DEFAULT]
   tt = [TuneTask(t.key, t.dag, tgt, t.weight, t.flops, t.kind, "+".join(t.ops)) for t in tasks]
   by_key = {t.key: t for t in tt}
   for r in records: by_key[r.workload_key].record(r.steps_json, r.cost_s if r.ok else None)
   if records: log.info("resumed %d records for %d tasks from %s", len(records), len({r.workload_key for r in records}), log_file)
   remaining = trials - len(records)
   try:
+    if measurer is not None and (records or remaining > 0):
+      baseline.update(_measure_defaults(tt, defaults, baseline, measurer, tkey, log_file, progress))
     if remaining > 0:
       strat = make_strategy(strategy, seed)
       if records and hasattr(strat, "resume"): strat.resume(tt)
@@ -88,4 +108,62 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
         if sink is not None: sink.close()
   finally:
     if own and hasattr(measurer, "close"): measurer.close()
-  return {t.key: t.best_steps for t in tt if t.best_steps is not None}
+    if pool is not None: pool.shutdown(wait=True)
+  out = {}
+  for t in tt:
+    if t.best_steps is None: continue
+    base = baseline.get(t.key)
+    if t.key in defaults and base is not None and base <= t.best_cost:
+      log.info("task %s: its default schedule (%.2f us) is at least as good as the best record (%.2f us): kept",
+               t.name or t.key, base * 1e6, t.best_cost * 1e6)
+      continue
+    out[t.key] = t.best_steps
+  return out
+
+
+def _apply_measurer(tgt: Target, records):
+  """(measurer, thread pool) to measure the default schedules against when a log is applied with
+  ``trials=0``: of the kind the log's records are (estimates, or GPU timings where such a GPU is
+  here), in a thread pool (no spawned processes for a plain compile). (None, None) when the
+  records' kind cannot be measured here: then the records apply as they are."""
+  import concurrent.futures as cf
+  from minicomp.codegen.driver import gpu_arch
+  from minicomp.search.measure import GPUMeasurer, StaticMeasurer
+  estimates = {r.is_estimate for r in records if r.strategy != DEFAULT}
+  pool = cf.ThreadPoolExecutor(1)
+  if estimates == {True}: return StaticMeasurer(executor=pool), pool
+  if estimates == {False} and gpu_arch() == tgt.arch: return GPUMeasurer(executor=pool), pool
+  pool.shutdown()
+  return None, None
+
+
+def _default_records(records, defaults: dict[str, str]) -> dict[str, float | None]:
+  """Cost of each task's current default schedule, from the log's default records (None: it failed)."""
+  from minicomp.search.records import canonical_steps
+  want = {k: canonical_steps(v) for k, v in defaults.items()}
+  return {r.workload_key: (r.cost_s if r.ok else None) for r in records
+          if r.strategy == DEFAULT and want.get(r.workload_key) == canonical_steps(r.steps_json)}
+
+
+def _measure_defaults(tasks, defaults: dict[str, str], known: dict, measurer, tkey: str, log_file: str | None,
+                      progress: bool) -> dict[str, float | None]:
+  """Measure the default schedules that have no record yet (one batch), log them, return their costs."""
+  import sys
+  from minicomp.search.measure import MeasureInput
+  from minicomp.search.records import Record, RecordLog
+  todo = [t for t in tasks if t.key in defaults and t.key not in known]
+  if not todo: return {}
+  if progress:
+    print(f"[minicomp tune] measuring the default schedules of {len(todo)} task(s) "
+          f"({'estimates' if measurer.is_estimate else 'GPU'})", file=sys.stderr, flush=True)
+  results = measurer.measure([MeasureInput(t.dag, defaults[t.key], t.target.device_name or t.target.arch,
+                                           key=t.key[:12]) for t in todo])
+  if log_file:
+    sink = RecordLog(log_file)
+    try:
+      sink.append([Record.from_measure(t.key, tkey, defaults[t.key], r, strategy=DEFAULT) for t, r in zip(todo, results)])
+    finally:
+      sink.close()
+  for t, r in zip(todo, results):
+    if not r.ok: log.info("task %s: its default schedule could not be measured (%s)", t.name or t.key, r)
+  return {t.key: (r.cost_s if r.ok else None) for t, r in zip(todo, results)}
