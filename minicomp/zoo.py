@@ -141,6 +141,62 @@ def decoder_block(s: int = 8, d: int = 32, heads: int = 4, ff: int = 64):
   return b.model({"x": _x(4, 1, s, d)}, [y], name="decoder_block"), {"x": _x(4, 1, s, d)}
 
 
+def _repeat_kv(b: _B, x: str, n_rep: int) -> str:
+  """Llama's ``repeat_kv`` as PyTorch's TorchScript exporter (opset 17) writes it: x (B, KVH, S, D) ->
+  (B, KVH * n_rep, S, D) through ``x[:, :, None].expand(B, KVH, n_rep, S, D).reshape(B, KVH * n_rep, S, D)``,
+  every size read back with Shape/Gather, and ``expand``'s -1 handling ``Where(Equal(size, -ones), ones, size)``
+  with ones from ConstantOfShape (ONNX's shape inference cannot see through those)."""
+  def c(arr): return b.op("Constant", [], value=numpy_helper.from_array(np.asarray(arr)))
+  shape = b.op("Shape", [x])
+  bs, kvh, s, d = (b.op("Gather", [shape, c(np.array(i, np.int64))], axis=0) for i in range(4))
+  ax0 = c(np.array([0], np.int64))
+  def unsq(t): return b.op("Unsqueeze", [t, ax0])
+  size = b.op("Concat", [unsq(bs), unsq(kvh), c(np.array([n_rep], np.int64)), unsq(s), unsq(d)], axis=0)
+  size = b.op("Reshape", [size, c(np.array([-1], np.int64))])
+  ones = b.op("ConstantOfShape", [c(np.array([5], np.int64))], value=numpy_helper.from_array(np.array([1], np.int64)))
+  neg = b.op("Mul", [ones, c(np.array(-1, np.int64))])
+  size = b.op("Where", [b.op("Equal", [size, neg]), ones, size])
+  y = b.op("Expand", [b.op("Unsqueeze", [x, c(np.array([2], np.int64))]), size])
+  heads = b.op("Mul", [kvh, c(np.array(n_rep, np.int64))])
+  return b.op("Reshape", [y, b.op("Concat", [unsq(bs), unsq(heads), unsq(s), unsq(d)], axis=0)])
+
+
+def repeat_kv(n: int = 1, kv_heads: int = 2, s: int = 8, hd: int = 8, n_rep: int = 2):
+  """The bare exported ``repeat_kv`` chain (see ``_repeat_kv``) on an input k of shape (n, kv_heads, s, hd)."""
+  b = _B(8)
+  y = _repeat_kv(b, "k", n_rep)
+  return b.model({"k": _x(8, n, kv_heads, s, hd)}, [y], name="repeat_kv"), {"k": _x(8, n, kv_heads, s, hd)}
+
+
+def llama_block(s: int = 8, heads: int = 4, kv_heads: int = 2, hd: int = 8, ff: int = 64):
+  """Llama-style decoder layer: RMSNorm, grouped-query causal attention (kv heads repeated by the
+  exported ``repeat_kv`` chain), residual, RMSNorm, SwiGLU MLP, residual. No rotary embedding."""
+  b = _B(9)
+  d = heads * hd
+  ones = b.const(np.ones((s, s), np.float32), "ones")
+  keep = b.op("Cast", [b.op("Trilu", [ones], upper=0)], to=TensorProto.BOOL)
+  mask = b.op("Where", [keep, b.const(np.array(0.0, np.float32), "zero"), b.const(np.array(-1e9, np.float32), "neg")])
+  def heads_of(t, h):   # (1, s, h * hd) -> (1, h, s, hd)
+    r = b.op("Reshape", [t, b.const(np.array([1, s, h, hd], np.int64), "shape")])
+    return b.op("Transpose", [r], perm=[0, 2, 1, 3])
+  x = _rmsnorm(b, "x", d)
+  q = heads_of(b.op("MatMul", [x, b.w(d, d)]), heads)
+  k = _repeat_kv(b, heads_of(b.op("MatMul", [x, b.w(d, kv_heads * hd)]), kv_heads), heads // kv_heads)
+  v = _repeat_kv(b, heads_of(b.op("MatMul", [x, b.w(d, kv_heads * hd)]), kv_heads), heads // kv_heads)
+  scores = b.op("Div", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])]),
+                        b.const(np.array(np.sqrt(hd), np.float32), "scale")])
+  p = b.op("Softmax", [b.op("Add", [scores, mask])], axis=-1)
+  o = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+  o = b.op("Reshape", [o, b.const(np.array([1, s, d], np.int64), "shape")])
+  h = b.op("Add", ["x", b.op("MatMul", [o, b.w(d, d)])])
+  u = _rmsnorm(b, h, d)
+  gate = b.op("MatMul", [u, b.w(d, ff)])
+  up = b.op("MatMul", [u, b.w(d, ff)])
+  act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
+  y = b.op("Add", [h, b.op("MatMul", [act, b.w(ff, d)])])
+  return b.model({"x": _x(9, 1, s, d)}, [y], name="llama_block"), {"x": _x(9, 1, s, d)}
+
+
 def generator(n: int = 1, z: int = 16, c: int = 8):
   """DCGAN-style stack: ConvTranspose 4x4 s1 (1x1 -> 4x4), BN, ReLU, ConvTranspose 4x4 s2 p1 (-> 8x8), Tanh."""
   b = _B(5)
@@ -180,4 +236,4 @@ def resnet18(n: int = 1, hw: int = 224, classes: int = 1000, width: int = 64):
 
 TEST_MODELS = {"residual_block": residual_block, "inverted_residual": inverted_residual,
                "transformer_encoder": transformer_encoder, "decoder_block": decoder_block, "generator": generator,
-               "conv3d_block": conv3d_block}
+               "conv3d_block": conv3d_block, "llama_block": llama_block}

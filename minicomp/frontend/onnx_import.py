@@ -3,8 +3,10 @@
 Steps: read; substitute user ``input_shapes``; ``onnx.checker``; refuse dynamic input dims;
 ``onnx.shape_inference``; collect initializers as constants; fold every node whose inputs are
 all constant (plus ``Shape`` / ``Size`` of statically shaped values) with ONNX's reference
-evaluator, which removes the Shape/Gather/Concat/Reshape chains exporters emit; finally check
-that every remaining node has a lowering, listing all unsupported nodes at once.
+evaluator, which removes the Shape/Gather/Concat/Reshape chains exporters emit; re-run shape
+inference on what is left while that gives shapes ONNX's data propagation could not (an
+``Expand`` whose shape came out of ``ConstantOfShape``/``Equal``/``Where``); finally check that
+every remaining node has a lowering, listing all unsupported nodes at once.
 """
 from __future__ import annotations
 
@@ -137,13 +139,9 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
     values[inp.name] = Value(inp.name, tuple(_dims(tt)), onnx_to_dtype(tt.elem_type, f"input {inp.name!r}"))
     inputs.append(inp.name)
 
-  for vi in list(m.graph.value_info) + list(m.graph.output):   # inferred shapes of intermediates (for Shape folding)
-    tt = vi.type.tensor_type
-    if vi.name in values or not tt.HasField("shape") or tt.elem_type not in DTYPE_TO_ONNX.values(): continue
-    dims = _dims(tt)
-    if all(isinstance(d, int) for d in dims): values[vi.name] = Value(vi.name, tuple(dims), onnx_to_dtype(tt.elem_type))
+  _take_shapes(m.graph, values)
 
-  nodes: list[Node] = []
+  kept: list[tuple[Node, onnx.NodeProto]] = []
   taken: set[str] = set()
   for k, n in enumerate(m.graph.node):
     name = n.name or f"{n.op_type}_{k}"
@@ -151,7 +149,9 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
     taken.add(name)
     node = Node(name, n.op_type, list(n.input), list(n.output), _attrs(n), n.domain)
     if _fold(node, values, opset): continue
-    nodes.append(node)
+    kept.append((node, n))
+  kept = _refold(m, kept, values, inputs, opset)
+  nodes = [node for node, _ in kept]
   outputs = [o.name for o in m.graph.output]
   g = Graph(nodes, values, inputs, outputs, opset, m.graph.name or "model")
   g.rebuild_nx()
@@ -159,6 +159,51 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
     from minicomp.graph.registry import check_supported
     check_supported(nodes, opset)
   return g
+
+
+def _take_shapes(graph: onnx.GraphProto, values: dict[str, Value]) -> int:
+  """Record the static shapes shape inference found for intermediates and outputs (for Shape
+  folding and for the placeholders of kernels); returns how many values were new."""
+  new = 0
+  for vi in list(graph.value_info) + list(graph.output):
+    tt = vi.type.tensor_type
+    if vi.name in values or not tt.HasField("shape") or tt.elem_type not in DTYPE_TO_ONNX.values(): continue
+    dims = _dims(tt)
+    if all(isinstance(d, int) for d in dims):
+      values[vi.name] = Value(vi.name, tuple(dims), onnx_to_dtype(tt.elem_type))
+      new += 1
+  return new
+
+
+_INLINE_CONST = 1 << 16   # constants up to this many elements go to re-inference as initializers (shape inputs are tiny)
+
+
+def _refold(m: onnx.ModelProto, kept: list[tuple[Node, onnx.NodeProto]], values: dict[str, Value],
+            inputs: list[str], opset: int) -> list[tuple[Node, onnx.NodeProto]]:
+  """Re-run shape inference on the nodes left after folding, with the folded values as constants,
+  then fold again, until every node output has a static shape or nothing changes.
+
+  ONNX's data propagation follows Shape/Gather/Concat/Unsqueeze but not ConstantOfShape, Equal or
+  Where, so the ``Expand(x, Where(Equal(shape, -ones), ones, shape))`` that PyTorch's exporter
+  writes for ``expand`` (Llama's repeat_kv) gets no output shape from the first inference, though
+  folding turns its shape input into a constant; a second inference sees that constant."""
+  while any(o and o not in values for node, _ in kept for o in node.outputs):
+    consumed = {i for node, _ in kept for i in node.inputs if i} | {o.name for o in m.graph.output}
+    consts = [values[i] for i in sorted(consumed) if i in values and values[i].is_const]
+    g = helper.make_graph(
+      [p for _, p in kept], m.graph.name or "model",
+      [i for i in m.graph.input if i.name in inputs] +
+      [helper.make_tensor_value_info(v.name, DTYPE_TO_ONNX[v.dtype], v.shape) for v in consts if v.const.size > _INLINE_CONST],
+      list(m.graph.output), [numpy_helper.from_array(v.const, v.name) for v in consts if v.const.size <= _INLINE_CONST])
+    r = helper.make_model(g, opset_imports=list(m.opset_import), functions=list(m.functions))
+    r.ir_version = m.ir_version
+    try:
+      r = shape_inference.infer_shapes(r, data_prop=True)
+    except Exception as e:
+      raise ModelError(f"ONNX shape inference (after constant folding) failed: {e}") from None
+    if not _take_shapes(r.graph, values): break
+    kept = [(node, p) for node, p in kept if not _fold(node, values, opset)]
+  return kept
 
 
 def _fold(node: Node, values: dict[str, Value], opset: int) -> bool:
