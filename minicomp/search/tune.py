@@ -11,8 +11,10 @@ resumed run only takes records of the kind its measurer produces.
 A tuned schedule never replaces a better one: the default schedule of each task (``defaults``,
 what ``compile`` builds without search) is measured once, logged as a record with strategy
 ``"default"`` (not counted as a trial), and a task's best record is returned only when it beats
-its default. A log written before this rule, or for other default rules, gets its defaults
-measured on the next use.
+its default (also when a log is applied with ``trials=0``). A log without default records
+(written before this rule, or for other default rules) gets them measured by its next tuning
+run; applied with ``trials=0`` before that, its best records apply as they are (nothing is
+measured without trials).
 """
 from __future__ import annotations
 
@@ -82,9 +84,6 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
   keys = {t.key for t in tasks}
   records = [r for r in records if r.workload_key in keys]
   defaults = dict(defaults or {})
-  pool = None
-  if measurer is None and trials == 0 and defaults and any(r.strategy != DEFAULT for r in records):
-    own, (measurer, pool) = True, _apply_measurer(tgt, records)   # weigh old records against the defaults
   if measurer is not None: records = [r for r in records if r.is_estimate == measurer.is_estimate]
   baseline = _default_records(records, defaults)
   records = [r for r in records if r.strategy != DEFAULT]
@@ -108,7 +107,6 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
         if sink is not None: sink.close()
   finally:
     if own and hasattr(measurer, "close"): measurer.close()
-    if pool is not None: pool.shutdown(wait=True)
   out = {}
   for t in tt:
     if t.best_steps is None: continue
@@ -119,22 +117,6 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
       continue
     out[t.key] = t.best_steps
   return out
-
-
-def _apply_measurer(tgt: Target, records):
-  """(measurer, thread pool) to measure the default schedules against when a log is applied with
-  ``trials=0``: of the kind the log's records are (estimates, or GPU timings where such a GPU is
-  here), in a thread pool (no spawned processes for a plain compile). (None, None) when the
-  records' kind cannot be measured here: then the records apply as they are."""
-  import concurrent.futures as cf
-  from minicomp.codegen.driver import gpu_arch
-  from minicomp.search.measure import GPUMeasurer, StaticMeasurer
-  estimates = {r.is_estimate for r in records if r.strategy != DEFAULT}
-  pool = cf.ThreadPoolExecutor(1)
-  if estimates == {True}: return StaticMeasurer(executor=pool), pool
-  if estimates == {False} and gpu_arch() == tgt.arch: return GPUMeasurer(executor=pool), pool
-  pool.shutdown()
-  return None, None
 
 
 def _default_records(records, defaults: dict[str, str]) -> dict[str, float | None]:
