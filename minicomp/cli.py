@@ -63,7 +63,7 @@ def cmd_tune(a) -> int:
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
                   trials=a.trials, strategy=a.strategy, log_file=a.log, seed=a.seed,
                   measures_per_round=a.per_round, time_budget_s=a.time_budget)
-  print(cm.estimate())
+  print(cm.estimate(progress=not a.quiet))
   if a.output:
     print(f"saved to {cm.save(a.output)}")
   return 0
@@ -119,7 +119,7 @@ def cmd_bench(a) -> int:
   except NoGPUError as e:
     print(f"minicomp: no GPU to measure on ({e})", file=sys.stderr)
     print("Static-model ESTIMATE instead (no GPU measurement):")
-    print(cm.estimate())
+    print(cm.estimate(progress=True))
   return 0
 
 
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
   pc.add_argument("--target", default="sm_86", help="CUDA architecture, e.g. sm_80, sm_86, sm_90 (default sm_86)")
   pc.add_argument("-o", "--output", required=True, help="folder to write the compiled model to")
   pc.add_argument("--input-shape", action="append", help=shape_help)
-  pc.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+  pc.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
   pc.set_defaults(fn=cmd_compile)
 
   pt = sub.add_parser("tune", help="search schedules for a model's kernels and log every measurement",
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
   pt.add_argument("--time-budget", type=float, default=None, help="stop searching after this many seconds")
   pt.add_argument("-o", "--output", help="also save the compiled model to this folder")
   pt.add_argument("--input-shape", action="append", help=shape_help)
-  pt.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+  pt.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
   pt.set_defaults(fn=cmd_tune)
 
   pp = sub.add_parser("report", help="per-task best latencies of a tuning log, and its tuning curve as a PNG",

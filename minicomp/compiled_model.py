@@ -250,18 +250,23 @@ class CompiledModel:
             f"({self.unplanned_bytes / 1e6:.2f} MB without reuse)")
     return head + "\n" + "\n".join(lines)
 
-  def estimate(self, device: str | Target | None = None) -> "ModelEstimate":
+  def estimate(self, device: str | Target | None = None, progress: bool = False) -> "ModelEstimate":
     """End-to-end latency ESTIMATE of one run from the static model (no GPU): the sum over the
     kernel calls of each call's estimated latency, with the per-call estimates (``.calls``).
-    ``device``: a named device or an arch (default: the compile target's device)."""
+    ``device``: a named device or an arch (default: the compile target's device). ``progress``:
+    a bar over the distinct kernels on stderr."""
+    from minicomp.progress import bar
     from minicomp.search.static.estimate import estimate
     tgt = as_target(device) if device is not None else self.target
     per_kernel = {}
-    calls = []
-    for c in self.calls:
-      if c.kernel not in per_kernel: per_kernel[c.kernel] = estimate(self.kernels[c.kernel], tgt)
-      calls.append((c, per_kernel[c.kernel]))
-    return ModelEstimate(tgt.device.name, calls)
+    with bar(len({c.kernel for c in self.calls}), f"[minicomp] estimate on {tgt.device.name}", progress,
+             unit="kernel") as shown:
+      for c in self.calls:
+        if c.kernel not in per_kernel:
+          shown.set_postfix_str("+".join(c.ops)[:40], refresh=False)
+          per_kernel[c.kernel] = estimate(self.kernels[c.kernel], tgt)
+          shown.update()
+    return ModelEstimate(tgt.device.name, [(c, per_kernel[c.kernel]) for c in self.calls])
 
   def __repr__(self) -> str:
     return f"CompiledModel({self.name}, {len(self.calls)} kernel calls, target={self.target.arch})"

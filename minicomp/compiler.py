@@ -7,9 +7,8 @@ in here) -> lower, emit CUDA C, NVRTC -> CompiledModel with its launch order and
 from __future__ import annotations
 
 import logging
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +24,8 @@ from minicomp.graph.subgraph import nodes_to_te
 from minicomp.graph.tasks import Task, task_kind, workload_key
 from minicomp.ir.dag import ComputeDAG
 from minicomp.ir.te import Tensor
+from minicomp.progress import bar
+from minicomp.progress import say as progress_say
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
@@ -40,14 +41,6 @@ class CompileStats:
   nvrtc: float = 0.0
   tasks: int = 0
   calls: int = 0
-
-
-def _progress(enabled: bool) -> Callable[[str], None]:
-  if not enabled: return lambda msg: None
-
-  def say(msg: str) -> None:
-    print(f"[minicomp] {msg}", file=sys.stderr, flush=True)
-  return say
 
 
 def _build_default(task: Task, tgt: Target, name: str) -> tuple[Kernel, str]:
@@ -79,11 +72,11 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   without a valid record keep the default schedule, and so do tasks whose default schedule
   measures at least as fast as their best record (it is measured once and logged as a record
   with strategy "default"). ``measurer`` defaults to the static model (every cost an
-  estimate) when no GPU of the target's arch is present. ``progress=True`` prints one line per
-  phase, per tuning round and per compiled task to stderr.
+  estimate) when no GPU of the target's arch is present. ``progress=True`` shows progress on
+  stderr: a line per phase, and bars over the kernels built and the tuning trials.
   """
   tgt = as_target(target)
-  say = _progress(progress)
+  say = lambda msg: progress_say(msg, progress)
   stats = CompileStats()
   t0 = time.perf_counter()
   g = fold_batchnorm(load_onnx(model, input_shapes))
@@ -137,31 +130,36 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
     stats.nvrtc += kern.timings["nvrtc_s"]
 
   defaults: dict[str, tuple[Kernel, str]] = {}   # key -> (default kernel, its steps JSON)
-  for k, (key, task) in enumerate(tasks.items()):
-    t0 = time.perf_counter()
-    defaults[key] = _build_default(task, tgt, f"task{k}")
-    account(defaults[key][0], time.perf_counter() - t0)
+  with bar(len(tasks), "[minicomp] default kernels", progress, unit="task") as shown:
+    for k, (key, task) in enumerate(tasks.items()):
+      shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
+      t0 = time.perf_counter()
+      defaults[key] = _build_default(task, tgt, f"task{k}")
+      account(defaults[key][0], time.perf_counter() - t0)
+      shown.update()
   tuned: dict[str, str] = {}
   if trials or log_file:
     from minicomp.search.tune import tune_tasks
     tuned = tune_tasks(list(tasks.values()), tgt, trials=trials, strategy=strategy, log_file=log_file, seed=seed,
                        measurer=measurer, measures_per_round=measures_per_round, time_budget_s=time_budget_s,
                        progress=progress, defaults={key: d[1] for key, d in defaults.items()})
-  for k, (key, task) in enumerate(tasks.items()):
-    t0 = time.perf_counter()
-    kern = defaults[key][0]
-    if key in tuned:
-      from minicomp.ir.schedule import Schedule
-      try:
-        kern = build(Schedule.from_json(task.dag, tuned[key]), tgt, name=f"task{k}")
-        account(kern, time.perf_counter() - t0)
-      except (ScheduleError, LoweringError, CompileError) as e:
-        log.warning("task %s: its best record no longer builds (%s); using the default schedule", key, e)
-        tuned.pop(key)
-    kernel_of[key] = len(kernels)
-    kernels.append(kern)
-    say(f"[{k + 1}/{len(tasks)}] task {key} ({'+'.join(task.ops)}, x{task.weight}): "
-        f"{len(kern.launches)} launch(es), {'tuned' if key in tuned else 'default'} schedule")
+  with bar(len(tuned), "[minicomp] tuned kernels", progress and bool(tuned), unit="task") as shown:
+    for k, (key, task) in enumerate(tasks.items()):
+      t0 = time.perf_counter()
+      kern = defaults[key][0]
+      if key in tuned:
+        from minicomp.ir.schedule import Schedule
+        try:
+          kern = build(Schedule.from_json(task.dag, tuned[key]), tgt, name=f"task{k}")
+          account(kern, time.perf_counter() - t0)
+        except (ScheduleError, LoweringError, CompileError) as e:
+          log.warning("task %s: its best record no longer builds (%s); using the default schedule", key, e)
+          tuned.pop(key)
+        shown.update()
+      kernel_of[key] = len(kernels)
+      kernels.append(kern)
+  say(f"{len(tasks)} kernels: {len(tuned)} tuned, {len(tasks) - len(tuned)} default schedules "
+      f"({stats.build + stats.nvrtc:.2f} s building, NVRTC {stats.nvrtc:.2f} s of it)")
   for call, key in plans: call.kernel = kernel_of[key]
   inputs = [IOSpec(n, tuple(g.values[n].shape), g.values[n].dtype) for n in g.inputs]
   for o in g.outputs:   # outputs that are folded constants

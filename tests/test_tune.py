@@ -177,7 +177,7 @@ def test_cli_tune_then_report(tmp_path):
   r = run("tune", mp, "--trials", 8, "--log", log, "--strategy", "random", "--per-round", 4)
   assert r.returncode == 0, r.stderr
   assert "estimated latency on rtx3090 (static model, no GPU measurement)" in r.stdout
-  assert "[minicomp tune] round" in r.stderr and "(estimate)" in r.stderr
+  assert "[minicomp] tuning" in r.stderr and "8/8" in r.stderr and "end-to-end" in r.stderr and "(estimate)" in r.stderr
   r = run("report", log, "--png", png)
   assert r.returncode == 0, r.stderr
   assert "8 records, 2 tasks (+ 2 default-schedule records)" in r.stdout and "ESTIMATE" in r.stdout

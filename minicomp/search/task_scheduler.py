@@ -24,7 +24,6 @@ budget, the time budget, or when every task is dead.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ class RoundInfo:
   failed: int
   trials_used: int
   elapsed_s: float
-  objective_s: float                 # sum over tasks of weight x best latency (inf until every task has one)
+  objective_s: float                 # sum over tasks of weight x min(best, default) (inf until every task has one)
   is_estimate: bool
 
 
@@ -65,7 +64,8 @@ class TuneResult:
 
 
 def objective(tasks: Sequence[TuneTask]) -> float:
-  return sum(t.weight * t.best_cost for t in tasks)
+  """The end-to-end latency the tasks would give now: each task's best trial or its default, whichever is faster."""
+  return sum(t.weight * min(t.best_cost, t.default_cost) for t in tasks)
 
 
 def _group(t: TuneTask) -> tuple[str, int]:
@@ -103,7 +103,7 @@ def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy],
 
   ``log`` is a :class:`~minicomp.search.records.RecordLog` (or None): every measured
   candidate is appended before the strategy sees it. ``on_round`` is called after each round
-  (``progress_printer()`` prints one line per round)."""
+  (:class:`TuneProgress` draws a progress bar)."""
   from minicomp.search.records import Record
   rng = np.random.default_rng(seed)
   t0 = time.perf_counter()
@@ -146,18 +146,23 @@ def _target_key(task: TuneTask) -> str:
   return task.target.device_name or task.target.arch
 
 
-def progress_printer(total_trials: int, stream=None) -> Callable[[RoundInfo], None]:
-  """A callback printing one line per round: round, task, trials used / total, the task's best and the
-  end-to-end objective (labelled an estimate when the measurer is the static model)."""
-  stream = stream or sys.stderr
+class TuneProgress:
+  """The ``on_round`` callback behind ``progress=True``: a bar over the trial budget (count, rate,
+  time left) whose text shows the round, the task just tuned and its best, and the end-to-end
+  objective, each labelled an estimate when the measurer is the static model. ``close()`` when done."""
 
-  def show(info: RoundInfo) -> None:
+  def __init__(self, total_trials: int, done: int = 0, enabled: bool = True):
+    from minicomp.progress import bar
+    self.bar = bar(total_trials, "[minicomp] tuning", enabled, unit="trial", initial=min(done, total_trials))
+    self._last = done
+
+  def __call__(self, info: RoundInfo) -> None:
     est = " (estimate)" if info.is_estimate else ""
-    best = info.task.best_cost
     obj = info.objective_s
-    print(f"[minicomp tune] round {info.round:3d}  task {info.task.name or info.task.key[:12]:<24s} "
-          f"trials {info.trials_used}/{total_trials}  measured {info.measured} ({info.failed} failed)  "
-          f"task best {best * 1e6:.2f} us{est}  end-to-end "
-          f"{'n/a' if not math.isfinite(obj) else f'{obj * 1e6:.2f} us'}{est}  {info.elapsed_s:.0f} s",
-          file=stream, flush=True)
-  return show
+    self.bar.set_postfix_str(f"round {info.round}, {info.task.name or info.task.key[:12]} best "
+                             f"{info.task.best_cost * 1e6:.2f} us{est}, end-to-end "
+                             f"{'n/a' if not math.isfinite(obj) else f'{obj * 1e6:.2f} us'}{est}, "
+                             f"{info.failed} failed", refresh=False)
+    self.bar.update(info.measured)
+
+  def close(self) -> None: self.bar.close()

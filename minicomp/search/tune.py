@@ -74,7 +74,7 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
   for the tasks whose best record beats their default schedule (``defaults``: key -> steps JSON;
   without it every task's best record is returned)."""
   from minicomp.search.records import RecordLog, load_records
-  from minicomp.search.task_scheduler import progress_printer, tune
+  from minicomp.search.task_scheduler import TuneProgress, tune
   if trials < 0: raise TuneError(f"trials must be >= 0, got {trials}")
   tgt = as_target(target)
   tkey = target_key(tgt)
@@ -95,15 +95,19 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
   try:
     if measurer is not None and (records or remaining > 0):
       baseline.update(_measure_defaults(tt, defaults, baseline, measurer, tkey, log_file, progress))
+    for t in tt:
+      if baseline.get(t.key) is not None: t.default_cost = baseline[t.key]
     if remaining > 0:
       strat = make_strategy(strategy, seed)
       if records and hasattr(strat, "resume"): strat.resume(tt)
       sink = RecordLog(log_file) if log_file else None
+      shown = TuneProgress(trials, len(records), enabled=progress)
       try:
         tune(tt, strat, measurer, remaining, seed=seed, measures_per_round=measures_per_round,
              time_budget_s=time_budget_s, log=sink, strategy_name=getattr(strat, "name", str(strategy)),
-             on_round=progress_printer(trials) if progress else None)
+             on_round=shown)
       finally:
+        shown.close()
         if sink is not None: sink.close()
   finally:
     if own and hasattr(measurer, "close"): measurer.close()
@@ -130,14 +134,13 @@ def _default_records(records, defaults: dict[str, str]) -> dict[str, float | Non
 def _measure_defaults(tasks, defaults: dict[str, str], known: dict, measurer, tkey: str, log_file: str | None,
                       progress: bool) -> dict[str, float | None]:
   """Measure the default schedules that have no record yet (one batch), log them, return their costs."""
-  import sys
+  from minicomp.progress import say
   from minicomp.search.measure import MeasureInput
   from minicomp.search.records import Record, RecordLog
   todo = [t for t in tasks if t.key in defaults and t.key not in known]
   if not todo: return {}
-  if progress:
-    print(f"[minicomp tune] measuring the default schedules of {len(todo)} task(s) "
-          f"({'estimates' if measurer.is_estimate else 'GPU'})", file=sys.stderr, flush=True)
+  say(f"tuning: measuring the default schedules of {len(todo)} task(s) "
+      f"({'static-model estimates' if measurer.is_estimate else 'on the GPU'})", progress)
   results = measurer.measure([MeasureInput(t.dag, defaults[t.key], t.target.device_name or t.target.arch,
                                            key=t.key[:12]) for t in todo])
   if log_file:

@@ -35,6 +35,7 @@ class TuneTask:
   history: list[tuple[str, float | None]] = field(default_factory=list)
   best_cost: float = math.inf
   best_steps: str | None = None
+  default_cost: float = math.inf          # the task's default schedule (not a trial): what tuning must beat
   _sketches: list[Sketch] | None = None
 
   @property
