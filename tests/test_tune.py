@@ -202,3 +202,16 @@ def test_report_text_and_curve(tmp_path):
   assert pts[-1][2] == pytest.approx(sum(best.values()))
   text = text_report(path)
   assert "8 records, 2 tasks (+ 2 default-schedule records)" in text and "kept (us)" in text
+
+
+def test_progress_is_shown_when_asked_and_quiet_otherwise(capsys):
+  m, _ = zoo.residual_block()
+  cm = mc.compile(m, "sm_86")
+  cm.estimate()
+  assert capsys.readouterr().err == ""
+  cm = mc.compile(m, "sm_86", progress=True, trials=4, measurer=HashMeasurer(), measures_per_round=2, strategy="random")
+  cm.estimate(progress=True)
+  err = capsys.readouterr().err
+  for shown in ("[minicomp] imported", "[minicomp] default kernels", "2/2", "[minicomp] tuning", "4/4",
+                "end-to-end", "[minicomp] estimate on rtx3090"):
+    assert shown in err, shown
