@@ -386,3 +386,23 @@ def test_symbolic_kernel_is_refused():
     analyze_kernel(s.lower().kernels[0])
   dm = analyze_kernel(s.substitute({"f": 4}).lower().kernels[0])
   assert dm.buffer("A").unique == 16 * 8
+
+
+@pytest.mark.parametrize("name", ["mm_tiled_bias", "conv_shared", "depthwise", "elementwise"])
+def test_sampled_counts_stay_near_exact(name, monkeypatch):
+  """Sets too large for isl's budgets and for enumeration get a sampled count (bounded time): it
+  lies within its stated bounds and near the exact count (thinning a kept block / thread index
+  partitions the count; a halo between thinned values overestimates, within the buffer size)."""
+  import minicomp.search.static.footprint as F
+  k = PROGRAMS[name]().lower().kernels[0]
+  exact = analyze_kernel(k)
+  monkeypatch.setattr(F, "ENUM_CHEAP", 0)
+  monkeypatch.setattr(F, "ENUM_HARD_LIMIT", 0)
+  monkeypatch.setattr(F, "ISL_BUDGETS", (1, 1))
+  monkeypatch.setattr(F, "SAMPLE_LIMIT", 16)
+  dm = analyze_kernel(k)
+  assert dict(dm.counts)["sampled"] > 0 and not dm.exact
+  for e, b in zip(exact.buffers, dm.buffers):
+    for f in ("unique_read", "unique_write", "unique", "per_block", "per_thread"):
+      got, want = getattr(b, f), getattr(e, f)
+      assert want <= got <= max(2 * want, b.size), (b.name, f, got, want)

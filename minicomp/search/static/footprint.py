@@ -55,6 +55,7 @@ ENUM_LIMIT = 1 << 20      # instances enumerated in one go (sampled sums)
 ENUM_HARD_LIMIT = 1 << 25  # instances the numpy fallback enumerates at most (in chunks)
 ENUM_CHUNK = 1 << 20
 ENUM_PREFERRED = 1 << 22   # past the first isl budget, sets this small are enumerated rather than retried
+SAMPLE_LIMIT = 1 << 22     # instances a sampled count enumerates (sets too large for isl and for ENUM_HARD_LIMIT)
 SUM_CLASSES_LIMIT = 256   # classes of equal per-block / per-thread counts counted one by one at most
 SUM_ENUM_LIMIT = 1 << 18  # instances a per-block / per-thread sum enumerates before it samples
 DTYPE_BYTES = {"float16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
@@ -156,7 +157,7 @@ class DataMovement:
   sectors_per_request: float
   bank_conflict: float
   exact: bool
-  counts: tuple[tuple[str, int], ...] = ()   # how the distinct counts were taken: isl / enumerated / unbudgeted
+  counts: tuple[tuple[str, int], ...] = ()   # how the distinct counts were taken: isl / enumerated / sampled
 
   def buffer(self, name: str) -> BufferTraffic:
     for b in self.buffers:
@@ -180,13 +181,14 @@ class _Counter:
   lattices (fused loops split again by threads) take it seconds to minutes. Larger sets go to
   isl: its count within a small operation budget; for a single injective access, the count of
   its (factored) instance domain; the count within a larger budget; then enumeration when
-  there are at most :data:`ENUM_HARD_LIMIT` instances (in chunks), and isl without a budget
-  otherwise (never seen in the tests; possibly slow).
+  there are at most :data:`ENUM_HARD_LIMIT` instances (in chunks); otherwise a sampled count
+  (:func:`_sampled`), so that every count finishes in bounded time. (isl without a budget, the
+  last resort before, ran for more than 30 minutes on a stride-2 3x3 convolution's input.)
   """
 
   def __init__(self, kernel: Kernel):
     self.kernel = kernel
-    self.stats = {"isl": 0, "enumerated": 0, "unbudgeted": 0}
+    self.stats = {"isl": 0, "enumerated": 0, "sampled": 0}
     self.memo: dict[tuple, int] = {}
 
   def __call__(self, ms, keep: int = 0, fixed: tuple[int, ...] = (), at: tuple[tuple[int, int], ...] = ()) -> int:
@@ -231,8 +233,32 @@ class _Counter:
     if n <= ENUM_HARD_LIMIT:
       self.stats["enumerated"] += 1
       return _enumerate(fixes, keep)
-    self.stats["unbudgeted"] += 1     # a huge set isl finds hard: rare, and possibly slow
-    return count()
+    self.stats["sampled"] += 1        # a huge set isl finds hard: estimated, within stated bounds
+    return _sampled(fixes, keep, n, self.kernel)[0]
+
+
+def _sampled(fixes, keep: int, n: int, kernel: Kernel, limit: int = SAMPLE_LIMIT) -> tuple[int, int, int]:
+  """(estimate, lower bound, upper bound) of the distinct count of :class:`_Counter`, from at most
+  about ``limit`` instances: the hardware index with the most values is restricted to evenly
+  spaced values (the first and the last among them), the distinct elements found there are
+  counted exactly and scaled by the fraction of its values taken.
+
+  Kept indices (``p < keep``) partition the count, so when the blocks or threads alike touch
+  alike many elements the scaling is exact; for an index that is not kept, overlap between its
+  values (a convolution's halo) makes the scaled count an overestimate. The estimate is clipped
+  to [distinct found, min(instances, buffer elements x kept combinations)], the bounds returned."""
+  ms = [m for m, _ in fixes]
+  cands = [p for p in range(N_HW) if all(p not in f for _, f in fixes) and len(_kept_span(ms, p)) > 1
+           and any(p in _relevant(m, keep) for m in ms)]
+  kept = math.prod(len(_kept_span(ms, q)) for q in range(keep))
+  upper = min(n, sum(int(m.access.buffer.size.arg) if m.access.buffer.size.is_const else n for m in ms) * kept)
+  if not cands: return min(upper, _enumerate(fixes, keep)), 0, upper
+  p = max(cands, key=lambda q: len(_kept_span(ms, q)))
+  span = _kept_span(ms, p)
+  k = max(2, min(len(span), len(span) * limit // max(n, 1)))
+  vals = sorted({span[round(i * (len(span) - 1) / (k - 1))] for i in range(k)})
+  found = _rows(fixes, keep, {p: vals}).shape[1]
+  return max(found, min(upper, round(found * len(span) / len(vals)))), found, upper
 
 
 def _shape(m: AccessMap) -> tuple:
@@ -491,7 +517,7 @@ def analyze_kernel(kernel_ir: Kernel, l1_bytes: int = 128 * 1024, l2_bytes: int 
     sum(p.requests * p.sectors_per_request for p in gp if p.kind == "read"),
     sum(p.requests * p.sectors_per_request for p in gp if p.kind == "write"),
     wavg(gp, lambda p: p.efficiency), wavg(gp, lambda p: p.sectors_per_request), wavg(sp, lambda p: p.bank_conflict),
-    all(m.exact for m in maps), tuple(count.stats.items()))
+    all(m.exact for m in maps) and not count.stats["sampled"], tuple(count.stats.items()))
 
 
 def _block_levels(count: _Counter, maps, loops: list[LoopNode], glob, nbytes, cache: int):
