@@ -22,7 +22,7 @@ from provenance import header_lines  # noqa: E402
 MODELS = {
   "residual_block": lambda: zoo.residual_block(c=64, hw=56),
   "transformer_encoder": lambda: zoo.transformer_encoder(s=128, d=256, heads=4, ff=1024),
-  "resnet18": lambda: (zoo.resnet18(hw=224), None),
+  "resnet18": lambda: zoo.resnet18(hw=224),
 }
 
 
