@@ -21,10 +21,12 @@ class Workload:
   outputs: list[mc.Tensor]
   reference: Callable[..., np.ndarray]
   stages: dict[str, mc.Tensor] = field(default_factory=dict)
+  index_high: int = 1            # integer inputs (gather indices) are drawn from [0, index_high)
 
   def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(t.shape).astype(np.float32) for t in self.inputs]
+    return [rng.integers(0, self.index_high, t.shape).astype(t.dtype) if t.dtype.startswith("int")
+            else rng.standard_normal(t.shape).astype(np.float32) for t in self.inputs]
 
 
 def matmul(M: int, N: int, K: int, bias_relu: bool = False) -> Workload:
@@ -47,6 +49,27 @@ def batch_matmul(Bt: int, M: int, N: int, K: int) -> Workload:
   k = mc.reduce_axis(K, name="k")
   C = mc.compute((Bt, M, N), lambda b, i, j: mc.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
   return Workload(f"batch_matmul_{Bt}x{M}x{N}x{K}", [A, B], [C], lambda a, b: np.matmul(a, b), {"C": C})
+
+
+def embedding(T: int, V: int, D: int, N: int = 0) -> Workload:
+  """Rows of a (V, D) table at T int64 token ids (a gather: the index reads a tensor), wrapped and
+  clamped into [0, V) as the ONNX Gather does; with ``N`` > 0 projected, Y = E @ W + b (N columns)."""
+  Tab = mc.placeholder((V, D), "float32", name="table")
+  ids = mc.placeholder((T,), "int64", name="ids")
+
+  def row(t):
+    i = mc.cast(ids[t], "int32")
+    return mc.min(mc.max(mc.select(i < 0, i + V, i), 0), V - 1)
+  E = mc.compute((T, D), lambda t, d: Tab[row(t), d], name="embed")
+  take = lambda x, tab: tab[np.clip(np.where(x < 0, x + V, x), 0, V - 1)]
+  if N <= 0: return Workload(f"embedding_{T}x{V}x{D}", [ids, Tab], [E], take, {"embed": E}, index_high=V)
+  W = mc.placeholder((D, N), "float32", name="W")
+  b = mc.placeholder((N,), "float32", name="b")
+  k = mc.reduce_axis(D, name="k")
+  C = mc.compute((T, N), lambda t, j: mc.sum(E[t, k] * W[k, j], axis=k), name="C")
+  Y = mc.compute((T, N), lambda t, j: C[t, j] + b[j], name="Y")
+  return Workload(f"embedding_matmul_{T}x{V}x{D}x{N}", [ids, Tab, W, b], [Y],
+                  lambda x, tab, w, bb: take(x, tab) @ w + bb, {"embed": E, "C": C, "Y": Y}, index_high=V)
 
 
 def pad2d(X: mc.Tensor, pad: int, name: str = "pad") -> mc.Tensor:

@@ -25,6 +25,9 @@ CASES = {
   "depthwise": (lambda: W.depthwise_conv2d(1, 16, 8, 8, 3, 1, 1), 80),
   "softmax": (lambda: W.softmax(8, 96), 60),
   "layernorm": (lambda: W.layernorm(8, 96), 60),
+  # gathers: the table index reads `ids` (features read a loaded index as its position)
+  "embedding": (lambda: W.embedding(14, 100, 32), 20),
+  "embedding_matmul": (lambda: W.embedding(30, 50, 24, 20), 80),
 }
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minicomp.ir.evaluate import _intrinsics, _table, evaluate
-from minicomp.ir.expr import Expr, const, free_vars, substitute, var, walk
+from minicomp.ir.expr import Expr, cast, const, free_vars, map_loads, substitute, var, walk
 from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, Kernel, Program, Seq, Store
 from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES, Op
 from minicomp.ir.simplify import simplify
@@ -170,6 +170,18 @@ def _conjuncts(c: Expr) -> list[Expr]:
   return _conjuncts(c.src[0]) + _conjuncts(c.src[1]) if c.op is Op.AND else [c]
 
 
+def _positions(e: Expr) -> Expr:
+  """``e`` with every loaded value replaced by the position it is loaded from (``idx[k]`` -> ``k``).
+
+  A gather's index reads a tensor (``table[idx[i] * 32 + c]``); its steps and regions depend on data
+  the program does not hold, and ``evaluate`` cannot read it. Features read every index tensor as if
+  it held its own positions (distinct, in order: each token its own row), a fixed rule that keeps
+  every index question a function of the loop variables, so concrete and symbolic programs give the
+  same numbers. The static model instead lets a gather cover its whole buffer (an upper bound)."""
+  if not any(n.op is Op.LOAD for n in walk(e)): return e
+  return map_loads(e, lambda n: cast(n.src[0], n.dtype))
+
+
 def _thread_ranges(k: Kernel) -> dict[str, Expr]:
   """Extent of each bound loop variable: the launch dimension, or X where a guard ``tag < X`` runs
   the stores that use the variable on fewer threads. Threads past a stage's own extent may still run
@@ -187,8 +199,9 @@ def _thread_ranges(k: Kernel) -> dict[str, Expr]:
       used = free_vars(st.index) | free_vars(st.value)
       for g in conds:
         if g.op is Op.LT and g.src[0].op is Op.VAR:
+          x = _positions(g.src[1])
           for c in used:
-            if tag_of.get(c) == g.src[0].arg: out[c] = g.src[1] if c not in out else imin(out[c], g.src[1])
+            if tag_of.get(c) == g.src[0].arg: out[c] = x if c not in out else imin(out[c], x)
   go(k.body, [])
   return out
 
@@ -300,11 +313,11 @@ def _sites(k: Kernel) -> list[_Site]:
           ext[t] = _narrow(ext[t], g, t, loop_vars)
     fake = [_Loop(("launch", t), t, ext[t], "launch") for t in tags]
     s = _Site(k, fake + loops, buf, value)
-    s.acc[buf.name] = (buf, "W", [substitute(index, rename)])
-    for n in walk(value):
+    s.acc[buf.name] = (buf, "W", [_positions(substitute(index, rename))])
+    for n in walk(value):   # the index tensors of a gather are read accesses too (walk yields inner LOADs)
       if n.op is Op.LOAD:
         b, kind, idx = s.acc.get(n.arg.name, (n.arg, "R", []))
-        s.acc[n.arg.name] = (b, "RW" if kind != "R" else "R", idx + [substitute(n.src[0], rename)])
+        s.acc[n.arg.name] = (b, "RW" if kind != "R" else "R", idx + [_positions(substitute(n.src[0], rename))])
     out.append(s)
 
   def go(st, loops, conds):
@@ -312,7 +325,7 @@ def _sites(k: Kernel) -> list[_Site]:
       go(st.body, loops + [_Loop(id(st), st.var, st.extent, "serial" if st.pragma_unroll else st.kind)], conds)
     elif isinstance(st, Seq):
       for x in st.stmts: go(x, loops, conds)
-    elif isinstance(st, If): go(st.then, loops, conds + [substitute(st.cond, rename)])
+    elif isinstance(st, If): go(st.then, loops, conds + [_positions(substitute(st.cond, rename))])
     elif isinstance(st, Store): site(loops, conds, st.buffer, st.index, st.value)
     elif isinstance(st, CrossThreadReduce):
       # every thread of the reduction combines once (the shuffle / tree steps), then the total is stored

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from minicomp.codegen.verify import DTYPE_BYTES
+from minicomp.errors import ExprError
 from minicomp.ir.evaluate import _intrinsics, _table
 from minicomp.ir.expr import Expr, const, walk
 from minicomp.ir.ops import Op
@@ -46,6 +47,9 @@ class FormulaEval:
       if op is Op.CONST: r = n.arg
       elif op is Op.VAR: r = env[n.arg]
       elif op is Op.CALL: r = self.intr[n.arg](*[memo[id(s)] for s in n.src])
+      elif op in (Op.LOAD, Op.REDUCE):   # the extractor reads a gather's loaded index by its position
+        raise ExprError(f"a feature formula reads a tensor ({str(n)[:200]}); features.extract_program_exprs should have "
+                        "replaced every loaded value by its position (features._positions)")
       elif op is Op.CAST:
         v = np.asarray(memo[id(n.src[0])])
         r = np.trunc(v).astype(np.int64) if n.dtype.startswith("int") and v.dtype.kind == "f" else v.astype(
