@@ -152,7 +152,10 @@ def test_compile_tunes_with_gpu_measurements(fake_gpu, tmp_path):
   log = tmp_path / "gpu.jsonl"
   cm = mc.compile(model, target="sm_86", trials=4, log_file=str(log), measures_per_round=2, strategy="random")
   recs = load_records(log)
-  assert len(recs) == 4 and all(not r.is_estimate for r in recs)
+  assert all(not r.is_estimate for r in recs)
+  assert len([r for r in recs if r.strategy == "default"]) == 2          # each task's default, measured once
+  recs = [r for r in recs if r.strategy != "default"]
+  assert len(recs) == 4
   assert not [r for r in recs if r.error == ErrorKind.INTERNAL.value], [r.message for r in recs]
   assert sum(r.ok for r in recs) >= 2
   for g, w in zip(cm.run(feeds), run_ort(model, feeds)):
