@@ -14,11 +14,19 @@ the sketch marks gets ``auto_unroll_max_step`` from Ansor's GPU list {0, 16, 64,
 So nothing invalid is ever measured (Ansor's users lost whole runs to invalid GPU samples,
 REFERENCE.md 6.2). A sketch that yields no valid draw in ``max_tries`` raises
 :class:`AnnotationError` instead of looping forever (REFERENCE.md 6.3).
+
+Every loop here is bounded by time as well as by tries (``SAMPLE_TIME_S`` per ``sample``,
+``POPULATION_TIME_S`` per ``sample_population``): a draw that passes the value checks is lowered
+(20-200 ms), so a sketch whose draws all fail after lowering would otherwise cost ``max_tries``
+lowerings per ``sample`` and ``4n`` times that per ``sample_population``. On time out ``sample``
+raises :class:`AnnotationError` and ``sample_population`` returns what it found (possibly
+nothing: the task scheduler then retires the task).
 """
 from __future__ import annotations
 
 import functools
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +38,8 @@ from minicomp.target import Target, as_target
 
 UNROLL_CHOICES = (0, 16, 64, 512, 1024)      # Ansor's GPU auto_unroll_max_step candidates
 MAX_TRIES = 200
+SAMPLE_TIME_S = 10.0        # wall-clock bound of one sample call (module docstring)
+POPULATION_TIME_S = 60.0    # ... of one sample_population call, and of lowering a round's chosen programs
 
 
 class AnnotationError(MinicompError):
@@ -132,30 +142,40 @@ def draw_unroll(sketch: Sketch, rng: np.random.Generator) -> dict:
 
 
 def sample(sketch: Sketch, rng: np.random.Generator, target: Target | str = "sm_86", sketch_index: int = 0,
-           max_tries: int = MAX_TRIES) -> Candidate:
-  """One valid concrete schedule from ``sketch``; AnnotationError after ``max_tries`` invalid draws."""
+           max_tries: int = MAX_TRIES, time_limit_s: float | None = SAMPLE_TIME_S) -> Candidate:
+  """One valid concrete schedule from ``sketch``; AnnotationError after ``max_tries`` invalid draws
+  or ``time_limit_s`` seconds (None: no time bound), whichever comes first."""
   tgt = as_target(target)
+  t0 = time.perf_counter()
   reasons: dict[str, int] = {}
-  for _ in range(max_tries):
+  tries = 0
+  while tries < max_tries:
+    tries += 1
     cand, why = make_candidate(sketch, draw_values(sketch, rng), draw_unroll(sketch, rng), tgt, sketch_index)
     if cand is not None: return cand
     key = why.split(":")[0][:80]
     reasons[key] = reasons.get(key, 0) + 1
+    if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s: break
   top = ", ".join(f"{k} ({n}x)" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
-  raise AnnotationError(f"no valid schedule in {max_tries} draws from sketch {sketch_index} "
-                        f"({', '.join(sketch.rules)}); most common reasons: {top}")
+  raise AnnotationError(f"no valid schedule in {tries} draws ({time.perf_counter() - t0:.1f} s) from sketch "
+                        f"{sketch_index} ({', '.join(sketch.rules)}); most common reasons: {top}")
 
 
 def sample_population(sketches: list[Sketch], n: int, rng: np.random.Generator, target: Target | str = "sm_86",
-                      exclude: set[str] | None = None, max_tries: int | None = None) -> list[Candidate]:
+                      exclude: set[str] | None = None, max_tries: int | None = None,
+                      time_limit_s: float | None = POPULATION_TIME_S) -> list[Candidate]:
   """Up to ``n`` distinct valid candidates, each from a sketch drawn uniformly; programs whose key
-  is in ``exclude`` (already measured) are skipped. Stops after ``max_tries`` draws (default 4n)."""
+  is in ``exclude`` (already measured) are skipped. Stops after ``max_tries`` calls of ``sample``
+  (default 4n) or ``time_limit_s`` seconds (None: no time bound), returning what it found."""
   out, seen = [], set(exclude or ())
   tries = max_tries if max_tries is not None else 4 * n
+  t0 = time.perf_counter()
   for _ in range(tries):
     if len(out) >= n: break
+    left = None if time_limit_s is None else min(SAMPLE_TIME_S, time_limit_s - (time.perf_counter() - t0))
+    if left is not None and left <= 0: break
     k = int(rng.integers(len(sketches)))
-    try: c = sample(sketches[k], rng, target, k)
+    try: c = sample(sketches[k], rng, target, k, time_limit_s=left)
     except AnnotationError: continue
     if c.key in seen: continue
     seen.add(c.key)

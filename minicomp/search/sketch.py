@@ -40,6 +40,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+import time
 from dataclasses import dataclass, field
 
 from minicomp.errors import MinicompError
@@ -55,6 +56,7 @@ SPATIAL_LEVELS, REDUCE_LEVELS = 5, 3
 THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)
 VECTOR_CHOICES = (1, 2, 4)
 MAX_SKETCHES = 64                  # a guard against a rule set that loops
+SKETCH_TIME_S = 30.0               # ... or one that is slow: generation raises after this many seconds
 
 
 class SketchError(MinicompError):
@@ -545,14 +547,15 @@ def generate_sketches(dag, target: Target | str = "sm_86", rules: list[SketchRul
   rules = DEFAULT_RULES if rules is None else rules
   todo: list[tuple[Schedule, int, SketchInfo]] = [(Schedule(dag), len(dag.tensors) - 1, SketchInfo())]
   done: list[tuple[Schedule, SketchInfo]] = []
-  steps = 0
+  steps, t0 = 0, time.perf_counter()
   while todo:
     s, i, info = todo.pop(0)
     if i < 0:
       done.append((s, info)); continue
     steps += 1
-    if steps > 10000 or len(done) > MAX_SKETCHES:
-      raise SketchError(f"sketch generation did not finish ({len(done)} sketches, {steps} rule steps): a rule loops")
+    if steps > 10000 or len(done) > MAX_SKETCHES or time.perf_counter() - t0 > SKETCH_TIME_S:
+      raise SketchError(f"sketch generation did not finish ({len(done)} sketches, {steps} rule steps, "
+                        f"{time.perf_counter() - t0:.1f} s): a rule loops")
     for rule in rules:
       d = rule.condition(ctx, s, i, info)
       if d is Decision.SKIP: continue

@@ -97,6 +97,27 @@ def _raxes(ctx, extents: Sequence[int], prefix: str):
 def _ix(a): return 0 if a is None else a
 
 
+def _dilate_pad(ctx, x: Tensor, strides: Sequence[int], pb: Sequence[int], ext: Sequence[int]) -> Tensor:
+  """``x`` with ``s - 1`` zeros between the elements of each spatial dim and ``pb`` zeros before
+  them (``pb < 0`` crops), cut or zero-filled to extents ``ext``: ``out[j] = x[(j - pb) / s]`` where
+  ``j - pb`` is a multiple of ``s`` inside ``x``, else 0. ``x`` itself when that is the identity."""
+  sp = x.shape[2:]
+  if all(s == 1 and b == 0 and e == n for s, b, e, n in zip(strides, pb, ext, sp)): return x
+
+  def body(n, c, *j):
+    conds, src = [], []
+    for jd, s, b, e, n_in in zip(j, strides, pb, ext, sp):
+      t = jd - b if b else jd
+      if b > 0: conds.append(t >= 0)                     # j >= 0 makes t >= 0 when b <= 0
+      if s > 1: conds.append(eq(t % s, 0))
+      q = t // s if s > 1 else t
+      if (e - 1 - b) // s >= n_in: conds.append(q < n_in)    # only when the extent reaches past the input
+      src.append(q)
+    v = x[(n, c, *src)]
+    return select(all_of(*conds), v, as_expr(0.0, x.dtype)) if conds else v
+  return ctx.compute((*x.shape[:2], *ext), body, "dilate")
+
+
 def _bias(ctx, y: Tensor, b) -> Tensor:
   if b is None: return y
   B = ctx.tensor(b)
@@ -147,9 +168,17 @@ def conv(ctx, x, w, b=None):
 @op("ConvTranspose", kind="data_reuse", since=11)
 def conv_transpose(ctx, x, w, b=None):
   """Transposed convolution (1D/2D/3D): strides, pads, dilations, output_padding, group, auto_pad and
-  output_shape (pads derived from it as the spec says). A gather-style reduction:
-  ``out[n, m, o] = sum_{c, k} x[n, c, (o + pb - k*d) / s] * w[c, m, k]`` over the taps where
-  ``o + pb - k*d`` is a multiple of ``s`` and inside the input."""
+  output_shape (pads derived from it as the spec says).
+
+  Written as TVM writes it: an injective *dilated and padded* input stage (``s - 1`` zeros
+  between the elements, ``(k-1)*d - pb`` zeros before them; inlined by every schedule)
+  ``xd[n, c, j] = x[n, c, (j - p) / s]`` where ``j - p`` is a multiple of ``s`` inside the
+  input (else 0), then a stride-1 convolution with the flipped kernel
+  ``out[n, m, o] = sum_{c, k} xd[n, c, o + k*d] * w[c, m, K-1-k]``. Every index of the
+  reduction is affine in the loops, so a tiled schedule's shared-memory tile of ``xd`` has
+  bounds bound inference can give symbolically (a sketch lowers once; with the division by
+  the stride in the reduction's index it could not, and every candidate had to be lowered). Like
+  that gather form, it visits every tap: with stride ``s`` all but ``1/s`` of them per dim read a zero."""
   X, W = ctx.tensor(x), ctx.tensor(w)
   if X.ndim < 3 or W.ndim != X.ndim:
     raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} and weight rank {W.ndim} must be equal and >= 3")
@@ -180,22 +209,17 @@ def conv_transpose(ctx, x, w, b=None):
     pb = pads[:nsp]
     out = [f - pads[d] - pads[nsp + d] for d, f in enumerate(full)]
     if any(o <= 0 for o in out): raise ShapeError(f"{_where(ctx)}: pads {pads} leave an empty output")
+  xd = _dilate_pad(ctx, X, st, [(k - 1) * d - b for k, d, b in zip(ks, dl, pb)],
+                   [o + (k - 1) * d for o, k, d in zip(out, ks, dl)])
   rc = ctx.reduce_axis(cpg, "rc") if cpg > 1 else None
   rk = _raxes(ctx, ks, "rk")
   axes = [a for a in [rc, *rk] if a is not None]
 
   def body(n, m, *o):
     c = (m // mpg) * cpg + _ix(rc) if group > 1 else _ix(rc)
-    conds, idx = [], []
-    for oi, s, r, d, n_in, b in zip(o, st, rk, dl, sp, pb):
-      t = oi + b - _ix(r) * d
-      conds.append(t >= 0)
-      if s > 1: conds.append(eq(t % s, 0))
-      q = t // s if s > 1 else t
-      conds.append(q < n_in)
-      idx.append(q)
     wm = m % mpg if group > 1 else m
-    e = select(all_of(*conds), X[(n, c, *idx)] * W[(c, wm, *[_ix(r) for r in rk])], as_expr(0.0, X.dtype))
+    pos = [oi + _ix(r) * d for oi, r, d in zip(o, rk, dl)]
+    e = xd[(n, c, *pos)] * W[(c, wm, *[k - 1 - _ix(r) for k, r in zip(ks, rk)])]
     return te.sum(e, axis=axes) if axes else e
   y = ctx.compute((N, M, *out), lambda *i: body(*i), "convT")
   return [_bias(ctx, y, b)]

@@ -28,6 +28,14 @@ evaluated with numpy for the whole population at once), which also serve as the 
 pre-filter. Only the programs picked for measurement are lowered and checked exactly. Sketches
 whose symbolic program cannot be lowered fall back to lowering each candidate.
 
+Each round is bounded by time as well as by tries: the initial sampling and the generations stop
+after ``time_limit_s`` (default ``EVOLUTION_TIME_S``; the population drawn so far is still scored
+once), and choosing the programs to measure, each lowered and checked exactly, stops after
+``annotate.POPULATION_TIME_S``. The bounds matter only where candidates are lowered one by one (a
+sketch without formulas, or a pre-filter that passes programs the exact check rejects): with
+formulas a default round takes 10-30 s. A round that finds nothing proposes nothing, and the task
+scheduler retires the task.
+
 Departures from Ansor: crossover exists (Ansor's code has a TODO); compute-location mutation is
 not needed on GPU (Ansor disables it there too); features are the formula values (equal to the
 lowered program's where every split divides; see ``formulas.py``).
@@ -37,10 +45,12 @@ The cost model, its features and its retraining are shared with Felix (``learned
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
 from minicomp.search.annotate import (
+  POPULATION_TIME_S,
   UNROLL_CHOICES,
   Candidate,
   draw_unroll,
@@ -50,7 +60,9 @@ from minicomp.search.annotate import (
 from minicomp.search.strategies.base import TuneTask
 from minicomp.search.strategies.learned import MIN_TRAIN_STEPS, LearnedStrategy, Point
 
-__all__ = ["MIN_TRAIN_STEPS", "AnsorStrategy", "Point"]
+__all__ = ["EVOLUTION_TIME_S", "MIN_TRAIN_STEPS", "AnsorStrategy", "Point"]
+
+EVOLUTION_TIME_S = 120.0     # wall-clock bound of one round's sampling and evolution (module docstring)
 
 
 def _prime_factors(n: int) -> list[int]:
@@ -66,15 +78,18 @@ class AnsorStrategy(LearnedStrategy):
   name = "ansor"
 
   def __init__(self, seed: int = 0, population: int = 2048, generations: int = 4, mutation_prob: float = 0.85,
-               eps_greedy: float = 0.05, use_measured_ratio: float = 0.2, model=None):
+               eps_greedy: float = 0.05, use_measured_ratio: float = 0.2, model=None,
+               time_limit_s: float | None = EVOLUTION_TIME_S):
     super().__init__(seed, model)
-    self.population, self.generations = population, generations
+    self.population, self.generations, self.time_limit_s = population, generations, time_limit_s
     self.mutation_prob, self.eps_greedy, self.use_measured_ratio = mutation_prob, eps_greedy, use_measured_ratio
-    self.stats.update({"mutations": 0, "crossovers": 0, "invalid_children": 0, "rejected_after_prefilter": 0})
+    self.stats.update({"mutations": 0, "crossovers": 0, "invalid_children": 0, "rejected_after_prefilter": 0,
+                       "timeouts": 0})
     self._concrete: dict[tuple, Candidate] = {}        # points lowered exactly (sketches without formulas)
 
-  def _valid(self, task: TuneTask, points: list[Point]) -> np.ndarray:
-    """Pre-filter (value checks + resource formulas); sketches without formulas are lowered per point."""
+  def _valid(self, task: TuneTask, points: list[Point], deadline: float | None = None) -> np.ndarray:
+    """Pre-filter (value checks + resource formulas); sketches without formulas are lowered per point,
+    until ``deadline`` (a ``time.perf_counter()`` value; the points left are then counted invalid)."""
     from minicomp.search.annotate import check_values
     ok = np.array([check_values(task.sketches[p.sketch_index], p.values, task.target) is None for p in points], bool)
     by_sketch: dict[int, list[int]] = {}
@@ -86,6 +101,8 @@ class AnsorStrategy(LearnedStrategy):
         ok[idx] = f.valid([points[i].values for i in idx], task.target)
       else:
         for i in idx:
+          if deadline is not None and time.perf_counter() > deadline:
+            ok[i] = False; continue
           c, _ = make_candidate(task.sketches[k], points[i].values, points[i].unroll, task.target, k)
           ok[i] = c is not None
           if c is not None: self._concrete[points[i].key] = c
@@ -112,13 +129,15 @@ class AnsorStrategy(LearnedStrategy):
 
   def propose(self, task: TuneTask, n: int, rng: np.random.Generator) -> list[Candidate]:
     measured = set(task.measured)
+    deadline = None if self.time_limit_s is None else time.perf_counter() + self.time_limit_s
+    expired = lambda: deadline is not None and time.perf_counter() > deadline   # noqa: E731
     init: list[Point] = []
     for _ in range(4):                                  # invalid draws are dropped: draw again, a few times
       pts = self._random_points(task, self.population - len(init), rng)
       seen = {p.key for p in init}
-      init += [p for p, ok in zip(pts, self._valid(task, pts)) if ok and p.key not in seen]
+      init += [p for p, ok in zip(pts, self._valid(task, pts, deadline)) if ok and p.key not in seen]
       init = list({p.key: p for p in init}.values())
-      if len(init) >= self.population: break
+      if len(init) >= self.population or expired(): break
     pop = init + self._best_measured(task, int(self.use_measured_ratio * self.population))
     if not pop: return []
     keep: dict[tuple, tuple[float, Point]] = {}
@@ -127,29 +146,33 @@ class AnsorStrategy(LearnedStrategy):
       for p, sc in zip(pop, scores):
         if p.key not in self._measured_points and math.isfinite(sc): keep[p.key] = (float(sc), p)
       if gen == self.generations: break
-      pop = self._next_generation(task, pop, scores, rng)
+      if expired():
+        self.stats["timeouts"] += 1; break
+      pop = self._next_generation(task, pop, scores, rng, deadline)
       if not pop: break
     best = [p for _, p in sorted(keep.values(), key=lambda sp: -sp[0])]
     n_random = int(self.eps_greedy * n)
     chosen: list[Candidate] = []
     exclude = set(measured)
+    stop = time.perf_counter() + POPULATION_TIME_S      # each take lowers a program: bound them too
 
-    def take(p: Point) -> None:
+    def take(p: Point) -> bool:
+      """False when the time for choosing is spent."""
+      if time.perf_counter() > stop: return False
       c = self._lower_new(task, p, exclude, self._concrete)
       if c is not None: chosen.append(c)
+      return True
     for p in best:
-      if len(chosen) >= n - n_random: break
-      take(p)
+      if len(chosen) >= n - n_random or not take(p): break
     for k in rng.permutation(len(init)):
-      if len(chosen) >= n: break
-      take(init[int(k)])
+      if len(chosen) >= n or not take(init[int(k)]): break
     for p in best:                                      # fill up if the random pool ran short
-      if len(chosen) >= n: break
-      take(p)
+      if len(chosen) >= n or not take(p): break
+    if time.perf_counter() > stop: self.stats["timeouts"] += 1
     return chosen[:n]
 
   def _next_generation(self, task: TuneTask, pop: list[Point], scores: np.ndarray,
-                       rng: np.random.Generator) -> list[Point]:
+                       rng: np.random.Generator, deadline: float | None = None) -> list[Point]:
     ok = np.isfinite(scores)
     if not ok.any(): w = np.ones(len(pop))
     else:
@@ -173,7 +196,7 @@ class AnsorStrategy(LearnedStrategy):
       c = Point(p.sketch_index, values, unroll)
       children.setdefault(c.key, c)
     kids = list(children.values())
-    valid = self._valid(task, kids) if kids else np.zeros(0, bool)
+    valid = self._valid(task, kids, deadline) if kids else np.zeros(0, bool)
     self.stats["invalid_children"] += int((~valid).sum())
     return [c for c, v in zip(kids, valid) if v]
 

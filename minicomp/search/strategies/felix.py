@@ -19,8 +19,9 @@ Per round for a task (Felix, ASPLOS'24, Algorithm 1; REFERENCE.md 3.4):
    than to round, and the descent's unroll variable only steers the other variables);
 5. the points are ranked by the cost model's prediction on their (exact) formula features and taken
    round robin over the seeds' trajectories (``_rank``); the first ``n`` that lower and pass the
-   resource checks (``make_candidate``) and were never measured are proposed. If fewer than ``n`` are
-   found, random valid programs fill the round.
+   resource checks (``make_candidate``) and were never measured are proposed (lowering them stops
+   after ``annotate.POPULATION_TIME_S``). If fewer than ``n`` are found, random valid programs fill the
+   round (``sample_population``, bounded by the same time).
 
 Until the cost model has been fitted (the first round of a run, or when every result so far
 failed) there is nothing to descend on: the round is random valid programs (Ansor's first round
@@ -44,6 +45,7 @@ import time
 import numpy as np
 
 from minicomp.search.annotate import (
+  POPULATION_TIME_S,
   UNROLL_CHOICES,
   Candidate,
   check_values,
@@ -202,8 +204,9 @@ class FelixStrategy(LearnedStrategy):
     self.stats["rounded"] += len(found)
     chosen: list[Candidate] = []
     exclude = set(measured)
+    stop = time.perf_counter() + POPULATION_TIME_S      # each point is lowered: bound them by time too
     for p in self._rank(task, list(found.values())):
-      if len(chosen) >= n: break
+      if len(chosen) >= n or time.perf_counter() > stop: break
       c = self._lower_new(task, p, exclude)
       if c is not None: chosen.append(c)
     self.stats["from_descent"] += len(chosen)
