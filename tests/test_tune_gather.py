@@ -19,7 +19,6 @@ from minicomp.errors import ExprError
 from minicomp.ir.expr import Expr, const, var
 from minicomp.ir.loop import Buffer
 from minicomp.ir.ops import Op
-from minicomp.search.annotate import check_values, draw_unroll, draw_values, make_candidate
 from minicomp.search.features import evaluate_features, extract_features, extract_program_exprs, feature_names
 from minicomp.search.formulas import FormulaEval, SketchFormulas
 from minicomp.search.measure import StaticMeasurer
@@ -99,16 +98,8 @@ def test_tune_model_with_gather(name, strategy, tmp_path):
 # the feature path on gather programs
 
 def _assignments(sk, n, seed=0):
-  rng = np.random.default_rng(seed)
-  out = []
-  for _ in range(50 * n):
-    if len(out) == n: break
-    v = draw_values(sk, rng)
-    if check_values(sk, v, TGT) is not None: continue
-    u = draw_unroll(sk, rng)
-    cand, _ = make_candidate(sk, v, u, TGT)
-    if cand is not None: out.append((v, u, cand))
-  return out
+  from test_formula_exactness import _valid_assignments
+  return _valid_assignments(sk, TGT, n, np.random.default_rng(seed))
 
 
 @pytest.mark.parametrize("make", [lambda: W.embedding(14, 100, 32), lambda: W.embedding(30, 50, 24, 20)],
