@@ -18,7 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
-from minicomp.codegen.kernel import NP_DTYPE, Kernel, LaunchPlan
+from minicomp.codegen.kernel import NP_DTYPE, Kernel, LaunchPlan, random_input
 from minicomp.codegen.nvrtc import CudaBinary, parse_ptxas_log
 from minicomp.errors import FeedError, RuntimeLaunchError, SaveFormatError
 from minicomp.target import Target, as_target
@@ -196,11 +196,7 @@ class CompiledModel:
   def random_feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs of the right shapes and dtypes: N(0, 1) floats, zeros for integers and bools (safe indices)."""
     rng = np.random.default_rng(seed)
-    out = {}
-    for i in self.inputs:
-      dt = np.dtype(NP_DTYPE[i.dtype])
-      out[i.name] = rng.standard_normal(i.shape).astype(dt) if dt.kind == "f" else np.zeros(i.shape, dt)
-    return out
+    return {i.name: random_input(rng, i.shape, i.dtype) for i in self.inputs}
 
   def benchmark(self, feeds: Mapping[str, np.ndarray] | None = None, repeat: int = 50, warmup: int = 5,
                 flush_l2: bool = True, cuda_graph: bool = False, device: str | None = "gpu"):

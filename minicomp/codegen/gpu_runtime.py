@@ -164,11 +164,15 @@ class GpuModule:
       return elapsed
     except RuntimeLaunchError as e:
       if isinstance(e, DriverError):
-        res = self.binary.resources.get(name)
-        raise DriverError(f"{config} on {drv.info()} failed ({res}): {e}", e.code) from e
+        raise launch_failed(f"{config} ({self.binary.resources.get(name)})", drv, e) from e
       raise
     finally:
       free_all(drv, allocs)
+
+
+def launch_failed(what: str, driver: Driver, e: DriverError) -> DriverError:
+  """``e`` restated with the launch that failed (``what``) and the GPU, keeping its CUDA error code."""
+  return DriverError(f"{what} on {driver.info()} failed: {e}", e.code)
 
 
 def free_all(drv: Driver, ptrs) -> None:
@@ -189,8 +193,8 @@ def launch_plan(module: GpuModule, plan, ptrs: dict[str, int], stream=None) -> N
     try:
       module.driver.launch(module.function(l.kernel), l.grid, l.block, 0, [ptrs[n] for n in l.params], stream)
     except DriverError as e:
-      raise DriverError(f"{l.kernel}<<<{l.grid}, {l.block}>>> on {module.driver.info()} failed "
-                        f"({module.binary.resources.get(l.kernel)}): {e}", e.code) from e
+      raise launch_failed(f"{l.kernel}<<<{l.grid}, {l.block}>>> ({module.binary.resources.get(l.kernel)})",
+                          module.driver, e) from e
 
 
 class PlanBuffers:

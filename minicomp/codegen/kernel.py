@@ -28,6 +28,12 @@ NP_DTYPE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "in
             "float16": np.float16}
 
 
+def random_input(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> np.ndarray:
+  """A test input: N(0, 1) for float dtypes, zeros for integers and bools (always valid indices)."""
+  dt = np.dtype(NP_DTYPE[dtype])
+  return rng.standard_normal(tuple(shape)).astype(dt) if dt.kind == "f" else np.zeros(tuple(shape), dt)
+
+
 @dataclass(frozen=True)
 class BufferSpec:
   name: str

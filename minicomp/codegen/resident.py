@@ -26,7 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from minicomp.codegen.driver import Driver, DriverError
-from minicomp.codegen.gpu_runtime import L2Flush, free_all, nbytes
+from minicomp.codegen.gpu_runtime import L2Flush, free_all, launch_failed, nbytes
 from minicomp.codegen.kernel import NP_DTYPE
 
 
@@ -143,7 +143,7 @@ class DeviceSession:
       try:
         drv.launch(l.fn, l.grid, l.block, 0, l.args, self.stream)
       except DriverError as e:
-        raise DriverError(f"{l.what} on {drv.info()} failed: {e}", e.code) from e
+        raise launch_failed(l.what, drv, e) from e
       if events is not None: drv.record(events[k + 1], self.stream)
 
   def _upload_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:

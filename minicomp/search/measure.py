@@ -212,7 +212,7 @@ class GPUMeasurer(Measurer):
     import numpy as np
     from minicomp.codegen.driver import DriverError
     from minicomp.codegen.gpu_runtime import GpuModule, run_plan, time_plan
-    from minicomp.codegen.kernel import NP_DTYPE, Kernel
+    from minicomp.codegen.kernel import NP_DTYPE, Kernel, random_input
     from minicomp.target import as_target
     t0 = time.perf_counter()
     try:
@@ -228,10 +228,7 @@ class GPUMeasurer(Measurer):
     try:
       kern = Kernel(plan, source, binary, as_target(target))
       rng = np.random.default_rng(0)
-      args = []
-      for b in plan.inputs:
-        dt = np.dtype(NP_DTYPE[b.dtype])
-        args.append(rng.standard_normal(b.shape).astype(dt) if dt.kind == "f" else np.zeros(b.shape, dt))
+      args = [random_input(rng, b.shape, b.dtype) for b in plan.inputs]
       mod = GpuModule(binary, self.driver)
       if sum(int(np.prod(b.shape)) for b in plan.outputs) <= self.check_elements:
         ref = kern.run(args, device="cpu")
