@@ -12,7 +12,7 @@ from minicomp.ir.simplify import bounds, simplify
 def test_structural_equality_and_hash():
   i, j = var("i"), var("j")
   a, b = (i * 4 + j) // 4, (var("i") * 4 + var("j")) // 4
-  assert a == b and hash(a) == hash(b) and a is not b
+  assert a == b and hash(a) == hash(b) and a is b          # interned: equal means identical
   assert a != (i * 4 + j) // 2
   assert len({a, b}) == 1
   assert const(1) != const(1.0)   # int vs float constants differ

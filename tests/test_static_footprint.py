@@ -46,14 +46,20 @@ class Trace:
     self.events.append((buf.name, kind, dict(loops), mask.copy(), addr))
 
   def _loads(self, e, env, mask, loops):
-    def go(n, m):
+    # one expression reads a load once per path of select conditions however often it appears
+    # (nodes are interned; the CUDA compiler does the same common-subexpression elimination)
+    seen = set()
+
+    def go(n, m, cs):
+      if (n, cs) in seen: return
+      seen.add((n, cs))
       if n.op is Op.SELECT:
         c = self._vec(evaluate(n.src[0], env)).astype(bool)
-        go(n.src[0], m); go(n.src[1], m & c); go(n.src[2], m & ~c)
+        go(n.src[0], m, cs); go(n.src[1], m & c, cs + (n.src[0],)); go(n.src[2], m & ~c, cs + (~n.src[0],))
         return
       if n.op is Op.LOAD: self._record(n.arg, "read", n.src[0], env, m, loops)
-      for s in n.src: go(s, m)
-    go(e, mask)
+      for s in n.src: go(s, m, cs)
+    go(e, mask, ())
 
   def _stmt(self, s, env, mask, loops):
     if isinstance(s, Seq):

@@ -5,14 +5,22 @@ formulas. A node is ``Expr(op, dtype, src, arg)``; Python operators build nodes:
 
     i, j = var("i"), var("j")
     e = (i * 4 + j) // 4          # Expr(FLOORDIV, int32, (..., 4))
-    e == (i * 4 + j) // 4         # True: structural equality (not a comparison node)
-    lt(i, 4), i < 4               # comparison nodes (``==`` is structural; use ``eq(a, b)``)
+    e is (i * 4 + j) // 4         # True: nodes are interned, equal expressions are one object
+    lt(i, 4), i < 4               # comparison nodes (``==`` is identity; use ``eq(a, b)``)
+
+Nodes are hash-consed: ``Expr.make`` returns the live node with the same op, dtype, children and
+argument if there is one, so structural equality is identity (``==`` and ``is`` agree, in constant
+time however deep the DAG) and a dict keyed by nodes is a memo that keeps its keys alive. The
+intern table holds nodes weakly: a node nobody references leaves it. Pickling and copying go
+through ``Expr.make``, so an unpickled expression is the interned one.
 
 Integers are int32 by default (CUDA index math), Python floats promote to the other
 operand's float dtype.
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -53,9 +61,26 @@ class ExprOps:
     raise ExprError("an expression has no truth value; use select()/all_of() instead of Python `if`/`and`")
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+# the intern table: (op, dtype, children, argument key) -> a weak reference to the live node.
+# Children are interned already, so comparing keys compares children by identity (constant time).
+_INTERN: dict[tuple, "weakref.KeyedRef"] = {}
+_INTERN_LOCK = threading.Lock()              # only taken to add a node: lookups need no lock
+
+
+def _forget(ref: "weakref.KeyedRef") -> None:
+  """Weak-reference callback: drop a dead node's entry (unless a new node took its key)."""
+  try:
+    if _INTERN.get(ref.key) is ref: del _INTERN[ref.key]
+  except (KeyError, TypeError):  # pragma: no cover (interpreter shutdown)
+    pass
+
+
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Expr(ExprOps):
-  """An immutable expression node. Equality and hashing are structural."""
+  """An immutable, interned expression node: equal expressions are the same object.
+
+  Build nodes with :meth:`make` (or the operators and constructors below), never ``Expr(...)``.
+  Equality is identity (``object.__eq__``); the hash is structural and computed once."""
   op: Op
   dtype: str
   src: tuple["Expr", ...] = ()
@@ -64,30 +89,32 @@ class Expr(ExprOps):
 
   @staticmethod
   def make(op: Op, dtype: str, src: tuple["Expr", ...] = (), arg: Any = None) -> "Expr":
-    h = hash((op, dtype, src, arg if op is not Op.LOAD else id(arg)))
-    return Expr(op, dtype, src, arg, h)
+    # LOAD's argument (a tensor or buffer) is matched by identity; a constant's by type and value
+    # (0, 0.0 and False are different constants)
+    key = (op, dtype, src, id(arg) if op is Op.LOAD else (type(arg), arg))
+    ref = _INTERN.get(key)
+    if ref is not None:
+      e = ref()
+      if e is not None: return e
+    e = Expr(op, dtype, src, arg, hash((op, dtype, src, arg if op is not Op.LOAD else id(arg))))
+    with _INTERN_LOCK:
+      ref = _INTERN.get(key)
+      old = ref() if ref is not None else None
+      if old is not None: return old              # another thread made it first
+      _INTERN[key] = weakref.KeyedRef(e, _forget, key)
+    return e
 
   def _expr(self) -> "Expr": return self
 
   def __hash__(self) -> int: return self._h
 
-  def __eq__(self, o: object) -> bool:
-    if self is o: return True
-    if not isinstance(o, Expr) or self._h != o._h or self.op is not o.op or self.dtype != o.dtype: return False
-    if self.op is Op.LOAD:
-      if self.arg is not o.arg: return False
-    elif self.op is Op.CONST:
-      if type(self.arg) is not type(o.arg) or self.arg != o.arg: return False
-    elif self.arg != o.arg: return False
-    return self.src == o.src
-
-  def __ne__(self, o: object) -> bool: return not self.__eq__(o)
+  def __reduce__(self):
+    return (Expr.make, (self.op, self.dtype, self.src, self.arg))
 
   def replace(self, **kw) -> "Expr":
     """A copy with some fields changed; ``self`` when nothing changes."""
     op, dtype, src, arg = (kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src),
                            kw.get("arg", self.arg))
-    if op is self.op and dtype == self.dtype and src == self.src and arg is self.arg: return self
     return Expr.make(op, dtype, tuple(src), arg)
 
   # -- queries
