@@ -41,13 +41,13 @@ def dag_text(dag: ComputeDAG) -> str:
 def _canon(e: Expr, names: dict[str, str]) -> str:
   class _N:
     def __init__(self, n): self.name = n
-  mapped: dict[int, Expr] = {}
+  mapped: dict[Expr, Expr] = {}
 
   def go(n: Expr) -> Expr:
-    if id(n) in mapped: return mapped[id(n)]
+    if n in mapped: return mapped[n]
     r = n.replace(src=tuple(go(s) for s in n.src)) if n.src else n
     if r.op is Op.LOAD: r = Expr.make(Op.LOAD, r.dtype, r.src, _N(names[n.arg.name]))
-    mapped[id(n)] = r
+    mapped[n] = r
     return r
   return expr_str(go(e))
 

@@ -48,10 +48,10 @@ def evaluate(e: Expr, env: dict[str, Any] | None = None, xp=np, loads: Callable 
   """Evaluate ``e``. ``env`` maps variable names to values; ``loads(node, index_values)`` serves LOADs."""
   env = env or {}
   table, intr = _table(xp), _intrinsics(xp)
-  memo: dict[int, Any] = {}
+  memo: dict[Expr, Any] = {}
 
   def go(n: Expr):
-    if id(n) in memo: return memo[id(n)]
+    if n in memo: return memo[n]
     op = n.op
     if op is Op.CONST: r = n.arg
     elif op is Op.VAR:
@@ -70,6 +70,6 @@ def evaluate(e: Expr, env: dict[str, Any] | None = None, xp=np, loads: Callable 
       fn = table.get(op)
       if fn is None: raise ExprError(f"no evaluator for {op}")
       r = fn(*[go(s) for s in n.src])
-    memo[id(n)] = r
+    memo[n] = r
     return r
   return go(e)

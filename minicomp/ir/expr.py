@@ -291,16 +291,16 @@ def abs_(x): return call("abs", x)
 
 def walk(e: Expr, skip=None):
   """Yield every node of ``e`` once, children before parents (iteratively: formulas nest thousands
-  deep). Nodes whose ``id`` is in ``skip`` (a memo of nodes already handled, which the caller may fill
-  while it iterates) are not entered."""
-  seen: set[int] = set()
+  deep). Nodes in ``skip`` (a container of nodes already handled, e.g. a node-keyed memo the caller
+  fills while it iterates) are not entered."""
+  seen: set[Expr] = set()
   stack: list[tuple[Expr, bool]] = [(e, False)]
   while stack:
     n, done = stack.pop()
     if done:
       yield n; continue
-    if id(n) in seen or (skip is not None and id(n) in skip): continue
-    seen.add(id(n))
+    if n in seen or (skip is not None and n in skip): continue
+    seen.add(n)
     stack.append((n, True))
     stack.extend((s, False) for s in reversed(n.src))
 
@@ -313,28 +313,28 @@ def free_vars(e: Expr) -> set[str]:
 def substitute(e: Expr, mapping: dict[str, Expr]) -> Expr:
   """Replace variables by name (``mapping`` values are Exprs); rebuilds only what changes."""
   if not mapping: return e
-  memo: dict[int, Expr] = {}
+  memo: dict[Expr, Expr] = {}
 
   def go(n: Expr) -> Expr:
-    r = memo.get(id(n))
+    r = memo.get(n)
     if r is not None: return r
     if n.op is Op.VAR: r = mapping.get(n.arg, n)
     elif not n.src: r = n
     else: r = n.replace(src=tuple(go(s) for s in n.src))
-    memo[id(n)] = r
+    memo[n] = r
     return r
   return go(e)
 
 
 def map_loads(e: Expr, fn) -> Expr:
   """Rebuild ``e`` with every LOAD node ``n`` replaced by ``fn(n)`` (children rewritten first)."""
-  memo: dict[int, Expr] = {}
+  memo: dict[Expr, Expr] = {}
 
   def go(n: Expr) -> Expr:
-    r = memo.get(id(n))
+    r = memo.get(n)
     if r is not None: return r
     r = n.replace(src=tuple(go(s) for s in n.src)) if n.src else n
     if r.op is Op.LOAD: r = fn(r)
-    memo[id(n)] = r
+    memo[n] = r
     return r
   return go(e)

@@ -25,8 +25,8 @@ Bound = tuple[int | None, int | None]
 
 
 # ---------------------------------------------------------------------------------------------
-# memo tables, keyed by Expr (structural equality, cached hash): one for linear forms and the order
-# key, one pair (simplified, bounds) per distinct ranges. All are dropped whenever they hold more
+# memo tables, keyed by Expr (interned: identity equality, cached hash): one for linear forms and
+# the order key, one pair (simplified, bounds) per distinct ranges. All are dropped whenever they hold more
 # than _MEMO_MAX entries together, so memory stays bounded in long searches.
 
 _MEMO_MAX = 1 << 19

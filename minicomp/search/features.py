@@ -386,10 +386,10 @@ def _count_ops(e: Expr) -> list[int]:
   """Ansor's MathOpCounter on a store's value, as a tree (shared subtrees count each time they are
   used), without index arithmetic: integer subtrees that read no memory (load indices, the operands of
   padding predicates) are simplified differently by concrete and symbolic lowering."""
-  memo: dict[int, list[int]] = {}
+  memo: dict[Expr, list[int]] = {}
 
   def go(n: Expr) -> list[int]:
-    r = memo.get(id(n))
+    r = memo.get(n)
     if r is not None: return r
     r = [0] * 16
     index_math = n.dtype in INT_DTYPES and not any(x.op is Op.LOAD for x in walk(n))
@@ -400,7 +400,7 @@ def _count_ops(e: Expr) -> list[int]:
       elif n.op in _OP_SLOT:
         dt = n.src[0].dtype if n.src else n.dtype
         r[_OP_SLOT[n.op] + (0 if dt in FLOAT_DTYPES else 7)] += 1
-    memo[id(n)] = r
+    memo[n] = r
     return r
   return go(e)
 

@@ -35,29 +35,26 @@ class FormulaEval:
   """Evaluate many expressions over the same variables with one shared memo (numpy arrays)."""
 
   def __init__(self, env: dict[str, np.ndarray]):
-    self.env, self.memo, self._alive = env, {}, []
+    self.env, self.memo = env, {}
     self.table, self.intr = _table(np), _intrinsics(np)
 
   def __call__(self, e: Expr):
     memo, env = self.memo, self.env
-    # keyed by id: structural equality of deep formulas costs O(size) per lookup (the nodes stay
-    # alive in the feature rows, so ids are stable)
     for n in walk(e, memo):
       op = n.op
       if op is Op.CONST: r = n.arg
       elif op is Op.VAR: r = env[n.arg]
-      elif op is Op.CALL: r = self.intr[n.arg](*[memo[id(s)] for s in n.src])
+      elif op is Op.CALL: r = self.intr[n.arg](*[memo[s] for s in n.src])
       elif op in (Op.LOAD, Op.REDUCE):   # the extractor reads a gather's loaded index by its position
         raise ExprError(f"a feature formula reads a tensor ({str(n)[:200]}); features.extract_program_exprs should have "
                         "replaced every loaded value by its position (features._positions)")
       elif op is Op.CAST:
-        v = np.asarray(memo[id(n.src[0])])
+        v = np.asarray(memo[n.src[0]])
         r = np.trunc(v).astype(np.int64) if n.dtype.startswith("int") and v.dtype.kind == "f" else v.astype(
           {"bool": bool, "int32": np.int64, "int64": np.int64}.get(n.dtype, np.float64))
-      else: r = self.table[op](*[memo[id(s)] for s in n.src])
-      memo[id(n)] = r
-      self._alive.append(n)
-    return memo[id(e)]
+      else: r = self.table[op](*[memo[s] for s in n.src])
+      memo[n] = r
+    return memo[e]
 
 
 class SketchFormulas:

@@ -76,27 +76,6 @@ def c(v: float) -> Expr:
 def _k(e: Expr, v: float) -> bool: return e.op is Op.CONST and e.arg == v
 
 
-def same(a: Expr, b: Expr) -> bool:
-  """Structural equality with a memo of compared pairs. ``Expr.__eq__`` recurses without one, which is
-  exponential on equal DAGs built separately (smoothed formulas share sub-DAGs heavily)."""
-  if a is b: return True
-  if hash(a) != hash(b): return False
-  done: set[tuple[int, int]] = set()
-  stack = [(a, b)]
-  while stack:
-    x, y = stack.pop()
-    if x is y or (id(x), id(y)) in done: continue
-    if hash(x) != hash(y) or x.op is not y.op or x.dtype != y.dtype or len(x.src) != len(y.src): return False
-    if x.op is Op.CONST:
-      if type(x.arg) is not type(y.arg) or x.arg != y.arg: return False
-    elif x.op is Op.LOAD:
-      if x.arg is not y.arg: return False
-    elif x.arg != y.arg: return False
-    done.add((id(x), id(y)))
-    stack.extend(zip(x.src, y.src))
-  return True
-
-
 def add(a: Expr, b: Expr) -> Expr:
   if a.op is Op.CONST and b.op is Op.CONST: return c(a.arg + b.arg)
   if _k(a, 0.0): return b
@@ -107,7 +86,7 @@ def add(a: Expr, b: Expr) -> Expr:
 def sub(a: Expr, b: Expr) -> Expr:
   if a.op is Op.CONST and b.op is Op.CONST: return c(a.arg - b.arg)
   if _k(b, 0.0): return a
-  if same(a, b): return c(0.0)
+  if a is b: return c(0.0)
   return Expr.make(Op.SUB, F64, (a, b))
 
 
@@ -223,8 +202,8 @@ def rule(*ops: Op):
 
 
 class Smoother:
-  """Rewrite Exprs into smooth float64 Exprs, one id-keyed memo for all of them (feature rows share
-  sub-DAGs; the inputs must stay alive while the Smoother is used, as they do inside the rows).
+  """Rewrite Exprs into smooth float64 Exprs, one memo keyed by input node for all of them (feature rows
+  share sub-DAGs).
 
   ``kernel="compact"`` (default) smooths comparisons with the C^2 step of compact support: on integer
   operands over [-0.45, 0.45] around the half-integer, so exact at every integer point; on other floats
@@ -242,31 +221,29 @@ class Smoother:
     self.kernel, self.int_width, self.float_width, self.eps = kernel, int_width, float_width, eps
     self.compact = kernel == "compact"
     self.rules = dict(RULES) | dict(rules or {})
-    self.memo: dict[int, Expr] = {}
-    self.integral: dict[int, bool] = {}     # of the input nodes: integer-valued at every integer point
-    self.sentinel: dict[int, bool] = {}     # of the input nodes: may evaluate to a sentinel constant
-    self._alive: list[Expr] = []
+    self.memo: dict[Expr, Expr] = {}
+    self.integral: dict[Expr, bool] = {}    # of the input nodes: integer-valued at every integer point
+    self.sentinel: dict[Expr, bool] = {}    # of the input nodes: may evaluate to a sentinel constant
     self._hard: Smoother | None = None
     self.polys = Polys(enabled=assume_sizes)
 
   def __call__(self, e: Expr) -> Expr:
     memo = self.memo
     for n in walk(e, memo):
-      self.integral[id(n)] = _integral(n, self.integral)
-      self.sentinel[id(n)] = (abs(float(n.arg)) >= SENTINEL if n.op is Op.CONST and n.dtype != "bool"
-                              else n.dtype != "bool" and any(self.sentinel[id(s)] for s in n.src))
+      self.integral[n] = _integral(n, self.integral)
+      self.sentinel[n] = (abs(float(n.arg)) >= SENTINEL if n.op is Op.CONST and n.dtype != "bool"
+                          else n.dtype != "bool" and any(self.sentinel[s] for s in n.src))
       fn = self.rules.get(n.op)
       if fn is None: raise ExprError(f"no smoothing rule for {n.op.name} (in {n})")
-      memo[id(n)] = fn(self, n, tuple(memo[id(s)] for s in n.src))
-      self._alive.append(n)
-    return memo[id(e)]
+      memo[n] = fn(self, n, tuple(memo[s] for s in n.src))
+    return memo[e]
 
   def many(self, exprs: Iterable[Expr]) -> list[Expr]:
     return [self(e) for e in exprs]
 
   def is_int(self, n: Expr) -> bool:
     """Whether input node ``n`` (already visited) is integer-valued."""
-    return self.integral[id(n)]
+    return self.integral[n]
 
   def hard_condition(self, cond: Expr) -> Expr:
     """``cond`` smoothed with compact steps (exactly 0/1 wherever integer operands are integers)."""
@@ -283,13 +260,13 @@ class Smoother:
     return step_s(x, self.int_width if integral else self.float_width)
 
 
-def _integral(n: Expr, integral: dict[int, bool]) -> bool:
+def _integral(n: Expr, integral: dict[Expr, bool]) -> bool:
   if n.dtype in INT_DTYPES or n.dtype == "bool": return True
   op = n.op
   if op is Op.CONST: return float(n.arg).is_integer()
-  if op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.MIN, Op.MAX, Op.CAST): return all(integral[id(s)] for s in n.src)
-  if op is Op.SELECT: return integral[id(n.src[1])] and integral[id(n.src[2])]
-  if op is Op.CALL: return n.arg in ("floor", "ceil", "round") or (n.arg == "abs" and integral[id(n.src[0])])
+  if op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.MIN, Op.MAX, Op.CAST): return all(integral[s] for s in n.src)
+  if op is Op.SELECT: return integral[n.src[1]] and integral[n.src[2]]
+  if op is Op.CALL: return n.arg in ("floor", "ceil", "round") or (n.arg == "abs" and integral[n.src[0]])
   return False
 
 
@@ -329,13 +306,13 @@ def _minmax(sm: Smoother, n: Expr, kids: tuple) -> Expr:
   on integers, the convolution ``max_s`` on floats."""
   a, b = kids
   if a.op is Op.CONST and b.op is Op.CONST: return c(min(a.arg, b.arg) if n.op is Op.MIN else max(a.arg, b.arg))
-  if same(a, b): return a
+  if a is b: return a
   integral = all(sm.is_int(s) for s in n.src)
   if integral:
     pa, pb = sm.polys.poly(n.src[0]), sm.polys.poly(n.src[1])
     if sm.polys.dominates(pa, pb): return a if n.op is Op.MAX else b
     if sm.polys.dominates(pb, pa): return b if n.op is Op.MAX else a
-  if sm.compact or sm.sentinel[id(n.src[0])] or sm.sentinel[id(n.src[1])]:
+  if sm.compact or sm.sentinel[n.src[0]] or sm.sentinel[n.src[1]]:
     d = sub(a, b) if n.op is Op.MIN else sub(b, a)
     s = step_compact(add(d, c(-0.5)), INT_STEP_WIDTH) if integral else step_compact(d, sm.float_width)
     return add(mul(s, b), mul(sub(c(1.0), s), a))
@@ -385,8 +362,8 @@ def _select(sm: Smoother, n: Expr, kids: tuple) -> Expr:
   """``c*t + (1-c)*f`` (Felix's ``c*(t - f) + f``, written so that c in {0, 1} gives t or f exactly even
   next to a 2^40 sentinel); a condition that gates a sentinel gets compact steps (exactly 0/1)."""
   cond, t, f = kids
-  if same(t, f): return t
-  if not sm.compact and (sm.sentinel[id(n.src[1])] or sm.sentinel[id(n.src[2])]): cond = sm.hard_condition(n.src[0])
+  if t is f: return t
+  if not sm.compact and (sm.sentinel[n.src[1]] or sm.sentinel[n.src[2]]): cond = sm.hard_condition(n.src[0])
   if cond.op is Op.CONST: return t if cond.arg >= 0.5 else f
   return add(mul(cond, t), mul(sub(c(1.0), cond), f))
 
@@ -419,45 +396,42 @@ class Polys:
 
   def __init__(self, enabled: bool = True):
     self.enabled = enabled
-    self.memo: dict[int, Poly | None] = {}
-    self.atoms: dict[int, list[int]] = {}     # hash -> atom numbers (compared with `same`, not __eq__)
+    self.memo: dict[Expr, Poly] = {}
+    self.atoms: dict[Expr, int] = {}          # atom -> its number (an index of atom_list)
     self.atom_list: list[Expr] = []
-    self._alive: list[Expr] = []
 
   def atom(self, e: Expr) -> Poly:
-    bucket = self.atoms.setdefault(hash(e), [])
-    for i in bucket:
-      if same(self.atom_list[i], e): return {(i,): 1}
-    bucket.append(len(self.atom_list))
-    self.atom_list.append(e)
-    return {(len(self.atom_list) - 1,): 1}
+    i = self.atoms.get(e)
+    if i is None:
+      i = self.atoms[e] = len(self.atom_list)
+      self.atom_list.append(e)
+    return {(i,): 1}
 
   def poly(self, e: Expr) -> Poly:
     stack = [e]
     while stack:
       n = stack[-1]
-      if id(n) in self.memo: stack.pop(); continue
+      if n in self.memo: stack.pop(); continue
       kids = n.src if n.op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.CAST, Op.MIN, Op.MAX) else ()
-      pending = [x for x in kids if id(x) not in self.memo]
+      pending = [x for x in kids if x not in self.memo]
       if pending: stack.extend(pending); continue
       stack.pop()
-      self.memo[id(n)] = self._poly(n)
-      self._alive.append(n)
-    return self.memo[id(e)]
+      self.memo[n] = self._poly(n)
+    return self.memo[e]
 
   def _poly(self, n: Expr) -> Poly:
     op, m = n.op, self.memo
     if op is Op.CONST:
       v = float(n.arg)
       return {(): int(v)} if v.is_integer() else self.atom(n)
-    if op is Op.CAST and n.src[0].dtype in INT_DTYPES and n.dtype not in ("bool",): return m[id(n.src[0])]
+    if op is Op.CAST and n.src[0].dtype in INT_DTYPES and n.dtype not in ("bool",): return m[n.src[0]]
     if op in (Op.ADD, Op.SUB, Op.NEG, Op.MUL):
-      if op is Op.MUL: r = _pmul(m[id(n.src[0])], m[id(n.src[1])])
-      elif op is Op.NEG: r = _padd({}, m[id(n.src[0])], -1)
-      else: r = _padd(m[id(n.src[0])], m[id(n.src[1])], 1 if op is Op.ADD else -1)
+      if op is Op.MUL: r = _pmul(m[n.src[0]], m[n.src[1]])
+      elif op is Op.NEG: r = _padd({}, m[n.src[0]], -1)
+      else: r = _padd(m[n.src[0]], m[n.src[1]], 1 if op is Op.ADD else -1)
       return self.atom(n) if r is None else r
     if op in (Op.MIN, Op.MAX):
-      p, q = m[id(n.src[0])], m[id(n.src[1])]
+      p, q = m[n.src[0]], m[n.src[1]]
       if self.dominates(p, q): return p if op is Op.MAX else q
       if self.dominates(q, p): return q if op is Op.MAX else p
       return self.atom(n)
@@ -497,9 +471,7 @@ class Polys:
       elif abs(k) != 1: t = binary(Op.MUL, t, const(abs(k), dtype))
       out = (t if k > 0 else binary(Op.SUB, const(0, dtype), t)) if out is None else \
         binary(Op.ADD if k > 0 else Op.SUB, out, t)
-    out = const(0, dtype) if out is None else out
-    self._alive.append(out)
-    return out
+    return const(0, dtype) if out is None else out
 
   def _split(self, n: Expr):
     """(Q, R, lower bound of B) with A = Q*B + R by polynomial division (graded order; exact integer
@@ -585,7 +557,7 @@ def _pmul(p: Poly, q: Poly) -> Poly | None:
 
 def _mm(op: Op, a: Expr, b: Expr, polys: Polys) -> Expr:
   """min/max, decided when one side provably dominates (symbolic lowering repeats bounds)."""
-  if same(a, b): return a
+  if a is b: return a
   pa, pb = polys.poly(a), polys.poly(b)
   if polys.dominates(pa, pb): return a if op is Op.MAX else b
   if polys.dominates(pb, pa): return b if op is Op.MAX else a
@@ -681,7 +653,7 @@ class _NotSmooth(Exception):
   pass
 
 
-def exp_substitute(e: Expr, names: Iterable[str], memo: dict[int, Expr] | None = None) -> Expr:
+def exp_substitute(e: Expr, names: Iterable[str], memo: dict[Expr, Expr] | None = None) -> Expr:
   """``e`` with each size variable x in ``names`` replaced by ``exp(y_x)`` (Felix's x = e^y; the new
   variables keep the names, float64). ``e`` is smoothed first unless it already is. Pass one ``memo``
   dict for many expressions that share sub-DAGs (else each gets its own copy of the shared parts)."""
@@ -691,17 +663,15 @@ def exp_substitute(e: Expr, names: Iterable[str], memo: dict[int, Expr] | None =
   except _NotSmooth: return _exp_sub(smooth(e), names, memo)
 
 
-def _exp_sub(e: Expr, names: set[str], memo: dict[int, Expr]) -> Expr:
-  keep = memo.setdefault(-1, [])            # the inputs' ids key the memo: keep them alive with it
+def _exp_sub(e: Expr, names: set[str], memo: dict[Expr, Expr]) -> Expr:
   for n in walk(e, memo):
     if n.dtype != F64 or (n.op not in SMOOTH_OPS and n.op not in (Op.MIN, Op.MAX)) or \
        (n.op is Op.CALL and n.arg not in SMOOTH_CALLS):
       raise _NotSmooth
-    if n.op is Op.VAR: memo[id(n)] = exp(var(n.arg, F64)) if n.arg in names else n
-    elif n.src: memo[id(n)] = n.replace(src=tuple(memo[id(s)] for s in n.src))
-    else: memo[id(n)] = n
-    keep.append(n)
-  return memo[id(e)]
+    if n.op is Op.VAR: memo[n] = exp(var(n.arg, F64)) if n.arg in names else n
+    elif n.src: memo[n] = n.replace(src=tuple(memo[s] for s in n.src))
+    else: memo[n] = n
+  return memo[e]
 
 
 def log_feature(e: Expr, h: float = 0.1) -> Expr:
@@ -782,22 +752,22 @@ class Tape:
   def __init__(self, exprs: list[Expr], names: list[str], width: int = 256):
     pos = {n: i for i, n in enumerate(names)}
     order: list[Expr] = []
-    depth: dict[int, int] = {}
+    depth: dict[Expr, int] = {}
     for e in exprs:
       for n in walk(e, depth):
         if n.op is Op.VAR and n.arg not in pos: raise ExprError(f"variable {n.arg!r} is not in names")
-        depth[id(n)] = 0 if not n.src else 1 + max(depth[id(s)] for s in n.src)
+        depth[n] = 0 if not n.src else 1 + max(depth[s] for s in n.src)
         order.append(n)
-    index: dict[int, int] = {}
+    index: dict[Expr, int] = {}
     consts = [n for n in order if n.op is Op.CONST]
     vars_ = [n for n in order if n.op is Op.VAR]
-    for n in consts + vars_: index[id(n)] = len(index)
+    for n in consts + vars_: index[n] = len(index)
     self.consts = np.array([float(n.arg) for n in consts], np.float64)
     self.var_pos = np.array([pos[n.arg] for n in vars_], np.int32)
     self.n_fixed = len(index)
     levels: dict[int, list[Expr]] = defaultdict(list)
     for n in order:
-      if n.src: levels[depth[id(n)]].append(n)
+      if n.src: levels[depth[n]].append(n)
     self.kinds = sorted({_opkey(n) for n in order if n.src}, key=str)
     code = {k: i for i, k in enumerate(self.kinds)}
     chunks = [lv[i:i + width] for d in sorted(levels) for lv in [levels[d]] for i in range(0, len(lv), width)]
@@ -807,13 +777,13 @@ class Tape:
     self.args = np.zeros((K, 3, width), np.int32)
     self.start = (self.n_fixed + width * np.arange(K)).astype(np.int32)
     for k, ch in enumerate(chunks):
-      for j, n in enumerate(ch): index[id(n)] = int(self.start[k]) + j
+      for j, n in enumerate(ch): index[n] = int(self.start[k]) + j
     for k, ch in enumerate(chunks):
       for j, n in enumerate(ch):
         self.op[k, j] = code[_opkey(n)]
-        for i, s in enumerate(n.src): self.args[k, i, j] = index[id(s)]
+        for i, s in enumerate(n.src): self.args[k, i, j] = index[s]
     self.size = self.n_fixed + width * K
-    self.out = np.array([index[id(e)] for e in exprs], np.int32)
+    self.out = np.array([index[e] for e in exprs], np.int32)
     self.n_nodes, self.depth, self.n_steps = len(order), max(depth.values(), default=0), K
 
   def run(self, xp, y):
@@ -889,7 +859,7 @@ def compile_features(rows: list[list[Expr]], names: list[str], **smoother_kw) ->
   """Felix's feature function of a sketch: ``f(y[len(names)]) -> (len(rows), len(rows[0]))`` with the
   rows smoothed (``Smoother(**smoother_kw)``, one memo), x = exp(y) substituted, and compiled."""
   sm = Smoother(**smoother_kw)
-  memo: dict[int, Expr] = {}
+  memo: dict[Expr, Expr] = {}
   flat = [exp_substitute(sm(e), names, memo) for row in rows for e in row]
   g = compile_formulas(flat, names)
   shape = (len(rows), len(rows[0]) if rows else 0)

@@ -182,10 +182,10 @@ def collect_accesses(kernel: Kernel) -> tuple[list[Access], list[LoopNode]]:
   loops: list[LoopNode] = []
 
   def loads(e: Expr, lp: tuple, conds: tuple) -> None:
-    seen: set[tuple[int, tuple]] = set()
+    seen: set[tuple[Expr, tuple]] = set()
 
     def go(n: Expr, cs: tuple) -> None:
-      key = (id(n), cs)
+      key = (n, cs)
       if key in seen: return
       seen.add(key)
       if n.op is Op.SELECT:
@@ -364,16 +364,16 @@ class _Digits:
   def __init__(self):
     self.slices: dict[tuple, str] = {}      # (L key, M, D) -> placeholder name
     self.forms: dict[tuple, Expr] = {}      # L key -> L
-    self.memo: dict[int, Expr] = {}
+    self.memo: dict[Expr, Expr] = {}
 
   def rewrite(self, e: Expr) -> Expr:
-    r = self.memo.get(id(e))
+    r = self.memo.get(e)
     if r is not None: return r
     if e.op in (Op.FLOORDIV, Op.FLOORMOD) and e.src[1].is_const and int(e.src[1].arg) > 0:
       r = self._slice(e, self.rewrite(e.src[0]), int(e.src[1].arg))
     elif e.src and e.op is not Op.LOAD: r = e.replace(src=tuple(self.rewrite(x) for x in e.src))
     else: r = e
-    self.memo[id(e)] = r
+    self.memo[e] = r
     return r
 
   def _slice(self, e: Expr, x: Expr, d: int) -> Expr:
