@@ -1,23 +1,22 @@
-"""How fast the static model estimates, and where its time goes.
+"""How fast the static model estimates, against how long building the same kernel takes.
 
-A search asks the static model for thousands of estimates per round, so its speed bounds
-how many candidates a tuning run can afford without a GPU. For a set of kernels (the random
-valid matmul / conv2d schedules of ``tests/schedule_gen.py`` and the six 4096^3 SGEMM kernels
-of ``static_model_fidelity.py``) this builds each kernel once (not timed) and then times, on
-one core, each stage of ``minicomp.estimate``:
+A static measurer pays one build (replay + lower + emit + NVRTC) and one estimate per candidate,
+so the estimate is cheap enough when it costs a fraction of the build. For random valid schedules
+of the workloads of issue 14 (matmul 1024^3, conv 3x3 56x56x64, batch matmul 12x128x128x64),
+drawn from their sketches for ``sm_90`` as a search draws them, this times on one core:
 
+  build      mc.build with the NVRTC disk and memory caches off (what a new candidate costs)
   ptx        PTX analysis: basic blocks, loops and trip counts, dynamic instruction counts
-  footprint  islpy data movement (access relations, distinct-element counts, coalescing,
-             bank conflicts): ``footprint.analyze_kernel``
-  rest       the remainder of a full estimate: occupancy, the latency formula, glue
-  total      one full ``estimate(kernel, target)`` call (includes the others)
+  footprint  islpy data movement (access relations, distinct elements, coalescing, bank conflicts)
+  estimate   one full ``estimate(kernel, "h100")`` call, its per-kernel analysis cache cleared first
 
-and prints per-kernel-set medians / 90th percentiles / maxima, estimates per second per
-core, and how the counts were taken (isl, numpy enumeration, or isl without a budget).
-The build (replay + lower + emit + NVRTC) is timed separately: a StaticMeasurer pays it too.
+and prints per workload and over all kernels the median / 90th percentile of each, with the
+issue's two ratios: median estimate / median build (goal <= 0.15) and 90th-percentile estimate /
+median build (goal <= 1.0). ``--model`` adds the time of ``mod.estimate()`` of a zoo model with
+default schedules (the issue's: ResNet-18 at 224x224), its cache cleared first.
 
-  python benchmarks/estimate_speed.py                 # 24 random schedules + 6 SGEMM kernels
-  python benchmarks/estimate_speed.py --random 60     # more random schedules
+  python benchmarks/estimate_speed.py                       # 16 schedules per workload
+  python benchmarks/estimate_speed.py --per-workload 32 --model resnet18
 """
 from __future__ import annotations
 
@@ -28,55 +27,30 @@ import statistics
 import sys
 import time
 
+os.environ["MINICOMP_NVRTC_CACHE"] = "0"           # every build compiles: the cost of a new candidate
+os.environ["MINICOMP_NVRTC_MEMORY_CACHE"] = "0"
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 
+import numpy as np
+
 import minicomp as mc
+from minicomp import workloads as W
+from minicomp.search.annotate import sample_population
+from minicomp.search.sketch import generate_sketches
+from minicomp.search.static import cache as analysis_cache
 from minicomp.search.static.estimate import estimate
 from minicomp.search.static.footprint import analyze_kernel
 from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
 from minicomp.target import Target
 from provenance import header_lines
 
-DEVICE = "rtx3090"
-
-
-def _kernels(n_random: int):
-  import schedule_gen as G
-  import static_model_fidelity as F
-  sets = collections.OrderedDict()
-  rand = []
-  for seed in range(n_random):
-    kind = ("matmul", "conv2d")[seed % 2]
-    smp = G.sample(kind, 1000 + seed)
-    t0 = time.perf_counter()
-    k = mc.build(smp.schedule, target=smp.target)
-    rand.append((f"{kind}#{1000 + seed}", k, time.perf_counter() - t0))
-  sets["random schedules (tests/schedule_gen.py)"] = rand
-  sgemm = []
-  for name, _ in F.PUBLISHED:
-    t0 = time.perf_counter()
-    k = mc.build(F.SCHEDULES[name](), target="sm_86")
-    sgemm.append((f"sgemm 4096 {name}", k, time.perf_counter() - t0))
-  sets["SGEMM 4096^3 (static_model_fidelity.py)"] = sgemm
-  return sets
-
-
-def _time_stages(kernel, dev):
-  """Seconds of the PTX and footprint analyses on their own, and of one full estimate."""
-  t0 = time.perf_counter()
-  for l, kir in zip(kernel.plan.launches, kernel.program.kernels):
-    analyze_ptx(kernel.binary.ptx, l.kernel, hints=ir_loop_extents(kir.body))
-  t1 = time.perf_counter()
-  stats = collections.Counter()
-  for kir in kernel.program.kernels:
-    dm = analyze_kernel(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
-    stats.update(dict(dm.counts))
-  t2 = time.perf_counter()
-  estimate(kernel, DEVICE)
-  t3 = time.perf_counter()
-  return {"ptx": t1 - t0, "footprint": t2 - t1, "rest": max(0.0, (t3 - t2) - (t2 - t0)), "total": t3 - t2}, stats
+TARGET, DEVICE = "sm_90", "h100"
+WORKLOADS = {
+  "matmul 1024^3": lambda: W.matmul(1024, 1024, 1024),
+  "conv 3x3 56x56x64": lambda: W.conv2d(1, 64, 56, 56, 64, 3, pad=1),
+  "batch matmul 12x128x128x64": lambda: W.batch_matmul(12, 128, 128, 64),
+}
 
 
 def _pct(xs, q):
@@ -84,37 +58,83 @@ def _pct(xs, q):
   return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def _time_one(cand, dev) -> dict:
+  t0 = time.perf_counter()
+  k = mc.build(cand.schedule, target=TARGET)
+  t1 = time.perf_counter()
+  for l, kir in zip(k.plan.launches, k.program.kernels):
+    analyze_ptx(k.binary.ptx, l.kernel, hints=ir_loop_extents(kir.body))
+  t2 = time.perf_counter()
+  for kir in k.program.kernels: analyze_kernel(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
+  t3 = time.perf_counter()
+  analysis_cache.clear()
+  t4 = time.perf_counter()
+  estimate(k, DEVICE)
+  t5 = time.perf_counter()
+  return {"build": t1 - t0, "ptx": t2 - t1, "footprint": t3 - t2, "estimate": t5 - t4}
+
+
+def _table(head, rows):
+  w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+  out = ["  ".join(h.ljust(w[i]) for i, h in enumerate(head)), "  ".join("-" * x for x in w)]
+  out += ["  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)) for r in rows]
+  return out
+
+
+def _row(label, per):
+  col = lambda key: [t[key] for t in per]
+  build_med = statistics.median(col("build"))
+  est = col("estimate")
+  return (label, str(len(per)), f"{build_med:.3f}", f"{statistics.median(col('ptx')) * 1e3:.1f}",
+          f"{statistics.median(col('footprint')) * 1e3:.1f}", f"{statistics.median(est) * 1e3:.1f}",
+          f"{_pct(est, 0.9) * 1e3:.1f}", f"{max(est) * 1e3:.0f}",
+          f"{statistics.median(est) / build_med:.3f}", f"{_pct(est, 0.9) / build_med:.3f}")
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--random", type=int, default=24, help="random schedules to time (half matmul, half conv2d)")
+  ap.add_argument("--per-workload", type=int, default=16, help="random schedules per workload")
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--model", default=None, help="also time mod.estimate() of this zoo model (e.g. resnet18)")
+  ap.add_argument("--hw", type=int, default=224, help="input size of --model")
   args = ap.parse_args(argv)
   dev = Target(DEVICE).device
-  sets = _kernels(args.random)
   for line in header_lines(__file__, argv): print(line)
-  print(f"device:   {DEVICE} (static model; every latency it produces is an ESTIMATE); one process, one core\n")
-  head = ("kernels", "n", "build med s", "ptx med ms", "footprint med ms", "footprint p90 ms", "rest med ms",
-          "estimate med ms", "estimate p90 ms", "estimate max ms", "estimates/s/core")
-  rows, counts_all, slowest = [], collections.Counter(), []
-  for label, ks in sets.items():
+  print(f"target:   {TARGET}, estimates for {DEVICE} (static model: every latency it produces is an ESTIMATE); "
+        "one process; NVRTC caches off\n")
+  rows, everything, slowest = [], [], []
+  for label, make in WORKLOADS.items():
+    wl = make()
+    sk = generate_sketches(mc.ComputeDAG(wl.outputs), TARGET)
+    cands = sample_population(sk, args.per_workload, np.random.default_rng(args.seed), TARGET, time_limit_s=None)
     per = []
-    for name, k, build_s in ks:
-      t, stats = _time_stages(k, dev)
-      counts_all.update(stats)
-      per.append((t, build_s))
-      slowest.append((t["total"], name))
-    col = lambda key, per=per: [t[key] for t, _ in per]
-    tot = col("total")
-    rows.append((label, str(len(per)), f"{statistics.median(b for _, b in per):.2f}",
-                 f"{statistics.median(col('ptx')) * 1e3:.1f}", f"{statistics.median(col('footprint')) * 1e3:.1f}",
-                 f"{_pct(col('footprint'), 0.9) * 1e3:.1f}", f"{statistics.median(col('rest')) * 1e3:.2f}",
-                 f"{statistics.median(tot) * 1e3:.1f}", f"{_pct(tot, 0.9) * 1e3:.1f}", f"{max(tot) * 1e3:.1f}",
-                 f"{len(tot) / sum(tot):.1f}"))
-  w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-  print("  ".join(h.ljust(w[i]) for i, h in enumerate(head)))
-  print("  ".join("-" * x for x in w))
-  for r in rows: print("  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r)))
-  print(f"\ndistinct-element counts taken by: {dict(counts_all)}")
-  print("slowest estimates: " + ", ".join(f"{n} {t * 1e3:.0f} ms" for t, n in sorted(slowest, reverse=True)[:3]))
+    for c in cands:
+      t = _time_one(c, dev)
+      per.append(t)
+      slowest.append((t["estimate"], label))
+    everything += per
+    rows.append(_row(label, per))
+  rows.append(_row("all", everything))
+  head = ("workload", "n", "build med s", "ptx med ms", "footprint med ms", "estimate med ms", "estimate p90 ms",
+          "estimate max ms", "med est / med build", "p90 est / med build")
+  for line in _table(head, rows): print(line)
+  print("\ngoals (issue 14): median estimate <= 0.15x median build; 90th percentile <= 1.0x")
+  print("slowest estimates: " + ", ".join(f"{w} {t * 1e3:.0f} ms" for t, w in sorted(slowest, reverse=True)[:3]))
+  if args.model:
+    from minicomp import zoo
+    model, _ = getattr(zoo, args.model)(hw=args.hw)
+    t0 = time.perf_counter()
+    mod = mc.compile(model, target=TARGET)
+    t1 = time.perf_counter()
+    analysis_cache.clear()
+    e = mod.estimate(DEVICE)
+    t2 = time.perf_counter()
+    e2 = mod.estimate(DEVICE)
+    t3 = time.perf_counter()
+    n = len({c.kernel for c in mod.calls})
+    print(f"\n{args.model} at {args.hw}x{args.hw}, default schedules ({n} distinct kernels): compile {t1 - t0:.1f} s, "
+          f"mod.estimate() {t2 - t1:.1f} s (again, cached: {t3 - t2:.2f} s); "
+          f"estimate {e.latency_s * 1e6:.0f} us (ESTIMATE){'' if e2.latency_s == e.latency_s else ' MISMATCH'}")
   return 0
 
 

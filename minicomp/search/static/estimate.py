@@ -26,13 +26,18 @@ class EstimateError(MinicompError):
 
 
 def launch_facts(kernel, dev) -> list[LaunchFacts]:
-  """The model's inputs for every launch of ``kernel`` on device ``dev``."""
+  """The model's inputs for every launch of ``kernel`` on device ``dev`` (remembered by
+  :mod:`.cache`: the same source, arch, launches and device are analysed once)."""
   from minicomp.search.static.footprint import analyze_kernel
   from minicomp.search.static.occupancy import occupancy
   from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
+  from minicomp.search.static import cache
   if kernel.program is None:
     raise EstimateError("the static model needs the kernel's loop IR; kernels loaded from disk carry only "
                         "their binary: rebuild with minicomp.build / minicomp.compile")
+  ck = cache.key(kernel, dev)
+  hit = cache.get(ck)
+  if hit is not None: return list(hit)
   out = []
   for l, kir in zip(kernel.plan.launches, kernel.program.kernels):
     prof = analyze_ptx(kernel.binary.ptx, l.kernel, hints=ir_loop_extents(kir.body))
@@ -59,6 +64,7 @@ def launch_facts(kernel, dev) -> list[LaunchFacts]:
       dram_bytes=dm.dram_bytes, l2_bytes=l2,
       l1_cycles_per_block=l1_cycles / max(blocks, 1),
       shared_wavefronts_per_block=shared_instr * max(dm.bank_conflict, 1.0)))
+  cache.put(ck, tuple(out))
   return out
 
 

@@ -21,7 +21,7 @@ variables first (:class:`_Digits`): the same sets, which isl counts far faster.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import islpy as isl
 
@@ -74,13 +74,21 @@ class AccessMap:
   """An access and its isl relation. ``extents`` bound the input dimensions; ``groups`` are the
   input dimensions that conditions tie together (the others range over their whole extent)."""
   access: Access
-  maps: tuple[isl.Map, isl.Map, isl.Map]   # ranges [addr], [bz, by, bx, addr], [bz, ..., tx, addr]
+  texts: tuple[str, str, str]   # the relations with ranges [addr], [bz, by, bx, addr], [bz, ..., tx, addr]
   exact: bool           # False when a condition was dropped or the index was over-approximated
   affine_index: bool
   extents: tuple[int, ...]
   groups: tuple[frozenset[int], ...]
   used: frozenset[str] = frozenset()        # variables the index and the conditions read
   box: tuple[tuple[int, int], ...] = ()     # per input dimension: [lo, hi] the conditions allow
+  _maps: dict = field(default_factory=dict, compare=False, repr=False)   # isl.Map by keep, parsed when asked
+
+  def isl_map(self, keep: int = 6) -> isl.Map:
+    """The access relation keeping the first ``keep`` (0, 3 or 6) hardware indices in its range
+    (parsed on first use: many counts never reach isl)."""
+    m = self._maps.get(keep)
+    if m is None: m = self._maps[keep] = isl.Map(self.texts[(0, 3, 6).index(keep)])
+    return m
 
   def span(self, p: int) -> range:
     """The values input dimension ``p`` can take (its extent, narrowed by single-variable bounds)."""
@@ -88,14 +96,14 @@ class AccessMap:
     return range(lo, hi + 1)
 
   @property
-  def map(self) -> isl.Map: return self.maps[2]
+  def map(self) -> isl.Map: return self.isl_map(6)
 
   def image(self, keep: int = 0, fixed: tuple[int, ...] = (), at: tuple[tuple[int, int], ...] = ()) -> isl.Set:
     """Touched elements with the first ``keep`` (0, 3 or 6) hardware indices kept, the input
     dimensions ``fixed`` set to 0 and those of ``at`` (position, value) to a value. isl counts
     an image far faster when it comes from a map with that range than when the hardware
     indices are projected out afterwards."""
-    m = self.maps[(0, 3, 6).index(keep)]
+    m = self.isl_map(keep)
     for p in fixed: m = m.fix_input_si(p, 0)
     for p, v in at: m = m.fix_input_si(p, v)
     return m.range()
@@ -121,10 +129,6 @@ class AccessMap:
     group of dimensions tied by conditions is counted on its own projection.
     """
     fix = fix or {}
-    dom = self.map.domain()
-    n = len(self.extents)
-    dom = dom.project_out(isl.dim_type.set, n, dom.dim(isl.dim_type.set) - n)   # digits: functions of the rest
-    for p, v in fix.items(): dom = dom.fix_val(isl.dim_type.set, p, v)
     parts: list[set[int]] = []
     for g in self.groups:
       hit = [p for p in parts if p & g]
@@ -132,6 +136,11 @@ class AccessMap:
     total = 1
     for k, e in enumerate(self.extents):
       if not any(k in p for p in parts) and k not in fix and k not in drop: total *= e
+    if not parts: return total                   # no condition ties dimensions: isl is not needed
+    dom = self.map.domain()
+    n = len(self.extents)
+    dom = dom.project_out(isl.dim_type.set, n, dom.dim(isl.dim_type.set) - n)   # digits: functions of the rest
+    for p, v in fix.items(): dom = dom.fix_val(isl.dim_type.set, p, v)
     for p in parts:
       d = dom
       for k in reversed(range(n)):
@@ -142,7 +151,7 @@ class AccessMap:
   def injective(self, keep: int, fix: dict[int, int], drop: frozenset[int], budget: int) -> bool | None:
     """Whether distinct instances (``drop`` projected out) touch distinct (kept indices, element)
     pairs; None when isl cannot tell within ``budget`` operations."""
-    m = self.maps[(0, 3, 6).index(keep)]
+    m = self.isl_map(keep)
     for p, v in fix.items(): m = m.fix_input_si(p, v)
     for p in sorted(drop, reverse=True): m = m.project_out(isl.dim_type.in_, p, 1)
     digits = m.dim(isl.dim_type.in_) - len(self.extents) + len(drop)
@@ -485,7 +494,7 @@ def access_map(kernel: Kernel, a: Access) -> AccessMap:
     return "{ " + "; ".join(head + f"{v}] : {dom}" + (f" and {c}" if c else "") for c, v in pieces) + " }"
   if pieces is not None and len(pieces) > 1: groups.append(frozenset(pos[v] for v in free_vars(a.index) if v in pos))
   extents = tuple(hw_extent(kernel, k) for k in range(N_HW)) + tuple(lp.extent for lp in a.loops)
-  return AccessMap(a, tuple(isl.Map(text(k)) for k in (0, 3, 6)), exact and pieces is not None, pieces is not None,
+  return AccessMap(a, tuple(text(k) for k in (0, 3, 6)), exact and pieces is not None, pieces is not None,
                    extents, tuple(g for g in groups if g),
                    frozenset(free_vars(a.index).union(*(free_vars(c) for c in a.conds))),
                    _box(a, [lp.var for lp in a.loops], extents))

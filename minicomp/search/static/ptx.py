@@ -42,6 +42,7 @@ Register spills happen after PTX (in ptxas): take them from ``Resources.spill_*`
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -111,12 +112,15 @@ class Instruction:
   guard: str | None = None
   negated: bool = False
   text: str = ""
+  base: str = field(init=False, compare=False)            # "ld" of "ld.global.v4.f32"
+  mods: tuple[str, ...] = field(init=False, compare=False)  # ("global", "v4", "f32")
+  dsts: tuple[str, ...] = field(init=False, compare=False)  # the registers it writes
 
-  @property
-  def base(self) -> str: return self.opcode.split(".")[0]
-
-  @property
-  def mods(self) -> list[str]: return self.opcode.split(".")[1:]
+  def __post_init__(self):
+    base, *mods = self.opcode.split(".")
+    object.__setattr__(self, "base", base)
+    object.__setattr__(self, "mods", tuple(mods))
+    object.__setattr__(self, "dsts", _dsts(base, self.operands))
 
 
 _ENTRY_RE = re.compile(r"\.entry\s+([\w$]+)\s*\(")
@@ -149,33 +153,29 @@ def _entry_body(ptx: str, kernel: str | None) -> tuple[str, str]:
     if not found:
       raise PTXAnalysisError(f"no .entry {kernel!r} in the PTX; it has {', '.join(n for n, _ in entries)}")
     name, pos = found[0]
-  depth, i = 1, pos                      # skip the parameter list
-  while depth and i < len(text):
-    depth += {"(": 1, ")": -1}.get(text[i], 0)
-    i += 1
+  i = _matching(text, pos, "(", ")")      # skip the parameter list
   start = text.index("{", i)
-  depth, j = 1, start + 1
-  while depth and j < len(text):
-    depth += {"{": 1, "}": -1}.get(text[j], 0)
-    j += 1
+  j = _matching(text, start + 1, "{", "}")
   return name, text[start + 1:j - 1]
 
 
+def _matching(text: str, pos: int, open_: str, close: str) -> int:
+  """The position just past the ``close`` that balances an ``open_`` before ``pos``."""
+  depth = 1
+  for m in re.finditer(re.escape(open_) + "|" + re.escape(close), text[pos:]):
+    depth += 1 if m.group() == open_ else -1
+    if not depth: return pos + m.end()
+  return len(text)
+
+
+_OPERAND_RE = re.compile(r"(?:\{[^}]*\}|\[[^\]]*\]|\([^)]*\)|[^,{\[(])+")
+
+
 def _split_operands(s: str) -> tuple[str, ...]:
-  out, depth, cur = [], 0, ""
-  for ch in s:
-    if ch in "{[(":
-      depth += 1
-    elif ch in "}])":
-      depth -= 1
-    if ch == "," and depth == 0:
-      out.append(cur.strip())
-      cur = ""
-    else:
-      cur += ch
-  if cur.strip():
-    out.append(cur.strip())
-  return tuple(out)
+  """Operands split at the commas outside ``{}``, ``[]`` and ``()`` (PTX nests them one deep)."""
+  if "{" not in s and "[" not in s and "(" not in s:    # the common case: no nested commas
+    return tuple(x for x in (p.strip() for p in s.split(",")) if x)
+  return tuple(x for x in (m.strip() for m in _OPERAND_RE.findall(s)) if x)
 
 
 def parse_body(body: str) -> tuple[list[Instruction], dict[str, int]]:
@@ -200,13 +200,14 @@ def parse_body(body: str) -> tuple[list[Instruction], dict[str, int]]:
   return instrs, labels
 
 
-def _dsts(ins: Instruction) -> list[str]:
-  if ins.base in _NO_DST or not ins.operands:
-    return []
-  d = ins.operands[0]
+def _dsts(base: str, operands: tuple[str, ...]) -> tuple[str, ...]:
+  if base in _NO_DST or not operands:
+    return ()
+  d = operands[0]
   if d.startswith("{"):
-    return [r.strip() for r in d.strip("{}").split(",") if r.strip().startswith("%")]
-  return [r.strip() for r in d.split("|") if r.strip().startswith("%")]
+    return tuple(r.strip() for r in d.strip("{}").split(",") if r.strip().startswith("%"))
+  if "|" not in d: return (d,) if d.startswith("%") else ()
+  return tuple(r.strip() for r in d.split("|") if r.strip().startswith("%"))
 
 
 # ---- classification --------------------------------------------------------------------------
@@ -222,6 +223,7 @@ _INT = {"add", "sub", "mul", "mad", "mul24", "mad24", "sad", "div", "rem", "abs"
 _SPACES = ("global", "shared", "local", "param", "const")
 
 
+@functools.lru_cache(maxsize=4096)
 def classify(opcode: str) -> tuple[str, int]:
   """(class, bytes moved) of one PTX opcode such as ``ld.global.nc.v4.f32``; bytes is 0 for non-memory ops.
 
@@ -332,9 +334,10 @@ class _Analysis:
     self.instrs, self.labels = instrs, labels
     self.defs: dict[str, list[int]] = {}
     for ins in instrs:
-      for d in _dsts(ins):
+      for d in ins.dsts:
         self.defs.setdefault(d, []).append(ins.index)
     self.warnings: list[str] = []
+    self.branches = [(ins.index, t) for ins in instrs if (t := self._branch_target(ins)) is not None]
 
   # -- values: (base, offset), base None for a constant, "start:%r" for the value of %r at the
   #    start of the current iteration, "sym:..." for an opaque loop-invariant value
@@ -358,7 +361,7 @@ class _Analysis:
   @staticmethod
   def _eval(ins: Instruction, val):
     """Value of the (single) destination of ``ins`` from its operands' values, or None."""
-    ds = _dsts(ins)
+    ds = ins.dsts
     if len(ds) != 1 or ins.guard is not None:
       return None
     types = [m for m in ins.mods if m in _TYPE_BYTES]
@@ -414,9 +417,8 @@ class _Analysis:
     in_inner = lambda i: any(o.contains(i) for o in inner)
     # entry point: a jump from outside the loop into its body, else the header
     l.ent = l.q
-    for ins in self.instrs:
-      t = self._branch_target(ins)
-      if t is not None and not l.contains(ins.index) and l.q < t <= l.p:
+    for i, t in self.branches:
+      if not l.contains(i) and l.q < t <= l.p:
         l.ent = t
         break
     back = self.instrs[l.p]
@@ -436,7 +438,7 @@ class _Analysis:
     test_ins = self.instrs[l.test]
     pred = test_ins.guard
     walk_to_test = order[:order.index(l.test)]
-    setp = next((i for i in reversed(walk_to_test) if pred in _dsts(self.instrs[i])), None)
+    setp = next((i for i in reversed(walk_to_test) if pred in self.instrs[i].dsts), None)
     if setp is None or self.instrs[setp].base != "setp" or in_inner(setp):
       return
     sins = self.instrs[setp]
@@ -465,7 +467,7 @@ class _Analysis:
       if i == setp:
         at_test = (val(sins.operands[1]), val(sins.operands[2]))
       v = None if in_inner(i) else self._eval(ins, val)
-      for d in _dsts(ins):
+      for d in ins.dsts:
         env[d] = v
     x, y = at_test
     if x is None or y is None:

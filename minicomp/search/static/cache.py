@@ -1,0 +1,51 @@
+"""The static model's per-kernel analysis cache: launch facts by kernel source, launches and device.
+
+The analyses behind an estimate (PTX instruction counts, islpy data movement, occupancy) depend only
+on the kernel's CUDA source (which fixes its loop IR, shapes and index math), the arch it was built
+for (the PTX), its launch configuration and the device the estimate is for. A model whose calls share
+a kernel, a search that meets a program twice, or ``mod.estimate()`` asked again, reuse the facts.
+
+The cache lives in memory, keeps the :data:`CACHE_SIZE` most recently used kernels (LRU), and is
+only a speed-up: a hit returns the facts the analyses would compute again.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+CACHE_SIZE = 4096
+_facts: OrderedDict[tuple, list] = OrderedDict()
+_lock = threading.Lock()
+stats = {"hits": 0, "misses": 0}
+
+
+def key(kernel, dev) -> tuple:
+  """What the analyses of ``kernel`` on device ``dev`` depend on."""
+  src = hashlib.sha256(kernel.source.encode()).hexdigest()
+  return (src, kernel.target.arch, tuple((l.kernel, l.grid, l.block) for l in kernel.plan.launches), dev)
+
+
+def get(k: tuple):
+  with _lock:
+    v = _facts.get(k)
+    if v is None:
+      stats["misses"] += 1
+      return None
+    _facts.move_to_end(k)
+    stats["hits"] += 1
+    return v
+
+
+def put(k: tuple, facts: list) -> None:
+  with _lock:
+    _facts[k] = facts
+    _facts.move_to_end(k)
+    while len(_facts) > CACHE_SIZE: _facts.popitem(last=False)
+
+
+def clear() -> None:
+  """Forget every cached analysis (and the hit counts)."""
+  with _lock:
+    _facts.clear()
+    stats.update(hits=0, misses=0)
