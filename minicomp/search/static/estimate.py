@@ -5,7 +5,9 @@ It gathers, for every launch of the kernel, the facts the formula of
 
 - per-thread dynamic instruction counts by class from the NVRTC PTX (Tuna's Algorithm 3,
   :mod:`.ptx`; loop trip counts the PTX hides come from minicomp's own loop IR);
-- registers and shared memory from ptxas, and the occupancy they allow (:mod:`.occupancy`);
+- one warp's latency-bound cycles (Tuna's ILP cost, :func:`.ptx.chain_cycles`);
+- registers, shared memory and register spills from ptxas, and the occupancy they allow
+  (:mod:`.occupancy`);
 - data movement from islpy (Tuna's Algorithm 2, :mod:`.footprint`): compulsory DRAM bytes,
   L2 -> SM bytes with the reuse L1 captures, sectors per warp request (coalescing) and
   shared-memory bank conflicts of the first warp.
@@ -63,9 +65,17 @@ def launch_facts(kernel, dev) -> list[LaunchFacts]:
       active_warps_per_sm=occ.active_warps_per_sm, blocks_per_sm=occ.blocks_per_sm,
       dram_bytes=dm.dram_bytes, l2_bytes=l2,
       l1_cycles_per_block=l1_cycles / max(blocks, 1),
-      shared_wavefronts_per_block=shared_instr * max(dm.bank_conflict, 1.0)))
+      shared_wavefronts_per_block=shared_instr * max(dm.bank_conflict, 1.0),
+      chain_cycles=prof.chain_cycles, local_bytes_per_thread=_spill_traffic(prof, res)))
   cache.put(ck, tuple(out))
   return out
+
+
+def _spill_traffic(prof, res) -> float:
+  """Bytes of register-spill traffic per thread: ptxas's spill stores + loads (bytes in the code),
+  each run as often as the average PTX instruction (dynamic / static instruction counts)."""
+  if res is None or not (res.spill_stores or res.spill_loads): return 0.0
+  return (res.spill_stores + res.spill_loads) * prof.total / max(sum(prof.static_counts.values()), 1)
 
 
 def estimate(kernel, target: Target | str | None = None) -> Estimate:

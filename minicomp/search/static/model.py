@@ -24,12 +24,20 @@ For one launch, on the busiest SM (``ceil(blocks / SMs)`` blocks: the tail effec
 - **DRAM** traffic: the distinct bytes the whole grid touches (compulsory traffic) at the DRAM
   bandwidth.
 
-Units overlap, so the SM time is the maximum of the issue, pipe, shared and L1 cycles, divided
-by a latency-hiding efficiency ``min(1, active warps / warps needed)`` (8 warps hide arithmetic
-latency; the warps needed to hide memory latency follow Little's law from the DRAM latency and
-the bandwidth per SM); memory time is the maximum of the L2 and DRAM times, divided by the
-memory efficiency. The launch time is ``max(SM time, memory time) + launch overhead``.
-Every figure is an **estimate** of a GPU this machine does not have.
+- **latency**: one warp's latency-bound cycles (Tuna's ILP cost: every basic block of the PTX
+  list-scheduled with instruction latencies, :func:`~minicomp.search.static.ptx.chain_cycles`)
+  times the waves of blocks the busiest SM runs one after another (``ceil(blocks on it /
+  resident blocks)``): the resident warps run side by side, so their latencies hide each other
+  up to the throughput terms above, and a kernel with few warps per SM is latency-bound;
+- **register spills** (ptxas's spill stores and loads, bytes per thread, after PTX) move local
+  memory through L1 / L2 as often as the average instruction runs (spill bytes x dynamic /
+  static instructions), counted as L2 -> SM traffic.
+
+Units overlap, so the SM time is the maximum of the issue, pipe, shared, L1 and latency cycles;
+memory time is the maximum of the L2 and DRAM times, divided by the memory efficiency
+``min(1, active warps / warps needed)`` (the warps needed to keep DRAM busy follow Little's law
+from the DRAM latency and the bandwidth per SM). The launch time is ``max(SM time, memory time)
++ launch overhead``. Every figure is an **estimate** of a GPU this machine does not have.
 """
 from __future__ import annotations
 
@@ -41,7 +49,6 @@ CVT_PER_CYCLE = 0.5           # type conversions: 16 per SM per cycle on sm_80 /
 BRANCH_PER_CYCLE = 1.0
 SCHEDULERS_PER_SM = 4
 L1_BYTES_PER_CYCLE = 128
-ARITH_WARPS_TO_HIDE = 8       # ~4-cycle dependent latency x 4 schedulers / ILP of 2
 DRAM_LATENCY_CYCLES = 600
 L2_BW_FACTOR = 2.5            # L2 -> SM bandwidth relative to DRAM (Ampere: ~2.5-3x; an assumption)
 LAUNCH_OVERHEAD_S = 3e-6      # kernel launch overhead measured on current drivers is 2-5 us
@@ -61,6 +68,8 @@ class LaunchFacts:
   l2_bytes: float                         # bytes moved L2 -> SMs, all blocks together
   l1_cycles_per_block: float              # L1 wavefront cycles of global requests, per block
   shared_wavefronts_per_block: float      # shared-memory wavefronts (bank conflicts included), per block
+  chain_cycles: float = 0.0               # one warp's latency-bound cycles (ptx.chain_cycles)
+  local_bytes_per_thread: float = 0.0     # register-spill traffic per thread (bytes moved, dynamic)
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,8 @@ class LaunchEstimate:
   latency_s: float
   sm_s: float
   memory_s: float
-  parts: dict[str, float]                 # issue_s, fp32_s, int_s, sfu_s, lsu_s, cvt_s, shared_s, l1_s, l2_s, dram_s, launch_s
-  efficiency: dict[str, float]            # arith, memory latency hiding
+  parts: dict[str, float]                 # issue_s, fp32_s, ..., shared_s, l1_s, latency_s, l2_s, dram_s, launch_s
+  efficiency: dict[str, float]            # memory: latency hiding of DRAM / L2 traffic
   bound: str                              # the term that sets the time
   blocks_on_busiest_sm: int
   is_estimate: bool = True
@@ -101,24 +110,25 @@ def launch_time(f: LaunchFacts, dev) -> LaunchEstimate:
     "cvt": warp_instr("conversion") / CVT_PER_CYCLE,
     "shared": f.shared_wavefronts_per_block * on_sm,
     "l1": f.l1_cycles_per_block * on_sm,
+    "latency": math.ceil(on_sm / max(f.blocks_per_sm, 1)) * f.chain_cycles,
   }
   sm_cycles = max(pipes.values()) if pipes else 0.0
   resident = min(f.blocks_per_sm, on_sm) * warps
-  eff_arith = min(1.0, resident / ARITH_WARPS_TO_HIDE) if resident else 1.0
   bytes_per_cycle_sm = dev.dram_bandwidth_gbs * 1e9 / clock / dev.sm_count
   warps_needed = max(1.0, DRAM_LATENCY_CYCLES * bytes_per_cycle_sm / (128 * MLP_LOADS_PER_WARP))
   eff_mem = min(1.0, resident / warps_needed) if resident else 1.0
   busy_sms = min(f.blocks, dev.sm_count)
-  sm_s = sm_cycles / eff_arith / clock
+  sm_s = sm_cycles / clock
   dram_s = f.dram_bytes / (dev.dram_bandwidth_gbs * 1e9)
-  l2_s = f.l2_bytes / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9) * dev.sm_count / max(busy_sms, 1)
+  l2_bytes = f.l2_bytes + f.local_bytes_per_thread * f.threads_per_block * f.blocks
+  l2_s = l2_bytes / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9) * dev.sm_count / max(busy_sms, 1)
   memory_s = max(dram_s, l2_s) / eff_mem
-  parts = {f"{k}_s": v / eff_arith / clock for k, v in pipes.items()}
+  parts = {f"{k}_s": v / clock for k, v in pipes.items()}
   parts.update({"l2_s": l2_s / eff_mem, "dram_s": dram_s / eff_mem, "launch_s": LAUNCH_OVERHEAD_S})
   body = max(sm_s, memory_s)
   bound = max(((k[:-2], v) for k, v in parts.items() if k != "launch_s"), key=lambda kv: kv[1])[0] if body > 0 else "launch"
   return LaunchEstimate(f.name, body + LAUNCH_OVERHEAD_S, sm_s, memory_s, parts,
-                        {"arith": eff_arith, "memory": eff_mem}, bound, on_sm)
+                        {"memory": eff_mem}, bound, on_sm)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,12 @@ are not followed: guarded code counts as executed, as in Tuna.
 The counts are per thread and by class (see :data:`CLASSES`); vector loads / stores
 (``.v2`` / ``.v4``) count once, and ``bytes`` holds the bytes moved per memory class.
 Register spills happen after PTX (in ptxas): take them from ``Resources.spill_*``.
+
+Latency (Tuna's "ILP cost", Sec. III-B): every basic block is list-scheduled for one warp,
+in order, one instruction per cycle, each waiting for the registers it reads to be ready
+(:data:`LATENCY_CYCLES` after their producer issued); the block's length times its
+executions, summed, is ``chain_cycles``: how long one warp takes when nothing else hides its
+latencies.
 """
 from __future__ import annotations
 
@@ -90,6 +96,7 @@ class PTXProfile:
   warnings: tuple[str, ...]
   static_counts: dict = field(default_factory=dict, compare=False)   # class -> instructions in the text
   blocks: tuple[BasicBlock, ...] = ()
+  chain_cycles: float = 0.0                    # one warp's latency-bound cycles (Tuna's ILP cost)
 
   def __getitem__(self, cls: str) -> float: return self.counts[cls]
 
@@ -579,7 +586,45 @@ def analyze_ptx(ptx: str, kernel: str | None = None, hints=None) -> PTXProfile:
 
   blocks = _basic_blocks(instrs, labels, mult, loops)
   infos = tuple(LoopInfo(l.header, int(l.trip), l.known, l.depth, l.source, l.induction, l.step) for l in loops)
-  return PTXProfile(name, counts, float(sum(counts.values())), nbytes, infos, tuple(an.warnings), static, blocks)
+  return PTXProfile(name, counts, float(sum(counts.values())), nbytes, infos, tuple(an.warnings), static, blocks,
+                    chain_cycles(instrs, blocks))
+
+
+# cycles from issue until a result can be used, by class: microbenchmarks of Volta to Hopper (Jia et
+# al. 2018/2019 "Dissecting the NVIDIA Volta / Turing GPU architecture via microbenchmarking"; Luo et
+# al. 2024, "Benchmarking and dissecting the Nvidia Hopper GPU architecture"): FP32 / INT32 ~4,
+# MUFU ~20, shared memory ~30, L2 hit ~260 (a global load is taken to hit L2: the compulsory DRAM
+# traffic is a bandwidth term of the model), shuffle ~24, barrier ~20. Local memory "has the same
+# high latency ... as global memory" (CUDA C++ Programming Guide, "Device Memory Accesses").
+LATENCY_CYCLES = {"fp32_fma": 4, "fp32_arith": 4, "fp64": 8, "int": 4, "sfu": 20, "conversion": 6, "ld_global": 260,
+                  "st_global": 1, "ld_shared": 30, "st_shared": 1, "ld_local": 260, "st_local": 1, "ld_param": 30,
+                  "ld_const": 30, "atomic": 260, "bar_sync": 20, "shfl": 24, "branch": 1, "other": 2}
+_STORES = ("st_global", "st_shared", "st_local")
+_REG_RE = re.compile(r"%[A-Za-z_]\w*")
+
+
+def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...]) -> float:
+  """One warp's latency-bound cycles: each basic block list-scheduled in order (one issue per
+  cycle, an instruction waiting for the registers it reads, a barrier for the warp's pending
+  results), its length times its executions, summed. Dependencies between blocks are not
+  followed (a loop-carried chain is counted inside its block)."""
+  total = 0.0
+  for bb in blocks:
+    ready: dict[str, int] = {}
+    t, pending = -1, 0
+    for ins in instrs[bb.first:bb.last + 1]:
+      cls = classify(ins.opcode)[0]
+      start = t + 1
+      for op in (ins.operands[1:] if ins.dsts else ins.operands):
+        for r in _REG_RE.findall(op): start = max(start, ready.get(r, 0))
+      if ins.guard: start = max(start, ready.get(ins.guard, 0))
+      if cls == "bar_sync": start = max(start, pending)
+      t = start
+      done = start + LATENCY_CYCLES[cls]
+      for d in ins.dsts: ready[d] = done
+      pending = max(pending, start + 1 if cls in _STORES else done)
+    total += (t + 1) * bb.executions
+  return total
 
 
 def _in_cycle(i: int, ent: int, test: int) -> bool:
