@@ -429,3 +429,17 @@ def test_sampled_counts_stay_near_exact(name, monkeypatch):
     for f in ("unique_read", "unique_write", "unique", "per_block", "per_thread"):
       got, want = getattr(b, f), getattr(e, f)
       assert want <= got <= max(2 * want, b.size), (b.name, f, got, want)
+
+
+def test_analyses_in_threads_match_serial_ones(monkeypatch):
+  """Each thread counts in its own isl context: budgets of one thread cannot fail or lift
+  another's (a StaticMeasurer may run estimates in a thread pool)."""
+  import concurrent.futures as cf
+  import minicomp.search.static.footprint as F
+  monkeypatch.setattr(F, "ENUM_CHEAP", 0)                  # every count goes through isl budgets
+  kernels = [k for n in ("mm_tiled_bias", "conv_shared", "softmax_tree", "depthwise")
+             for k in PROGRAMS[n]().lower().kernels]
+  serial = [analyze_kernel(k) for k in kernels]
+  with cf.ThreadPoolExecutor(4) as pool:
+    for _ in range(3):
+      assert list(pool.map(analyze_kernel, kernels)) == serial

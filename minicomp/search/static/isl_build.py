@@ -21,6 +21,7 @@ variables first (:class:`_Digits`): the same sets, which isl counts far faster.
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -87,7 +88,7 @@ class AccessMap:
     """The access relation keeping the first ``keep`` (0, 3 or 6) hardware indices in its range
     (parsed on first use: many counts never reach isl)."""
     m = self._maps.get(keep)
-    if m is None: m = self._maps[keep] = isl.Map(self.texts[(0, 3, 6).index(keep)])
+    if m is None: m = self._maps[keep] = isl.Map(self.texts[(0, 3, 6).index(keep)], context=isl_context())
     return m
 
   def span(self, p: int) -> range:
@@ -158,9 +159,23 @@ class AccessMap:
     return isl_budgeted(m.is_injective, budget if digits <= 2 else budget // 10)   # many digits: slow lattices
 
 
+_thread = threading.local()
+
+
+def isl_context() -> isl.Context:
+  """This thread's isl context. Every relation of an analysis lives in the context of the thread
+  that runs it: isl contexts are not thread-safe, and the operation budget of
+  :func:`isl_budgeted` is per context (a shared one let one thread's budget fail another's
+  unbudgeted operations, and a thread ending its budget lift another's)."""
+  ctx = getattr(_thread, "ctx", None)
+  if ctx is None: ctx = _thread.ctx = isl.Context()
+  return ctx
+
+
 def isl_budgeted(fn, budget: int):
-  """``fn()`` within ``budget`` isl operations (0: no limit); None when isl ran out."""
-  ctx = isl.DEFAULT_CONTEXT
+  """``fn()`` within ``budget`` isl operations (0: no limit) of this thread's context; None when
+  isl ran out."""
+  ctx = isl_context()
   ctx.set_max_operations(budget)
   ctx.reset_operations()
   try: return fn()
