@@ -14,6 +14,7 @@ from minicomp.ir.expr import var
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, Seq, Store, Sync
 from minicomp.ir.ops import Op
 from minicomp.search.static.footprint import DataMovement, analyze_kernel, analyze_program
+from minicomp.search.static.isl_build import collect_accesses
 from test_workloads import _row_schedule, conv_schedule, mm_inline_simple, mm_local_cache_read, mm_tiled_shared
 
 # ---------------------------------------------------------------------------------------------
@@ -263,6 +264,29 @@ def test_every_enumeration_path_matches_brute_force(name, path, monkeypatch):
   for k in prog.kernels:
     dm = check_against_brute_force(k)
     assert dict(dm.counts)["enumerated"] > 0 and dict(dm.counts)["isl"] == 0
+
+
+@pytest.mark.parametrize("path", ["numpy", "isl", "sampled"])
+@pytest.mark.parametrize("name", ["mm_tiled_bias", "conv_shared", "depthwise", "softmax_tree"])
+def test_instance_counts_of_guarded_accesses(name, path, monkeypatch):
+  """Dynamic access counts of accesses under guards (dimensions tied by conditions): counted with
+  numpy over the tied dimensions, by isl, or (isl out of budget on a large grid) from random
+  points: the first two equal the simulator's trace, the sampled one is within 1 %."""
+  import minicomp.search.static.isl_build as IB
+  if path != "numpy": monkeypatch.setattr(IB, "ENUM_PART_LIMIT", 4)
+  if path == "sampled": monkeypatch.setattr(IB, "COUNT_BUDGET", 1)
+  prog = PROGRAMS[name]().lower()
+  guarded = 0
+  for k in prog.kernels:
+    dm = analyze_kernel(k)
+    guarded += sum(1 for a in collect_accesses(k)[0] if a.conds)
+    tr = Trace(k)
+    for b in dm.buffers:
+      for kind, got in (("read", b.reads), ("write", b.writes)):
+        want = tr.count(b.name, kind)
+        if path == "sampled": assert got == pytest.approx(want, rel=0.01), (b.name, kind)
+        else: assert got == want, (b.name, kind)
+  assert guarded
 
 
 def test_sampled_sums_are_estimates_close_to_exact(monkeypatch):

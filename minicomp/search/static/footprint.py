@@ -54,7 +54,7 @@ ENUM_CHEAP = 1 << 18      # sets of at most this many instances are enumerated w
 ENUM_LIMIT = 1 << 20      # instances enumerated in one go (sampled sums)
 ENUM_HARD_LIMIT = 1 << 25  # instances the numpy fallback enumerates at most (in chunks)
 ENUM_CHUNK = 1 << 20
-ENUM_PREFERRED = 1 << 22   # past the first isl budget, sets this small are enumerated rather than retried
+ENUM_PREFERRED = 1 << 25   # past the first isl budget, sets this small are enumerated rather than retried (isl's second budget can take seconds)
 SAMPLE_LIMIT = 1 << 22     # instances a sampled count enumerates (sets too large for isl and for ENUM_HARD_LIMIT)
 SUM_CLASSES_LIMIT = 256   # classes of equal per-block / per-thread counts counted one by one at most
 SUM_ENUM_LIMIT = 1 << 18  # instances a per-block / per-thread sum enumerates before it samples
@@ -226,7 +226,7 @@ class _Counter:
       drop = frozenset(range(len(m.extents))) - set(_relevant(m, keep)) - set(fix)
       if m.affine_index and m.exact and m.injective(keep, fix, drop, INJECTIVE_BUDGET):
         c = m.instance_count(fix, drop)
-    if c is None and n > ENUM_PREFERRED: c = isl_budgeted(count, ISL_BUDGETS[1])
+    if c is None and n > min(ENUM_PREFERRED, ENUM_HARD_LIMIT): c = isl_budgeted(count, ISL_BUDGETS[1])
     if c is not None:
       self.stats["isl"] += 1
       return c
