@@ -166,3 +166,19 @@ def test_jax_gradient_of_a_lowered_symbolic_extent():
   size = next(b.size for b in prog.kernels[0].allocs if b.name == "C_local")
   g = jax.grad(lambda f2: evaluate(size, {"f2": f2, "f3": jnp.float32(4.0)}, xp=jnp))(jnp.float32(8.0))
   assert float(g) == pytest.approx(4.0)
+
+
+def test_shift_free_extent_bounds_a_moving_floordiv_region():
+  """The channels a tile of ``T`` output channels reads through ``m // 4`` shift with the tile:
+  the bound is free of the tile index, never below the true extent and at most one above it (it
+  does not know the tile starts at a multiple of T)."""
+  from minicomp.ir.bound import shift_free_extent
+  b, T = var("b"), var("T")
+  lo, hi = (b * T) // 4, (b * T + T - 1) // 4
+  ext = shift_free_extent(hi - lo + 1, {"b"})
+  assert ext is not None and "b" not in free_vars(ext)
+  for t in range(1, 13):
+    true = max(((k * t + t - 1) // 4 - (k * t) // 4 + 1) for k in range(64))
+    got = evaluate(ext, {"T": t})
+    assert true <= got <= true + 1, (t, true, got)
+  assert shift_free_extent(b * 2 + T, {"b"}) is None        # a term that moves without a partner

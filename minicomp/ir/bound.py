@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from minicomp.ir.expr import Expr, free_vars, max_, min_, Op
-from minicomp.ir.simplify import bounds, simplify
+from minicomp.ir.simplify import bounds, build_linear, linear, simplify
 
 SymRange = tuple[Expr, Expr]
 
@@ -82,3 +82,32 @@ def max_over(e: Expr, ranges: dict[str, tuple[int, int]], limit: int = 1 << 20) 
   return int(np.max(vals))
 
 
+
+
+def shift_free_extent(e: Expr, shifting: set[str], ranges=None) -> Optional[Expr]:
+  """An upper bound of the extent ``e`` (a region's ``hi - lo + 1``) free of the variables
+  ``shifting`` (outer loops that move the region), or None.
+
+  A region read through ``x // c`` moves with ``x``: ``(A + T) // c - A // c`` depends on where
+  ``A`` is (a tile of 6 output channels covers 2 or 3 groups of 4), though never by more than
+  ``ceil(T / c)``. Each pair of terms ``+k * (P // c)`` and ``-k * (Q // c)`` (``k > 0``) whose
+  difference ``P - Q`` is free of ``shifting`` is replaced by that bound
+  (``floor(p / c) - floor(q / c) <= ceil((p - q) / c)``), repeatedly, until nothing shifts."""
+  terms, k0 = linear(e)
+  terms = dict(terms)
+  changed = True
+  while changed and any(free_vars(t) & shifting for t in terms):
+    changed = False
+    divs = [(t, k) for t, k in terms.items() if t.op is Op.FLOORDIV and t.src[1].is_const and free_vars(t) & shifting]
+    for (p, kp), (q, kq) in ((a, b) for a in divs for b in divs if a[1] > 0 and b[1] == -a[1]):
+      if p.src[1].arg != q.src[1].arg or p not in terms or q not in terms: continue
+      d = simplify(p.src[0] - q.src[0], ranges)
+      if free_vars(d) & shifting: continue
+      c = p.src[1].arg
+      del terms[p], terms[q]
+      bound = simplify((d + (c - 1)) // c, ranges)
+      terms[bound] = terms.get(bound, 0) + kp
+      changed = True
+      break
+  if any(free_vars(t) & shifting for t in terms): return None
+  return simplify(build_linear(terms, k0, e.dtype), ranges)

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from minicomp.errors import LoweringError, ScheduleError
-from minicomp.ir.bound import max_over, relax
+from minicomp.ir.bound import max_over, relax, shift_free_extent
 from minicomp.ir.expr import Expr, as_expr, const, free_vars, map_loads, max_, min_, substitute, var, walk
 from minicomp.ir.loop import Buffer, Program
 from minicomp.ir.ops import Op
@@ -275,6 +275,9 @@ class _Lowerer(NestBuilder):
       if not e.is_const and free_vars(e) & self.loop_vars:
         # the tile size varies with the outer loops (fused / strided indices): allocate the largest
         m = max_over(e, self.ranges) if free_vars(e) <= set(self.ranges) else None
+        if m is None and (b := shift_free_extent(e, self.loop_vars, self.ranges)) is not None:
+          lo.append(l); ext.append(b)      # a symbolic tile: the largest region over the outer loops
+          continue
         if m is None:
           raise LoweringError(f"{_step_of(self.s, st.name, None, 'compute_at')}: cannot bound the extent {e} of dim {d} "
                               "of the computed region (it depends on loops with symbolic extents)")
