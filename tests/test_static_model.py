@@ -129,3 +129,30 @@ def test_loaded_kernels_cannot_be_estimated(tmp_path):
   from minicomp.search.static.estimate import EstimateError
   with pytest.raises(EstimateError, match="loop IR"):
     estimate(mc.load(tmp_path / "m").kernels[0])
+
+
+def _facts(**kw):
+  from minicomp.search.static.model import LaunchFacts
+  base = dict(name="k", blocks=132, threads_per_block=256, per_thread={"fp32_fma": 100.0}, active_warps_per_sm=16,
+              blocks_per_sm=2, dram_bytes=1e6, l2_bytes=2e6, l1_cycles_per_block=10.0, shared_wavefronts_per_block=0.0)
+  return LaunchFacts(**{**base, **kw})
+
+
+def test_a_long_dependent_chain_is_latency_bound_with_few_blocks():
+  """One warp's latency-bound cycles times the waves of blocks an SM runs in turn: the same chain
+  costs twice as much when each SM must run two waves of blocks."""
+  from minicomp.search.static.model import launch_time
+  dev = Target("h100").device
+  one = launch_time(_facts(chain_cycles=1e6), dev)
+  assert one.bound == "latency" and one.parts["latency_s"] == pytest.approx(1e6 / dev.clock_hz)
+  two = launch_time(_facts(chain_cycles=1e6, blocks=132 * 4), dev)     # 4 blocks per SM, 2 resident: 2 waves
+  assert two.parts["latency_s"] == pytest.approx(2 * one.parts["latency_s"])
+  assert launch_time(_facts(chain_cycles=10.0), dev).bound != "latency"
+
+
+def test_register_spills_are_l2_traffic():
+  from minicomp.search.static.model import L2_BW_FACTOR, launch_time
+  dev = Target("h100").device
+  base, spilled = launch_time(_facts(), dev), launch_time(_facts(local_bytes_per_thread=1000.0), dev)
+  extra = 1000.0 * 256 * 132 / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9)
+  assert spilled.parts["l2_s"] - base.parts["l2_s"] == pytest.approx(extra / spilled.efficiency["memory"])

@@ -485,3 +485,57 @@ def test_classify():
   assert classify("bar.sync")[0] == "bar_sync" and classify("shfl.sync.down.b32")[0] == "shfl"
   assert classify("cvt.rn.f32.s32")[0] == "conversion" and classify("mov.u32")[0] == "other"
   assert classify("atom.global.add.f32") == ("atomic", 4) and classify("bra.uni")[0] == "branch"
+
+
+# ---------------------------------------------------------------------------------------------
+# latency: one warp's in-order schedule of each basic block (Tuna's ILP cost)
+
+CHAIN_PTX = '''
+.version 7.0
+.target sm_86
+.address_size 64
+.visible .entry chain(.param .u64 p) {
+  .reg .f32 %f<8>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [p];
+  ld.global.f32 %f1, [%rd1];
+  fma.rn.f32 %f2, %f1, %f1, %f1;
+  fma.rn.f32 %f3, %f2, %f2, %f2;
+  fma.rn.f32 %f4, %f1, %f1, %f1;
+  st.global.f32 [%rd1], %f3;
+  ret;
+}
+'''
+
+
+def test_chain_cycles_follow_dependences_in_issue_order():
+  from minicomp.search.static.ptx import LATENCY_CYCLES as L
+  prof = analyze_ptx(CHAIN_PTX, "chain")
+  # issue times: ld.param 0; ld.global waits for %rd1 (ld.param latency); the first fma waits for %f1,
+  # the second for %f2; the independent third issues next cycle; the store waits for %f3; ret follows
+  t_ldg = L["ld_param"]
+  t_fma1 = t_ldg + L["ld_global"]
+  t_fma2 = t_fma1 + L["fp32_fma"]
+  t_st = t_fma2 + L["fp32_fma"]
+  assert prof.chain_cycles == t_st + 2          # the store, then ret one cycle later, ends the block
+
+
+def test_dependent_chains_cost_more_than_independent_ones():
+  src = r'''
+extern "C" __global__ void dep(float* a) {
+  float x = a[threadIdx.x];
+  #pragma unroll
+  for (int i = 0; i < 64; ++i) x = x * 1.0001f + 0.5f;
+  a[threadIdx.x] = x;
+}
+extern "C" __global__ void indep(float* a) {
+  float x0 = a[threadIdx.x], x1 = a[threadIdx.x + 32], x2 = a[threadIdx.x + 64], x3 = a[threadIdx.x + 96];
+  #pragma unroll
+  for (int i = 0; i < 16; ++i) { x0 = x0 * 1.0001f + 0.5f; x1 = x1 * 1.0001f + 0.5f; x2 = x2 * 1.0001f + 0.5f; x3 = x3 * 1.0001f + 0.5f; }
+  a[threadIdx.x] = x0 + x1 + x2 + x3;
+}
+'''
+  ptx = compile_cuda(src, "sm_86").ptx
+  dep, indep = analyze_ptx(ptx, "dep"), analyze_ptx(ptx, "indep")
+  assert dep["fp32_fma"] == indep["fp32_fma"] == 64          # the same work ...
+  assert dep.chain_cycles > indep.chain_cycles + 100           # ... one chain of 64 FMAs vs four of 16
