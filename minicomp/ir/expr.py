@@ -64,14 +64,18 @@ class ExprOps:
 # the intern table: (op, dtype, children, argument key) -> a weak reference to the live node.
 # Children are interned already, so comparing keys compares children by identity (constant time).
 _INTERN: dict[tuple, "weakref.KeyedRef"] = {}
-_INTERN_LOCK = threading.Lock()              # only taken to add a node: lookups need no lock
+# taken to add a node and to drop a dead one (lookups need no lock); re-entrant because a node can
+# die, and its callback run, while this thread holds it
+_INTERN_LOCK = threading.RLock()
 
 
 def _forget(ref: "weakref.KeyedRef") -> None:
-  """Weak-reference callback: drop a dead node's entry (unless a new node took its key)."""
+  """Weak-reference callback: drop a dead node's entry, unless a new node took its key (checked
+  under the lock: another thread may be adding that node)."""
   try:
-    if _INTERN.get(ref.key) is ref: del _INTERN[ref.key]
-  except (KeyError, TypeError):  # pragma: no cover (interpreter shutdown)
+    with _INTERN_LOCK:
+      if _INTERN.get(ref.key) is ref: del _INTERN[ref.key]
+  except (KeyError, TypeError, AttributeError):  # pragma: no cover (interpreter shutdown)
     pass
 
 
