@@ -82,8 +82,6 @@ def max_over(e: Expr, ranges: dict[str, tuple[int, int]], limit: int = 1 << 20) 
   return int(np.max(vals))
 
 
-
-
 def shift_free_extent(e: Expr, shifting: set[str], ranges=None) -> Optional[Expr]:
   """An upper bound of the extent ``e`` (a region's ``hi - lo + 1``) free of the variables
   ``shifting`` (outer loops that move the region), or None.
@@ -99,7 +97,7 @@ def shift_free_extent(e: Expr, shifting: set[str], ranges=None) -> Optional[Expr
   while changed and any(free_vars(t) & shifting for t in terms):
     changed = False
     divs = [(t, k) for t, k in terms.items() if t.op is Op.FLOORDIV and t.src[1].is_const and free_vars(t) & shifting]
-    for (p, kp), (q, kq) in ((a, b) for a in divs for b in divs if a[1] > 0 and b[1] == -a[1]):
+    for (p, kp), (q, _) in ((a, b) for a in divs for b in divs if a[1] > 0 and b[1] == -a[1]):
       if p.src[1].arg != q.src[1].arg or p not in terms or q not in terms: continue
       d = simplify(p.src[0] - q.src[0], ranges)
       if free_vars(d) & shifting: continue

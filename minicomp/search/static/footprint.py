@@ -275,7 +275,7 @@ def _union(sets) -> isl.Set | None:
 def _relevant(m: AccessMap, keep: int) -> list[int]:
   """Input dimensions that can change the kept key or the element: kept ones, and those the
   index or a condition reads (an inner loop shadows an outer one of the same name)."""
-  names = list(HW_TAGS) + [lp.var for lp in m.access.loops]
+  names = m.names
   return [p for p, n in enumerate(names) if p < keep or (n in m.used and n not in names[p + 1:])]
 
 
@@ -303,7 +303,7 @@ def _chunks(m: AccessMap, fix: dict[int, int], keep: int, values: dict[int, list
   and ``full(x, dtype)`` an array of the grid flattened."""
   dims = [p for p in _relevant(m, keep) if p not in fix]
   axes = [np.asarray(values.get(p, m.span(p))) for p in dims]
-  names = list(HW_TAGS) + [lp.var for lp in m.access.loops]
+  names = m.names
   lens = [len(x) for x in axes]
   split = len(dims)                              # dims[split:] form a grid of at most ENUM_CHUNK
   while split > 0 and math.prod(lens[split - 1:]) <= ENUM_CHUNK: split -= 1
@@ -348,7 +348,7 @@ def _radix(fixes, keep: int, values: dict[int, list[int]]) -> list[tuple[int, in
     if not m.affine_index:                       # a gather covers its buffer
       lo.append(0); hi.append(int(a.buffer.size.arg) - 1)
       continue
-    names = list(HW_TAGS) + [lp.var for lp in a.loops]
+    names = m.names
     ranges = {n: (0, 0) for n in names}
     for p in _relevant(m, keep):
       ax = [fix[p]] if p in fix else values.get(p, m.span(p))
@@ -379,12 +379,11 @@ def _keys(fixes, keep: int, values: dict[int, list[int]] | None = None):
   if radix is None: return None
   strides = [math.prod(n for _, n in radix[q + 1:]) for q in range(len(radix))]
   space = strides[0] * radix[0][1]
-  names_of = lambda m: list(HW_TAGS) + [lp.var for lp in m.access.loops]
   n = sum(math.prod(len(values.get(p, m.span(p))) for p in _relevant(m, keep) if p not in fix) for m, fix in fixes)
   bitmap = np.zeros(space, bool) if space <= max(BITMAP_MIN, BITMAP_PER_INSTANCE * n) else None
   parts = []
   for m, fix in fixes:
-    names = names_of(m)
+    names = m.names
     for env, mask, full in _chunks(m, fix, keep, values):
       kept = sum((np.asarray(env[names[p]], np.int64) - radix[p][0]) * strides[p] for p in range(keep))
       if m.affine_index:
@@ -415,7 +414,7 @@ def _rows(fixes, keep: int, values: dict[int, list[int]] | None = None) -> np.nd
   values = values or {}
   out = []                                       # columns that do not pack: deduplicated as rows
   for m, fix in fixes:
-    names = list(HW_TAGS) + [lp.var for lp in m.access.loops]
+    names = m.names
     for env, mask, full in _chunks(m, fix, keep, values):
       kept = np.stack([full(env[names[p]], np.int64) for p in range(keep)] + [np.zeros(mask.size, np.int64)])[:keep, mask]
       if m.affine_index:
@@ -507,7 +506,7 @@ def _class_sum(count: _Counter, ms, keep: int, fixed: list[int], rest: list[int]
     sp = split(a.index) if m.affine_index and m.exact else None
     if sp is None or (shift is not None and build_linear(sp[0], 0) != shift): return None
     shift = build_linear(sp[0], 0)
-    names = list(HW_TAGS) + [lp.var for lp in a.loops]
+    names = m.names
     ranges = {n: (0, 0 if p in fixed else m.extents[p] - 1) for p, n in enumerate(names) if n not in tags}
     for c in a.conds:
       for x in _comparisons(c) or [None]:

@@ -20,6 +20,7 @@ variables first (:class:`_Digits`): the same sets, which isl counts far faster.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -98,6 +99,12 @@ class AccessMap:
     if m is None: m = self._maps[keep] = isl.Map(self.texts[(0, 3, 6).index(keep)], context=isl_context())
     return m
 
+  @functools.cached_property
+  def names(self) -> tuple[str, ...]:
+    """The variable of each input dimension: the hardware indices, then the loops outermost first
+    (an inner loop may shadow an outer one of the same name)."""
+    return HW_TAGS + tuple(lp.var for lp in self.access.loops)
+
   def span(self, p: int) -> range:
     """The values input dimension ``p`` can take (its extent, narrowed by single-variable bounds)."""
     lo, hi = self.box[p] if self.box else (0, self.extents[p] - 1)
@@ -174,7 +181,7 @@ class AccessMap:
     (fixed seed): the fraction inside times the grid, with a standard error of
     ``grid * sqrt(f (1 - f) / SAMPLE_POINTS)`` (under 0.05 % of the grid). For counts isl cannot
     finish within its budget."""
-    names = list(HW_TAGS) + [lp.var for lp in self.access.loops]
+    names = self.names
     free = sorted(k for k in part if k not in fix)
     if len({names[k] for k in part}) != len(part): return None
     grid = math.prod(self.extents[k] for k in free)
