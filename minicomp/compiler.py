@@ -1,8 +1,9 @@
 """``minicomp.compile``: ONNX model -> CompiledModel.
 
 Import (constant folding, op checks) -> partition into fused subgraphs -> one Task per
-distinct subgraph (workload key) -> a schedule per task (default rules; the search issues plug
-in here) -> lower, emit CUDA C, NVRTC -> CompiledModel with its launch order and weights.
+distinct subgraph (workload key) -> a schedule per task (Gensor construction, checked against the
+rule-based schedule by the static model; or a tuning record) -> lower, emit CUDA C, NVRTC ->
+CompiledModel with its launch order and weights.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from minicomp.codegen.kernel import Kernel, build
 from minicomp.compiled_model import CompiledModel, IOSpec, KernelCall, ViewStep
-from minicomp.errors import CompileError, LoweringError, ScheduleError
+from minicomp.errors import CompileError, LoweringError, MinicompError, ScheduleError
 from minicomp.frontend.onnx_import import load_onnx
 from minicomp.graph.fold import fold_batchnorm
 from minicomp.graph.partition import partition
@@ -29,18 +30,26 @@ from minicomp.progress import say as progress_say
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
+SCHEDULES = ("gensor", "rules")
+GENSOR_BUILDS = 2          # constructed candidates built and estimated per task (best by the analytic model first)
+CONSTRUCT_SEED = 0
 
 
 @dataclass
 class CompileStats:
   """Seconds spent per phase: frontend (import + folding), partition (+ tensor expressions),
-  build (default schedules + lowering + CUDA emission), nvrtc."""
+  construct (Gensor's walks), estimate (the static model choosing between schedules),
+  build (rule-based schedules + lowering + CUDA emission), nvrtc; ``constructed``: tasks whose
+  schedule is Gensor's."""
   frontend: float = 0.0
   partition: float = 0.0
+  construct: float = 0.0
+  estimate: float = 0.0
   build: float = 0.0
   nvrtc: float = 0.0
   tasks: int = 0
   calls: int = 0
+  constructed: int = 0
 
 
 def _build_default(task: Task, tgt: Target, name: str) -> tuple[Kernel, str]:
@@ -56,26 +65,82 @@ def _build_default(task: Task, tgt: Target, name: str) -> tuple[Kernel, str]:
   raise AssertionError("unreachable")
 
 
+def _construct(task: Task, tgt: Target, name: str, rules: tuple[Kernel, str], stats: CompileStats,
+               account) -> tuple[Kernel, str]:
+  """Gensor's schedule for ``task`` when the static model estimates it faster than the rule-based
+  one (``rules``: its kernel and steps), else the rule-based one. Construction that fails, finds
+  nothing valid or does not build falls back to the rules, logged. The walk's seed is fixed
+  (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on the task and the
+  target only, so the default records of a tuning log stay valid across tuning seeds."""
+  from minicomp.search.static.estimate import estimate
+  from minicomp.search.strategies.gensor import construct
+  t0 = time.perf_counter()
+  try:
+    res = construct(task.dag, tgt, seed=CONSTRUCT_SEED)
+  except MinicompError as e:
+    log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
+    return rules
+  finally:
+    stats.construct += time.perf_counter() - t0
+  if not res.candidates:
+    log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
+             "; ".join(res.reasons[:3]) or "no sketch")
+    return rules
+  options: list[tuple[Kernel, str]] = []
+  for c in res.candidates[:GENSOR_BUILDS]:
+    t1 = time.perf_counter()
+    try:
+      kern = build(c.schedule, tgt, name=name)
+    except (ScheduleError, LoweringError, CompileError) as e:
+      log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
+      continue
+    account(kern, time.perf_counter() - t1)
+    options.append((kern, c.schedule.to_json()))
+  if not options: return rules
+  t1 = time.perf_counter()
+  try:
+    costs = [estimate(k, tgt).latency_s for k, _ in options + [rules]]
+  except MinicompError as e:
+    log.info("task %s: the static model could not compare the schedules (%s); using Gensor's best by its "
+             "analytic model", task.key, e)
+    return options[0]
+  finally:
+    stats.estimate += time.perf_counter() - t1
+  best = int(min(range(len(costs)), key=lambda i: costs[i]))
+  if best == len(options):
+    log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
+             costs[-1] * 1e6, min(costs[:-1]) * 1e6)
+    return rules
+  stats.constructed += 1
+  return options[best]
+
+
 def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Sequence[int]] | None = None,
             trials: int = 0, progress: bool = False, name: str | None = None, strategy: str = "ansor",
             log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
-            time_budget_s: float | None = None) -> CompiledModel:
+            time_budget_s: float | None = None, schedules: str = "gensor") -> CompiledModel:
   """Compile an ONNX model (ModelProto, path or bytes) for ``target``.
 
   ``input_shapes`` gives concrete shapes for dynamic input dims.
 
-  Schedules: ``trials=0`` without ``log_file`` uses the default rule-based schedules. With
-  ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor",
-  "felix" or "random") until the log holds N measurements for them in total (so re-running a killed
-  command resumes it), then each task is compiled with its best measured schedule. With
-  ``log_file`` and ``trials=0`` the best record per task is applied without any search. Tasks
-  without a valid record keep the default schedule, and so do tasks whose default schedule
+  Schedules: every task first gets a default schedule without measuring anything. With
+  ``schedules="gensor"`` (the default) that is Gensor's construction
+  (``minicomp.search.strategies.gensor``, a second or two per task), kept when the static model
+  estimates it faster than the rule-based schedule of ``graph/schedules.py``;
+  ``schedules="rules"`` uses the rule-based schedules alone (faster to compile, slower kernels).
+  With ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor",
+  "felix", "gensor" or "random") until the log holds N measurements for them in total (so
+  re-running a killed command resumes it), then each task is compiled with its best measured
+  schedule. With ``log_file`` and ``trials=0`` the best record per task is applied without any
+  search. Tasks without a valid record keep the default schedule, and so do tasks whose default schedule
   measures at least as fast as their best record (it is measured once and logged as a record
   with strategy "default"). ``measurer`` defaults to the static model (every cost an
   estimate) when no GPU of the target's arch is present. ``progress=True`` shows progress on
   stderr: a line per phase, and bars over the kernels built and the tuning trials.
   """
   tgt = as_target(target)
+  if schedules not in SCHEDULES:
+    raise CompileError(f"unknown schedules={schedules!r}; known: {', '.join(SCHEDULES)}")
   say = lambda msg: progress_say(msg, progress)
   stats = CompileStats()
   t0 = time.perf_counter()
@@ -130,12 +195,15 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
     stats.nvrtc += kern.timings["nvrtc_s"]
 
   defaults: dict[str, tuple[Kernel, str]] = {}   # key -> (default kernel, its steps JSON)
-  with bar(len(tasks), "[minicomp] default kernels", progress, unit="task") as shown:
+  what = "constructing schedules (Gensor)" if schedules == "gensor" else "default kernels"
+  with bar(len(tasks), f"[minicomp] {what}", progress, unit="task") as shown:
     for k, (key, task) in enumerate(tasks.items()):
       shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
       t0 = time.perf_counter()
       defaults[key] = _build_default(task, tgt, f"task{k}")
       account(defaults[key][0], time.perf_counter() - t0)
+      if schedules == "gensor":
+        defaults[key] = _construct(task, tgt, f"task{k}", defaults[key], stats, account)
       shown.update()
   tuned: dict[str, str] = {}
   if trials or log_file:
@@ -159,7 +227,8 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
       kernel_of[key] = len(kernels)
       kernels.append(kern)
   say(f"{len(tasks)} kernels: {len(tuned)} tuned, {len(tasks) - len(tuned)} default schedules "
-      f"({stats.build + stats.nvrtc:.2f} s building, NVRTC {stats.nvrtc:.2f} s of it)")
+      f"({stats.constructed} constructed by Gensor; {stats.construct:.2f} s constructing, {stats.estimate:.2f} s "
+      f"estimating, {stats.build + stats.nvrtc:.2f} s building, NVRTC {stats.nvrtc:.2f} s of it)")
   for call, key in plans: call.kernel = kernel_of[key]
   inputs = [IOSpec(n, tuple(g.values[n].shape), g.values[n].dtype) for n in g.inputs]
   for o in g.outputs:   # outputs that are folded constants

@@ -1,5 +1,5 @@
 """Every estimate finishes in bounded time: a stride-2 3x3 convolution + BatchNormalization + Relu
-whose default kernel's estimate once ran for over 30 minutes (an unbudgeted isl count of its input
+whose rule-based kernel's estimate once ran for over 30 minutes (an unbudgeted isl count of its input
 footprint) now takes a sampled count. Run in a child process with a generous limit, so a
 regression fails instead of hanging the suite."""
 import subprocess
@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent('''
   nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
            helper.make_node("BatchNormalization", ["c", "g", "b", "mu", "var"], ["bn"]),
            helper.make_node("Relu", ["bn"], ["y"])]
-  cm = mc.compile(make_model(nodes, {"x": x}, ["y"], {"w": w, "g": g, "b": b, "mu": mu, "var": var}), target="sm_86")
+  cm = mc.compile(make_model(nodes, {"x": x}, ["y"], {"w": w, "g": g, "b": b, "mu": mu, "var": var}), target="sm_86",
+                  schedules="rules")
   est = cm.estimate()
   assert 0 < est.latency_s < 1, est
   from minicomp.search.static.footprint import analyze_program

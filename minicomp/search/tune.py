@@ -26,7 +26,7 @@ from minicomp.search.strategies.base import RandomStrategy, Strategy, TuneTask
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
-STRATEGIES = ("ansor", "felix", "random")
+STRATEGIES = ("ansor", "felix", "gensor", "random")
 
 
 class TuneError(MinicompError):
@@ -42,6 +42,9 @@ def make_strategy(name: str | Strategy, seed: int = 0) -> Strategy:
   if name == "felix":
     from minicomp.search.strategies.felix import FelixStrategy
     return FelixStrategy(seed=seed)
+  if name == "gensor":
+    from minicomp.search.strategies.gensor import GensorStrategy
+    return GensorStrategy(seed=seed)
   raise TuneError(f"unknown search strategy {name!r}; known: {', '.join(STRATEGIES)}")
 
 

@@ -1,0 +1,309 @@
+"""The static model without NVRTC: a sketch's launch facts as formulas of its tile sizes.
+
+:func:`~minicomp.search.static.estimate.estimate` reads instruction counts from the PTX and
+registers from ptxas, so every estimate costs an NVRTC build (0.2-2.5 s). Gensor's construction
+(``strategies/gensor.py``) scores thousands of states per task and needs the same model at a
+fraction of that cost. :class:`SketchModel` lowers a sketch's *symbolic* program once and reads
+off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts` needs:
+
+- **work per thread**: every store of the loop IR, times the product of its enclosing loop
+  extents; each distinct load in its value and index (interned expressions: a load read twice is
+  one load, as after CSE) is one instruction per vector in the scope of its buffer (global,
+  shared; local buffers are registers); float arithmetic, FMAs (a multiply feeding an add),
+  intrinsics (SFU), a cross-thread reduction's shuffles, and an integer instruction per memory
+  access plus two per loop iteration (address and loop overhead);
+- **coalescing**: the index's step from thread 0 to thread 1 of the block (every other loop and
+  block index at 0) gives the 32-byte sectors a warp request touches;
+- **bank conflicts** of shared accesses from the same step (a stride ``s`` in words conflicts
+  ``gcd(s, 32)``-way);
+- **resources**: block and grid size, shared bytes, and registers per thread: the local
+  (register) buffers plus a fixed overhead; past the register file the excess spills (local
+  memory traffic, as ptxas's spill figures are used by the full model);
+- **register reuse**: a store's loop nest is unrolled from the inside while the unrolled steps
+  stay within ``auto_unroll_max_step`` (vthread loops always are); a load inside the unrolled
+  part is issued once per value of the unrolled loops its index uses (a register tile re-reads
+  its operands from registers, not from shared memory);
+- **latency** (Tuna's ILP cost, approximated from what the full model shows on PTX, which puts a
+  load right before its first use): one instruction per cycle, plus the full latency of every
+  shared load and of every global load outside a cooperative fetch, plus half a global latency
+  per barrier (the fetch before it) and an SFU latency per intrinsic.
+
+Data movement to DRAM is compulsory (every global buffer once), and L2 -> SM traffic is the
+sectors of the global requests, as in the full model. The facts then go through the same
+:func:`~.model.launch_time` formula as a built kernel's, so the two models share every
+hardware figure; only the counting differs. ``tests/test_gensor.py`` checks their rank
+agreement; the figures are **estimates** of a GPU this machine does not have.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from minicomp.codegen.verify import DTYPE_BYTES
+from minicomp.ir.expr import Expr, const, free_vars, map_loads, substitute, walk
+from minicomp.ir.loop import CrossThreadReduce, For, If, Seq, Store, Sync
+from minicomp.ir.ops import FLOAT_DTYPES, Op
+from minicomp.search.formulas import FormulaEval
+from minicomp.search.static.model import LaunchFacts, launch_time
+from minicomp.search.static.ptx import LATENCY_CYCLES
+from minicomp.target import Target
+
+REG_OVERHEAD = 24           # registers a kernel needs besides its local buffers (indices, addresses, pointers)
+REG_PER_LOCAL = 1.0         # registers per element of a local (register) buffer
+UNROLL_DEFAULT = 512        # the auto_unroll_max_step the construction gives every marked loop
+_ARITH = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.NEG, Op.SELECT, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ,
+          Op.NE}
+
+
+@dataclass
+class _Access:
+  """A memory instruction in a store's loop nest (``deps``: the positions of the enclosing loops
+  whose variable its index uses: unrolled loops it does not use re-read the same register)."""
+  scope: str
+  store: bool
+  step: Expr                 # index step from thread 0 to thread 1
+  width: int
+  nbytes: int
+  deps: frozenset
+  fetch: str | None = None   # the shared buffer a global load fills (a cooperative fetch)
+
+
+@dataclass
+class _Site:
+  """A store and its loop nest."""
+  loops: list[tuple[Expr, str]]    # (extent, kind) of each enclosing loop, outer to inner
+  accesses: list[_Access]
+  counts: dict[str, float]         # arithmetic instructions of one execution, by class
+
+
+@dataclass
+class _KernelFormulas:
+  blocks: Expr
+  threads: Expr
+  smem: Expr
+  local: Expr
+  shared_sizes: dict[str, Expr] = field(default_factory=dict)
+  counts: dict[str, Expr] = field(default_factory=dict)       # per-thread instructions outside the sites
+  sites: list[_Site] = field(default_factory=list)
+  rounds: Expr = field(default_factory=lambda: const(0))     # barriers per thread
+  dram_bytes: float = 0.0
+
+
+def _prod(xs) -> Expr:
+  out = const(1)
+  for x in xs: out = out * x
+  return out
+
+
+def _e(x) -> Expr:
+  return x if isinstance(x, Expr) else const(int(x))
+
+
+class SketchModel:
+  """Latency estimates of many concrete points of one sketch at once (see module docstring).
+
+  ``model(values)`` -> seconds per point (``inf`` where a point breaks a resource limit);
+  ``model.valid(values)`` -> the resource check alone. Raises whatever lowering the symbolic
+  program raises (callers treat any failure as "no analytic model for this sketch")."""
+
+  def __init__(self, sketch, target: Target, unroll: int = UNROLL_DEFAULT):
+    self.sketch, self.target, self.dev, self.unroll = sketch, target, target.device, unroll
+    prog = sketch.schedule.lower()
+    self.names = sketch.schedule.params()
+    sizes = {b.name: math.prod(prog.shapes[b.name]) * DTYPE_BYTES[b.dtype] for b in prog.inputs + prog.outputs}
+    self.kernels = [self._kernel(k, sizes) for k in prog.kernels]
+
+  # -- building the formulas (once per sketch)
+  def _kernel(self, k, sizes: dict[str, int]) -> _KernelFormulas:
+    kf = _KernelFormulas(_prod(_e(d) for d in k.grid), _prod(_e(d) for d in k.block),
+                         sum((_e(b.size) * DTYPE_BYTES[b.dtype] for b in k.allocs if b.scope == "shared"), const(0)),
+                         sum((_e(b.size) for b in k.allocs if b.scope == "local"), const(0)),
+                         {b.name: _e(b.size) for b in k.allocs if b.scope == "shared"})
+    self._threads = {v for v, tag in k.bindings if tag.startswith("threadIdx")}
+    self._blocks = {v for v, tag in k.bindings if tag.startswith("blockIdx")}
+    self._loops: set[str] = set()
+    counts: dict[str, Expr] = {}
+
+    def add(cls: str, n: Expr) -> None:
+      counts[cls] = counts[cls] + n if cls in counts else n
+
+    def go(st, trip: Expr, loops: list[tuple[str, Expr, str]], width: int) -> None:
+      if isinstance(st, For):
+        self._loops.add(st.var)
+        if st.kind == "vectorize" and st.extent.op is Op.CONST:
+          go(st.body, trip, loops, width * int(st.extent.arg))
+        else:
+          go(st.body, trip * st.extent, loops + [(st.var, st.extent, st.kind)], width)
+      elif isinstance(st, Seq):
+        for s in st.stmts: go(s, trip, loops, width)
+      elif isinstance(st, If):
+        go(st.then, trip, loops, width)
+      elif isinstance(st, Sync):
+        kf.rounds = kf.rounds + trip
+        add("bar_sync", trip)
+      elif isinstance(st, Store):
+        kf.sites.append(self._site(st.buffer, st.index, st.value, loops, width))
+      elif isinstance(st, CrossThreadReduce):
+        kf.sites.append(self._site(st.dst, None, st.value, loops, 1))
+        steps = const(max(1, math.ceil(math.log2(max(2, int(st.extent.arg)))))) if st.extent.op is Op.CONST else \
+            const(5)
+        add("shfl", trip * steps)
+        add("fp32_arith", trip * steps)
+        add("st_shared", trip); add("ld_shared", trip); add("bar_sync", trip * 2)
+    go(k.body, const(1), [], 1)
+    kf.counts = counts
+    kf.dram_bytes = float(sum(sizes.get(b.name, 0) for b in k.params if b.scope == "global"))
+    return kf
+
+  def _step(self, index: Expr) -> Expr:
+    index = map_loads(index, lambda n: const(0, n.dtype))   # a gathered position: read as 0 (unknown)
+    zero = {v: const(0) for v in (self._loops | self._blocks | self._threads) if v in free_vars(index)}
+    at = lambda t: substitute(index, {**zero, **{v: const(t) for v in self._threads}})   # noqa: E731
+    return at(1) - at(0)
+
+  def _site(self, buf, index, value: Expr, loops, width: int) -> _Site:
+    pos = {v: i for i, (v, _, _) in enumerate(loops)}
+    deps = lambda e: frozenset(pos[v] for v in free_vars(e) if v in pos)   # noqa: E731
+    accesses, counts = [], {}
+    fetch = buf.name if buf.scope == "shared" else None
+    n_mul = n_add = 0
+    for e in [value] + ([index] if index is not None else []):
+      for n in walk(e):
+        if n.op is Op.LOAD:
+          b = n.arg
+          scope = getattr(b, "scope", "global")
+          if scope == "local": continue
+          accesses.append(_Access(scope, False, self._step(n.src[0]), width, DTYPE_BYTES.get(b.dtype, 4),
+                                  deps(n.src[0]), fetch if scope == "global" else None))
+        elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES:
+          counts["sfu"] = counts.get("sfu", 0) + width
+        elif n.op in _ARITH and n.dtype in FLOAT_DTYPES:
+          if n.op is Op.MUL: n_mul += 1
+          elif n.op in (Op.ADD, Op.SUB): n_add += 1
+          else: counts["fp32_arith"] = counts.get("fp32_arith", 0) + width
+    fma = min(n_mul, n_add)
+    if fma: counts["fp32_fma"] = fma * width
+    if n_mul + n_add - 2 * fma: counts["fp32_arith"] = counts.get("fp32_arith", 0) + (n_mul + n_add - 2 * fma) * width
+    if buf.scope != "local" and index is not None:
+      accesses.append(_Access(buf.scope, True, self._step(index), width, DTYPE_BYTES.get(buf.dtype, 4), deps(index)))
+    return _Site([(x, kind) for _, x, kind in loops], accesses, counts)
+
+  # -- evaluating (per population)
+  def facts(self, values: list[dict]) -> list[list[LaunchFacts]]:
+    """Per point, per kernel: the launch facts (occupancy from the register / shared formulas)."""
+    from minicomp.search.static.occupancy import OccupancyError, occupancy
+    P = len(values)
+    env = {n: np.array([v[n] for v in values], np.int64) for n in self.names}
+    ev = FormulaEval(env)
+    num = lambda e: np.broadcast_to(np.asarray(ev(e), np.float64), (P,))   # noqa: E731
+    whole = self._whole(env, P)
+    out: list[list[LaunchFacts]] = [[] for _ in range(P)]
+    for ki, kf in enumerate(self.kernels):
+      blocks, threads, smem, local = num(kf.blocks), num(kf.threads), num(kf.smem), num(kf.local)
+      regs = REG_OVERHEAD + REG_PER_LOCAL * local
+      warps = np.ceil(threads / self.dev.warp_size)
+      counts = {c: num(e).copy() for c, e in kf.counts.items()}
+      l1, l2, shared, exposed = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
+
+      def add(cls, n):
+        counts[cls] = counts[cls] + n if cls in counts else n
+      for s in kf.sites:
+        ext = [num(x) for x, _ in s.loops]
+        trip = np.prod(ext, axis=0) if ext else np.ones(P)
+        unrolled, open_ = np.ones(P), np.ones(P, bool)
+        rolled = [np.zeros(P, bool) for _ in ext]
+        for i in reversed(range(len(ext))):
+          x, (_, kind) = ext[i], s.loops[i]
+          fits = (kind == "vthread") | (open_ & (unrolled * x <= self.unroll))
+          unrolled = np.where(fits, unrolled * x, unrolled)
+          open_ &= fits
+          rolled[i] = ~fits
+        iters = trip / unrolled
+        for c, n in s.counts.items(): add(c, n * trip)
+        add("int", 3 * iters)
+        for a in s.accesses:
+          distinct = np.ones(P)
+          for i in a.deps: distinct = np.where(rolled[i], distinct, distinct * ext[i])
+          cnt = iters * distinct
+          add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt)
+          step = np.abs(num(a.step))
+          if a.scope == "global":
+            add("int", cnt)
+            if not a.store and a.fetch is None: exposed += cnt * LATENCY_CYCLES["ld_global"]
+            span, vec = step * a.nbytes, a.width * a.nbytes
+            sectors = np.where(span == 0, np.ceil(vec / 32),
+                               np.where(span <= vec, np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
+            req = cnt * warps * blocks
+            reuse = 1.0
+            if a.fetch is not None and a.fetch in whole[ki]:
+              moved = req * self.dev.warp_size * a.width
+              reuse = np.minimum(1.0, whole[ki][a.fetch] * blocks / np.maximum(moved, 1))
+            l1 += req * np.maximum(np.ceil(sectors / 4), 1)
+            l2 += req * sectors * 32 * reuse
+          elif a.scope == "shared":
+            if not a.store: exposed += cnt * LATENCY_CYCLES["ld_shared"]
+            words = np.maximum(step * a.nbytes / 4, 0).astype(np.int64)
+            shared += cnt * warps * np.where(words == 0, 1, np.gcd(words, 32))
+      rounds = num(kf.rounds)
+      chain = sum(counts.values()) + exposed + rounds * LATENCY_CYCLES["ld_global"] / 2 \
+        + counts.get("sfu", 0) * LATENCY_CYCLES["sfu"]
+      spill = np.maximum(regs - self.dev.max_regs_per_thread, 0) * 8.0 * np.maximum(rounds / 2, 1)
+      for p in range(P):
+        r = int(min(regs[p], self.dev.max_regs_per_thread))
+        try:
+          occ = occupancy(self.dev, int(threads[p]), r, int(smem[p]), max(int(blocks[p]), 1))
+          bps, active = occ.blocks_per_sm, occ.active_warps_per_sm
+        except OccupancyError:
+          bps, active = 0, 0
+        b = max(int(blocks[p]), 1)
+        out[p].append(LaunchFacts(
+          name=f"k{ki}", blocks=b, threads_per_block=int(threads[p]),
+          per_thread={c: float(v[p]) for c, v in counts.items()}, active_warps_per_sm=active, blocks_per_sm=bps,
+          dram_bytes=kf.dram_bytes, l2_bytes=max(float(l2[p]), kf.dram_bytes),
+          l1_cycles_per_block=float(l1[p]) / b, shared_wavefronts_per_block=float(shared[p]) / b,
+          chain_cycles=float(chain[p]),
+          local_bytes_per_thread=float(spill[p])))
+    return out
+
+  def _whole(self, env: dict[str, np.ndarray], P: int) -> list[dict[str, np.ndarray]]:
+    """Per kernel, per shared buffer: the elements it holds over the whole reduction (its size with
+    every reduction tile of the sketch stretched to the full extent): the distinct data a block
+    fetches into it, which bounds the L2 traffic of its fetches (L1 keeps what rounds re-read)."""
+    env = dict(env)
+    for g in self.sketch.tiles:
+      if g.kind == "reduce" and g.vars:
+        env[g.vars[0]] = np.full(P, g.extent // max(1, math.prod(1 for _ in g.vars[1:])), np.int64)
+        for v in g.vars[1:]: env[v] = np.ones(P, np.int64)
+    ev = FormulaEval(env)
+    return [{b: np.broadcast_to(np.asarray(ev(e), np.float64), (P,)) for b, e in kf.shared_sizes.items()}
+            for kf in self.kernels]
+
+  def valid(self, values: list[dict]) -> np.ndarray:
+    """Block size, grid, shared memory and registers within the target's limits (bool per point)."""
+    tgt, P = self.target, len(values)
+    ev = FormulaEval({n: np.array([v[n] for v in values], np.int64) for n in self.names})
+    num = lambda e: np.broadcast_to(np.asarray(ev(e), np.float64), (P,))   # noqa: E731
+    ok = np.ones(P, bool)
+    for kf in self.kernels:
+      threads, smem, local, blocks = num(kf.threads), num(kf.smem), num(kf.local), num(kf.blocks)
+      ok &= (threads <= tgt.max_threads_per_block) & (smem <= tgt.max_shared_bytes_per_block)
+      ok &= REG_OVERHEAD + REG_PER_LOCAL * local <= self.dev.max_regs_per_thread
+      ok &= (blocks >= 1) & (blocks <= tgt.max_grid_dims[0])
+    return ok
+
+  def __call__(self, values: list[dict]) -> np.ndarray:
+    """Estimated seconds per point (all launches); ``inf`` for points that break a limit."""
+    if not values: return np.zeros(0)
+    ok = self.valid(values)
+    out = np.full(len(values), np.inf)
+    idx = [i for i in range(len(values)) if ok[i]]
+    if not idx: return out
+    for i, fs in zip(idx, self.facts([values[i] for i in idx])):
+      if any(f.blocks_per_sm == 0 for f in fs): continue
+      out[i] = sum(launch_time(f, self.dev).latency_s for f in fs)
+    return out
+
+
+__all__ = ["SketchModel", "UNROLL_DEFAULT"]

@@ -1,0 +1,326 @@
+"""Gensor: construct a schedule by a Markov walk over construction states (no measurement).
+
+Gensor (papers/gensor.txt) builds a tensor program the way an expert tiles one by hand: start
+from the unscheduled loop nest, tile it for the outer memory level, cache to the next level, tile
+again, and stop; each step picks among the possible actions at random, with probabilities from
+the *benefit* each action promises. minicomp runs that walk on a sketch (``sketch.py``), whose
+tile sizes are what the construction decides.
+
+**States.** A state is a point of a sketch (every split variable's value, every choice made) plus
+the memory level the walk is at (Gensor's ETIR: the tile of each level). A spatial axis of a
+tiled stage is split ``S0 x S1 x S2 x S3 x S4`` (blocks, vthreads, threads, register tiles), a
+reduction axis ``R0 x R1 x R2`` (steps through shared memory, the shared tile, the register
+tile). The initial state has every size 1: one thread per output, the whole reduction serial.
+
+**Actions**, moving a prime factor ``p`` of an axis between levels (an action and its inverse
+keep each level's chain irreducible, as Gensor's tile / invTile):
+
+========== ============================================ =========================================
+level      tile                                         inverse tile
+========== ============================================ =========================================
+shared     S0 -> S2 (a larger block tile, more threads)  S2 -> S0
+           R0 -> R1 (a larger reduction step in shared)  R1 -> R0
+register   S0 -> S4 or S2 -> S4 (a larger thread tile)   S4 -> S0, S4 -> S2
+           R1 -> R2                                      R2 -> R1
+vthread    S4 -> S1 (the thread tile split in vthreads)   S1 -> S4
+========== ============================================ =========================================
+
+plus ``cache`` (go to the next level; after the last level: finish). At ``finish`` the
+sketch's choices (threads of a row kernel, vector widths of the cooperative fetches) are set
+one at a time to their best value, and every marked loop gets ``auto_unroll_max_step`` 512.
+
+**Benefits and probabilities.** The benefit of an action is the speedup it promises under the
+static model's analytic part (:class:`~minicomp.search.static.analytic.SketchModel`: data
+movement per memory level, shared-memory bank conflicts, occupancy from registers and shared
+memory, parallelism and waves, the latency a warp cannot hide): ``b = cost(state) /
+cost(next state)``. An action that breaks a limit of the target (threads per block, shared
+memory, registers, vthreads, the innermost tile) has benefit 0: Gensor's memory check. Actions
+are drawn by roulette wheel with weights ``b ** (1 / T)`` and ``cache`` with weight ``c / T``:
+simulated annealing, the temperature ``T`` halving every ``halving`` steps, so a walk first
+explores, then climbs, and then moves on to the next level and ends.
+
+**Walks.** ``walks`` walks per sketch run in lockstep (one model call scores the next states of
+all of them); every state they visit is kept with its cost, and the best distinct states are
+lowered and checked exactly (``annotate.make_candidate``), so a returned schedule is valid by
+construction or was rejected before NVRTC. The walk is deterministic per seed.
+
+:func:`construct` is what ``compile(trials=0)`` calls per task; :class:`GensorStrategy` is the
+iterative mode (``strategy="gensor"`` with ``trials > 0``): each round walks again from the best
+measured states and proposes the best unmeasured states it finds.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from minicomp.search.annotate import Candidate, check_values, make_candidate
+from minicomp.search.sketch import Sketch, TileGroup, generate_sketches
+from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel
+from minicomp.search.strategies.base import Strategy, TuneTask
+from minicomp.target import Target, as_target
+
+log = logging.getLogger("minicomp")
+
+LEVELS = ("shared", "register", "vthread")
+WALKS = 8                   # walks per sketch
+MAX_STEPS = 24              # steps per level at most
+HALVING = 4                 # the temperature halves every this many steps
+T0 = 1.0                    # initial temperature
+CACHE_WEIGHT = 0.05         # weight of "cache" (go to the next level) at T = 1
+KEEP = 4                    # valid candidates construct() returns per task
+LOWER_TRIES = 16            # distinct best states lowered exactly, at most, to find them
+
+
+@dataclass(frozen=True)
+class Move:
+  """Move a factor ``p`` of tile group ``g`` from level ``src`` to level ``dst`` (0 = the outermost)."""
+  g: int
+  src: int
+  dst: int
+  p: int
+  kind: str        # "tile" | "inv_tile" | "vthread"
+
+  def __str__(self) -> str: return f"{self.kind}(group {self.g}: x{self.p} level {self.src} -> {self.dst})"
+
+
+def _primes(n: int) -> list[int]:
+  out, d = [], 2
+  while d * d <= n:
+    if n % d == 0:
+      out.append(d)
+      while n % d == 0: n //= d
+    d += 1
+  if n > 1: out.append(n)
+  return out
+
+
+def _factors(n: int) -> list[int]:
+  """The prime factors of ``n`` with multiplicity, smallest first."""
+  out, d = [], 2
+  while d * d <= n:
+    while n % d == 0: out.append(d); n //= d
+    d += 1
+  return out + ([n] if n > 1 else [])
+
+
+def _moves(group: TileGroup, level: str) -> list[tuple[int, int, str]]:
+  """(src, dst, kind) of the moves of one tile group at ``level`` (positions in [outer] + vars)."""
+  if group.kind == "spatial" and len(group.vars) == 4:     # S0 | S1 vthread, S2 threads, S3, S4
+    return {"shared": [(0, 2, "tile"), (2, 0, "inv_tile")],
+            "register": [(0, 4, "tile"), (2, 4, "tile"), (4, 0, "inv_tile"), (4, 2, "inv_tile")],
+            "vthread": [(4, 1, "vthread"), (1, 4, "inv_tile")]}[level]
+  if group.kind == "reduce" and len(group.vars) == 2:      # R0 | R1, R2
+    return {"shared": [(0, 1, "tile"), (1, 0, "inv_tile")], "register": [(1, 2, "tile"), (2, 1, "inv_tile")],
+            "vthread": []}[level]
+  return []
+
+
+class SketchWalker:
+  """Gensor's walks over one sketch (see the module docstring)."""
+
+  def __init__(self, sketch: Sketch, target: Target, model: SketchModel | None = None):
+    self.sketch, self.target = sketch, target
+    self.model = model or SketchModel(sketch, target)
+    self.groups = [g for g in sketch.tiles]
+    self.costs: dict[tuple, float] = {}
+    self.evaluations = 0
+
+  # -- states
+  def initial(self) -> dict[str, int]:
+    """Every tile size 1, except that the innermost spatial axes of a tiled stage give their factors
+    to the threads until a block has a warp (a block of fewer threads is not a valid state, so the
+    walk starts from the smallest valid one)."""
+    values = {v: 1 for g in self.groups for v in g.vars}
+    for c in self.sketch.choices:
+      values[c.var] = max((x for x in c.candidates if x <= 256), default=c.candidates[0])
+    spatial = [gi for gi, g in enumerate(self.groups) if g.kind == "spatial" and len(g.vars) == 4]
+    threads = 1
+    for gi in reversed(spatial):
+      for p in _factors(self.groups[gi].extent):
+        if threads >= self.target.warp_size: break
+        nxt = self.apply(values, Move(gi, 0, 2, p, "tile"))
+        if nxt is not None: values, threads = nxt, threads * p
+    return values
+
+  def key(self, values: dict) -> tuple:
+    return tuple(values[v] for v in self.model.names)
+
+  def cost(self, states: list[dict]) -> np.ndarray:
+    """Analytic cost of each state (memoised by its values)."""
+    todo = [s for s in states if self.key(s) not in self.costs]
+    uniq = list({self.key(s): s for s in todo}.values())
+    if uniq:
+      self.evaluations += len(uniq)
+      for s, c in zip(uniq, self.model(uniq)):
+        ok = check_values(self.sketch, s, self.target) is None
+        self.costs[self.key(s)] = float(c) if ok else math.inf
+    return np.array([self.costs[self.key(s)] for s in states])
+
+  def _lengths(self, g: TileGroup, values: dict) -> list[int]:
+    inner = [values[v] for v in g.vars]
+    return [g.extent // max(1, math.prod(inner))] + inner
+
+  def apply(self, values: dict, m: Move) -> dict | None:
+    """The state after ``m``, or None when the move does not fit (limits checked by the model)."""
+    g = self.groups[m.g]
+    lengths = self._lengths(g, values)
+    if lengths[m.src] % m.p: return None
+    lengths[m.src] //= m.p
+    lengths[m.dst] *= m.p
+    if lengths[-1] > g.inner_limit: return None
+    out = dict(values)
+    out.update(zip(g.vars, lengths[1:]))
+    return out
+
+  def moves(self, values: dict, level: str) -> list[Move]:
+    out = []
+    for gi, g in enumerate(self.groups):
+      if g.extent <= 1: continue
+      lengths = self._lengths(g, values)
+      for src, dst, kind in _moves(g, level):
+        for p in _primes(lengths[src]): out.append(Move(gi, src, dst, p, kind))
+    return out
+
+  def finish(self, values: dict) -> dict:
+    """Set each choice to its best value under the model, one at a time."""
+    values = dict(values)
+    for c in self.sketch.choices:
+      opts = [{**values, c.var: x} for x in c.candidates]
+      costs = self.cost(opts)
+      values = opts[int(np.argmin(costs))]
+    return values
+
+  # -- the walk
+  def walk(self, rng: np.random.Generator, starts: list[dict] | None = None, walks: int = WALKS,
+           max_steps: int = MAX_STEPS, halving: int = HALVING, trace: list | None = None) -> list[tuple[float, dict]]:
+    """Run ``walks`` walks in lockstep (from ``starts``, cycled, or the initial state); return every
+    finished state with its cost, best first. ``trace`` (a list) receives (walk, level, move, cost)."""
+    starts = starts or [self.initial()]
+    states = [dict(starts[w % len(starts)]) for w in range(walks)]
+    self.cost(states)
+    done: dict[tuple, tuple[float, dict]] = {}
+
+    def keep(v: dict) -> None:
+      c = self.costs.get(self.key(v), math.inf)
+      if math.isfinite(c) and self.key(v) not in done:
+        done[self.key(v)] = (c, v)
+    for s in states: keep(self.finish(s))
+    for level in LEVELS:
+      active = list(range(walks))
+      for step in range(max_steps):
+        if not active: break
+        T = T0 * 0.5 ** (step / halving)
+        options: list[list[tuple[Move, dict]]] = []
+        for w in active:
+          nxt = [(m, self.apply(states[w], m)) for m in self.moves(states[w], level)]
+          options.append([(m, v) for m, v in nxt if v is not None])
+        flat = [v for opts in options for _, v in opts]
+        self.cost(flat)
+        still = []
+        for w, opts in zip(active, options):
+          here = self.costs[self.key(states[w])]
+          costs = np.array([self.costs[self.key(v)] for _, v in opts])
+          with np.errstate(divide="ignore", invalid="ignore"):
+            benefit = np.where(np.isfinite(costs), here / costs, 0.0) if math.isfinite(here) else \
+              np.where(np.isfinite(costs), 1.0, 0.0)
+          weights = np.append(np.where(benefit > 0, benefit ** (1.0 / T), 0.0), CACHE_WEIGHT / T)
+          weights = np.nan_to_num(weights, nan=0.0, posinf=1e300)
+          k = int(rng.choice(len(weights), p=weights / weights.sum()))
+          if k == len(opts):                                  # cache: on to the next level
+            if trace is not None: trace.append((w, level, "cache", here))
+            continue
+          m, v = opts[k]
+          states[w] = v
+          if trace is not None: trace.append((w, level, str(m), float(costs[k])))
+          keep(v)
+          still.append(w)
+        active = still
+    for s in states: keep(self.finish(s))
+    best = sorted(done.values(), key=lambda cv: cv[0])
+    out, seen = [], set()
+    for c, v in best[:4 * walks]:                              # re-finish the best states' choices
+      f = self.finish(v)
+      k = self.key(f)
+      if k in seen or not math.isfinite(self.costs[k]): continue
+      seen.add(k)
+      out.append((self.costs[k], f))
+    return sorted(out, key=lambda cv: cv[0])
+
+
+def unroll_of(sketch: Sketch) -> dict:
+  return {at: UNROLL_DEFAULT for at in sketch.unroll}
+
+
+@dataclass
+class Construction:
+  """What :func:`construct` found for one task: valid candidates, best (by the analytic model) first."""
+  candidates: list[Candidate]
+  costs: list[float]               # analytic estimates (seconds) of the candidates
+  seconds: float
+  evaluations: int
+  reasons: list[str]
+
+
+def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = WALKS, keep: int = KEEP,
+              sketches: list[Sketch] | None = None, starts: dict[int, list[dict]] | None = None,
+              exclude: set[str] | None = None) -> Construction:
+  """Gensor's construction for one task (a ComputeDAG, Task or output tensors): up to ``keep`` valid
+  candidates, best first by the analytic model. ``starts`` (sketch index -> states) begins the
+  walks there instead of the initial state; ``exclude`` skips programs already measured."""
+  t0 = time.perf_counter()
+  tgt = as_target(target)
+  sks = sketches if sketches is not None else generate_sketches(getattr(dag, "dag", dag), tgt)
+  rng = np.random.default_rng(seed)
+  found: list[tuple[float, int, dict]] = []
+  reasons: list[str] = []
+  evaluations = 0
+  for k, sk in enumerate(sks):
+    try:
+      walker = SketchWalker(sk, tgt)
+      res = walker.walk(rng, (starts or {}).get(k), walks=max(2, walks))
+    except Exception as e:  # noqa: BLE001 -- a sketch whose symbolic program cannot be modelled is skipped
+      reasons.append(f"sketch {k}: no analytic model ({type(e).__name__}: {str(e)[:120]})")
+      continue
+    evaluations += walker.evaluations
+    found += [(c, k, v) for c, v in res]
+  found.sort(key=lambda t: t[0])
+  out, costs, seen = [], [], set(exclude or ())
+  for c, k, v in found[:LOWER_TRIES]:
+    if len(out) >= keep: break
+    cand, why = make_candidate(sks[k], v, unroll_of(sks[k]), tgt, k)
+    if cand is None:
+      reasons.append(f"sketch {k}: a constructed state was rejected ({why})")
+      continue
+    if cand.key in seen: continue
+    seen.add(cand.key)
+    out.append(cand); costs.append(c)
+  return Construction(out, costs, time.perf_counter() - t0, evaluations, reasons)
+
+
+class GensorStrategy(Strategy):
+  """Gensor's iterative mode: every round walks again from the best measured states of the task
+  (the initial state in the first round) and proposes the best unmeasured states it finds."""
+  name = "gensor"
+
+  def __init__(self, seed: int = 0, walks: int = WALKS, restarts: int = 4):
+    self.seed, self.walks, self.restarts = seed, walks, restarts
+    self.points: dict[str, tuple[int, dict]] = {}     # candidate key -> (sketch index, values)
+
+  def propose(self, task: TuneTask, n: int, rng: np.random.Generator) -> list[Candidate]:
+    ranked = sorted((c, k) for k, c in task.measured.items() if c is not None and k in self.points)
+    starts: dict[int, list[dict]] = {}
+    for _, key in ranked[:self.restarts]:
+      k, v = self.points[key]
+      starts.setdefault(k, []).append(v)
+    seed = int(rng.integers(1 << 31))
+    res = construct(task.dag, task.target, seed=seed, walks=self.walks, keep=n, sketches=task.sketches,
+                    starts=starts or None, exclude=set(task.measured))
+    for c in res.candidates: self.points[c.key] = (c.sketch_index, dict(c.values))
+    return res.candidates
+
+
+__all__ = ["Construction", "GensorStrategy", "SketchWalker", "construct"]
