@@ -7,8 +7,10 @@ For every task of every model below (minicomp.zoo builders at realistic sizes), 
   ``compile`` builds; search/strategies/gensor.py) and its construction time;
 - ``default``: what ``compile(trials=0)`` keeps (the faster of the two by the static model);
 - ``ansor``: the best static estimate of an Ansor search of ``--ansor-trials`` trials on that
-  task alone (StaticMeasurer; ``--ansor-trials 0`` skips it; ``--ansor-max-tasks`` bounds how
-  many tasks per target get one, the largest by rule-based estimate first).
+  task alone (StaticMeasurer; ``--ansor-trials 0`` skips it; ``--ansor-per-class N`` runs it on
+  the N tasks of each class with the largest rule-based estimate only; a task that occurs in
+  several models is searched once). ``--ansor-logs DIR`` keeps each target's tuning log there,
+  so a re-run (after a change to Gensor, say) reuses the searches instead of repeating them.
 
 Every latency is an ESTIMATE of the static model (no GPU). Printed: one row per task, then per
 task class the geometric mean and the worst of gensor / ansor and of default / rules.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 
@@ -43,11 +46,11 @@ def task_class(task) -> str:
   if "Conv" in ops:
     out = task.dag.outputs[0]
     if len(out.shape) == 5: return "conv 3-D"
-    ws = [p for p in task.dag.placeholders if len(p.shape) == len(out.shape) and p.shape[0] == out.shape[1]]
-    xs = [p for p in task.dag.placeholders if len(p.shape) == len(out.shape) and p.shape[0] == out.shape[0]
-          and p not in ws]
+    ws = [p for p in task.dag.placeholders if len(p.shape) == len(out.shape) and p.shape[0] == out.shape[1]
+          and p.shape[2:] != out.shape[2:]]
+    xs = [p for p in task.dag.placeholders if len(p.shape) == len(out.shape) and p not in ws]
     if ws and ws[0].shape[1] == 1 and out.shape[1] > 1: return "conv depthwise"
-    if ws and xs and ws[0].shape[1] != xs[0].shape[1]: return "conv grouped"
+    if ws and xs and ws[0].shape[1] not in {x.shape[1] for x in xs}: return "conv grouped"
     return "conv 2-D"
   if ops & {"MatMul", "Gemm"}:
     return "batch matmul" if len(task.dag.outputs[0].shape) > 2 and not _is_2d(task) else "matmul"
@@ -73,7 +76,8 @@ def main(argv=None) -> int:
   ap.add_argument("--models", nargs="*", default=list(MODELS), help=f"of {', '.join(MODELS)}")
   ap.add_argument("--targets", nargs="*", default=["h100", "sm_86"])
   ap.add_argument("--ansor-trials", type=int, default=0)
-  ap.add_argument("--ansor-max-tasks", type=int, default=1000)
+  ap.add_argument("--ansor-per-class", type=int, default=1000)
+  ap.add_argument("--ansor-logs", default=None, help="folder for the Ansor tuning logs (resumable)")
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args(argv)
   sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -82,6 +86,7 @@ def main(argv=None) -> int:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import build
+  from minicomp.compiler import GENSOR_BUILDS
   from minicomp.graph.schedules import default_schedule
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import construct
@@ -103,7 +108,7 @@ def main(argv=None) -> int:
         res = construct(t.dag, tgt, seed=args.seed)
         secs = time.perf_counter() - t0
         gensor = math.inf
-        for c in res.candidates[:2]:
+        for c in res.candidates[:GENSOR_BUILDS]:
           try: gensor = min(gensor, estimate(build(c.schedule, tgt), tgt).latency_s)
           except mc.MinicompError: pass
         rows.append({"model": mname, "task": "+".join(dict.fromkeys(t.ops))[:34], "class": task_class(t), "task_obj": t,
@@ -112,15 +117,24 @@ def main(argv=None) -> int:
       from minicomp.search.measure import StaticMeasurer
       from minicomp.search.strategies.ansor import AnsorStrategy
       from minicomp.search.tune import tune_tasks
-      todo = sorted(rows, key=lambda r: -r["rules"])[:args.ansor_max_tasks]
+      todo, found = [], {}
+      for cls in sorted({r["class"] for r in rows}):
+        uniq = {r["task_obj"].key: r for r in rows if r["class"] == cls}
+        todo += sorted(uniq.values(), key=lambda r: -r["rules"])[:args.ansor_per_class]
       with StaticMeasurer() as meas:
         for r in todo:
           t = r["task_obj"]
+          log = None
+          if args.ansor_logs:
+            os.makedirs(args.ansor_logs, exist_ok=True)
+            log = os.path.join(args.ansor_logs, f"{tname}-{t.key[:16]}.jsonl")
           best = tune_tasks([t], tgt, trials=args.ansor_trials, strategy=AnsorStrategy(seed=args.seed),
-                            measurer=meas, seed=args.seed, measures_per_round=min(64, args.ansor_trials))
+                            measurer=meas, seed=args.seed, measures_per_round=min(64, args.ansor_trials),
+                            log_file=log)
           if t.key in best:
             from minicomp.ir.schedule import Schedule
-            r["ansor"] = estimate(build(Schedule.from_json(t.dag, best[t.key]), tgt), tgt).latency_s
+            found[t.key] = estimate(build(Schedule.from_json(t.dag, best[t.key]), tgt), tgt).latency_s
+      for r in rows: r["ansor"] = found.get(r["task_obj"].key)
     print(f"\ntarget {tname} ({tgt.device.name}); ansor: {args.ansor_trials} trials per task" if args.ansor_trials else
           f"\ntarget {tname} ({tgt.device.name}); ansor: not run (--ansor-trials 0)")
     head = f"{'model':20s} {'task':34s} {'class':22s} {'rules us':>9s} {'gensor us':>9s} {'default us':>10s} " \

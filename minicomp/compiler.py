@@ -31,7 +31,7 @@ from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
 SCHEDULES = ("gensor", "rules")
-GENSOR_BUILDS = 2          # constructed candidates built and estimated per task (best by the analytic model first)
+GENSOR_BUILDS = 3          # constructed candidates built and estimated per task (best by the analytic model first)
 CONSTRUCT_SEED = 0
 
 

@@ -64,10 +64,12 @@ class _Access:
   scope: str
   store: bool
   step: Expr                 # index step from thread 0 to thread 1
-  width: int
+  width: Expr               # elements per instruction (a vectorized loop's extent)
   nbytes: int
   deps: frozenset
   fetch: str | None = None   # the shared buffer a global load fills (a cooperative fetch)
+  inner: int | None = None   # the innermost loop the index uses ...
+  inner_step: Expr | None = None   # ... and the index's step along it (1: contiguous, vectorizable)
 
 
 @dataclass
@@ -89,6 +91,16 @@ class _KernelFormulas:
   sites: list[_Site] = field(default_factory=list)
   rounds: Expr = field(default_factory=lambda: const(0))     # barriers per thread
   dram_bytes: float = 0.0
+
+
+def _has_sync(st) -> bool:
+  """Does the statement hold a barrier (a loop around one re-fetches shared data every iteration,
+  so unrolling it shares no loads)?"""
+  if isinstance(st, Sync): return True
+  if isinstance(st, For): return _has_sync(st.body)
+  if isinstance(st, If): return _has_sync(st.then)
+  if isinstance(st, Seq): return any(_has_sync(x) for x in st.stmts)
+  return False
 
 
 def _prod(xs) -> Expr:
@@ -129,13 +141,14 @@ class SketchModel:
     def add(cls: str, n: Expr) -> None:
       counts[cls] = counts[cls] + n if cls in counts else n
 
-    def go(st, trip: Expr, loops: list[tuple[str, Expr, str]], width: int) -> None:
+    def go(st, trip: Expr, loops: list[tuple[str, Expr, str]], width: Expr) -> None:
       if isinstance(st, For):
         self._loops.add(st.var)
-        if st.kind == "vectorize" and st.extent.op is Op.CONST:
-          go(st.body, trip, loops, width * int(st.extent.arg))
+        if st.kind == "vectorize":
+          go(st.body, trip, loops, width * st.extent)
         else:
-          go(st.body, trip * st.extent, loops + [(st.var, st.extent, st.kind)], width)
+          kind = "barrier" if _has_sync(st.body) else st.kind
+          go(st.body, trip * st.extent, loops + [(st.var, st.extent, kind)], width)
       elif isinstance(st, Seq):
         for s in st.stmts: go(s, trip, loops, width)
       elif isinstance(st, If):
@@ -146,13 +159,13 @@ class SketchModel:
       elif isinstance(st, Store):
         kf.sites.append(self._site(st.buffer, st.index, st.value, loops, width))
       elif isinstance(st, CrossThreadReduce):
-        kf.sites.append(self._site(st.dst, None, st.value, loops, 1))
+        kf.sites.append(self._site(st.dst, None, st.value, loops, const(1)))
         steps = const(max(1, math.ceil(math.log2(max(2, int(st.extent.arg)))))) if st.extent.op is Op.CONST else \
             const(5)
         add("shfl", trip * steps)
         add("fp32_arith", trip * steps)
         add("st_shared", trip); add("ld_shared", trip); add("bar_sync", trip * 2)
-    go(k.body, const(1), [], 1)
+    go(k.body, const(1), [], const(1))
     kf.counts = counts
     kf.dram_bytes = float(sum(sizes.get(b.name, 0) for b in k.params if b.scope == "global"))
     return kf
@@ -163,7 +176,13 @@ class SketchModel:
     at = lambda t: substitute(index, {**zero, **{v: const(t) for v in self._threads}})   # noqa: E731
     return at(1) - at(0)
 
-  def _site(self, buf, index, value: Expr, loops, width: int) -> _Site:
+  def _along(self, index: Expr, v: str) -> Expr:
+    """The index's step along loop variable ``v`` (every other index at 0)."""
+    index = map_loads(index, lambda n: const(0, n.dtype))
+    zero = {u: const(0) for u in (self._loops | self._blocks | self._threads) if u != v and u in free_vars(index)}
+    return substitute(index, {**zero, v: const(1)}) - substitute(index, {**zero, v: const(0)})
+
+  def _site(self, buf, index, value: Expr, loops, width: Expr) -> _Site:
     pos = {v: i for i, (v, _, _) in enumerate(loops)}
     deps = lambda e: frozenset(pos[v] for v in free_vars(e) if v in pos)   # noqa: E731
     accesses, counts = [], {}
@@ -175,17 +194,21 @@ class SketchModel:
           b = n.arg
           scope = getattr(b, "scope", "global")
           if scope == "local": continue
-          accesses.append(_Access(scope, False, self._step(n.src[0]), width, DTYPE_BYTES.get(b.dtype, 4),
-                                  deps(n.src[0]), fetch if scope == "global" else None))
+          d = deps(n.src[0])
+          inner = max(d) if d else None
+          accesses.append(_Access(scope, False, self._step(n.src[0]), width, DTYPE_BYTES.get(b.dtype, 4), d,
+                                  fetch if scope == "global" else None, inner,
+                                  self._along(n.src[0], loops[inner][0]) if inner is not None else None))
         elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES:
-          counts["sfu"] = counts.get("sfu", 0) + width
+          counts["sfu"] = counts.get("sfu", const(0)) + width
         elif n.op in _ARITH and n.dtype in FLOAT_DTYPES:
           if n.op is Op.MUL: n_mul += 1
           elif n.op in (Op.ADD, Op.SUB): n_add += 1
-          else: counts["fp32_arith"] = counts.get("fp32_arith", 0) + width
+          else: counts["fp32_arith"] = counts.get("fp32_arith", const(0)) + width
     fma = min(n_mul, n_add)
-    if fma: counts["fp32_fma"] = fma * width
-    if n_mul + n_add - 2 * fma: counts["fp32_arith"] = counts.get("fp32_arith", 0) + (n_mul + n_add - 2 * fma) * width
+    if fma: counts["fp32_fma"] = width * fma
+    if n_mul + n_add - 2 * fma:
+      counts["fp32_arith"] = counts.get("fp32_arith", const(0)) + width * (n_mul + n_add - 2 * fma)
     if buf.scope != "local" and index is not None:
       accesses.append(_Access(buf.scope, True, self._step(index), width, DTYPE_BYTES.get(buf.dtype, 4), deps(index)))
     return _Site([(x, kind) for _, x, kind in loops], accesses, counts)
@@ -216,36 +239,47 @@ class SketchModel:
         rolled = [np.zeros(P, bool) for _ in ext]
         for i in reversed(range(len(ext))):
           x, (_, kind) = ext[i], s.loops[i]
-          fits = (kind == "vthread") | (open_ & (unrolled * x <= self.unroll))
+          fits = (kind == "vthread") | (open_ & (unrolled * x <= self.unroll) & (kind != "barrier"))
           unrolled = np.where(fits, unrolled * x, unrolled)
           open_ &= fits
           rolled[i] = ~fits
         iters = trip / unrolled
-        for c, n in s.counts.items(): add(c, n * trip)
+        fetch_req = None      # a cooperative fetch: warp requests per block, from the buffer it fills
+        dst = next((a for a in s.accesses if a.store and a.scope == "shared"), None)
+        if dst is not None and any(a.fetch for a in s.accesses) and dst.deps is not None:
+          size = num(kf.shared_sizes[next(a.fetch for a in s.accesses if a.fetch)])
+          fetch_rounds = np.prod([ext[i] for i in range(len(ext)) if i not in dst.deps] or [np.ones(P)], axis=0)
+          fetch_req = fetch_rounds * np.ceil(size / (num(dst.width) * self.dev.warp_size))
+        for c, n in s.counts.items(): add(c, num(n) * trip)
         add("int", 3 * iters)
         for a in s.accesses:
           distinct = np.ones(P)
           for i in a.deps: distinct = np.where(rolled[i], distinct, distinct * ext[i])
+          if a.scope == "shared" and not a.store and a.inner is not None:
+            x = ext[a.inner]         # NVRTC merges contiguous loads of an unrolled loop (ld.shared.v2 / v4)
+            vf = np.where(x % 4 == 0, 4, np.where(x % 2 == 0, 2, 1))
+            distinct = distinct / np.where(~rolled[a.inner] & (num(a.inner_step) == 1), vf, 1)
           cnt = iters * distinct
           add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt)
           step = np.abs(num(a.step))
           if a.scope == "global":
             add("int", cnt)
             if not a.store and a.fetch is None: exposed += cnt * LATENCY_CYCLES["ld_global"]
-            span, vec = step * a.nbytes, a.width * a.nbytes
+            span, vec = step * a.nbytes, num(a.width) * a.nbytes
             sectors = np.where(span == 0, np.ceil(vec / 32),
                                np.where(span <= vec, np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
-            req = cnt * warps * blocks
+            req = (cnt * warps if fetch_req is None else fetch_req) * blocks
             reuse = 1.0
             if a.fetch is not None and a.fetch in whole[ki]:
-              moved = req * self.dev.warp_size * a.width
+              moved = req * self.dev.warp_size * num(a.width)
               reuse = np.minimum(1.0, whole[ki][a.fetch] * blocks / np.maximum(moved, 1))
             l1 += req * np.maximum(np.ceil(sectors / 4), 1)
             l2 += req * sectors * 32 * reuse
           elif a.scope == "shared":
             if not a.store: exposed += cnt * LATENCY_CYCLES["ld_shared"]
             words = np.maximum(step * a.nbytes / 4, 0).astype(np.int64)
-            shared += cnt * warps * np.where(words == 0, 1, np.gcd(words, 32))
+            req = cnt * warps if fetch_req is None or not a.store else fetch_req
+            shared += req * np.where(words == 0, 1, np.gcd(words, 32))
       rounds = num(kf.rounds)
       chain = sum(counts.values()) + exposed + rounds * LATENCY_CYCLES["ld_global"] / 2 \
         + counts.get("sfu", 0) * LATENCY_CYCLES["sfu"]

@@ -66,7 +66,7 @@ from minicomp.target import Target, as_target
 log = logging.getLogger("minicomp")
 
 LEVELS = ("shared", "register", "vthread")
-WALKS = 8                   # walks per sketch
+WALKS = 16                  # walks per sketch
 MAX_STEPS = 24              # steps per level at most
 HALVING = 4                 # the temperature halves every this many steps
 T0 = 1.0                    # initial temperature
@@ -301,6 +301,32 @@ def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = W
   return Construction(out, costs, time.perf_counter() - t0, evaluations, reasons)
 
 
+def explain(dag, target: Target | str = "sm_86", seed: int = 0, sketch: int = 0) -> str:
+  """One walk on one sketch of a task, step by step, as text (docs/search.md shows one):
+  each accepted action with the analytic estimate after it, and the state it ends in."""
+  tgt = as_target(target)
+  sk = generate_sketches(getattr(dag, "dag", dag), tgt)[sketch]
+  walker = SketchWalker(sk, tgt)
+  trace: list = []
+  out = walker.walk(np.random.default_rng(seed), walks=1, trace=trace)
+  start = walker.initial()
+  lines = [f"sketch {sketch}: {', '.join(sk.rules)}",
+           "tile groups: " + "; ".join(f"[{i}] {g.stage}.{g.iter} {g.kind} {g.extent} = "
+                                      + " x ".join(["outer"] + list(g.vars)) for i, g in enumerate(walker.groups)),
+           f"start: {_sizes(walker, start)}  ~{walker.costs[walker.key(start)] * 1e6:.2f} us (analytic estimate)"]
+  for _, level, move, cost in trace:
+    lines.append(f"  {level:8s} {move:45s} ~{cost * 1e6:.2f} us")
+  if out:
+    lines.append(f"best state: {_sizes(walker, out[0][1])}  ~{out[0][0] * 1e6:.2f} us")
+  return "\n".join(lines)
+
+
+def _sizes(walker: SketchWalker, values: dict) -> str:
+  parts = [f"[{i}] " + "x".join(str(x) for x in walker._lengths(g, values)) for i, g in enumerate(walker.groups)]
+  parts += [f"{c.var}={values[c.var]}" for c in walker.sketch.choices]
+  return " ".join(parts)
+
+
 class GensorStrategy(Strategy):
   """Gensor's iterative mode: every round walks again from the best measured states of the task
   (the initial state in the first round) and proposes the best unmeasured states it finds."""
@@ -323,4 +349,4 @@ class GensorStrategy(Strategy):
     return res.candidates
 
 
-__all__ = ["Construction", "GensorStrategy", "SketchWalker", "construct"]
+__all__ = ["Construction", "GensorStrategy", "SketchWalker", "construct", "explain"]
