@@ -51,7 +51,8 @@ def cmd_info(a) -> int:
 
 def cmd_compile(a) -> int:
   from minicomp.compiler import compile as mc_compile
-  cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet)
+  cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
+                  schedules=a.schedules)
   out = cm.save(a.output)
   print(cm.summary())
   print(f"\nsaved to {out}")
@@ -142,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
   pc.add_argument("--target", default="sm_86", help="CUDA architecture, e.g. sm_80, sm_86, sm_90 (default sm_86)")
   pc.add_argument("-o", "--output", required=True, help="folder to write the compiled model to")
   pc.add_argument("--input-shape", action="append", help=shape_help)
+  pc.add_argument("--schedules", default="gensor", choices=["gensor", "rules"],
+                  help="gensor (default): Gensor-constructed schedules where the static model estimates them faster "
+                       "than the rule-based ones; rules: the rule-based schedules only (faster to compile)")
   pc.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
   pc.set_defaults(fn=cmd_compile)
 
@@ -153,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
   pt.add_argument("--target", default="sm_86", help="arch (sm_86) or device (rtx3090, a100, ...); default sm_86")
   pt.add_argument("--trials", type=int, required=True, help="measurements in total for this model (the log counts)")
   pt.add_argument("--log", required=True, help="JSON-lines tuning log to append to / resume from")
-  pt.add_argument("--strategy", default="ansor", help="ansor (default), felix or random")
+  pt.add_argument("--strategy", default="ansor", help="ansor (default), felix, gensor or random")
   pt.add_argument("--seed", type=int, default=0)
   pt.add_argument("--per-round", type=int, default=64, help="measurements per round (default 64, Ansor's)")
   pt.add_argument("--time-budget", type=float, default=None, help="stop searching after this many seconds")

@@ -178,3 +178,20 @@ def test_constructed_tiles_beat_the_rules_on_a_large_convolution():
   rules = estimate(build(default_schedule(dag, tgt), tgt), tgt).latency_s
   assert mine < rules / 4, (mine, rules)
   assert res.seconds < 10
+
+
+def test_cli_compile_takes_the_schedules_option(tmp_path):
+  import subprocess
+  import sys
+
+  import onnx
+  model, _ = zoo.residual_block()
+  mp = tmp_path / "m.onnx"
+  onnx.save(model, str(mp))
+  run = lambda *a: subprocess.run([sys.executable, "-m", "minicomp.cli", *map(str, a)], capture_output=True,  # noqa: E731
+                                  text=True)
+  r = run("compile", mp, "--schedules", "rules", "-o", tmp_path / "out", "-q")
+  assert r.returncode == 0, r.stderr
+  assert mc.load(str(tmp_path / "out")).kernels
+  r = run("compile", mp, "--schedules", "fast", "-o", tmp_path / "out2")
+  assert r.returncode != 0 and "invalid choice" in r.stderr

@@ -70,6 +70,7 @@ class _Access:
   fetch: str | None = None   # the shared buffer a global load fills (a cooperative fetch)
   inner: int | None = None   # the innermost loop the index uses ...
   inner_step: Expr | None = None   # ... and the index's step along it (1: contiguous, vectorizable)
+  divmods: int = 0           # integer divisions / modulos in its index (a fetch recomputes them per element)
 
 
 @dataclass
@@ -77,7 +78,8 @@ class _Site:
   """A store and its loop nest."""
   loops: list[tuple[Expr, str]]    # (extent, kind) of each enclosing loop, outer to inner
   accesses: list[_Access]
-  counts: dict[str, float]         # arithmetic instructions of one execution, by class
+  counts: dict[str, Expr]          # arithmetic instructions of one execution, by class
+  vector: list[tuple[Expr, Expr]] = field(default_factory=list)   # (span, first index) per access and probe
 
 
 @dataclass
@@ -101,6 +103,10 @@ def _has_sync(st) -> bool:
   if isinstance(st, If): return _has_sync(st.then)
   if isinstance(st, Seq): return any(_has_sync(x) for x in st.stmts)
   return False
+
+
+def _divmods(index: Expr) -> int:
+  return sum(1 for n in walk(index) if n.op in (Op.FLOORDIV, Op.FLOORMOD))
 
 
 def _prod(xs) -> Expr:
@@ -141,23 +147,23 @@ class SketchModel:
     def add(cls: str, n: Expr) -> None:
       counts[cls] = counts[cls] + n if cls in counts else n
 
-    def go(st, trip: Expr, loops: list[tuple[str, Expr, str]], width: Expr) -> None:
+    def go(st, trip: Expr, loops: list[tuple[str, Expr, str]], width: Expr, vvar: str | None = None) -> None:
       if isinstance(st, For):
         self._loops.add(st.var)
         if st.kind == "vectorize":
-          go(st.body, trip, loops, width * st.extent)
+          go(st.body, trip, loops, width * st.extent, st.var)
         else:
           kind = "barrier" if _has_sync(st.body) else st.kind
-          go(st.body, trip * st.extent, loops + [(st.var, st.extent, kind)], width)
+          go(st.body, trip * st.extent, loops + [(st.var, st.extent, kind)], width, vvar)
       elif isinstance(st, Seq):
-        for s in st.stmts: go(s, trip, loops, width)
+        for s in st.stmts: go(s, trip, loops, width, vvar)
       elif isinstance(st, If):
-        go(st.then, trip, loops, width)
+        go(st.then, trip, loops, width, vvar)
       elif isinstance(st, Sync):
         kf.rounds = kf.rounds + trip
         add("bar_sync", trip)
       elif isinstance(st, Store):
-        kf.sites.append(self._site(st.buffer, st.index, st.value, loops, width))
+        kf.sites.append(self._site(st.buffer, st.index, st.value, loops, width, vvar))
       elif isinstance(st, CrossThreadReduce):
         kf.sites.append(self._site(st.dst, None, st.value, loops, const(1)))
         steps = const(max(1, math.ceil(math.log2(max(2, int(st.extent.arg)))))) if st.extent.op is Op.CONST else \
@@ -182,10 +188,22 @@ class SketchModel:
     zero = {u: const(0) for u in (self._loops | self._blocks | self._threads) if u != v and u in free_vars(index)}
     return substitute(index, {**zero, v: const(1)}) - substitute(index, {**zero, v: const(0)})
 
-  def _site(self, buf, index, value: Expr, loops, width: Expr) -> _Site:
+  def _vector_probes(self, index: Expr, vvar: str, width: Expr) -> list[tuple[Expr, Expr]]:
+    """(index(last lane) - index(lane 0), index(lane 0)) for threads 0..3 (every other index 0):
+    the emitter writes float2 / float4 accesses only where the lanes are contiguous and aligned."""
+    index = map_loads(index, lambda n: const(0, n.dtype))
+    zero = {u: const(0) for u in (self._loops | self._blocks) if u in free_vars(index)}
+    out = []
+    for t in range(4):
+      at = {**zero, **{u: const(t) for u in self._threads}}
+      first = substitute(index, {**at, vvar: const(0)})
+      out.append((substitute(index, {**at, vvar: width - 1}) - first, first))
+    return out
+
+  def _site(self, buf, index, value: Expr, loops, width: Expr, vvar: str | None = None) -> _Site:
     pos = {v: i for i, (v, _, _) in enumerate(loops)}
     deps = lambda e: frozenset(pos[v] for v in free_vars(e) if v in pos)   # noqa: E731
-    accesses, counts = [], {}
+    accesses, counts, vector = [], {}, []
     fetch = buf.name if buf.scope == "shared" else None
     n_mul = n_add = 0
     for e in [value] + ([index] if index is not None else []):
@@ -198,7 +216,9 @@ class SketchModel:
           inner = max(d) if d else None
           accesses.append(_Access(scope, False, self._step(n.src[0]), width, DTYPE_BYTES.get(b.dtype, 4), d,
                                   fetch if scope == "global" else None, inner,
-                                  self._along(n.src[0], loops[inner][0]) if inner is not None else None))
+                                  self._along(n.src[0], loops[inner][0]) if inner is not None else None,
+                                  _divmods(n.src[0])))
+          if vvar is not None and vvar in free_vars(n.src[0]): vector += self._vector_probes(n.src[0], vvar, width)
         elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES:
           counts["sfu"] = counts.get("sfu", const(0)) + width
         elif n.op in _ARITH and n.dtype in FLOAT_DTYPES:
@@ -210,8 +230,10 @@ class SketchModel:
     if n_mul + n_add - 2 * fma:
       counts["fp32_arith"] = counts.get("fp32_arith", const(0)) + width * (n_mul + n_add - 2 * fma)
     if buf.scope != "local" and index is not None:
-      accesses.append(_Access(buf.scope, True, self._step(index), width, DTYPE_BYTES.get(buf.dtype, 4), deps(index)))
-    return _Site([(x, kind) for _, x, kind in loops], accesses, counts)
+      accesses.append(_Access(buf.scope, True, self._step(index), width, DTYPE_BYTES.get(buf.dtype, 4), deps(index),
+                              divmods=_divmods(index)))
+      if vvar is not None: vector += self._vector_probes(index, vvar, width)
+    return _Site([(x, kind) for _, x, kind in loops], accesses, counts, vector)
 
   # -- evaluating (per population)
   def facts(self, values: list[dict]) -> list[list[LaunchFacts]]:
@@ -252,6 +274,12 @@ class SketchModel:
           fetch_req = fetch_rounds * np.ceil(size / (num(dst.width) * self.dev.warp_size))
         for c, n in s.counts.items(): add(c, num(n) * trip)
         add("int", 3 * iters)
+        lanes = np.ones(P)       # instructions per vector: 1 when the emitter writes float2 / float4, else one per lane
+        if s.vector:
+          w = num(s.accesses[0].width) if s.accesses else np.ones(P)
+          ok = np.ones(P, bool)
+          for span, first in s.vector: ok &= (num(span) == w - 1) & (num(first) % w == 0)
+          lanes = np.where(ok, 1.0, w)
         for a in s.accesses:
           distinct = np.ones(P)
           for i in a.deps: distinct = np.where(rolled[i], distinct, distinct * ext[i])
@@ -260,14 +288,15 @@ class SketchModel:
             vf = np.where(x % 4 == 0, 4, np.where(x % 2 == 0, 2, 1))
             distinct = distinct / np.where(~rolled[a.inner] & (num(a.inner_step) == 1), vf, 1)
           cnt = iters * distinct
-          add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt)
+          add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt * lanes)
+          if fetch_req is not None: add("int", cnt * lanes * (1 + 3 * a.divmods))   # a fetch's index, per element
           step = np.abs(num(a.step))
           if a.scope == "global":
             add("int", cnt)
             if not a.store and a.fetch is None: exposed += cnt * LATENCY_CYCLES["ld_global"]
             span, vec = step * a.nbytes, num(a.width) * a.nbytes
-            sectors = np.where(span == 0, np.ceil(vec / 32),
-                               np.where(span <= vec, np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
+            sectors = np.where(span == 0, np.ceil(vec / 32),         # 32 threads, ``span`` bytes apart
+                               np.minimum(np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
             req = (cnt * warps if fetch_req is None else fetch_req) * blocks
             reuse = 1.0
             if a.fetch is not None and a.fetch in whole[ki]:

@@ -20,7 +20,9 @@ level      tile                                         inverse tile
 ========== ============================================ =========================================
 shared     S0 -> S2 (a larger block tile, more threads)  S2 -> S0
            R0 -> R1 (a larger reduction step in shared)  R1 -> R0
-register   S0 -> S4 or S2 -> S4 (a larger thread tile)   S4 -> S0, S4 -> S2
+register   S0 -> S4 or S2 -> S4 (a larger thread tile)   S4 -> S0, S4 -> S2, S3 -> S4
+           S4 -> S3 (part of it outside the innermost
+           reduction loop)
            R1 -> R2                                      R2 -> R1
 vthread    S4 -> S1 (the thread tile split in vthreads)   S1 -> S4
 ========== ============================================ =========================================
@@ -50,7 +52,6 @@ measured states and proposes the best unmeasured states it finds.
 """
 from __future__ import annotations
 
-import logging
 import math
 import time
 from dataclasses import dataclass
@@ -63,12 +64,10 @@ from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel
 from minicomp.search.strategies.base import Strategy, TuneTask
 from minicomp.target import Target, as_target
 
-log = logging.getLogger("minicomp")
-
 LEVELS = ("shared", "register", "vthread")
 WALKS = 16                  # walks per sketch
 MAX_STEPS = 24              # steps per level at most
-HALVING = 4                 # the temperature halves every this many steps
+HALVING = 6                 # the temperature halves every this many steps
 T0 = 1.0                    # initial temperature
 CACHE_WEIGHT = 0.05         # weight of "cache" (go to the next level) at T = 1
 KEEP = 4                    # valid candidates construct() returns per task
@@ -111,7 +110,8 @@ def _moves(group: TileGroup, level: str) -> list[tuple[int, int, str]]:
   """(src, dst, kind) of the moves of one tile group at ``level`` (positions in [outer] + vars)."""
   if group.kind == "spatial" and len(group.vars) == 4:     # S0 | S1 vthread, S2 threads, S3, S4
     return {"shared": [(0, 2, "tile"), (2, 0, "inv_tile")],
-            "register": [(0, 4, "tile"), (2, 4, "tile"), (4, 0, "inv_tile"), (4, 2, "inv_tile")],
+            "register": [(0, 4, "tile"), (2, 4, "tile"), (4, 3, "tile"), (4, 0, "inv_tile"), (4, 2, "inv_tile"),
+                         (3, 4, "inv_tile")],
             "vthread": [(4, 1, "vthread"), (1, 4, "inv_tile")]}[level]
   if group.kind == "reduce" and len(group.vars) == 2:      # R0 | R1, R2
     return {"shared": [(0, 1, "tile"), (1, 0, "inv_tile")], "register": [(1, 2, "tile"), (2, 1, "inv_tile")],
@@ -288,6 +288,13 @@ def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = W
     evaluations += walker.evaluations
     found += [(c, k, v) for c, v in res]
   found.sort(key=lambda t: t[0])
+  # distinct tilings first: states that differ only in a choice (a vector width) tie in the
+  # analytic model more often than in the full one, so they go after the other tilings
+  tiles = lambda k, v: (k,) + tuple(v[x] for g in sks[k].tiles for x in g.vars)   # noqa: E731
+  firsts, seen_tiles = [], set()
+  for f in found:
+    if tiles(f[1], f[2]) not in seen_tiles: seen_tiles.add(tiles(f[1], f[2])); firsts.append(f)
+  found = firsts + [f for f in found if not any(f is x for x in firsts)]
   out, costs, seen = [], [], set(exclude or ())
   for c, k, v in found[:LOWER_TRIES]:
     if len(out) >= keep: break
