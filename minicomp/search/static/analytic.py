@@ -17,8 +17,9 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
 - **bank conflicts** of shared accesses from the same step (a stride ``s`` in words conflicts
   ``gcd(s, 32)``-way);
 - **resources**: block and grid size, shared bytes, and registers per thread: the local
-  (register) buffers plus a fixed overhead; past the register file the excess spills (local
-  memory traffic, as ptxas's spill figures are used by the full model);
+  (register) buffers, the shared values one unrolled body loads (ptxas hoists those loads and
+  keeps the values live; at most ``OPERAND_CAP``) and a fixed overhead; past the register file the
+  excess spills (local memory traffic, as ptxas's spill figures are used by the full model);
 - **register reuse**: a store's loop nest is unrolled from the inside while the unrolled steps
   stay within ``auto_unroll_max_step`` (vthread loops always are); a load inside the unrolled
   part is issued once per value of the unrolled loops its index uses (a register tile re-reads
@@ -52,6 +53,8 @@ from minicomp.target import Target
 
 REG_OVERHEAD = 24           # registers a kernel needs besides its local buffers (indices, addresses, pointers)
 REG_PER_LOCAL = 1.0         # registers per element of a local (register) buffer
+OPERAND_REGS = 1.0          # registers per shared value an unrolled body loads (ptxas hoists the loads) ...
+OPERAND_CAP = 96            # ... up to this many
 UNROLL_DEFAULT = 512        # the auto_unroll_max_step the construction gives every marked loop
 _ARITH = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.NEG, Op.SELECT, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ,
           Op.NE}
@@ -254,6 +257,7 @@ class SketchModel:
 
       def add(cls, n):
         counts[cls] = counts[cls] + n if cls in counts else n
+      operands = np.zeros(P)    # the most values one unrolled body loads (ptxas keeps them in registers)
       for s in kf.sites:
         ext = [num(x) for x, _ in s.loops]
         trip = np.prod(ext, axis=0) if ext else np.ones(P)
@@ -280,6 +284,7 @@ class SketchModel:
           ok = np.ones(P, bool)
           for span, first in s.vector: ok &= (num(span) == w - 1) & (num(first) % w == 0)
           lanes = np.where(ok, 1.0, w)
+        body_loads = np.zeros(P)
         for a in s.accesses:
           distinct = np.ones(P)
           for i in a.deps: distinct = np.where(rolled[i], distinct, distinct * ext[i])
@@ -287,6 +292,7 @@ class SketchModel:
             x = ext[a.inner]         # NVRTC merges contiguous loads of an unrolled loop (ld.shared.v2 / v4)
             vf = np.where(x % 4 == 0, 4, np.where(x % 2 == 0, 2, 1))
             distinct = distinct / np.where(~rolled[a.inner] & (num(a.inner_step) == 1), vf, 1)
+          if not a.store and a.scope == "shared": body_loads = body_loads + distinct
           cnt = iters * distinct
           add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt * lanes)
           if fetch_req is not None: add("int", cnt * lanes * (1 + 3 * a.divmods))   # a fetch's index, per element
@@ -309,6 +315,8 @@ class SketchModel:
             words = np.maximum(step * a.nbytes / 4, 0).astype(np.int64)
             req = cnt * warps if fetch_req is None or not a.store else fetch_req
             shared += req * np.where(words == 0, 1, np.gcd(words, 32))
+        operands = np.maximum(operands, body_loads)
+      regs = regs + OPERAND_REGS * np.minimum(operands, OPERAND_CAP)
       rounds = num(kf.rounds)
       chain = sum(counts.values()) + exposed + rounds * LATENCY_CYCLES["ld_global"] / 2 \
         + counts.get("sfu", 0) * LATENCY_CYCLES["sfu"]
