@@ -66,7 +66,7 @@ from minicomp.target import Target, as_target
 
 LEVELS = ("shared", "register", "vthread")
 WALKS = 16                  # walks per sketch
-MAX_STEPS = 24              # steps per level at most
+MAX_STEPS = 36              # steps per level at most
 HALVING = 6                 # the temperature halves every this many steps
 T0 = 1.0                    # initial temperature
 CACHE_WEIGHT = 0.05         # weight of "cache" (go to the next level) at T = 1
@@ -229,7 +229,8 @@ class SketchWalker:
               np.where(np.isfinite(costs), 1.0, 0.0)
           weights = np.append(np.where(benefit > 0, benefit ** (1.0 / T), 0.0), CACHE_WEIGHT / T)
           weights = np.nan_to_num(weights, nan=0.0, posinf=1e300)
-          k = int(rng.choice(len(weights), p=weights / weights.sum()))
+          total = weights.sum()
+          k = int(rng.choice(len(weights), p=weights / total)) if np.isfinite(total) and total > 0 else len(opts)
           if k == len(opts):                                  # cache: on to the next level
             if trace is not None: trace.append((w, level, "cache", here))
             continue
