@@ -21,7 +21,6 @@ default schedules (the issue's: ResNet-18 at 224x224), its cache cleared first.
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import statistics
 import sys
