@@ -30,6 +30,7 @@ import time
 MODELS = {   # name -> (zoo builder, keyword arguments): sizes where schedules matter
   "residual_block": ("residual_block", {"c": 64, "hw": 56}),
   "inverted_residual": ("inverted_residual", {"c": 32, "hw": 28, "expand": 6}),
+  "grouped_block": ("grouped_block", {"c": 128, "hw": 28, "groups": 32}),
   "generator": ("generator", {"z": 100, "c": 64}),
   "conv3d_block": ("conv3d_block", {"c": 32, "d": 8}),
   "transformer_encoder": ("transformer_encoder", {"s": 128, "d": 256, "heads": 4, "ff": 1024}),

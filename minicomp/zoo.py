@@ -85,6 +85,16 @@ def inverted_residual(n: int = 1, c: int = 8, hw: int = 10, expand: int = 4):
   return b.model({"x": _x(2, n, c, hw, hw)}, [y], name="inverted_residual"), {"x": _x(2, n, c, hw, hw)}
 
 
+def grouped_block(n: int = 1, c: int = 8, hw: int = 10, groups: int = 2):
+  """ResNeXt-style bottleneck: 1x1-BN-ReLU, 3x3 grouped conv (``groups``)-BN-ReLU, 1x1-BN, + input, ReLU."""
+  b = _B(10)
+  y = b.op("Relu", [b.bn(b.conv("x", c, c, 1, bias=False), c)])
+  y = b.op("Relu", [b.bn(b.conv(y, c, c, 3, pad=1, group=groups, bias=False), c)])
+  y = b.bn(b.conv(y, c, c, 1, bias=False), c)
+  y = b.op("Relu", [b.op("Add", [y, "x"])])
+  return b.model({"x": _x(10, n, c, hw, hw)}, [y], name="grouped_block"), {"x": _x(10, n, c, hw, hw)}
+
+
 def _layernorm(b: _B, x: str, d: int) -> str:
   return b.op("LayerNormalization", [x, b.const(np.ones(d, np.float32) + 0.1 * b.rng.standard_normal(d).astype(np.float32), "ln_g"),
                                      b.const(0.1 * b.rng.standard_normal(d).astype(np.float32), "ln_b")], axis=-1, epsilon=1e-5)
@@ -236,4 +246,4 @@ def resnet18(n: int = 1, hw: int = 224, classes: int = 1000, width: int = 64):
 
 TEST_MODELS = {"residual_block": residual_block, "inverted_residual": inverted_residual,
                "transformer_encoder": transformer_encoder, "decoder_block": decoder_block, "generator": generator,
-               "conv3d_block": conv3d_block, "llama_block": llama_block}
+               "conv3d_block": conv3d_block, "llama_block": llama_block, "grouped_block": grouped_block}
