@@ -14,6 +14,10 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   access plus two per loop iteration (address and loop overhead);
 - **coalescing**: the index's step from thread 0 to thread 1 of the block (every other loop and
   block index at 0) gives the 32-byte sectors a warp request touches;
+- **vector accesses**: a vectorized loop is one float2 / float4 instruction per thread only where
+  the CUDA emitter can prove its lanes contiguous and aligned; a lane under an integer division
+  or modulo of the symbolic index counts as scalar (``VECTOR_STRICT``), each lane then paying its
+  own index arithmetic (3 instructions per division or modulo);
 - **bank conflicts** of shared accesses from the same step (a stride ``s`` in words conflicts
   ``gcd(s, 32)``-way);
 - **resources**: block and grid size, shared bytes, and registers per thread: the local
@@ -55,6 +59,7 @@ REG_OVERHEAD = 24           # registers a kernel needs besides its local buffers
 REG_PER_LOCAL = 1.0         # registers per element of a local (register) buffer
 OPERAND_REGS = 1.0          # registers per shared value an unrolled body loads (ptxas hoists the loads) ...
 OPERAND_CAP = 96            # ... up to this many
+VECTOR_STRICT = True        # a vector lane under a division / modulo counts as a scalar access
 UNROLL_DEFAULT = 512        # the auto_unroll_max_step the construction gives every marked loop
 _ARITH = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.NEG, Op.SELECT, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ,
           Op.NE}
@@ -195,6 +200,8 @@ class SketchModel:
     """(index(last lane) - index(lane 0), index(lane 0)) for threads 0..3 (every other index 0):
     the emitter writes float2 / float4 accesses only where the lanes are contiguous and aligned."""
     index = map_loads(index, lambda n: const(0, n.dtype))
+    if VECTOR_STRICT and any(n.op in (Op.FLOORDIV, Op.FLOORMOD) and vvar in free_vars(n) for n in walk(index)):
+      return [(const(-1), const(0))]     # the lane is divided: the emitter cannot prove it contiguous
     zero = {u: const(0) for u in (self._loops | self._blocks) if u in free_vars(index)}
     out = []
     for t in range(4):
