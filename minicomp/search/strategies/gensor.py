@@ -297,6 +297,13 @@ def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = W
     if tiles(f[1], f[2]) not in seen_tiles: seen_tiles.add(tiles(f[1], f[2])); firsts.append(f)
   found = firsts + [f for f in found if not any(f is x for x in firsts)]
   out, costs, seen = [], [], set(exclude or ())
+  if found:
+    # a hedge on the vector widths: the analytic model counts a vector fetch whose lanes it cannot
+    # prove contiguous as scalar, the emitter sometimes can; the best tiling with the widest
+    # vectors goes second, for the full model to decide
+    c, k, v = found[0]
+    wide = {**v, **{ch.var: max(ch.candidates) for ch in sks[k].choices if ch.var.endswith("_vec")}}
+    if wide != v: found.insert(1, (c, k, wide))
   for c, k, v in found[:LOWER_TRIES]:
     if len(out) >= keep: break
     cand, why = make_candidate(sks[k], v, unroll_of(sks[k]), tgt, k)
