@@ -67,6 +67,15 @@ def divisors(n: int) -> list[int]:
   return sorted(set(small + [n // d for d in small]))
 
 
+def prime_factors(n: int) -> list[int]:
+  """The prime factors of ``n`` with multiplicity, smallest first (12 -> [2, 2, 3])."""
+  out, d = [], 2
+  while d * d <= n:
+    while n % d == 0: out.append(d); n //= d
+    d += 1
+  return out + ([n] if n > 1 else [])
+
+
 @functools.lru_cache(maxsize=4096)
 def factorizations(extent: int, parts: int, inner_limit: int = 64) -> tuple[tuple[int, ...], ...]:
   """Ordered ``parts``-tuples of inner tile sizes whose product divides ``extent`` and whose last

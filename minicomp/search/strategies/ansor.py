@@ -56,6 +56,7 @@ from minicomp.search.annotate import (
   draw_unroll,
   draw_values,
   make_candidate,
+  prime_factors,
 )
 from minicomp.search.strategies.base import TuneTask
 from minicomp.search.strategies.learned import MIN_TRAIN_STEPS, LearnedStrategy, Point
@@ -63,15 +64,6 @@ from minicomp.search.strategies.learned import MIN_TRAIN_STEPS, LearnedStrategy,
 __all__ = ["EVOLUTION_TIME_S", "MIN_TRAIN_STEPS", "AnsorStrategy", "Point"]
 
 EVOLUTION_TIME_S = 120.0     # wall-clock bound of one round's sampling and evolution (module docstring)
-
-
-def _prime_factors(n: int) -> list[int]:
-  out, d = [], 2
-  while d * d <= n:
-    while n % d == 0: out.append(d); n //= d
-    d += 1
-  if n > 1: out.append(n)
-  return out
 
 
 class AnsorStrategy(LearnedStrategy):
@@ -210,7 +202,7 @@ class AnsorStrategy(LearnedStrategy):
       src = next((i for i in order if lengths[i] > 1), None)
       if src is not None:
         dst = order[(order.index(src) + 1) % len(order)]
-        f = _prime_factors(lengths[src])
+        f = prime_factors(lengths[src])
         f = f[int(rng.integers(len(f)))]
         lengths[src] //= f; lengths[dst] *= f
         if lengths[-1] <= g.inner_limit: values.update(zip(g.vars, lengths[1:]))

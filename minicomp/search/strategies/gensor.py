@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minicomp.search.annotate import Candidate, check_values, make_candidate
+from minicomp.search.annotate import Candidate, check_values, make_candidate, prime_factors
 from minicomp.search.sketch import Sketch, TileGroup, generate_sketches
 from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel
 from minicomp.search.strategies.base import Strategy, TuneTask
@@ -84,26 +84,6 @@ class Move:
   kind: str        # "tile" | "inv_tile" | "vthread"
 
   def __str__(self) -> str: return f"{self.kind}(group {self.g}: x{self.p} level {self.src} -> {self.dst})"
-
-
-def _primes(n: int) -> list[int]:
-  out, d = [], 2
-  while d * d <= n:
-    if n % d == 0:
-      out.append(d)
-      while n % d == 0: n //= d
-    d += 1
-  if n > 1: out.append(n)
-  return out
-
-
-def _factors(n: int) -> list[int]:
-  """The prime factors of ``n`` with multiplicity, smallest first."""
-  out, d = [], 2
-  while d * d <= n:
-    while n % d == 0: out.append(d); n //= d
-    d += 1
-  return out + ([n] if n > 1 else [])
 
 
 def _moves(group: TileGroup, level: str) -> list[tuple[int, int, str]]:
@@ -140,7 +120,7 @@ class SketchWalker:
     spatial = [gi for gi, g in enumerate(self.groups) if g.kind == "spatial" and len(g.vars) == 4]
     threads = 1
     for gi in reversed(spatial):
-      for p in _factors(self.groups[gi].extent):
+      for p in prime_factors(self.groups[gi].extent):
         if threads >= self.target.warp_size: break
         nxt = self.apply(values, Move(gi, 0, 2, p, "tile"))
         if nxt is not None: values, threads = nxt, threads * p
@@ -182,7 +162,7 @@ class SketchWalker:
       if g.extent <= 1: continue
       lengths = self._lengths(g, values)
       for src, dst, kind in _moves(g, level):
-        for p in _primes(lengths[src]): out.append(Move(gi, src, dst, p, kind))
+        for p in dict.fromkeys(prime_factors(lengths[src])): out.append(Move(gi, src, dst, p, kind))
     return out
 
   def finish(self, values: dict) -> dict:
