@@ -10,8 +10,8 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   extents; each distinct load in its value and index (interned expressions: a load read twice is
   one load, as after CSE) is one instruction per vector in the scope of its buffer (global,
   shared; local buffers are registers); float arithmetic, FMAs (a multiply feeding an add),
-  intrinsics (SFU), a cross-thread reduction's shuffles, and an integer instruction per memory
-  access plus two per loop iteration (address and loop overhead);
+  intrinsics (SFU), a cross-thread reduction's shuffles, an integer instruction per global
+  access and three per executed (not unrolled) loop iteration (address and loop overhead);
 - **coalescing**: the index's step from thread 0 to thread 1 of the block (every other loop and
   block index at 0) gives the 32-byte sectors a warp request touches;
 - **vector accesses**: a vectorized loop is one float2 / float4 instruction per thread only where
@@ -184,30 +184,32 @@ class SketchModel:
     kf.dram_bytes = float(sum(sizes.get(b.name, 0) for b in k.params if b.scope == "global"))
     return kf
 
-  def _step(self, index: Expr) -> Expr:
-    index = map_loads(index, lambda n: const(0, n.dtype))   # a gathered position: read as 0 (unknown)
+  def _at(self, index: Expr, fixed: dict[str, Expr]) -> Expr:
+    """``index`` with the variables in ``fixed`` set and every other loop, block and thread index
+    at 0; a gathered position (a load in the index) reads as 0 (unknown)."""
+    index = map_loads(index, lambda n: const(0, n.dtype))
     zero = {v: const(0) for v in (self._loops | self._blocks | self._threads) if v in free_vars(index)}
-    at = lambda t: substitute(index, {**zero, **{v: const(t) for v in self._threads}})   # noqa: E731
-    return at(1) - at(0)
+    return substitute(index, {**zero, **fixed})
+
+  def _step(self, index: Expr) -> Expr:
+    """The index's step from thread 0 to thread 1."""
+    return self._at(index, {v: const(1) for v in self._threads}) - self._at(index, {})
 
   def _along(self, index: Expr, v: str) -> Expr:
-    """The index's step along loop variable ``v`` (every other index at 0)."""
-    index = map_loads(index, lambda n: const(0, n.dtype))
-    zero = {u: const(0) for u in (self._loops | self._blocks | self._threads) if u != v and u in free_vars(index)}
-    return substitute(index, {**zero, v: const(1)}) - substitute(index, {**zero, v: const(0)})
+    """The index's step along loop variable ``v``."""
+    return self._at(index, {v: const(1)}) - self._at(index, {})
 
   def _vector_probes(self, index: Expr, vvar: str, width: Expr) -> list[tuple[Expr, Expr]]:
     """(index(last lane) - index(lane 0), index(lane 0)) for threads 0..3 (every other index 0):
     the emitter writes float2 / float4 accesses only where the lanes are contiguous and aligned."""
-    index = map_loads(index, lambda n: const(0, n.dtype))
-    if VECTOR_STRICT and any(n.op in (Op.FLOORDIV, Op.FLOORMOD) and vvar in free_vars(n) for n in walk(index)):
+    plain = map_loads(index, lambda n: const(0, n.dtype))
+    if VECTOR_STRICT and any(n.op in (Op.FLOORDIV, Op.FLOORMOD) and vvar in free_vars(n) for n in walk(plain)):
       return [(const(-1), const(0))]     # the lane is divided: the emitter cannot prove it contiguous
-    zero = {u: const(0) for u in (self._loops | self._blocks) if u in free_vars(index)}
     out = []
     for t in range(4):
-      at = {**zero, **{u: const(t) for u in self._threads}}
-      first = substitute(index, {**at, vvar: const(0)})
-      out.append((substitute(index, {**at, vvar: width - 1}) - first, first))
+      lanes = {u: const(t) for u in self._threads}
+      first = self._at(index, lanes)
+      out.append((self._at(index, {**lanes, vvar: width - 1}) - first, first))
     return out
 
   def _site(self, buf, index, value: Expr, loops, width: Expr, vvar: str | None = None) -> _Site:
@@ -279,7 +281,7 @@ class SketchModel:
         iters = trip / unrolled
         fetch_req = None      # a cooperative fetch: warp requests per block, from the buffer it fills
         dst = next((a for a in s.accesses if a.store and a.scope == "shared"), None)
-        if dst is not None and any(a.fetch for a in s.accesses) and dst.deps is not None:
+        if dst is not None and any(a.fetch for a in s.accesses):
           size = num(kf.shared_sizes[next(a.fetch for a in s.accesses if a.fetch)])
           fetch_rounds = np.prod([ext[i] for i in range(len(ext)) if i not in dst.deps] or [np.ones(P)], axis=0)
           fetch_req = fetch_rounds * np.ceil(size / (num(dst.width) * self.dev.warp_size))
@@ -352,7 +354,7 @@ class SketchModel:
     env = dict(env)
     for g in self.sketch.tiles:
       if g.kind == "reduce" and g.vars:
-        env[g.vars[0]] = np.full(P, g.extent // max(1, math.prod(1 for _ in g.vars[1:])), np.int64)
+        env[g.vars[0]] = np.full(P, g.extent, np.int64)
         for v in g.vars[1:]: env[v] = np.ones(P, np.int64)
     ev = FormulaEval(env)
     return [{b: np.broadcast_to(np.asarray(ev(e), np.float64), (P,)) for b, e in kf.shared_sizes.items()}

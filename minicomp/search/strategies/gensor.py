@@ -105,7 +105,7 @@ class SketchWalker:
   def __init__(self, sketch: Sketch, target: Target, model: SketchModel | None = None):
     self.sketch, self.target = sketch, target
     self.model = model or SketchModel(sketch, target)
-    self.groups = [g for g in sketch.tiles]
+    self.groups = list(sketch.tiles)
     self.costs: dict[tuple, float] = {}
     self.evaluations = 0
 
@@ -328,7 +328,8 @@ class GensorStrategy(Strategy):
   name = "gensor"
 
   def __init__(self, seed: int = 0, walks: int = WALKS, restarts: int = 4):
-    self.seed, self.walks, self.restarts = seed, walks, restarts
+    # ``seed`` is accepted like every strategy's; the task scheduler's rng seeds each round's walks
+    self.walks, self.restarts = walks, restarts
     self.points: dict[str, tuple[int, dict]] = {}     # candidate key -> (sketch index, values)
 
   def propose(self, task: TuneTask, n: int, rng: np.random.Generator) -> list[Candidate]:
