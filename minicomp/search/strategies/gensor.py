@@ -272,10 +272,12 @@ def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = W
   # distinct tilings first: states that differ only in a choice (a vector width) tie in the
   # analytic model more often than in the full one, so they go after the other tilings
   tiles = lambda k, v: (k,) + tuple(v[x] for g in sks[k].tiles for x in g.vars)   # noqa: E731
-  firsts, seen_tiles = [], set()
+  firsts, rest, seen_tiles = [], [], set()
   for f in found:
-    if tiles(f[1], f[2]) not in seen_tiles: seen_tiles.add(tiles(f[1], f[2])); firsts.append(f)
-  found = firsts + [f for f in found if not any(f is x for x in firsts)]
+    t = tiles(f[1], f[2])
+    (rest if t in seen_tiles else firsts).append(f)
+    seen_tiles.add(t)
+  found = firsts + rest
   out, costs, seen = [], [], set(exclude or ())
   if found:
     # a hedge on the vector widths: the analytic model counts a vector fetch whose lanes it cannot
