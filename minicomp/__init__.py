@@ -29,7 +29,8 @@ __all__ = ["CodegenError", "CompileError", "ExprError", "LoweringError", "Minico
            "ComputeDAG", "Schedule", "Kernel", "build"]
 
 from minicomp.compiler import compile  # noqa: A004,E402
-from minicomp.compiled_model import CompiledModel, load  # noqa: E402
+from minicomp.compiled_model import CompiledModel  # noqa: E402
+from minicomp.saved_model import load  # noqa: E402
 from minicomp.errors import FeedError, ModelError, SaveFormatError, ShapeError, UnsupportedOpError  # noqa: E402
 
 __all__ += ["compile", "load", "CompiledModel", "FeedError", "ModelError", "SaveFormatError", "ShapeError",

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from minicomp.errors import MinicompError
+
+
+class UsageError(MinicompError):
+  """A command-line argument is malformed or names a file that cannot be read."""
 
 
 def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
@@ -20,9 +25,30 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
   out = {}
   for it in items:
     name, _, dims = it.partition("=")
-    if not dims: raise SystemExit(f"--input-shape expects NAME=D1,D2,..., got {it!r}")
-    out[name] = tuple(int(d) for d in dims.replace("x", ",").split(","))
+    try:
+      shape = tuple(int(d) for d in dims.replace("x", ",").split(","))
+    except ValueError:
+      shape = ()
+    if not name or not shape or any(d <= 0 for d in shape):
+      raise UsageError(f"--input-shape expects NAME=D1,D2,... with positive integer dims, got {it!r}")
+    out[name] = shape
   return out
+
+
+def _load_feeds(items: list[str] | None) -> dict[str, np.ndarray]:
+  """``NAME=FILE.npy`` pairs -> arrays; a missing, unreadable or non-.npy file is a UsageError."""
+  feeds = {}
+  for it in items or []:
+    name, _, path = it.partition("=")
+    if not name or not path: raise UsageError(f"--input expects NAME=FILE.npy, got {it!r}")
+    if not Path(path).is_file(): raise UsageError(f"--input {name}: no file {path!r}")
+    try:
+      arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+      raise UsageError(f"--input {name}: {path!r} is not a readable .npy file ({e})") from None
+    if not isinstance(arr, np.ndarray): raise UsageError(f"--input {name}: {path!r} is an .npz archive, not one .npy array")
+    feeds[name] = arr
+  return feeds
 
 
 def cmd_info(a) -> int:
@@ -78,18 +104,18 @@ def cmd_report(a) -> int:
 
 
 def cmd_run(a) -> int:
-  from minicomp.compiled_model import load
+  from minicomp.saved_model import load
+  feeds = _load_feeds(a.input)
   cm = load(a.compiled)
-  feeds = {}
-  for it in a.input or []:
-    name, _, path = it.partition("=")
-    if not path: raise SystemExit(f"--input expects NAME=FILE.npy, got {it!r}")
-    feeds[name] = np.load(path, allow_pickle=False)
   outs = cm.run(feeds, device=a.device)
   paths = a.output or []
+  if len(paths) > len(outs): raise UsageError(f"{len(paths)} --output files given for {len(outs)} output(s)")
   for k, (name, arr) in enumerate(zip(cm.output_names, outs)):
     if k < len(paths):
-      np.save(paths[k], arr)
+      try:
+        np.save(paths[k], arr)
+      except OSError as e:
+        raise UsageError(f"--output {paths[k]!r}: {e.strerror or e}") from None
       print(f"{name}: {list(arr.shape)} {arr.dtype} -> {paths[k]}")
     else:
       print(f"{name}: {list(arr.shape)} {arr.dtype} min={arr.min() if arr.size else 0:.6g} max={arr.max() if arr.size else 0:.6g}")
@@ -99,7 +125,7 @@ def cmd_run(a) -> int:
 def _load_or_compile(path: str, target: str, shapes):
   from pathlib import Path
   if Path(path).is_dir():
-    from minicomp.compiled_model import load
+    from minicomp.saved_model import load
     return load(path)
   from minicomp.compiler import compile as mc_compile
   return mc_compile(path, target=target, input_shapes=shapes)
@@ -107,13 +133,8 @@ def _load_or_compile(path: str, target: str, shapes):
 
 def cmd_bench(a) -> int:
   from minicomp.codegen.driver import NoGPUError
-  cm = _load_or_compile(a.model, a.target, _parse_shapes(a.input_shape))
-  feeds = None
-  if a.input:
-    feeds = {}
-    for it in a.input:
-      name, _, path = it.partition("=")
-      feeds[name] = np.load(path, allow_pickle=False)
+  shapes, feeds = _parse_shapes(a.input_shape), _load_feeds(a.input) or None
+  cm = _load_or_compile(a.model, a.target, shapes)
   try:
     print(cm.benchmark(feeds, repeat=a.repeat, warmup=a.warmup, flush_l2=not a.no_flush, cuda_graph=a.cuda_graph,
                        device=a.device))
@@ -124,9 +145,18 @@ def cmd_bench(a) -> int:
   return 0
 
 
+class _Parser(argparse.ArgumentParser):
+  """argparse, but a usage error is one line (``minicomp: error: ...``) with exit status 2."""
+
+  def error(self, message: str):
+    self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="minicomp", description="A tensor compiler: ONNX models to CUDA kernels it writes itself.")
-  sub = p.add_subparsers(dest="cmd", required=True)
+  from minicomp import __version__
+  p = _Parser(prog="minicomp", description="A tensor compiler: ONNX models to CUDA kernels it writes itself.")
+  p.add_argument("--version", action="version", version=f"minicomp {__version__}")
+  sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
   shape_help = "concrete shape for a dynamic input, NAME=D1,D2,... (repeatable)"
 
   pi = sub.add_parser("info", help="list a model's ops, whether each is supported, and the kernels it would compile to",
@@ -202,12 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+  """Run the command; a MinicompError (bad input, unsupported model, ...) is one line on stderr and
+  exit status 2, Ctrl-C is exit status 130; any other exception is a bug and shows its traceback."""
   args = build_parser().parse_args(argv)
   try:
     return args.fn(args)
   except MinicompError as e:
     print(f"minicomp: error: {type(e).__name__}: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt:
+    print("minicomp: interrupted", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":   # pragma: no cover

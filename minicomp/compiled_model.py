@@ -5,25 +5,20 @@ on the GPU when there is one, else on the CPU simulator. Intermediates live in a
 planned at construction: a buffer is reused once the value in it is dead. On a GPU the model is
 device-resident (:mod:`minicomp.codegen.resident`): weights are uploaded once, the pool lives on
 the device, only graph inputs go up and graph outputs come down; ``run(..., cuda_graph=True)``
-replays a captured CUDA graph; ``benchmark(feeds)`` times it with CUDA events. ``save(path)`` writes a folder: ``manifest.json`` (format version, target,
-inputs, outputs, steps, launch plans), ``kernels/kN.cu|.ptx|.cubin|.log`` and ``weights.npz``
-(no pickle); ``minicomp.load(path)`` reads it back and refuses unknown format versions.
+replays a captured CUDA graph; ``benchmark(feeds)`` times it with CUDA events. ``save(path)`` and
+``minicomp.load(path)`` live in :mod:`minicomp.saved_model` (a folder, checked before it is used).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from minicomp.codegen.kernel import NP_DTYPE, Kernel, LaunchPlan, random_input
-from minicomp.codegen.nvrtc import CudaBinary, parse_ptxas_log
-from minicomp.errors import FeedError, RuntimeLaunchError, SaveFormatError
+from minicomp.codegen.kernel import NP_DTYPE, Kernel, random_input
+from minicomp.errors import FeedError, RuntimeLaunchError
 from minicomp.target import Target, as_target
-
-FORMAT_VERSION = 1
 
 
 @dataclass
@@ -67,16 +62,31 @@ class ModelEstimate:
 class IOSpec:
   name: str
   shape: tuple[int, ...]
-  dtype: str
+  dtype: str                      # what the user feeds (float16 / bfloat16 for a half model: see ``boundary``)
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+  """Graph input ``input`` holds indices into an axis of ``size`` (``op`` node ``node``): ``run``
+  raises FeedError on an index outside [-size, size), as onnxruntime does."""
+  input: str
+  size: int
+  node: str
+  op: str = "Gather"
 
 
 class CompiledModel:
   """A compiled ONNX model. ``run({"input": x})`` returns the outputs in graph order."""
 
   def __init__(self, target: Target, inputs: list[IOSpec], outputs: list[str], kernels: list[Kernel], steps: list,
-               weights: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None, name: str = "model"):
+               weights: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None, name: str = "model",
+               boundary: Mapping[str, str] | None = None, index_checks: Sequence[IndexCheck] = ()):
+    """``boundary``: graph inputs / outputs the user sees in a half type (float16, bfloat16) while
+    the kernels compute them in float32 (:mod:`minicomp.frontend.half`); ``index_checks``: the
+    graph inputs ``run`` range-checks (:class:`IndexCheck`)."""
     self.target, self.inputs, self.output_names, self.kernels = target, inputs, outputs, kernels
     self.steps, self.weights, self.consts, self.name = steps, weights, dict(consts or {}), name
+    self.boundary, self.index_checks = dict(boundary or {}), list(index_checks)
     self._plan_buffers()
     self._sessions: dict[str, object] = {}   # GPU backend name -> DeviceSession (device-resident state)
 
@@ -146,21 +156,43 @@ class CompiledModel:
       if a.shape != spec.shape: raise FeedError(f"input {n!r}: expected shape {list(spec.shape)}, got {list(a.shape)}")
       if a.dtype != np.dtype(NP_DTYPE[spec.dtype]):
         raise FeedError(f"input {n!r}: expected dtype {spec.dtype}, got {a.dtype} (convert with .astype(np.{spec.dtype}))")
+      if n in self.boundary: a = a.astype(np.float32)                   # a half input, computed in float32
       env[n] = a if a.flags.c_contiguous else np.ascontiguousarray(a)   # (keeps 0-d arrays 0-d)
     return env
 
-  def run(self, feeds: Mapping[str, np.ndarray], device: str | None = None, cuda_graph: bool = False) -> list[np.ndarray]:
+  def kernel_dtype(self, name: str) -> str:
+    """The dtype the kernels use for graph input ``name`` (float32 for a half input)."""
+    return "float32" if name in self.boundary else next(i.dtype for i in self.inputs if i.name == name)
+
+  def _check_indices(self, env: Mapping[str, np.ndarray]) -> None:
+    for c in self.index_checks:
+      a = env[c.input]
+      bad = (a < -c.size) | (a >= c.size)
+      if bad.any():
+        raise FeedError(f"input {c.input!r}: index {int(a[bad].reshape(-1)[0])} is out of range for {c.op} node "
+                        f"{c.node!r} (an axis of {c.size}: indices must be in [{-c.size}, {c.size - 1}]); "
+                        "run(..., check_indices=False) skips this check (out-of-range indices are then clamped)")
+
+  def _outputs(self, outs: list[np.ndarray]) -> list[np.ndarray]:
+    """Graph outputs as the user sees them: half outputs rounded from float32 to their type."""
+    return [o.astype(NP_DTYPE[self.boundary[n]]) if n in self.boundary else o for n, o in zip(self.output_names, outs)]
+
+  def run(self, feeds: Mapping[str, np.ndarray], device: str | None = None, cuda_graph: bool = False,
+          check_indices: bool = True) -> list[np.ndarray]:
     """Run the model; returns one array per graph output, in graph-output order.
 
     ``device``: None (the GPU when one is usable, else the CPU simulator), ``"cpu"``, ``"gpu"``
     (the default GPU backend), ``"cuda"`` or ``"pycuda"``. On a GPU the first run uploads the
     weights and allocates the buffers; later runs copy only inputs up and outputs down.
     ``cuda_graph=True`` (GPU only) captures the launch sequence once and replays it.
+    ``check_indices``: raise FeedError on out-of-range Gather indices fed as graph inputs (ONNX's
+    rule, checked on the host); False skips the check and the kernels clamp them into the axis.
     """
     from minicomp.codegen.driver import backend_for
     env = self._check_feeds(feeds)
+    if check_indices: self._check_indices(env)
     backend = backend_for(device)
-    if backend is not None: return self.session(backend).run(env, cuda_graph)
+    if backend is not None: return self._outputs(self.session(backend).run(env, cuda_graph))
     if cuda_graph: raise RuntimeLaunchError("cuda_graph=True needs a GPU; this run is on the CPU simulator")
     env.update(self.consts)
     pool = [np.empty(n, np.uint8) for n in self._slot_bytes]
@@ -176,7 +208,7 @@ class CompiledModel:
       args = [env[n] if kind == "value" else self.weights[n] for kind, n in st.inputs]
       outs = self.kernels[st.kernel].run(args, device="cpu", out=[view_of(n) if n in self._slot else None for n in st.outputs])
       for name, arr in zip(st.outputs, outs): env[name] = arr
-    return [np.array(env[o]) for o in self.output_names]
+    return self._outputs([np.array(env[o]) for o in self.output_names])
 
   def session(self, backend: str | None = None):
     """The model's :class:`~minicomp.codegen.resident.DeviceSession` on ``backend`` (default
@@ -196,7 +228,7 @@ class CompiledModel:
   def random_feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs of the right shapes and dtypes: N(0, 1) floats, zeros for integers and bools (safe indices)."""
     rng = np.random.default_rng(seed)
-    return {i.name: random_input(rng, i.shape, i.dtype) for i in self.inputs}
+    return {i.name: random_input(rng, i.shape, self.kernel_dtype(i.name)).astype(NP_DTYPE[i.dtype]) for i in self.inputs}
 
   def benchmark(self, feeds: Mapping[str, np.ndarray] | None = None, repeat: int = 50, warmup: int = 5,
                 flush_l2: bool = True, cuda_graph: bool = False, device: str | None = "gpu"):
@@ -267,70 +299,8 @@ class CompiledModel:
   def __repr__(self) -> str:
     return f"CompiledModel({self.name}, {len(self.calls)} kernel calls, target={self.target.arch})"
 
-  # -- persistence
+  # -- persistence (minicomp.saved_model)
   def save(self, path: str | Path) -> Path:
-    """Write the compiled model to folder ``path`` (created); returns the path."""
-    p = Path(path)
-    (p / "kernels").mkdir(parents=True, exist_ok=True)
-    kernels = []
-    for k, kern in enumerate(self.kernels):
-      stem = p / "kernels" / f"k{k}"
-      stem.with_suffix(".cu").write_text(kern.source)
-      stem.with_suffix(".ptx").write_text(kern.binary.ptx)
-      stem.with_suffix(".cubin").write_bytes(kern.binary.cubin)
-      stem.with_suffix(".log").write_text(kern.binary.log)
-      kernels.append({"file": f"kernels/k{k}", "plan": kern.plan.to_dict(), "options": list(kern.binary.options)})
-    steps = []
-    for st in self.steps:
-      if isinstance(st, ViewStep): steps.append({"view": {"src": st.src, "dst": st.dst, "shape": list(st.shape), "op": st.op}})
-      else: steps.append({"call": {"kernel": st.kernel, "inputs": [list(x) for x in st.inputs], "outputs": st.outputs,
-                                   "task": st.task, "ops": st.ops, "flops": st.flops}})
-    manifest = {"format": "minicomp-compiled-model", "format_version": FORMAT_VERSION, "name": self.name,
-                "target": str(self.target), "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in self.inputs],
-                "outputs": self.output_names, "kernels": kernels, "steps": steps, "consts": sorted(self.consts)}
-    arrays = {f"w:{k}": v for k, v in self.weights.items()}
-    arrays.update({f"c:{k}": v for k, v in self.consts.items()})
-    np.savez(p / "weights.npz", **arrays)
-    (p / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return p
-
-
-def load(path: str | Path) -> CompiledModel:
-  """Load a model saved with ``CompiledModel.save``."""
-  p = Path(path)
-  mf = p / "manifest.json"
-  if not mf.is_file(): raise SaveFormatError(f"{str(p)!r} is not a saved minicomp model (no manifest.json)")
-  try:
-    m = json.loads(mf.read_text())
-  except json.JSONDecodeError as e:
-    raise SaveFormatError(f"{mf}: corrupted manifest ({e})") from None
-  if m.get("format") != "minicomp-compiled-model":
-    raise SaveFormatError(f"{mf}: not a minicomp compiled-model manifest")
-  if m.get("format_version") != FORMAT_VERSION:
-    raise SaveFormatError(f"{mf}: format version {m.get('format_version')!r} is not supported by this minicomp "
-                          f"(it reads version {FORMAT_VERSION}); recompile the model")
-  try:
-    target = Target(m["target"])
-    kernels = []
-    for kd in m["kernels"]:
-      stem = p / kd["file"]
-      src, ptx = stem.with_suffix(".cu").read_text(), stem.with_suffix(".ptx").read_text()
-      cubin, log = stem.with_suffix(".cubin").read_bytes(), stem.with_suffix(".log").read_text()
-      binary = CudaBinary(target.arch, ptx, cubin, log, parse_ptxas_log(log), tuple(kd["options"]), src)
-      kernels.append(Kernel(LaunchPlan.from_dict(kd["plan"]), src, binary, target))
-    steps: list = []
-    for sd in m["steps"]:
-      if "view" in sd:
-        v = sd["view"]; steps.append(ViewStep(v["src"], v["dst"], tuple(v["shape"]), v.get("op", "Reshape")))
-      else:
-        c = sd["call"]
-        steps.append(KernelCall(c["kernel"], [tuple(x) for x in c["inputs"]], c["outputs"], c["task"], c["ops"], c["flops"]))
-    with np.load(p / "weights.npz", allow_pickle=False) as z:
-      weights = {k[2:]: z[k] for k in z.files if k.startswith("w:")}
-      consts = {k[2:]: z[k] for k in z.files if k.startswith("c:")}
-    inputs = [IOSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in m["inputs"]]
-  except (KeyError, TypeError, ValueError, OSError) as e:
-    raise SaveFormatError(f"{str(p)!r}: saved model is incomplete or corrupted ({type(e).__name__}: {e})") from None
-  missing = [n for st in steps if isinstance(st, KernelCall) for kind, n in st.inputs if kind == "const" and n not in weights]
-  if missing: raise SaveFormatError(f"{str(p)!r}: weights.npz lacks {missing[:5]}")
-  return CompiledModel(target, inputs, m["outputs"], kernels, steps, weights, consts, m.get("name", "model"))
+    """Write the model to folder ``path`` (atomically; see :mod:`minicomp.saved_model`); returns the path."""
+    from minicomp.saved_model import save
+    return save(self, path)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from minicomp.codegen.kernel import Kernel, build
-from minicomp.compiled_model import CompiledModel, IOSpec, KernelCall, ViewStep
+from minicomp.compiled_model import CompiledModel, IndexCheck, IOSpec, KernelCall, ViewStep
 from minicomp.errors import CompileError, LoweringError, MinicompError, ScheduleError
 from minicomp.frontend.onnx_import import load_onnx
 from minicomp.graph.fold import fold_batchnorm
@@ -50,6 +50,17 @@ class CompileStats:
   tasks: int = 0
   calls: int = 0
   constructed: int = 0
+
+
+def index_checks(g) -> list[IndexCheck]:
+  """The graph inputs that are Gather / GatherElements indices, with the size of the axis they index."""
+  out = []
+  for n in g.nodes:
+    if n.op_type not in ("Gather", "GatherElements") or len(n.inputs) < 2 or n.inputs[1] not in g.inputs: continue
+    shape = g.values[n.inputs[0]].shape
+    axis = int(n.attrs.get("axis", 0))
+    if -len(shape) <= axis < len(shape): out.append(IndexCheck(n.inputs[1], int(shape[axis]), n.name, n.op_type))
+  return out
 
 
 def _build_default(task: Task, tgt: Target, name: str) -> tuple[Kernel, str]:
@@ -134,10 +145,16 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   schedule. With ``log_file`` and ``trials=0`` the best record per task is applied without any
   search. Tasks without a valid record keep the default schedule, and so do tasks whose default schedule
   measures at least as fast as their best record (it is measured once and logged as a record
-  with strategy "default"). ``measurer`` defaults to the static model (every cost an
-  estimate) when no GPU of the target's arch is present. ``progress=True`` shows progress on
-  stderr: a line per phase, and bars over the kernels built and the tuning trials.
+  with strategy "default"). Only records that replay to a valid schedule of their task count: the
+  best valid one wins. ``measurer`` (a Measurer, ``"gpu"`` or ``"static"``) fixes the one measurement kind of
+  the call, also with ``trials=0``: GPU timings when it measures on a GPU, else static-model estimates;
+  by default the GPU when one of the target's arch is present, else the static model (every cost an
+  estimate). Records of the other kind are ignored with a warning. ``progress=True`` shows progress on
+  stderr: a line per phase, and bars over the kernels built and the tuning trials. Bad tuning
+  arguments (``trials="4"``) raise ``TuneError`` before any work.
   """
+  from minicomp.search.tune import check_options
+  check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s)
   tgt = as_target(target)
   if schedules not in SCHEDULES:
     raise CompileError(f"unknown schedules={schedules!r}; known: {', '.join(SCHEDULES)}")
@@ -230,10 +247,11 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
       f"({stats.constructed} constructed by Gensor; {stats.construct:.2f} s constructing, {stats.estimate:.2f} s "
       f"estimating, {stats.build + stats.nvrtc:.2f} s building, NVRTC {stats.nvrtc:.2f} s of it)")
   for call, key in plans: call.kernel = kernel_of[key]
-  inputs = [IOSpec(n, tuple(g.values[n].shape), g.values[n].dtype) for n in g.inputs]
+  inputs = [IOSpec(n, tuple(g.values[n].shape), g.boundary.get(n, g.values[n].dtype)) for n in g.inputs]
   for o in g.outputs:   # outputs that are folded constants
     if o in g.values and g.values[o].is_const: consts[o] = g.values[o].const
-  cm = CompiledModel(tgt, inputs, list(g.outputs), kernels, steps, weights, consts, name or g.name)
+  cm = CompiledModel(tgt, inputs, list(g.outputs), kernels, steps, weights, consts, name or g.name,
+                     boundary=g.boundary, index_checks=index_checks(g))
   cm.tasks = list(tasks.values())
   cm.stats = stats
   return cm

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import minicomp as mc
+from minicomp.saved_model import FORMAT_VERSION
 from onnx_harness import make_model, run_ort
 
 rng = np.random.default_rng(0)
@@ -54,7 +55,7 @@ def test_load_refuses_bad_folders(tmp_path):
   (p / "manifest.json").write_text(json.dumps(mf))
   with pytest.raises(mc.SaveFormatError, match="format version 99 is not supported"):
     mc.load(p)
-  mf["format_version"] = 1
+  mf["format_version"] = FORMAT_VERSION
   (p / "manifest.json").write_text(json.dumps(mf))
   (p / "kernels" / "k0.cu").unlink()
   with pytest.raises(mc.SaveFormatError, match="incomplete or corrupted"):

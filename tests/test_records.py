@@ -36,7 +36,7 @@ def _schedule(block: int = 128) -> tuple[str, str]:
   return workload_key(mc.ComputeDAG(wl.outputs)), s.to_json()
 
 
-def _rec(cost, key="k1", target="sm_86", steps='[{"step": "x", "n": 1}]', t=0.0, **kw) -> Record:
+def _rec(cost, key="k1", target="sm_86", steps='[{"step": "fuse", "stage": "C", "iters": ["i", "j"]}]', t=0.0, **kw) -> Record:
   err = kw.pop("error", "ok" if cost is not None else "compile error")
   return Record(key, target, steps, cost, err, timestamp=t, **kw)
 
@@ -87,21 +87,45 @@ def test_truncated_last_line_is_skipped_with_warning(tmp_path, caplog):
   assert any("truncated last line" in m and ":3" in m for m in caplog.messages)
 
 
-def test_corrupt_middle_line_raises_with_line_number(tmp_path):
-  p = tmp_path / "log.jsonl"
-  good = _rec(1.0).to_line()
-  p.write_text(f"{good}\n{good}\n{good[:30]}\n{good}\n")
-  with pytest.raises(RecordsError, match=r"log\.jsonl:3: malformed line"):
-    load_records(p)
-
-
-def test_future_version_and_missing_fields_raise(tmp_path):
+def test_malformed_lines_are_skipped_with_their_line_numbers(tmp_path, caplog):
+  """One damaged line costs that line only: bad JSON mid-file, wrong field types, unknown or incomplete steps,
+  a missing field, a cost that is not a positive finite number (it would beat every real one)."""
   p = tmp_path / "log.jsonl"
   d = _rec(1.0).to_dict()
-  p.write_text(json.dumps({**d, "v": FORMAT + 1}) + "\n")
-  with pytest.raises(RecordsError, match=f"version {FORMAT + 1}.*version {FORMAT}"): load_records(p)
+  bad = ["{not json", {**d, "cost_s": "0.1"}, {**d, "workload_key": 5}, {**d, "trial": "3"}, {**d, "is_estimate": "no"},
+         {**d, "steps": [{"step": "teleport", "stage": "C"}]}, {**d, "steps": [{"step": "split", "stage": "C"}]},
+         {**d, "steps": "[]"}, {k: v for k, v in d.items() if k != "target"}, {**d, "cost_s": 0.0}, {**d, "cost_s": -1.0},
+         {**d, "cost_s": 1e400}, [1, 2]]
+  lines = [json.dumps(_rec(float(n)).to_dict()) for n in (1, 2)] + [b if isinstance(b, str) else json.dumps(b) for b in bad]
+  lines.append(_rec(3.0).to_line())
+  p.write_text("\n".join(lines) + "\n")
+  with caplog.at_level(logging.WARNING, logger="minicomp"):
+    got = load_records(p)
+  assert [r.cost_s for r in got] == [1.0, 2.0, 3.0]
+  assert [r.where for r in got] == [f"{p}:1", f"{p}:2", f"{p}:{len(lines)}"]
+  warned = "\n".join(caplog.messages)
+  for n in range(3, 3 + min(len(bad), 10)): assert f"log.jsonl:{n}: skipping an invalid record" in warned, n
+  assert f"skipped {len(bad)} invalid records in all" in warned             # the rest counted, not listed
+  for why in ("malformed line", "positive finite", "'workload_key' must be a str",
+              "'trial' must be an int", "unknown step", "lacks field(s) target"):
+    assert why in warned, why
+
+
+def test_non_positive_or_non_finite_costs_are_refused():
+  for cost in (0.0, -1.0, 0, float("inf"), float("nan"), True):
+    with pytest.raises(RecordsError, match="positive finite"): _rec(cost)
+  assert _rec(None).cost_s is None and _rec(2).cost_s == 2.0
+
+
+def test_future_version_raises_and_missing_fields_skip(tmp_path, caplog):
+  p = tmp_path / "log.jsonl"
+  d = _rec(1.0).to_dict()
+  p.write_text(_rec(2.0).to_line() + "\n" + json.dumps({**d, "v": FORMAT + 1}) + "\n")
+  with pytest.raises(RecordsError, match=f"log.jsonl:2: format version {FORMAT + 1}.*version {FORMAT}"): load_records(p)
   p.write_text(json.dumps({k: v for k, v in d.items() if k != "target"}) + "\n")
-  with pytest.raises(RecordsError, match=r":1: record lacks field\(s\) target"): load_records(p)
+  with caplog.at_level(logging.WARNING, logger="minicomp"):
+    assert load_records(p) == []
+  assert any(":1: skipping an invalid record: record lacks field(s) target" in m for m in caplog.messages)
 
 
 def test_missing_file(tmp_path):
@@ -112,11 +136,14 @@ def test_missing_file(tmp_path):
 def test_filters_and_best_per_task():
   recs = [_rec(3.0, "a", t=0), _rec(None, "a", t=1), _rec(1.0, "a", t=2, strategy="first"), _rec(1.0, "a", t=3, strategy="tie"),
           _rec(0.5, "a", "sm_80", t=4), _rec(9.0, "b", t=5), _rec(None, "c", t=6), _rec(0.1, "a", t=7, is_estimate=False)]
-  best = best_records(recs)
-  assert set(best) == {("a", "sm_86"), ("a", "sm_80"), ("b", "sm_86")}       # c never succeeded
-  assert best[("a", "sm_86")].cost_s == 0.1 and best[("a", "sm_80")].cost_s == 0.5
   est = best_records(recs, is_estimate=True)
-  assert est[("a", "sm_86")].strategy == "first"                            # tie -> earliest
+  assert set(est) == {("a", "sm_86"), ("a", "sm_80"), ("b", "sm_86")}       # c never succeeded
+  assert est[("a", "sm_86")].cost_s == 1.0 and est[("a", "sm_86")].strategy == "first"   # tie -> earliest
+  assert best_records(recs, is_estimate=False)[("a", "sm_86")].cost_s == 0.1
+  # a GPU timing and an estimate never meet in one comparison
+  with pytest.raises(RecordsError, match="task a on sm_86 has both static-model estimates and GPU timings"):
+    best_records(recs)
+  assert best_records(recs[:7])[("a", "sm_80")].cost_s == 0.5
 
 
 def test_load_filters(tmp_path):
@@ -167,7 +194,7 @@ def test_resume_after_torn_tail_cuts_it_and_appends_cleanly(tmp_path, caplog):
   with RecordLog(p) as log: log.append(_rec(1.0))
   with open(p, "a") as f: f.write(_rec(2.0).to_line()[:25])
   with caplog.at_level(logging.WARNING, logger="minicomp"), RecordLog(p) as log: log.append(_rec(3.0))
-  assert any("torn last line" in m for m in caplog.messages)
+  assert any("log.jsonl:2: dropping a torn or invalid last line" in m for m in caplog.messages)
   assert [r.cost_s for r in load_records(p)] == [1.0, 3.0]          # without the repair, line 2 would be corrupt
 
 
@@ -193,3 +220,38 @@ def test_killed_writer_leaves_a_loadable_log(tmp_path):
   assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
   assert not p.read_text().endswith("\n")
   assert [r.cost_s for r in load_records(p)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+@pytest.mark.parametrize("garbage", ["garbage", '{"v": 1, "workload_key": "k1"}', "[1, 2]"])
+def test_resume_cuts_a_complete_but_invalid_last_line(tmp_path, caplog, garbage):
+  """A complete last line that is no record (garbage, or a record without its fields) is cut before appending:
+  left in place it would end up mid-file once the resume appends after it."""
+  p = tmp_path / "log.jsonl"
+  with RecordLog(p) as log: log.append(_rec(1.0))
+  with open(p, "a") as f: f.write(garbage + "\n")
+  with caplog.at_level(logging.WARNING, logger="minicomp"), RecordLog(p) as log: log.append(_rec(3.0))
+  assert any("log.jsonl:2: dropping a torn or invalid last line" in m for m in caplog.messages)
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="minicomp"):
+    assert [r.cost_s for r in load_records(p)] == [1.0, 3.0]
+  assert not caplog.messages and len(p.read_text().splitlines()) == 2
+
+
+def test_resume_keeps_a_valid_last_line_and_one_of_a_newer_version(tmp_path):
+  p = tmp_path / "log.jsonl"
+  newer = json.dumps({**_rec(2.0).to_dict(), "v": FORMAT + 1})
+  p.write_text(_rec(1.0).to_line() + "\n" + newer + "\n")
+  with RecordLog(p) as log: log.append(_rec(3.0))
+  assert p.read_text().splitlines()[1] == newer                       # not ours to drop: load_records names it
+
+
+def test_replay_error_checks_steps_against_the_dag():
+  from minicomp.search.records import replay_error
+  key, steps = _schedule()
+  dag = mc.ComputeDAG(W.matmul(64, 64, 64).outputs)
+  assert replay_error(steps, dag, mc.Target("sm_86")) is None
+  assert "no loop" in replay_error('[{"step": "split", "stage": "C", "iter": "zz", "factors": [2]}]', dag, mc.Target("sm_86"))
+  assert "unknown step" in replay_error('[{"step": "teleport"}]', dag, mc.Target("sm_86"))
+  assert replay_error('[{"step": "split", "stage": "C"}]', dag, mc.Target("sm_86"))     # KeyError inside: a reason
+  _, big = _schedule(2048)                                                          # 2048 threads per block
+  assert "threads" in replay_error(big, dag, mc.Target("sm_86"))

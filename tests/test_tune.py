@@ -1,6 +1,9 @@
 """The tuning loop: task scheduler, records, resume, and compile(trials=..., log_file=...)."""
 import hashlib
+import json
+import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -217,3 +220,115 @@ def test_progress_is_shown_when_asked_and_quiet_otherwise(capsys):
   for shown in ("[minicomp] imported", "[minicomp] constructing schedules (Gensor)", "2/2", "[minicomp] tuning", "4/4",
                 "end-to-end", "[minicomp] estimate on rtx3090"):
     assert shown in err, shown
+
+
+class DefaultsSlow(HashMeasurer):
+  """The first batch measured (the default schedules) gets 1 s: every task then applies its best record."""
+  def measure(self, inputs):
+    first = not self.seen
+    out = super().measure(inputs)
+    return [MeasureResult(1.0, ErrorKind.NONE, "", True) for _ in out] if first else out
+
+
+def _kernel_of(cm, key):
+  return cm.kernels[next(c.kernel for c in cm.calls if c.task == key)]
+
+
+def _built(cm, key, steps):
+  idx = next(i for i, t in enumerate(cm.tasks) if t.key == key)
+  return mc.build(mc.Schedule.from_json(cm.tasks[idx].dag, steps), "sm_86", name=f"task{idx}").source
+
+
+def test_the_best_valid_record_wins_and_bad_ones_are_named(tmp_path, caplog):
+  """Records cheaper than the best valid one but unusable: steps that do not apply to the task, a cost of 0,
+  steps that do not parse. Each is skipped with its file:line; the best valid record is applied (it once fell
+  back to the default schedule, or escaped compile as a KeyError)."""
+  from minicomp.search.records import Record
+  m, _ = zoo.residual_block()
+  path = tmp_path / "v.jsonl"
+  mc.compile(m, "sm_86", trials=8, strategy="random", log_file=str(path), measurer=DefaultsSlow(), measures_per_round=4)
+  key = _trials(path)[0].workload_key
+  best = min((r for r in _trials(path) if r.workload_key == key and r.ok), key=lambda r: r.cost_s)
+  n = len(path.read_text().splitlines())
+  bad = [Record(key, "sm_86", '[{"step": "split", "stage": "nope", "iter": "i", "factors": [2]}]', 1e-12).to_line(),
+         json.dumps({**best.to_dict(), "cost_s": 0}), json.dumps({**best.to_dict(), "cost_s": 1e-13,
+                                                                   "steps": [{"step": "split", "stage": "C"}]})]
+  with open(path, "a") as f: f.write("\n".join(bad) + "\n")
+  with caplog.at_level(logging.WARNING, logger="minicomp"):
+    cm = mc.compile(m, "sm_86", log_file=str(path))
+  assert _kernel_of(cm, key).source == _built(cm, key, best.steps_json)
+  assert re.search(rf"v\.jsonl:{n + 1}: skipping a record of task .* does not replay to a valid schedule", caplog.text)
+  assert f"v.jsonl:{n + 2}: skipping an invalid record: cost_s must be a positive" in caplog.text
+  assert f"v.jsonl:{n + 3}: skipping an invalid record: steps do not parse" in caplog.text
+
+
+def test_one_measurement_kind_per_compile(tmp_path, caplog):
+  """A GPU timing far below every estimate is ignored by a compile that uses estimates (trials=0, no GPU here),
+  and is the only kind a compile with measurer="gpu" looks at (no GPU needed to apply GPU timings)."""
+  from minicomp.search.records import Record
+  m, _ = zoo.residual_block()
+  path = tmp_path / "kind.jsonl"
+  mc.compile(m, "sm_86", trials=8, strategy="random", log_file=str(path), measurer=DefaultsSlow(), measures_per_round=4)
+  key = _trials(path)[0].workload_key
+  ok = sorted((r for r in _trials(path) if r.workload_key == key and r.ok), key=lambda r: r.cost_s)
+  assert ok[0].steps_json != ok[-1].steps_json
+  with open(path, "a") as f: f.write(Record(key, "sm_86", ok[-1].steps_json, 1e-12, is_estimate=False).to_line() + "\n")
+  with caplog.at_level(logging.WARNING, logger="minicomp"):
+    est = mc.compile(m, "sm_86", log_file=str(path))
+  assert _kernel_of(est, key).source == _built(est, key, ok[0].steps_json)
+  assert "ignoring 1 record(s) of GPU timings: this run compares static-model estimates only" in caplog.text
+  assert "measurer='gpu'" in caplog.text
+  gpu = mc.compile(m, "sm_86", log_file=str(path), measurer="gpu")
+  assert _kernel_of(gpu, key).source == _built(gpu, key, ok[-1].steps_json)
+  plain = mc.compile(m, "sm_86")
+  other = next(t.key for t in gpu.tasks if t.key != key)                # no GPU timings: its default schedule
+  assert _kernel_of(gpu, other).source == _kernel_of(plain, other).source
+
+
+@pytest.mark.parametrize("kw,msg", [
+  ({"trials": "4"}, "trials must be a non-negative int, got '4' (str)"),
+  ({"trials": -1}, "trials must be a non-negative int, got -1 (int)"),
+  ({"trials": 2.0}, "trials must be a non-negative int, got 2.0 (float)"),
+  ({"trials": True}, "trials must be a non-negative int, got True (bool)"),
+  ({"seed": "0"}, "seed must be a non-negative int, got '0' (str)"),
+  ({"measures_per_round": 0}, "measures_per_round must be a positive int, got 0 (int)"),
+  ({"time_budget_s": float("nan")}, "time_budget_s must be None or a positive number of seconds"),
+  ({"strategy": "beam"}, "unknown search strategy 'beam'"),
+  ({"measurer": "cuda"}, "measurer must be None, 'gpu' or 'static' or a Measurer, got 'cuda' (str)"),
+  ({"log_file": 3}, "log_file must be None or a path, got 3 (int)"),
+])
+def test_tuning_arguments_are_checked_at_entry(kw, msg):
+  """Before any work (the model here is not even a model), not as a TypeError from deep inside."""
+  from minicomp.search.tune import tune_tasks
+  with pytest.raises(TuneError, match=re.escape(msg)): mc.compile(b"not a model", "sm_86", **kw)
+  with pytest.raises(TuneError, match=re.escape(msg)): tune_tasks([], "sm_86", **kw)
+  assert issubclass(TuneError, mc.MinicompError)
+
+
+def _gtask(wl):
+  from minicomp.graph.tasks import Task, task_kind, workload_key
+  dag = ComputeDAG(wl.outputs)
+  return Task(workload_key(dag), dag, task_kind(dag), 1, ["MatMul"], dag.flop_count())
+
+
+def test_results_are_logged_as_they_come_and_a_resume_goes_on_where_it_stopped(tmp_path):
+  """The measurer dies after 2 of a round's 4 results: those 2 are logged (trials 0, 1), the rest use no
+  budget. The resume numbers its trials on from 2 and warms up the tasks never measured, in order, first."""
+  from minicomp.search.measure import MeasureError
+  from minicomp.search.tune import tune_tasks
+
+  class DiesMidRound(HashMeasurer):
+    def measure_iter(self, inputs):
+      yield from enumerate(self.measure(inputs[:2]))
+      raise MeasureError("the workers died")
+  tasks = [_gtask(W.matmul(16, 16, n)) for n in (16, 32, 48)]
+  path = str(tmp_path / "r.jsonl")
+  with pytest.raises(MeasureError, match="the workers died"):
+    tune_tasks(tasks, "sm_86", trials=12, strategy="random", log_file=path, measurer=DiesMidRound(), measures_per_round=4)
+  recs = load_records(path)
+  assert [(r.trial, r.workload_key) for r in recs] == [(0, tasks[0].key), (1, tasks[0].key)]
+  tune_tasks(tasks, "sm_86", trials=12, strategy="random", log_file=path, measurer=HashMeasurer(), measures_per_round=4)
+  recs = load_records(path)
+  assert [r.trial for r in recs] == list(range(12))
+  new = [r.workload_key for r in recs[2:]]
+  assert new[0] == tasks[1].key and new.index(tasks[2].key) < (new.index(tasks[0].key) if tasks[0].key in new else 99)

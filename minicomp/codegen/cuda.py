@@ -4,6 +4,8 @@ Expressions print through one table (``CODE_FOR_OP``); statements through one me
 node kind. Output is deterministic: the same Program gives the same text, byte for byte.
 Integer ``//`` and ``%`` print as C ``/`` and ``%`` when the operands are provably
 non-negative (the common case after bound inference), else through floor helpers.
+A kernel whose ``index_dtype`` is int64 (lowering decides) computes its indices in ``long long``:
+loop and thread variables, casts and int32 loads inside indices, integer min / max, floor helpers.
 """
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ PRELUDE = """\
 __device__ __forceinline__ int mc_floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 __device__ __forceinline__ int mc_floormod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 """
+PRELUDE64 = """\
+__device__ __forceinline__ long long mc_floordiv64(long long a, long long b) { long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+__device__ __forceinline__ long long mc_floormod64(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+"""
 
 _COMB_C = {"sum": lambda a, b, t: f"{a} + {b}", "prod": lambda a, b, t: f"{a} * {b}",
            "max": lambda a, b, t: f"{'fmaxf' if t == 'float32' else 'max'}({a}, {b})",
@@ -53,7 +59,9 @@ class CUDARenderer:
 
   def __init__(self):
     self.ranges: dict[str, tuple[int, int]] = {}
-    self.uses_floor_helpers = False
+    self.uses_floor_helpers = self.uses_floor_helpers64 = False
+    self.i64, self.itype = False, "int"   # the kernel being rendered indexes with long long / int
+    self._idx = 0      # > 0 while rendering an index (or a guard)
 
   # -- expressions
   def expr(self, e: Expr, prec: int = 0) -> str:
@@ -61,13 +69,27 @@ class CUDARenderer:
     if fn is None: raise CodegenError(f"failed to render {e.op.name} node: {e}")
     return fn(self, e, prec)
 
+  def index(self, e: Expr) -> str:
+    """An index or guard: in an int64 kernel its int32 values (loads, casts) are long long."""
+    self._idx += 1
+    try: return self.expr(e)
+    finally: self._idx -= 1
+
+  def _ll(self, e: Expr) -> str:
+    """``e`` as a long long operand (integer min / max of an int64 kernel: no mixed overloads)."""
+    if e.is_const: return f"{int(e.arg)}LL"
+    return self.expr(e) if e.op in (Op.VAR, Op.MIN, Op.MAX) else f"(long long){self.expr(e, 7)}"
+
   def _binary(self, e: Expr, prec: int) -> str:
     op = e.op
     if op in (Op.FLOORDIV, Op.FLOORMOD):
       lo_a, _ = bounds(e.src[0], self.ranges); lo_b, _ = bounds(e.src[1], self.ranges)
       if lo_a is None or lo_a < 0 or lo_b is None or lo_b <= 0:
-        self.uses_floor_helpers = True
-        return f"mc_{'floordiv' if op is Op.FLOORDIV else 'floormod'}({self.expr(e.src[0])}, {self.expr(e.src[1])})"
+        wide = self.i64 or e.dtype == "int64"
+        if wide: self.uses_floor_helpers64 = True
+        else: self.uses_floor_helpers = True
+        name = ("floordiv" if op is Op.FLOORDIV else "floormod") + ("64" if wide else "")
+        return f"mc_{name}({self.expr(e.src[0])}, {self.expr(e.src[1])})"
     p = _PREC[op]
     s = f"{self.expr(e.src[0], p)} {_SYM[op]} {self.expr(e.src[1], p + 1)}"
     return f"({s})" if p < prec else s
@@ -76,6 +98,7 @@ class CUDARenderer:
     name = "min" if e.op is Op.MIN else "max"
     if e.dtype == "float32": name = "f" + name + "f"
     elif e.dtype == "float64": name = "f" + name
+    elif self.i64 and e.dtype == "int32": return f"{name}({self._ll(e.src[0])}, {self._ll(e.src[1])})"
     return f"{name}({self.expr(e.src[0])}, {self.expr(e.src[1])})"
 
   def _call(self, e: Expr, prec: int) -> str:
@@ -96,7 +119,19 @@ class CUDARenderer:
     return f"({s})" if e.arg < 0 and prec > 0 else s
 
   def _var(self, e: Expr, prec: int) -> str:
-    return f"((int){e.arg})" if e.arg.startswith(("threadIdx.", "blockIdx.")) else e.arg
+    if not e.arg.startswith(("threadIdx.", "blockIdx.")): return e.arg
+    return f"(({'long long' if self.i64 else 'int'}){e.arg})"
+
+  def _index_int(self, e: Expr) -> bool:
+    """An int32 value inside an index of an int64 kernel: computed as long long."""
+    return self.i64 and self._idx > 0 and e.dtype == "int32"
+
+  def _cast(self, e: Expr, prec: int) -> str:
+    return f"(({'long long' if self._index_int(e) else C_TYPE[e.dtype]}){self.expr(e.src[0], 7)})"
+
+  def _load(self, e: Expr, prec: int) -> str:
+    s = f"{e.arg.name}[{self.index(e.src[0])}]"
+    return f"((long long){s})" if self._index_int(e) else s
 
   # -- statements
   def stmt(self, s, depth: int, out: list[str]) -> None:
@@ -108,21 +143,21 @@ class CUDARenderer:
       n = int(s.extent.arg)
       self.ranges[s.var] = (0, n - 1)
       if n == 1:
-        out.append(f"{ind}{{ const int {s.var} = 0;")
+        out.append(f"{ind}{{ const {self.itype} {s.var} = 0;")
         self.stmt(s.body, depth + 1, out)
         out.append(f"{ind}}}")
         return
       if s.kind == "vectorize" and self._vectorized(s, depth, out): return
       if s.kind in ("unroll", "vectorize", "vthread"): out.append(f"{ind}#pragma unroll")
-      out.append(f"{ind}for (int {s.var} = 0; {s.var} < {n}; ++{s.var}) {{" + ("  // " + s.kind if s.kind in ("vthread", "vectorize") else ""))
+      out.append(f"{ind}for ({self.itype} {s.var} = 0; {s.var} < {n}; ++{s.var}) {{" + ("  // " + s.kind if s.kind in ("vthread", "vectorize") else ""))
       self.stmt(s.body, depth + 1, out)
       out.append(f"{ind}}}")
     elif isinstance(s, If):
-      out.append(f"{ind}if ({self.expr(s.cond)}) {{")
+      out.append(f"{ind}if ({self.index(s.cond)}) {{")
       self.stmt(s.then, depth + 1, out)
       out.append(f"{ind}}}")
     elif isinstance(s, Store):
-      out.append(f"{ind}{s.buffer.name}[{self.expr(s.index)}] = {self.expr(s.value)};")
+      out.append(f"{ind}{s.buffer.name}[{self.index(s.index)}] = {self.expr(s.value)};")
     elif isinstance(s, Sync):
       out.append(f"{ind}__syncthreads();")
     elif isinstance(s, Comment):
@@ -151,9 +186,9 @@ class CUDARenderer:
     vt = f"float{n}"
     out.append(f"{ind}{{  // {s.var}: vectorized ({vt})")
     for node, k in vec_loads.items():
-      base = self.expr(_aligned_base(node.src[0], v, n))
+      base = self.index(_aligned_base(node.src[0], v, n))
       out.append(f"{ind2}const {vt} mc_v{k} = *reinterpret_cast<const {vt}*>({node.arg.name} + {base});")
-    dst = f"*reinterpret_cast<{vt}*>({st.buffer.name} + {self.expr(_aligned_base(st.index, v, n))})"
+    dst = f"*reinterpret_cast<{vt}*>({st.buffer.name} + {self.index(_aligned_base(st.index, v, n))})"
     if len(vec_loads) == 1 and st.value in vec_loads:   # a plain copy
       out.append(f"{ind2}{dst} = mc_v0;")
       out.append(f"{ind}}}")
@@ -183,10 +218,10 @@ class CUDARenderer:
       out.append(f"{ind2}for (int mc_off = 16; mc_off > 0; mc_off >>= 1) mc_v = {comb('mc_v', '__shfl_down_sync(0xffffffffu, mc_v, mc_off, 32)')};")
       out.append(f"{ind2}if (({tx} & 31) == 0) {s.scratch.name}[{row} * {nw} + ({tx} >> 5)] = mc_v;")
       out.append(f"{ind2}__syncthreads();")
-      out.append(f"{ind2}if ({self.expr(s.cond)}) {{")
+      out.append(f"{ind2}if ({self.index(s.cond)}) {{")
       out.append(f"{ind2}  {t} mc_t = {s.scratch.name}[{row} * {nw}];")
       if nw > 1: out.append(f"{ind2}  for (int mc_w = 1; mc_w < {nw}; ++mc_w) mc_t = {comb('mc_t', f'{s.scratch.name}[{row} * {nw} + mc_w]')};")
-      out.append(f"{ind2}  {s.dst.name}[{self.expr(s.index)}] = {final('mc_t')};")
+      out.append(f"{ind2}  {s.dst.name}[{self.index(s.index)}] = {final('mc_t')};")
       out.append(f"{ind2}}}")
     else:
       p2 = 1 << max(0, (bx - 1).bit_length())
@@ -197,7 +232,7 @@ class CUDARenderer:
       out.append(f"{ind2}  if ({tx} < mc_s && {tx} + mc_s < {bx}) {a} = {comb(a, b)};")
       out.append(f"{ind2}  __syncthreads();")
       out.append(f"{ind2}}}")
-      out.append(f"{ind2}if ({self.expr(s.cond)}) {s.dst.name}[{self.expr(s.index)}] = {final(f'{s.scratch.name}[{row} * {bx}]')};")
+      out.append(f"{ind2}if ({self.index(s.cond)}) {s.dst.name}[{self.index(s.index)}] = {final(f'{s.scratch.name}[{row} * {bx}]')};")
     out.append(f"{ind2}__syncthreads();")
     out.append(f"{ind}}}")
 
@@ -207,6 +242,8 @@ class CUDARenderer:
       raise CodegenError(f"kernel {k.name}: launch dims grid={k.grid} block={k.block} are symbolic; substitute values first")
     self.block = k.block
     self.ranges = {}
+    self.i64 = k.index_dtype == "int64"
+    self.itype = "long long" if self.i64 else "int"
     for v, tag in k.bindings:
       d = "xyz".index(tag[-1])
       self.ranges[v] = (0, (k.grid if tag.startswith("block") else k.block)[d] - 1)
@@ -222,14 +259,14 @@ class CUDARenderer:
       if b.scope == "shared": lines.append(f"  __shared__ __align__(16) {C_TYPE[b.dtype]} {b.name}[{n}];")
       else: lines.append(f"  {C_TYPE[b.dtype]} {b.name}[{n}];")
     for v, tag in k.bindings:
-      lines.append(f"  const int {v} = {tag};")
+      lines.append(f"  const {self.itype} {v} = {tag};")
     self.stmt(k.body, 1, lines)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
   def program(self, p: Program) -> str:
     bodies = [self.kernel(k) for k in p.kernels]
-    head = PRELUDE if self.uses_floor_helpers else ""
+    head = (PRELUDE if self.uses_floor_helpers else "") + (PRELUDE64 if self.uses_floor_helpers64 else "")
     return head + "\n".join(bodies)
 
 
@@ -240,9 +277,9 @@ CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, int], str]] = {
   Op.NEG: lambda r, e, p: f"-{r.expr(e.src[0], 7)}",
   Op.NOT: lambda r, e, p: f"!{r.expr(e.src[0], 7)}",
   Op.SELECT: lambda r, e, p: f"({r.expr(e.src[0], 1)} ? {r.expr(e.src[1], 1)} : {r.expr(e.src[2], 1)})",
-  Op.CAST: lambda r, e, p: f"(({C_TYPE[e.dtype]}){r.expr(e.src[0], 7)})",
+  Op.CAST: CUDARenderer._cast,
   Op.CALL: CUDARenderer._call,
-  Op.LOAD: lambda r, e, p: f"{e.arg.name}[{r.expr(e.src[0])}]",
+  Op.LOAD: CUDARenderer._load,
 }
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+import ml_dtypes
 import numpy as np
 
 from minicomp.codegen.cuda import C_TYPE, emit_cuda
@@ -25,7 +26,7 @@ from minicomp.ir.lower import lower
 from minicomp.target import Target, as_target
 
 NP_DTYPE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64, "bool": np.bool_,
-            "float16": np.float16}
+            "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
 
 def random_input(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> np.ndarray:

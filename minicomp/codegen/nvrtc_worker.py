@@ -22,6 +22,9 @@ raises :class:`NVRTCCrash` (minicomp turns it into ``NVRTCError``) naming the si
 child's own stderr (glibc's abort message) is discarded. Cost: ~0.3 s to start a child, once
 per process and once per crash; a compile adds a pickle round trip (well under 1 ms).
 
+The child exits when its parent does, even when the parent was SIGKILLed (:func:`exit_with_parent`;
+the tuning pool's workers use it too), so a killed run leaves no process behind.
+
 ``MINICOMP_NVRTC_ISOLATE=0`` compiles in the calling process instead (no child; one fewer
 process, and a crash kills the caller).
 """
@@ -45,11 +48,13 @@ import signal  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 
 _logger = logging.getLogger("minicomp")
 CRASH_TRIES = 16                # fresh children a crashing compile gets, the first with ASLR off
 _ADDR_NO_RANDOMIZE = 0x0040000  # linux/personality.h
 _ENV_NO_ASLR = "MINICOMP_NVRTC_WORKER_NO_ASLR"
+_ENV_PARENT = "MINICOMP_NVRTC_WORKER_PARENT"   # the pid the child must not outlive
 _HEADER = struct.Struct("<Q")
 _CHILD_ARGS: list[str] | None = None   # the child's command line after the interpreter (tests replace it)
 
@@ -64,6 +69,18 @@ class NVRTCCrash(RuntimeError):
 
 def isolation_enabled() -> bool:
   return os.environ.get("MINICOMP_NVRTC_ISOLATE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def exit_with_parent(parent_pid: int, interval_s: float = 0.2) -> None:
+  """Make this process exit soon after ``parent_pid`` dies, however it died (SIGKILL included), so a
+  killed run leaves no orphans. A daemon thread polls ``os.getppid()``, which changes when the parent
+  dies and this process is re-parented; portable, unlike Linux's PR_SET_PDEATHSIG, which also fires
+  when the parent *thread* that started this process exits."""
+  def watch():
+    while os.getppid() == parent_pid: time.sleep(interval_s)
+    os._exit(1)
+  if os.getppid() != parent_pid: os._exit(1)
+  threading.Thread(target=watch, name="minicomp-exit-with-parent", daemon=True).start()
 
 
 # ---- the child ---------------------------------------------------------------------------
@@ -127,6 +144,7 @@ def _no_aslr_reexec() -> None:
 
 def _child_main() -> None:
   _no_aslr_reexec()
+  if os.environ.get(_ENV_PARENT, "").isdigit(): exit_with_parent(int(os.environ[_ENV_PARENT]))
   stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
   sys.stdout = sys.stderr                  # nothing but replies goes to the parent's pipe
   while (request := _read(stdin)) is not None:
@@ -142,6 +160,7 @@ class _Child:
   def __init__(self, no_aslr: bool):
     env = dict(os.environ)
     env[_ENV_NO_ASLR] = "1" if no_aslr else "0"
+    env[_ENV_PARENT] = str(os.getpid())
     self.proc = subprocess.Popen([sys.executable, *(_CHILD_ARGS or [os.path.abspath(__file__)])],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL, env=env)   # glibc's abort message

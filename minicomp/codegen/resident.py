@@ -86,8 +86,8 @@ class DeviceSession:
     shape: dict[str, tuple[tuple[int, ...], str]] = {n: (c.shape, np.dtype(c.dtype).name) for n, c in m.consts.items()}
     self.inputs = []
     for i in m.inputs:
-      addr[i.name] = self._alloc(nbytes(i.shape, i.dtype))
-      shape[i.name] = (tuple(i.shape), i.dtype)
+      addr[i.name] = self._alloc(nbytes(i.shape, m.kernel_dtype(i.name)))
+      shape[i.name] = (tuple(i.shape), m.kernel_dtype(i.name))
       self.inputs.append((i.name, addr[i.name]))
     pool = [self._alloc(n) for n in m._slot_bytes]
     temps: dict[int, dict[str, int]] = {}

@@ -44,6 +44,7 @@ class Graph:
   opset: int
   name: str = "model"
   nx: nx.DiGraph = field(default_factory=nx.DiGraph)
+  boundary: dict[str, str] = field(default_factory=dict)  # input/output -> its half dtype (computed in float32)
 
   def producer(self, value: str) -> Node | None:
     for n in self.nodes:

@@ -21,8 +21,11 @@ from onnx import helper, numpy_helper, shape_inference
 from minicomp.errors import ModelError, ShapeError, UnsupportedOpError
 from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_to_dtype
 from minicomp.frontend.graph import Graph, Node, Value
+from minicomp.frontend.half import widen_half
 
-MIN_OPSET, MAX_OPSET = 13, 21
+# Opsets below MIN_OPSET are converted to it (ONNX's version converter); MAX_OPSET is the newest the
+# installed onnx defines (registry.NEWER_VERSIONS says which op versions past 21 the lowerings cover).
+MIN_OPSET, MAX_OPSET = 13, onnx.defs.onnx_opset_version()
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
@@ -105,32 +108,36 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
   """Import an ONNX model (ModelProto, path or bytes) into a Graph with constants folded."""
   m = read_model(model)
   opset = _opset(m)
-  if not MIN_OPSET <= opset <= MAX_OPSET:
-    raise ModelError(f"opset {opset} is not supported; minicomp supports opsets {MIN_OPSET} to {MAX_OPSET} "
-                     "(convert with onnx.version_converter.convert_version)")
+  if opset > MAX_OPSET:
+    raise ModelError(f"opset {opset} is newer than the installed onnx {onnx.__version__} defines (up to {MAX_OPSET}); "
+                     "upgrade onnx or export the model at an older opset")
   if input_shapes: m = _set_input_shapes(m, input_shapes)
   try:
     onnx.checker.check_model(m)
   except onnx.checker.ValidationError as e:
     raise ModelError(f"the ONNX checker rejected the model: {e}") from None
+  except UnicodeDecodeError as e:
+    raise ModelError(f"the ONNX checker rejected the model: a name or string in it is not valid UTF-8 ({e})") from None
+  _check_names(m)
+  _refuse_non_tensors(m)
+  m, opset = _upgrade(m, opset)
   inits = {t.name for t in m.graph.initializer}
   dynamic = []
   for inp in m.graph.input:
     if inp.name in inits: continue
     dims = _dims(inp.type.tensor_type)
-    if not inp.type.tensor_type.HasField("shape") or any(not isinstance(d, int) or d <= 0 for d in dims):
+    if inp.type.tensor_type.HasField("shape") and all(isinstance(d, int) for d in dims) and 0 in dims:
+      raise ShapeError(f"input {inp.name!r} has a zero-size dim {dims}: minicomp does not compile empty tensors")
+    if not inp.type.tensor_type.HasField("shape") or any(not isinstance(d, int) or d < 0 for d in dims):
       dynamic.append(f"{inp.name} {dims}")
   if dynamic:
     raise ShapeError("inputs with dynamic or unknown dims: " + "; ".join(dynamic) +
                      ". Pass concrete shapes: minicomp.compile(model, input_shapes={'name': (1, 3, 224, 224)})")
-  try:
-    m = shape_inference.infer_shapes(m, data_prop=True)
-  except Exception as e:
-    raise ModelError(f"ONNX shape inference failed: {e}") from None
+  m = _infer_checked(m)
 
   values: dict[str, Value] = {}
   for t in m.graph.initializer:
-    arr = numpy_helper.to_array(t)
+    arr = _initializer(t)
     values[t.name] = Value(t.name, tuple(arr.shape), np_to_dtype(arr.dtype), arr)
   inputs = []
   for inp in m.graph.input:
@@ -154,11 +161,79 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
   nodes = [node for node, _ in kept]
   outputs = [o.name for o in m.graph.output]
   g = Graph(nodes, values, inputs, outputs, opset, m.graph.name or "model")
+  g.boundary = widen_half(g)
   g.rebuild_nx()
   if check_ops:
     from minicomp.graph.registry import check_supported
     check_supported(nodes, opset)
   return g
+
+
+def _upgrade(m: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto, int]:
+  """A model below MIN_OPSET converted to MIN_OPSET with ONNX's version converter (the lowerings
+  implement the op versions from opset 13 on); a model it cannot convert is a ModelError."""
+  if opset >= MIN_OPSET: return m, opset
+  from onnx import version_converter
+  try:
+    c = version_converter.convert_version(m, MIN_OPSET)
+    onnx.checker.check_model(c)
+  except Exception as e:   # the converter raises its own ConvertError / RuntimeError
+    msg = " ".join(str(e).split())[:400]
+    raise ModelError(f"the opset {opset} model could not be converted to opset {MIN_OPSET} by "
+                     f"onnx.version_converter: {msg}") from None
+  return c, MIN_OPSET
+
+
+def _refuse_non_tensors(m: onnx.ModelProto) -> None:
+  """A graph input or output that is a sequence, optional or map (not a tensor) is unsupported."""
+  for where, vi in [("input", i) for i in m.graph.input] + [("output", o) for o in m.graph.output]:
+    kind = vi.type.WhichOneof("value")
+    if kind not in ("tensor_type", None):
+      raise UnsupportedOpError(f"graph {where} {vi.name!r} is not a tensor (its type is {kind.replace('_type', '')}): "
+                               "minicomp compiles tensors only")
+
+
+def _check_names(m: onnx.ModelProto) -> None:
+  """Protobuf hands back a string field that is not valid UTF-8 as bytes; such a name is a ModelError."""
+  g = m.graph
+  named = [(f"node {k}", n.name) for k, n in enumerate(g.node)] + [(f"node {k} op", n.op_type) for k, n in enumerate(g.node)]
+  named += [(f"node {k} ({n.op_type}) input/output", x) for k, n in enumerate(g.node) for x in [*n.input, *n.output]]
+  named += [("graph input", i.name) for i in g.input] + [("graph output", o.name) for o in g.output]
+  named += [("initializer", t.name) for t in g.initializer] + [("value_info", v.name) for v in g.value_info]
+  for where, name in named:
+    if not isinstance(name, str): raise ModelError(f"{where}: name {name!r} is not valid UTF-8")
+
+
+_TYPE_ERRORS = ("unsupported type", "elem type differs", "type mismatch")
+
+
+def _infer_checked(m: onnx.ModelProto) -> onnx.ModelProto:
+  """Shape inference that also checks types: an input type an op does not accept (bool into Conv),
+  or a declared output type that differs from the inferred one, is a ModelError. Strict inference
+  finds both but also fails on models it merely cannot fully infer, so those get the lenient pass."""
+  for strict in (True, False):
+    try:
+      return shape_inference.infer_shapes(m, check_type=True, strict_mode=strict, data_prop=True)
+    except Exception as e:   # onnx raises its own InferenceError / ValidationError
+      if any(t in str(e) for t in _TYPE_ERRORS): raise ModelError(f"the model is ill-typed: {e}") from None
+      if not strict: raise ModelError(f"ONNX shape inference failed: {e}") from None
+  raise AssertionError("unreachable")
+
+
+def _initializer(t: onnx.TensorProto) -> np.ndarray:
+  """An initializer as an array; data whose size does not match its dims and type is a ModelError."""
+  where = f"initializer {t.name!r}"
+  onnx_to_dtype(t.data_type, where)
+  if t.data_location == onnx.TensorProto.EXTERNAL:
+    raise ModelError(f"{where}: external data is not loaded; load the model with onnx.load(path) (which reads it) first")
+  try:
+    arr = numpy_helper.to_array(t)
+  except (ValueError, TypeError) as e:
+    raise ModelError(f"{where}: its data does not match its type {onnx.TensorProto.DataType.Name(t.data_type)} and "
+                     f"dims {list(t.dims)} ({e})") from None
+  if tuple(arr.shape) != tuple(t.dims):
+    raise ModelError(f"{where}: holds {arr.size} values for dims {list(t.dims)}")
+  return arr
 
 
 def _take_shapes(graph: onnx.GraphProto, values: dict[str, Value]) -> int:
@@ -206,11 +281,22 @@ def _refold(m: onnx.ModelProto, kept: list[tuple[Node, onnx.NodeProto]], values:
   return kept
 
 
+def _type_only_cast(node: Node, values: dict[str, Value]) -> Node | None:
+  """A CastLike of a constant as the equivalent Cast (its second input is read for its type only, so a
+  runtime one does not stop folding); None for any other node."""
+  if node.op_type != "CastLike" or len(node.inputs) != 2: return None
+  x, like = (values.get(i) for i in node.inputs)
+  if x is None or not x.is_const or like is None: return None
+  return Node(node.name, "Cast", node.inputs[:1], node.outputs, {**node.attrs, "to": DTYPE_TO_ONNX[like.dtype]}, node.domain)
+
+
 def _fold(node: Node, values: dict[str, Value], opset: int) -> bool:
   """Fold ``node`` into constants when possible; returns True when folded."""
   if node.domain not in ("", "ai.onnx") or node.op_type in _NO_FOLD: return False
   if node.op_type == "Constant":
     outs = _evaluate(node, values, opset)
+  elif _type_only_cast(node, values) is not None:
+    outs = _evaluate(_type_only_cast(node, values), values, opset)
   elif node.op_type in ("Shape", "Size") and node.inputs[0] in values and values[node.inputs[0]].shape is not None \
       and all(isinstance(d, int) for d in values[node.inputs[0]].shape):
     shape = np.array(values[node.inputs[0]].shape, np.int64)

@@ -14,7 +14,9 @@ of its outputs (Tensors, or arrays when it can compute them at compile time)::
 producer's kernel), ``injective`` (inlined into consumers: pad, transpose, slice, ...),
 ``view`` (a reshape of contiguous data: no kernel), ``reduction`` and ``data_reuse`` (anchors
 of a kernel), ``opaque`` (its own kernel). Registration picks the highest ``since`` opset not
-above the model's.
+above the model's. An op version newer than ``CHECKED_OPSET`` must be listed in ``NEWER_VERSIONS``
+(or have its own registration): a later ONNX that changes an op's meaning gets a refusal, not the
+old lowering.
 """
 from __future__ import annotations
 
@@ -43,6 +45,22 @@ class OpDef:
 
 _OPS: dict[str, list[OpDef]] = {}
 
+CHECKED_OPSET = 21   # the lowerings were written against the op versions of opsets up to this one
+# Op versions of later opsets (22-28, onnx 1.20) whose change the lowering of the previous version
+# covers: new element types only (minicomp's dtype checks refuse those it lacks: bfloat16, float8,
+# int4 / int2, float4 / float6), a function body added (DepthToSpace-28), or an attribute the lowering
+# reads (SpaceToDepth-28 mode; Range-27 stash_type, for float16 / bfloat16 only; Cast-24 round_mode,
+# for float8e8m0 only).
+_TYPES_ONLY = (23, 24, 25)
+NEWER_VERSIONS = {
+  **{n: (22,) for n in ("AveragePool", "Conv", "ConvTranspose", "Dropout", "Elu", "GlobalAveragePool", "GlobalMaxPool",
+                        "HardSigmoid", "HardSwish", "InstanceNormalization", "MaxPool", "Round", "Selu", "Softplus")},
+  **{n: _TYPES_ONLY for n in ("CastLike", "ConstantOfShape", "Flatten", "Identity", "Pad", "Reshape", "Shape", "Size",
+                              "Squeeze", "Transpose", "Unsqueeze")},
+  "Cast": _TYPES_ONLY + (28,), "DepthToSpace": (28,), "Einsum": (28,), "Range": (27,), "ReduceLogSumExp": (28,),
+  "SpaceToDepth": (28,),
+}
+
 
 def op(op_type: str, kind: str, since: int = 1):
   """Register ``fn`` as the lowering of ``op_type`` for opsets >= ``since``."""
@@ -55,13 +73,36 @@ def op(op_type: str, kind: str, since: int = 1):
   return deco
 
 
-def lookup(op_type: str, opset: int) -> OpDef | None:
-  """The registered definition for ``op_type`` at ``opset`` (highest ``since`` <= opset)."""
+def onnx_version(op_type: str, opset: int) -> int | None:
+  """The version of ``op_type`` in ``opset`` of the default domain (None when ONNX has no such op)."""
+  import onnx.defs
+  try:
+    return onnx.defs.get_schema(op_type, opset, "").since_version
+  except onnx.defs.SchemaError:
+    return None
+
+
+def newer_version(op_type: str, opset: int) -> int | None:
+  """The op's version at ``opset`` when it is newer than what its lowering was checked against, else None."""
+  best = _best(op_type, opset)
+  if best is None or opset <= CHECKED_OPSET: return None
+  v = onnx_version(op_type, opset)
+  if v is None or v <= max(CHECKED_OPSET, best.since) or v in NEWER_VERSIONS.get(op_type, ()): return None
+  return v
+
+
+def _best(op_type: str, opset: int) -> OpDef | None:
   _load_library()
   best = None
   for d in _OPS.get(op_type, []):
     if d.since <= opset: best = d
   return best
+
+
+def lookup(op_type: str, opset: int) -> OpDef | None:
+  """The registered definition for ``op_type`` at ``opset`` (highest ``since`` <= opset); None also
+  when the op's version at ``opset`` is newer than its lowering covers."""
+  return None if newer_version(op_type, opset) else _best(op_type, opset)
 
 
 def supported_ops() -> list[str]:
@@ -73,7 +114,10 @@ def check_supported(nodes: Sequence[Node], opset: int) -> None:
   """Raise UnsupportedOpError listing *every* node whose op minicomp cannot lower."""
   bad = [(n.op_type, n.name) for n in nodes if n.domain not in ("", "ai.onnx") or lookup(n.op_type, opset) is None]
   if bad:
-    lines = "\n".join(f"  - {t} (node {nm!r})" for t, nm in bad)
+    def why(n):
+      v = newer_version(n.op_type, opset) if n.domain in ("", "ai.onnx") else None
+      return f": version {v} (opset {opset}) is newer than its lowering covers (up to opset {CHECKED_OPSET})" if v else ""
+    lines = "\n".join(f"  - {n.op_type} (node {n.name!r}){why(n)}" for n in nodes if (n.op_type, n.name) in bad)
     raise UnsupportedOpError(
       f"{len(bad)} node(s) use ops minicomp does not support:\n{lines}\nSupported ops: {', '.join(supported_ops())}", bad)
 
@@ -132,6 +176,7 @@ class OpCtx:
   def const(self, arr: np.ndarray, suffix: str = "const") -> Tensor:
     """A placeholder bound to a constant array (weights); 0-d arrays become shape (1,)."""
     arr = np.asarray(arr)
+    if arr.size == 0: raise self.error(f"an empty constant operand {list(arr.shape)} is not supported (no empty tensors)")
     if arr.ndim == 0: arr = arr.reshape(1)
     from minicomp.frontend.dtypes import np_to_dtype
     t = te.placeholder(arr.shape, np_to_dtype(arr.dtype, self.node), name=self.fresh(suffix))

@@ -95,6 +95,7 @@ class Kernel:
   body: Stmt
   stages: list[str] = field(default_factory=list)
   auto_unroll_max_step: int = 0   # the largest auto_unroll_max_step pragma of its stages (features read it)
+  index_dtype: str = "int32"      # "int64" when an index may not fit in int32 (lowering decides; see lower.py)
 
 
 @dataclass

@@ -10,18 +10,23 @@ emitted inside that loop. The work happens in three passes:
    in the loops outside ``L``; their extents must not be (a tile has a fixed size);
 3. *nest building*: loops, guards for non-divisible splits and partial regions, reduction
    init / update, cross-thread reductions, ``__syncthreads()`` around shared-memory stages.
+
+Each kernel then gets its index type (``Kernel.index_dtype``, see :func:`choose_index_dtype`):
+int32 when every index provably fits, int64 otherwise; :func:`force_index64` forces int64.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass, field, replace
 
 from minicomp.errors import LoweringError, ScheduleError
 from minicomp.ir.bound import max_over, relax, shift_free_extent
 from minicomp.ir.expr import Expr, as_expr, const, free_vars, map_loads, max_, min_, substitute, var, walk
-from minicomp.ir.loop import Buffer, Program
+from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, Kernel, Program, Seq, Store
 from minicomp.ir.ops import Op
-from minicomp.ir.simplify import simplify
+from minicomp.ir.simplify import _bounds, _ctx, simplify
 from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
 from minicomp.ir.nest import NestBuilder, _is_one, _step_of, c_ident
 
@@ -79,6 +84,7 @@ class _Lowerer(NestBuilder):
     for i in self.info.values(): i.kernel = self._kernel_root(i.st.name)
     self._make_buffers()
     kernels = [self._kernel(n) for n, i in self.info.items() if i.st.attach.kind == "root"]
+    for k in kernels: k.index_dtype = choose_index_dtype(k)
     temps = [i.buffer for i in self.info.values() if i.buffer.role == "temp" and i.buffer.scope == "global"]
     outs = [self.info[o].buffer for o in s.outputs]
     ins = [self.in_buffers[st.name] for st in s.stages if st.is_placeholder]
@@ -332,7 +338,66 @@ class _Lowerer(NestBuilder):
       return Expr.make(Op.LOAD, n.dtype, (self._flat(q, n.src),), q.buffer)
     return map_loads(e, f)
 
-  # ----------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------
+# Index type
+
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
+_FORCE_INT64 = contextvars.ContextVar("minicomp_force_int64", default=False)
+
+
+@contextlib.contextmanager
+def force_index64(on: bool = True):
+  """Kernels lowered inside the block index with int64 even where int32 fits: tests run the
+  int64 path on small shapes with it (int32 is never forced: it could be wrong)."""
+  tok = _FORCE_INT64.set(on)
+  try: yield
+  finally: _FORCE_INT64.reset(tok)
+
+
+def _index_span(k: Kernel) -> int | None:
+  """The largest magnitude the kernel's index arithmetic can reach: its buffers' sizes, its
+  thread count, its loop extents, and the interval bounds of every int32 expression it computes
+  (data-dependent values, e.g. gathered indices, are unknown and bounded by the buffers they
+  index). None for a symbolic program."""
+  if not all(isinstance(d, int) for d in k.grid + k.block) or not all(b.size.is_const for b in k.params + k.allocs):
+    return None
+  span = [math.prod(k.grid) * math.prod(k.block)] + [int(b.size.arg) for b in k.params + k.allocs]
+  ranges = {f"{t}.{a}": (0, d - 1) for t, dims in (("blockIdx", k.grid), ("threadIdx", k.block)) for a, d in zip("xyz", dims)}
+  for v, tag in k.bindings: ranges[v] = ranges[tag]
+  exprs: list[Expr] = []
+  todo = [k.body]
+  while todo:
+    s = todo.pop()
+    if isinstance(s, Seq): todo += s.stmts
+    elif isinstance(s, For):
+      if not s.extent.is_const: return None
+      n = int(s.extent.arg)
+      ranges[s.var] = (0, max(n - 1, ranges.get(s.var, (0, 0))[1])); span.append(n); todo.append(s.body)
+    elif isinstance(s, If): exprs.append(s.cond); todo.append(s.then)
+    elif isinstance(s, Store): exprs += [s.index, s.value]
+    elif isinstance(s, CrossThreadReduce): exprs += [s.value, s.index, s.cond]
+  cx, seen = _ctx(ranges), set()   # one bounds context for the kernel (bounds() would rebuild it per node)
+  while exprs:
+    n = exprs.pop()
+    if n in seen: continue
+    seen.add(n); exprs += n.src
+    if n.dtype == "int32" and n.op is not Op.LOAD:
+      lo, hi = _bounds(n, cx)
+      span += [hi or 0, -(lo or 0) - 1]
+  return max(span)
+
+
+def choose_index_dtype(k: Kernel) -> str:
+  """int32 when every index of ``k`` provably fits in it, else int64 (TVM's rule): 32-bit index
+  math is cheaper on a GPU, but wraps silently past 2^31 - 1. A kernel whose indices would not
+  fit in int64 either raises LoweringError."""
+  span = _index_span(k)
+  if span is not None and span > INT64_MAX:
+    raise LoweringError(f"kernel {k.name}: its indices reach {span}, more than 64-bit indexing can address "
+                        f"(buffers: {', '.join(f'{b.name}[{b.size}]' for b in k.params + k.allocs)})")
+  return "int64" if _FORCE_INT64.get() or (span is not None and span > INT32_MAX) else "int32"
+
+
 def lower(state: State, name: str = "default") -> Program:
   """Lower a schedule state to a loop-nest Program."""
   return _Lowerer(state, name).run()

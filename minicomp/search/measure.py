@@ -5,11 +5,14 @@ schedule steps as JSON and the target name. A worker replays the steps, lowers, 
 compiles it with NVRTC and then either asks the static model (:class:`StaticMeasurer`: no GPU,
 every cost an *estimate*) or times it on the GPU (:class:`GPUMeasurer`). Failures never raise
 out of ``measure``: each result carries an :class:`ErrorKind` and a message, so one bad
-candidate never stops a tuning run.
+candidate never stops a tuning run. A failure of the machinery itself (workers that die at
+start, a lost GPU context) raises :class:`MeasureError` instead: recorded as candidate failures,
+it would use up the trial budget and tune nothing.
 
 Work runs through a ``concurrent.futures.Executor`` the caller may pass in (default: a local
-process pool with one worker per core), so a Dask (``client.get_executor()``) or Ray executor
-drops in unchanged. Results come back in input order; the static model is deterministic.
+process pool with one worker per core, whose workers exit when this process dies), so a Dask
+(``client.get_executor()``) or Ray executor drops in unchanged. ``measure`` returns results in
+input order, ``measure_iter`` as they finish; the static model is deterministic.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import enum
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from collections.abc import Iterator, Sequence
 
 from minicomp.errors import CompileError, LoweringError, MinicompError, RuntimeLaunchError, ScheduleError
 
@@ -66,11 +69,25 @@ class MeasureResult:
     return f"{self.cost_s * 1e6:.2f} us" + (" (estimate)" if self.is_estimate else " (measured)")
 
 
+MAIN_GUARD_FIX = ("Workers are started with 'spawn', which re-imports the main script: put the code that tunes "
+                  "under `if __name__ == \"__main__\":`")
+
+
 def _process_pool(workers: int | None) -> cf.Executor:
   """A local process pool; workers start fresh ("spawn": forking a process that runs JAX or
-  pycuda threads can deadlock)."""
+  pycuda threads can deadlock) and exit when this process dies (no orphans after a kill)."""
   import multiprocessing
-  return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn"))
+  return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+                                mp_context=multiprocessing.get_context("spawn"),
+                                initializer=_worker_init, initargs=(os.getpid(),))
+
+
+def _worker_init(parent_pid: int) -> None:
+  from minicomp.codegen.nvrtc_worker import exit_with_parent
+  exit_with_parent(parent_pid)
+
+
+def _ping() -> int: return os.getpid()
 
 
 def _classify(e: BaseException) -> ErrorKind:
@@ -106,18 +123,35 @@ def _static_one(inp: MeasureInput) -> MeasureResult:
 
 
 class Measurer:
-  """Interface: ``measure(candidates) -> results`` (same order, never raises for a bad candidate)."""
+  """Interface: ``measure(candidates) -> results`` (same order, never raises for a bad candidate).
+  ``measure_iter`` yields ``(index, result)`` as each finishes, so a tuning run logs every result
+  at once (a kill loses only the candidates in flight); by default it yields ``measure``'s results.
+  A failure of the machinery itself (not of a candidate) raises :class:`MeasureError`."""
   is_estimate = True
 
   def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
     raise NotImplementedError
+
+  def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
+    yield from enumerate(self.measure(inputs))
+
+
+def measure_iter(measurer, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
+  """``measurer.measure_iter(inputs)``, or ``measure`` for a measurer that does not derive from :class:`Measurer`."""
+  if hasattr(measurer, "measure_iter"): return measurer.measure_iter(inputs)
+  return enumerate(measurer.measure(inputs))
 
 
 class StaticMeasurer(Measurer):
   """Costs from the static model (no GPU needed). Deterministic; every cost is an estimate.
 
   ``executor``: any ``concurrent.futures.Executor``; default a process pool of ``workers``
-  (one per core). ``timeout_s`` bounds each candidate (a timeout is a typed failure)."""
+  (one per core). ``timeout_s`` bounds each candidate (a timeout is a typed failure).
+
+  When the owned pool breaks (a worker died), it is restarted and checked with a no-op task: if
+  that fails too, the workers die at start (typically a script without a ``__main__`` guard) and
+  :class:`MeasureError` says so; else the unfinished candidates are measured again one at a time,
+  so the one that kills its worker is recorded as an internal error and the rest are measured."""
 
   def __init__(self, executor: cf.Executor | None = None, workers: int | None = None, timeout_s: float = 120.0):
     self._own, self._workers = executor is None, workers
@@ -125,42 +159,72 @@ class StaticMeasurer(Measurer):
     self.timeout_s = timeout_s
 
   def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-    try:
-      futs = [self.executor.submit(_static_one, inp) for inp in inputs]
-    except cf.process.BrokenProcessPool as e:
-      if not self._own: raise MeasureError(f"the executor's worker processes died: {e}") from e
-      self.executor.shutdown(wait=False, cancel_futures=True)    # a worker was killed: start a fresh pool once
-      self.executor = _process_pool(self._workers)
-      try:
-        futs = [self.executor.submit(_static_one, inp) for inp in inputs]
-      except cf.process.BrokenProcessPool as e2:
-        raise MeasureError(f"the measuring worker processes die at start ({e2}). Workers are started with "
-                           "'spawn', which re-imports the main script: put the code that tunes under "
-                           "`if __name__ == \"__main__\":`") from e2
-    out = []
-    timed_out = False
-    for f in futs:
-      try:
-        out.append(f.result(timeout=self.timeout_s))
-      except cf.TimeoutError:
-        f.cancel()
-        timed_out = True
-        out.append(MeasureResult(None, ErrorKind.TIMEOUT, f"no result within {self.timeout_s} s"))
-      except Exception as e:   # a worker died
-        out.append(MeasureResult(None, ErrorKind.INTERNAL, f"worker failed: {type(e).__name__}: {e}"))
-    if timed_out and self._own: self._restart()
+    out: list = [None] * len(inputs)
+    for i, r in self.measure_iter(inputs): out[i] = r
     return out
 
-  def _restart(self) -> None:
+  def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
+    inputs = list(inputs)
+    lost: list[int] = []                       # candidates whose pool broke under them
+    try:
+      futs = {self.executor.submit(_static_one, inp): i for i, inp in enumerate(inputs)}
+    except cf.process.BrokenProcessPool:
+      futs, lost = {}, list(range(len(inputs)))
+    while futs:
+      done, _ = cf.wait(futs, timeout=self.timeout_s, return_when=cf.FIRST_COMPLETED)
+      if not done:                             # no progress for timeout_s: the running ones are stuck
+        stuck = [f for f in futs if f.running()] or list(futs)
+        for f in stuck:
+          f.cancel()
+          yield futs.pop(f), MeasureResult(None, ErrorKind.TIMEOUT, f"no result within {self.timeout_s} s")
+        if self._own:                          # stop the stuck workers; measure the rest in a fresh pool
+          rest = sorted(futs.values())
+          self._restart()
+          futs = {self.executor.submit(_static_one, inputs[i]): i for i in rest}
+        continue
+      for f in done:
+        i = futs.pop(f)
+        try:
+          yield i, f.result()
+        except cf.process.BrokenProcessPool:
+          lost.append(i)
+        except Exception as e:   # e.g. an input that does not pickle
+          yield i, MeasureResult(None, ErrorKind.INTERNAL, f"worker failed: {type(e).__name__}: {e}")
+    if lost: yield from self._after_break(inputs, sorted(lost))
+
+  def _after_break(self, inputs, lost: list[int]) -> Iterator[tuple[int, MeasureResult]]:
+    """The pool broke: check that fresh workers live, then measure the lost candidates one by one."""
+    if not self._own:
+      raise MeasureError("StaticMeasurer: the executor's worker processes died (BrokenProcessPool); if they die at "
+                         f"start: {MAIN_GUARD_FIX}")
+    self._restart(check=True)
+    for i in lost:
+      try:
+        r = self.executor.submit(_static_one, inputs[i]).result(timeout=self.timeout_s)
+      except cf.process.BrokenProcessPool:
+        r = MeasureResult(None, ErrorKind.INTERNAL, "the worker process died measuring this candidate")
+        self._restart(check=True)
+      except cf.TimeoutError:
+        r = MeasureResult(None, ErrorKind.TIMEOUT, f"no result within {self.timeout_s} s")
+        self._restart()
+      yield i, r
+
+  def _restart(self, check: bool = False) -> None:
     """Stop the pool's workers (a timed-out estimate keeps its worker busy, for minutes on the slow
     static-model paths: later rounds would queue behind it and close() would wait for it) and start
-    a fresh pool."""
-    procs = list(getattr(self.executor, "_processes", {}).values())
+    a fresh pool; with ``check``, make sure its workers start (MeasureError if not)."""
+    procs = list((getattr(self.executor, "_processes", None) or {}).values())
     self.executor.shutdown(wait=False, cancel_futures=True)
     for p in procs:
       if p.is_alive(): p.terminate()
     for p in procs: p.join(timeout=5)
     self.executor = _process_pool(self._workers)
+    if check:
+      try:
+        self.executor.submit(_ping).result(timeout=max(60.0, self.timeout_s))
+      except (cf.process.BrokenProcessPool, cf.TimeoutError) as e:
+        raise MeasureError(f"StaticMeasurer: the measuring worker processes die at start ({type(e).__name__}). "
+                           f"{MAIN_GUARD_FIX}. Nothing was logged for the candidates in flight") from None
 
   def close(self) -> None:
     if self._own: self.executor.shutdown(wait=True, cancel_futures=True)
@@ -201,12 +265,15 @@ class GPUMeasurer(Measurer):
     self.min_total_s, self.max_repeats, self.timeout_s, self.check_elements = min_total_s, max_repeats, timeout_s, check_elements
 
   def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+    return [r for _, r in self.measure_iter(inputs)]
+
+  def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
     try:
       futs = [self.executor.submit(build_plain, inp) for inp in inputs]
     except (cf.process.BrokenProcessPool, RuntimeError) as e:
       raise MeasureError(f"GPUMeasurer: the build workers cannot take work ({type(e).__name__}: {e}); if they die "
-                         "at start, put the code that tunes under `if __name__ == \"__main__\":`") from e
-    return [self._one(inp, f) for inp, f in zip(inputs, futs)]
+                         f"at start: {MAIN_GUARD_FIX}") from e
+    for i, (inp, f) in enumerate(zip(inputs, futs)): yield i, self._one(inp, f)
 
   def _one(self, inp: MeasureInput, fut) -> MeasureResult:
     import numpy as np
@@ -220,7 +287,8 @@ class GPUMeasurer(Measurer):
     except cf.TimeoutError:
       return MeasureResult(None, ErrorKind.TIMEOUT, f"build took over {self.timeout_s} s", False)
     except cf.process.BrokenProcessPool as e:
-      raise MeasureError(f"GPUMeasurer: a build worker process died ({e}); the measurement machinery is broken") from e
+      raise MeasureError(f"GPUMeasurer: a build worker process died ({e}); the measurement machinery is broken. If "
+                         f"the workers die at start: {MAIN_GUARD_FIX}") from e
     except MinicompError as e:
       return MeasureResult(None, _classify(e), str(e), False, {}, time.perf_counter() - t0)
     except Exception as e:

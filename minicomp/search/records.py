@@ -16,9 +16,16 @@ well; :attr:`Record.steps_json` is its text exactly as ``Schedule.to_json()`` wr
 after a round trip. A failed candidate has ``cost_s: null`` and ``error`` set to an
 :class:`~minicomp.search.measure.ErrorKind` value (``"compile error"``, ...), ``message`` saying why.
 
-Durability: :class:`RecordLog` appends in batches and fsyncs each, so a killed run loses at most the
-line being written. :func:`load_records` skips such a torn last line with a warning; a bad line
-anywhere else means the file was damaged or edited and raises :class:`RecordsError`.
+Validity: a line counts only if it parses as a record of a supported version with fields of the
+right types, a positive finite ``cost_s`` (or null for a failure) and steps that parse; any other
+line is skipped with a warning naming ``file:line`` (:func:`load_records`), so one damaged line
+never costs the rest of the log. Only an unsupported format version (or a missing file, when
+required) raises :class:`RecordsError`. Whether a record's steps still replay to a valid schedule
+of its task is checked where it is used (:func:`replay_error`): the best *valid* record wins.
+
+Durability: :class:`RecordLog` appends and fsyncs each batch, so a killed run loses at most the
+line being written; on opening, it cuts off a last line that is not a valid record (torn by a
+kill, or garbage) so that new lines never follow a bad one.
 """
 from __future__ import annotations
 
@@ -40,10 +47,13 @@ _log = logging.getLogger("minicomp")
 
 
 class RecordsError(MinicompError):
-  """A tuning log is damaged, of an unsupported format version, or a record is invalid.
+  """A tuning log of an unsupported format version, a missing log, or an invalid record.
 
-  The message names the file and line. A log damaged in the middle can be repaired by deleting
-  the named line: every line is independent."""
+  The message names the file and line when there is one."""
+
+
+class InvalidRecord(RecordsError):
+  """One record (line) is malformed: :func:`load_records` skips it with a warning, the rest of the log counts."""
 
 
 @cache
@@ -67,9 +77,13 @@ def canonical_steps(steps_json: str) -> str:
   return json.dumps(json.loads(steps_json), sort_keys=True, separators=(",", ":"))
 
 
+def _is_num(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class Record:
-  """One measured candidate. ``steps_json`` is normalised to ``Schedule.to_json()``'s layout on construction."""
+  """One measured candidate. ``steps_json`` is normalised to ``Schedule.to_json()``'s layout on construction;
+  ``where`` (``"file:line"`` of a loaded record, else empty) is for messages only."""
   workload_key: str
   target: str
   steps_json: str
@@ -81,21 +95,22 @@ class Record:
   version: str = field(default_factory=minicomp_version)
   strategy: str = ""
   trial: int = -1
+  where: str = field(default="", compare=False, repr=False)
   format: ClassVar[int] = FORMAT
 
   def __post_init__(self):
     try:
       steps = json.loads(self.steps_json)
     except (TypeError, json.JSONDecodeError) as e:
-      raise RecordsError(f"steps_json is not JSON text ({e}): {str(self.steps_json)[:80]!r}") from None
-    if not isinstance(steps, list): raise RecordsError(f"steps_json must be a JSON list of steps, got {type(steps).__name__}")
+      raise InvalidRecord(f"steps_json is not JSON text ({e}): {str(self.steps_json)[:80]!r}") from None
+    if not isinstance(steps, list): raise InvalidRecord(f"steps_json must be a JSON list of steps, got {type(steps).__name__}")
     object.__setattr__(self, "steps_json", _dump_steps(steps))
     if self.cost_s is not None:
-      # NaN / inf would be written as non-standard JSON (jq and other readers reject it)
-      if isinstance(self.cost_s, bool) or not isinstance(self.cost_s, (int, float)) or not math.isfinite(self.cost_s):
-        raise RecordsError(f"cost_s must be a finite number or None, got {self.cost_s!r}")
+      # NaN / inf would be written as non-standard JSON; 0 or a negative cost would beat every real one
+      if not _is_num(self.cost_s) or not math.isfinite(self.cost_s) or self.cost_s <= 0:
+        raise InvalidRecord(f"cost_s must be a positive finite number of seconds or None, got {self.cost_s!r}")
       object.__setattr__(self, "cost_s", float(self.cost_s))
-    if self.ok and self.cost_s is None: raise RecordsError("a successful record (error 'ok') needs a cost_s")
+    if self.ok and self.cost_s is None: raise InvalidRecord("a successful record (error 'ok') needs a cost_s")
 
   @property
   def ok(self) -> bool: return self.error == ErrorKind.NONE.value
@@ -117,32 +132,66 @@ class Record:
     return json.dumps(self.to_dict(), allow_nan=False)
 
   @staticmethod
-  def from_dict(d: dict) -> Record:
-    """Inverse of :meth:`to_dict`; raises :class:`RecordsError` on a missing field or an unsupported version."""
-    if not isinstance(d, dict): raise RecordsError(f"a record is a JSON object, got {type(d).__name__}")
+  def from_dict(d: dict, where: str = "") -> Record:
+    """Inverse of :meth:`to_dict`. Raises :class:`RecordsError` for an unsupported format version and
+    :class:`InvalidRecord` for anything else wrong: a missing field, a field of the wrong type, a bad
+    cost, steps that do not parse (an unknown step, a missing step field)."""
+    if not isinstance(d, dict): raise InvalidRecord(f"a record is a JSON object, got {type(d).__name__}")
     v = d.get("v")
-    if not isinstance(v, int) or isinstance(v, bool): raise RecordsError(f"missing or invalid format version 'v': {v!r}")
+    if not isinstance(v, int) or isinstance(v, bool): raise InvalidRecord(f"missing or invalid format version 'v': {v!r}")
     if v > FORMAT:
       raise RecordsError(f"format version {v} is newer than this minicomp ({minicomp_version()}) supports "
                          f"(version {FORMAT}); upgrade minicomp to read this log")
     if v < 1: raise RecordsError(f"unknown format version {v}; supported: {FORMAT}")
     missing = [k for k in ("workload_key", "target", "steps", "cost_s", "error") if k not in d]
-    if missing: raise RecordsError(f"record lacks field(s) {', '.join(missing)}")
+    if missing: raise InvalidRecord(f"record lacks field(s) {', '.join(missing)}")
     # unknown extra fields are ignored: a v1 writer may add informational fields without breaking readers
-    try:
-      return Record(str(d["workload_key"]), str(d["target"]), json.dumps(d["steps"]), d["cost_s"], str(d["error"]),
-                    str(d.get("message", "")), bool(d.get("is_estimate", True)), float(d.get("timestamp", 0.0)),
-                    str(d.get("version", "unknown")), str(d.get("strategy", "")), int(d.get("trial", -1)))
-    except (TypeError, ValueError) as e:
-      raise RecordsError(f"invalid field value: {e}") from None
+    types = {"workload_key": str, "target": str, "steps": list, "error": str, "message": str, "is_estimate": bool,
+             "version": str, "strategy": str}
+    for k, t in types.items():
+      if k in d and not isinstance(d[k], t): raise InvalidRecord(f"field {k!r} must be a {t.__name__}, got {d[k]!r:.60}")
+    if "timestamp" in d and not _is_num(d["timestamp"]):
+      raise InvalidRecord(f"field 'timestamp' must be a number, got {d['timestamp']!r:.60}")
+    if "trial" in d and (not isinstance(d["trial"], int) or isinstance(d["trial"], bool)):
+      raise InvalidRecord(f"field 'trial' must be an int, got {d['trial']!r:.60}")
+    _parse_steps(d["steps"])
+    return Record(d["workload_key"], d["target"], json.dumps(d["steps"]), d["cost_s"], d["error"], d.get("message", ""),
+                  d.get("is_estimate", True), float(d.get("timestamp", 0.0)), d.get("version", "unknown"),
+                  d.get("strategy", ""), d.get("trial", -1), where)
+
+
+def _parse_steps(steps: list) -> None:
+  """Raise InvalidRecord unless every step is a known step with its fields (whether it applies is replay's job)."""
+  from minicomp.ir.steps import steps_from_json
+  try:
+    steps_from_json(steps)
+  except MinicompError as e:
+    raise InvalidRecord(f"steps do not parse: {e}") from None
+  except (KeyError, TypeError, ValueError, AttributeError) as e:
+    raise InvalidRecord(f"steps do not parse: {type(e).__name__}: {e}") from None
+
+
+def replay_error(steps_json: str, dag, target) -> str | None:
+  """Why ``steps_json`` does not replay to a valid schedule of ``dag`` on ``target`` (each step applied,
+  the program lowered and checked against the target's limits, as measuring a candidate does), or None."""
+  from minicomp.ir.schedule import Schedule
+  from minicomp.search.annotate import validate
+  try:
+    _, why = validate(Schedule.from_json(dag, steps_json), target)
+    return why
+  except MinicompError as e:
+    return str(e)
+  except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:   # steps of the wrong shape
+    return f"{type(e).__name__}: {e}"
 
 
 class RecordLog:
   """Appends records to a JSON-lines file. Use from one process at a time.
 
   Each :meth:`append` writes its batch in one write, then flushes and fsyncs, so a killed run loses
-  at most the batch in flight (in practice the line in flight). On opening, a torn last line left by
-  such a kill is cut off (with a warning) so that new lines do not glue onto it and damage the log."""
+  at most the batch in flight (in practice the line in flight). On opening, a last line that is not
+  a valid record (torn by such a kill, or garbage) is cut off with a warning, so that new lines
+  neither glue onto it nor follow it."""
 
   def __init__(self, path: str | os.PathLike):
     self.path = os.fspath(path)
@@ -179,7 +228,8 @@ class RecordLog:
 
 
 def _repair_tail(path: str) -> None:
-  """Cut a torn (unterminated, unparsable) last line; terminate an unterminated but complete one."""
+  """Cut a last line that is not a valid record (torn or garbage); terminate an unterminated valid one.
+  A line of a newer format version is kept: it is valid, only not for this minicomp."""
   try:
     size = os.path.getsize(path)
   except FileNotFoundError:
@@ -187,8 +237,9 @@ def _repair_tail(path: str) -> None:
   if size == 0: return
   with open(path, "rb") as f:
     f.seek(size - 1)
-    if f.read(1) == b"\n": return
-    pos, nl = size, -1          # find the last newline, reading backwards in blocks
+    terminated = f.read(1) == b"\n"
+    end = size - 1 if terminated else size
+    pos, nl = end, -1          # find the newline before the last line, reading backwards in blocks
     while pos > 0 and nl < 0:
       start = max(0, pos - 65536)
       f.seek(start)
@@ -197,13 +248,28 @@ def _repair_tail(path: str) -> None:
       if k >= 0: nl = start + k
       pos = start
     f.seek(nl + 1)
-    tail = f.read()
+    tail = f.read(end - nl - 1)
+  if not tail.strip(): return
+  why = None
   try:
-    json.loads(tail)
-    with open(path, "ab") as f: f.write(b"\n")
-  except ValueError:
-    _log.warning("%s: dropping a torn last line (%d bytes; an interrupted run) before appending", path, len(tail))
-    os.truncate(path, nl + 1)
+    Record.from_dict(json.loads(tail))
+  except ValueError as e:                 # JSONDecodeError, UnicodeDecodeError
+    why = f"not JSON ({e})"
+  except InvalidRecord as e:
+    why = str(e)
+  except RecordsError:
+    pass
+  if why is None:
+    if not terminated:
+      with open(path, "ab") as f: f.write(b"\n")
+    return
+  with open(path, "rb") as f: line = f.read(nl + 1).count(b"\n") + 1
+  _log.warning("%s:%d: dropping a torn or invalid last line before appending (%d bytes; an interrupted run?): %s",
+               path, line, len(tail), why)
+  os.truncate(path, nl + 1)
+
+
+MAX_WARNINGS = 10       # bad lines of one log warned about one by one; the rest are counted in one warning
 
 
 def load_records(path: str | os.PathLike, *, workload_key: str | None = None, target: str | None = None,
@@ -211,8 +277,10 @@ def load_records(path: str | os.PathLike, *, workload_key: str | None = None, ta
   """Records of a log in file order, optionally only those of one workload key and/or target.
 
   A missing file gives ``[]`` (a new run resuming from nothing) unless ``missing_ok=False``.
-  A last line that is not valid JSON (a run killed mid-write) is skipped with a warning on the
-  ``minicomp`` logger; any other bad line raises :class:`RecordsError` naming the file and line."""
+  A line that is not a valid record (bad JSON, a missing field or one of the wrong type, a
+  non-positive or non-finite cost, steps that do not parse) is skipped with a warning on the
+  ``minicomp`` logger naming the file and line; a record of an unsupported format version raises
+  :class:`RecordsError`. Each record's ``where`` is its ``"file:line"``."""
   path = os.fspath(path)
   try:
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -221,33 +289,44 @@ def load_records(path: str | os.PathLike, *, workload_key: str | None = None, ta
     if missing_ok: return []
     raise RecordsError(f"{path}: no such tuning log") from None
   numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
-  out = []
+  out, skipped = [], 0
   for k, (n, ln) in enumerate(numbered):
     try:
-      d = json.loads(ln)
-    except json.JSONDecodeError as e:
-      if k == len(numbered) - 1:
-        _log.warning("%s:%d: skipping a truncated last line (an interrupted run?): %s", path, n, e)
-        continue
-      raise RecordsError(f"{path}:{n}: malformed line ({e}); delete the line to use the rest of the log") from None
-    try:
-      r = Record.from_dict(d)
+      try:
+        d = json.loads(ln)
+      except json.JSONDecodeError as e:
+        raise InvalidRecord(("truncated last line (an interrupted run?)" if k == len(numbered) - 1 else
+                             "malformed line") + f": {e}") from None
+      r = Record.from_dict(d, f"{path}:{n}")
+    except InvalidRecord as e:
+      skipped += 1
+      if skipped <= MAX_WARNINGS: _log.warning("%s:%d: skipping an invalid record: %s", path, n, e)
+      continue
     except RecordsError as e:
       raise RecordsError(f"{path}:{n}: {e}") from None
     if (workload_key is None or r.workload_key == workload_key) and (target is None or r.target == target): out.append(r)
+  if skipped > MAX_WARNINGS:
+    _log.warning("%s: skipped %d invalid records in all (%d more than shown)", path, skipped, skipped - MAX_WARNINGS)
   return out
 
 
 def best_records(records: Iterable[Record], *, is_estimate: bool | None = None) -> dict[tuple[str, str], Record]:
   """The lowest-cost successful record per ``(workload_key, target)``; ties go to the earliest.
 
-  A log may mix static-model estimates and GPU timings, which do not compare; pass ``is_estimate``
-  to pick one kind."""
+  Static-model estimates and GPU timings do not compare: pass ``is_estimate`` to pick one kind;
+  without it, a task with records of both kinds raises :class:`RecordsError`. The records are not
+  replayed here: check the winner with :func:`replay_error` (the compiler takes the best valid one)."""
   best: dict[tuple[str, str], Record] = {}
+  kinds: dict[tuple[str, str], set[bool]] = {}
   for r in records:
     if not r.ok or (is_estimate is not None and r.is_estimate != is_estimate): continue
     k = (r.workload_key, r.target)
+    kinds.setdefault(k, set()).add(r.is_estimate)
     if k not in best or r.cost_s < best[k].cost_s: best[k] = r
+  mixed = [k for k, v in kinds.items() if len(v) > 1]
+  if mixed:
+    raise RecordsError(f"task {mixed[0][0]} on {mixed[0][1]} has both static-model estimates and GPU timings, which "
+                       "do not compare: pass best_records(..., is_estimate=True) or is_estimate=False")
   return best
 
 

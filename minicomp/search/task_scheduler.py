@@ -17,9 +17,13 @@ epsilon-greedy task selection, its code has none; here ``eps`` (default 0.05) pi
 live task in that fraction of rounds.
 
 Each round: the strategy proposes up to ``measures_per_round`` unmeasured candidates, the
-measurer measures them (costs or typed failures), every result is appended to the log (if any)
-before anything else happens, and the strategy gets the results. The loop stops at the trial
-budget, the time budget, or when every task is dead.
+measurer measures them (costs or typed failures), each result is appended to the log (if any) as
+soon as it comes back (a kill mid-round loses only the candidates in flight), and the strategy
+gets the results. The loop stops at the trial budget, the time budget, or when every task is dead.
+
+Resuming (tasks that already hold logged trials): the warm-up round goes only to the tasks without
+any, in order, so a run killed during warm-up does not start over at task 0; trial numbers go on
+from ``first_trial`` (the numbers of candidates lost in flight stay unused).
 """
 from __future__ import annotations
 
@@ -98,21 +102,24 @@ def pick_task(tasks: Sequence[TuneTask], best_hist: dict[str, list[float]], aliv
 
 def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy], measurer: Measurer, trials: int,
          seed: int = 0, measures_per_round: int = 64, time_budget_s: float | None = None, log=None,
-         strategy_name: str = "", on_round: Callable[[RoundInfo], None] | None = None) -> TuneResult:
+         strategy_name: str = "", on_round: Callable[[RoundInfo], None] | None = None,
+         first_trial: int = 0) -> TuneResult:
   """Tune ``tasks`` with ``strategy`` for up to ``trials`` measurements in total.
 
-  ``log`` is a :class:`~minicomp.search.records.RecordLog` (or None): every measured
-  candidate is appended before the strategy sees it. ``on_round`` is called after each round
-  (:class:`TuneProgress` draws a progress bar)."""
+  ``log`` is a :class:`~minicomp.search.records.RecordLog` (or None): every measured candidate
+  is appended as soon as it is measured (in finishing order), numbered from ``first_trial`` in
+  proposal order, so the numbers do not depend on which worker finished first. ``on_round`` is
+  called after each round (:class:`TuneProgress` draws a progress bar)."""
+  from minicomp.search.measure import measure_iter
   from minicomp.search.records import Record
   rng = np.random.default_rng(seed)
   t0 = time.perf_counter()
   tasks = list(tasks)
   alive = {t.key for t in tasks}
-  best_hist: dict[str, list[float]] = {t.key: [] for t in tasks}
+  best_hist: dict[str, list[float]] = {t.key: [t.best_cost] if t.trials else [] for t in tasks}
   per_round = max(1, min(measures_per_round, trials // max(1, len(tasks)))) if trials else 0
   used, rounds, curve = 0, 0, []
-  warmup = [t for t in tasks]
+  warmup = [t for t in tasks if not t.trials]       # a resumed run warms up only the tasks never measured
   while used < trials and alive:
     if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s: break
     task = warmup.pop(0) if warmup else pick_task(tasks, best_hist, alive, rng)
@@ -124,11 +131,17 @@ def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy],
       alive.discard(task.key); continue
     inputs = [MeasureInput(task.dag, c.key, task.target.device_name or task.target.arch, key=task.key[:12])
               for c in cands]
-    results = measurer.measure(inputs)
+    results: list = [None] * len(cands)
+    for i, r in measure_iter(measurer, inputs):
+      results[i] = r
+      if log is not None:
+        log.append(Record.from_measure(task.key, _target_key(task), cands[i].key, r,
+                                       strategy=strategy_name or strategy.name, trial=first_trial + used + i))
+    if any(r is None for r in results):
+      from minicomp.search.measure import MeasureError
+      got = sum(r is not None for r in results)
+      raise MeasureError(f"the measurer returned {got} results for {len(cands)} candidates")
     costs = [r.cost_s if r.ok else None for r in results]
-    if log is not None:
-      log.append([Record.from_measure(task.key, _target_key(task), c.key, r, strategy=strategy_name or strategy.name,
-                                      trial=used + k) for k, (c, r) in enumerate(zip(cands, results))])
     for c, cost in zip(cands, costs): task.record(c.key, cost)
     strategy.update(task, cands, costs)
     used += len(cands)

@@ -5,8 +5,14 @@ the log (resume: every logged program counts as measured and is never measured a
 strategy retrains from the logged results), tunes until the log holds ``trials`` measurements
 for these tasks, and returns the best schedule (steps JSON) per task.
 
-Costs from the static model (no GPU) and GPU timings are never compared with each other: a
-resumed run only takes records of the kind its measurer produces.
+One measurement kind per call: GPU timings when the call measures on a GPU (``measurer`` a GPU
+measurer or ``"gpu"``, or none given and a GPU of the target's arch is here), else static-model
+estimates (``"static"``, the static measurer, or no such GPU). Records of the other kind are
+ignored, with a warning, also with ``trials=0``: the two never meet in one comparison.
+
+The best *valid* record wins: a resumed record counts as a task's best only after its steps
+replay on the task's DAG to a valid schedule (:func:`~minicomp.search.records.replay_error`); one
+that does not is skipped with a warning naming its ``file:line`` and the next best is tried.
 
 A tuned schedule never replaces a better one: the default schedule of each task (``defaults``,
 what ``compile`` builds without search) is measured once, logged as a record with strategy
@@ -19,6 +25,9 @@ measured without trials).
 from __future__ import annotations
 
 import logging
+import math
+import numbers
+import os
 from collections.abc import Sequence
 
 from minicomp.errors import MinicompError
@@ -27,10 +36,36 @@ from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
 STRATEGIES = ("ansor", "felix", "gensor", "random")
+MEASURERS = ("gpu", "static")     # measurer= by name: the measurement kind (and, with trials, the measurer)
+MAX_WARNINGS = 10                 # invalid records warned about one by one
 
 
 class TuneError(MinicompError):
-  """Bad tuning options (unknown strategy, negative trials)."""
+  """Bad tuning options (unknown strategy, a trials count that is not a non-negative int, ...)."""
+
+
+def _what(x) -> str: return f"{x!r:.60} ({type(x).__name__})"
+def _is_int(x) -> bool: return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def check_options(trials=0, seed=0, strategy="ansor", log_file=None, measurer=None, measures_per_round=64,
+                  time_budget_s=None) -> None:
+  """Raise :class:`TuneError` naming the first bad tuning argument, before any work (not from deep inside)."""
+  if not _is_int(trials) or trials < 0: raise TuneError(f"trials must be a non-negative int, got {_what(trials)}")
+  if not _is_int(seed) or seed < 0: raise TuneError(f"seed must be a non-negative int, got {_what(seed)}")
+  if not _is_int(measures_per_round) or measures_per_round < 1:
+    raise TuneError(f"measures_per_round must be a positive int, got {_what(measures_per_round)}")
+  if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
+                                    or not math.isfinite(time_budget_s) or time_budget_s <= 0):
+    raise TuneError(f"time_budget_s must be None or a positive number of seconds, got {_what(time_budget_s)}")
+  if not isinstance(strategy, Strategy) and strategy not in STRATEGIES:
+    raise TuneError(f"unknown search strategy {strategy!r}; known: {', '.join(STRATEGIES)} (or a Strategy object)")
+  if log_file is not None and not isinstance(log_file, (str, os.PathLike)):
+    raise TuneError(f"log_file must be None or a path, got {_what(log_file)}")
+  named = isinstance(measurer, str) and measurer in MEASURERS
+  if not (measurer is None or named or not isinstance(measurer, str) and hasattr(measurer, "measure")
+          and hasattr(measurer, "is_estimate")):
+    raise TuneError(f"measurer must be None, {' or '.join(map(repr, MEASURERS))} or a Measurer, got {_what(measurer)}")
 
 
 def make_strategy(name: str | Strategy, seed: int = 0) -> Strategy:
@@ -53,17 +88,32 @@ def target_key(tgt: Target) -> str:
   return tgt.device_name or tgt.arch
 
 
-def default_measurer(tgt: Target | None = None):
-  """GPUMeasurer when a GPU of ``tgt``'s arch is usable (real timings of the kernels being tuned),
-  else the static model (estimates): timings of the target's code JIT-compiled for another GPU
+def _gpu_here(tgt: Target | None) -> bool:
+  """A GPU of ``tgt``'s arch is usable here: timings of the target's code JIT-compiled for another GPU
   would tune for the wrong machine."""
   from minicomp.codegen.driver import gpu_arch
-  from minicomp.search.measure import GPUMeasurer, StaticMeasurer
   arch = gpu_arch()
-  if arch is not None and (tgt is None or tgt.arch == arch): return GPUMeasurer()
-  if arch is not None:
+  if arch is not None and tgt is not None and tgt.arch != arch:
     log.info("the GPU here is %s and the target %s: tuning with the static model (estimates)", arch, tgt.arch)
-  return StaticMeasurer()
+  return arch is not None and (tgt is None or tgt.arch == arch)
+
+
+def default_measurer(tgt: Target | None = None):
+  """GPUMeasurer when a GPU of ``tgt``'s arch is usable (real timings of the kernels being tuned), else the
+  static model (estimates)."""
+  from minicomp.search.measure import GPUMeasurer, StaticMeasurer
+  return GPUMeasurer() if _gpu_here(tgt) else StaticMeasurer()
+
+
+def measures_estimates(measurer, tgt: Target) -> bool:
+  """The one measurement kind a call uses (True: static-model estimates, False: GPU timings), from
+  ``measurer`` (an object, "static" or "gpu") or, without one, whether a GPU of the target's arch is here."""
+  if measurer is None: return not _gpu_here(tgt)
+  if isinstance(measurer, str): return measurer == "static"
+  return bool(measurer.is_estimate)
+
+
+def _kind(is_estimate: bool) -> str: return "static-model estimates" if is_estimate else "GPU timings"
 
 
 DEFAULT = "default"   # the strategy name of a default schedule's record
@@ -74,27 +124,40 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
                time_budget_s: float | None = None, progress: bool = False,
                defaults: dict[str, str] | None = None) -> dict[str, str]:
   """Tune ``tasks`` (the compiler's ``graph.tasks.Task`` objects) and return {workload key: best steps JSON}
-  for the tasks whose best record beats their default schedule (``defaults``: key -> steps JSON;
-  without it every task's best record is returned)."""
+  for the tasks whose best valid record beats their default schedule (``defaults``: key -> steps JSON;
+  without it every task's best valid record is returned). ``measurer``: a Measurer, "gpu", "static" or
+  None (the GPU when one of the target's arch is here, else the static model); it also picks which
+  records of the log count (the module docstring)."""
   from minicomp.search.records import RecordLog, load_records
   from minicomp.search.task_scheduler import TuneProgress, tune
-  if trials < 0: raise TuneError(f"trials must be >= 0, got {trials}")
+  check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s)
   tgt = as_target(target)
   tkey = target_key(tgt)
-  own = measurer is None and trials > 0
-  if own: measurer = default_measurer(tgt)
+  is_estimate = measures_estimates(measurer, tgt)
+  own = (measurer is None or isinstance(measurer, str)) and trials > 0
+  if own:
+    from minicomp.search.measure import GPUMeasurer, StaticMeasurer
+    measurer = StaticMeasurer() if is_estimate else GPUMeasurer()
+  elif isinstance(measurer, str): measurer = None          # trials=0: the name only picks the kind of records
   records = load_records(log_file, target=tkey) if log_file else []
   keys = {t.key for t in tasks}
   records = [r for r in records if r.workload_key in keys]
+  other = sum(r.is_estimate != is_estimate for r in records)
+  if other:
+    log.warning("%s: ignoring %d record(s) of %s: this run compares %s only (pass measurer=%r to use them)",
+                log_file, other, _kind(not is_estimate), _kind(is_estimate), "gpu" if is_estimate else "static")
+  records = [r for r in records if r.is_estimate == is_estimate]
   defaults = dict(defaults or {})
-  if measurer is not None: records = [r for r in records if r.is_estimate == measurer.is_estimate]
   baseline = _default_records(records, defaults)
-  records = [r for r in records if r.strategy != DEFAULT]
+  # proposal order (trial numbers; a log holds finishing order): equal costs resolve as they did in the run
+  records = sorted((r for r in records if r.strategy != DEFAULT), key=lambda r: r.trial)
   tt = [TuneTask(t.key, t.dag, tgt, t.weight, t.flops, t.kind, "+".join(t.ops)) for t in tasks]
   by_key = {t.key: t for t in tt}
-  for r in records: by_key[r.workload_key].record(r.steps_json, r.cost_s if r.ok else None)
+  invalid = _invalid_bests(records, by_key)
+  for r in records: by_key[r.workload_key].record(r.steps_json, r.cost_s if r.ok and id(r) not in invalid else None)
   if records: log.info("resumed %d records for %d tasks from %s", len(records), len({r.workload_key for r in records}), log_file)
   remaining = trials - len(records)
+  first_trial = max([len(records)] + [r.trial + 1 for r in records])
   try:
     if measurer is not None and (records or remaining > 0):
       baseline.update(_measure_defaults(tt, defaults, baseline, measurer, tkey, log_file, progress))
@@ -108,7 +171,7 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
       try:
         tune(tt, strat, measurer, remaining, seed=seed, measures_per_round=measures_per_round,
              time_budget_s=time_budget_s, log=sink, strategy_name=getattr(strat, "name", str(strategy)),
-             on_round=shown)
+             on_round=shown, first_trial=first_trial)
       finally:
         shown.close()
         if sink is not None: sink.close()
@@ -124,6 +187,24 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
       continue
     out[t.key] = t.best_steps
   return out
+
+
+def _invalid_bests(records, by_key: dict[str, TuneTask]) -> set[int]:
+  """``id`` of each successful record that would be its task's best but does not replay to a valid schedule
+  (each warned about, naming its file and line): per task, records are checked cheapest first until one
+  is valid, so a log of valid records costs one replay per task."""
+  from minicomp.search.records import replay_error
+  bad: set[int] = set()
+  for key, t in by_key.items():
+    for r in sorted((r for r in records if r.workload_key == key and r.ok), key=lambda r: r.cost_s):
+      why = replay_error(r.steps_json, t.dag, t.target)
+      if why is None: break
+      bad.add(id(r))
+      if len(bad) <= MAX_WARNINGS:
+        log.warning("%s: skipping a record of task %s that does not replay to a valid schedule: %s",
+                    r.where or "a record", t.name or key, why)
+  if len(bad) > MAX_WARNINGS: log.warning("skipped %d records that do not replay in all", len(bad))
+  return bad
 
 
 def _default_records(records, defaults: dict[str, str]) -> dict[str, float | None]:

@@ -1,4 +1,4 @@
-"""Neural-network ops with weights: Conv, ConvTranspose, BatchNormalization, InstanceNormalization.
+"""Neural-network ops with weights: Conv, ConvTranspose, BatchNormalization, InstanceNormalization; and LRN.
 
 Also the window arithmetic (``window``) and the padded-input stage (``pad_stage``) that the
 pooling ops of ``nn_pool`` share. Layout is always channels-first (N, C, D1, ..., Dk).
@@ -13,7 +13,7 @@ import numpy as np
 import minicomp.ir.te as te
 from minicomp.errors import ModelError, ShapeError
 from minicomp.graph.registry import op
-from minicomp.ir.expr import all_of, as_expr, eq, rsqrt, select
+from minicomp.ir.expr import all_of, as_expr, eq, power, rsqrt, select
 from minicomp.ir.te import Tensor
 
 
@@ -200,10 +200,13 @@ def conv_transpose(ctx, x, w, b=None):
   if oshape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
     out = [int(v) for v in oshape][-nsp:] if oshape is not None else [i * s for i, s in zip(sp, st)]
     tot = [f - o for f, o in zip(full, out)]
-    if any(t < 0 for t in tot):
-      raise ctx.error(f"output_shape {out} larger than the full output {full} (would need negative pads)")
+    # an output_shape past the full output by less than a stride (NOTSET) gets zeros (plus bias) at the
+    # end, as in onnxruntime and the ONNX reference; they disagree on anything else past it
+    if any(t < 0 and (auto_pad != "NOTSET" or -t >= s) for t, s in zip(tot, st)):
+      how = "by a stride or more" if auto_pad == "NOTSET" else f"with auto_pad={auto_pad}"
+      raise ctx.error(f"output_shape {out} larger than the full output {full} {how} (would need negative pads)")
     # the ONNX spec's split: the odd element goes last for SAME_UPPER, first otherwise
-    pb = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in tot]
+    pb = [0 if t < 0 else t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in tot]
   else:
     pads = [0] * 2 * nsp if auto_pad == "VALID" else ints_attr(ctx, "pads", 2 * nsp, 0)
     pb = pads[:nsp]
@@ -278,3 +281,27 @@ def instance_norm(ctx, x, scale, bias):
   e = as_expr(eps, X.dtype)
   return [ctx.compute(X.shape, lambda *i: (X[i] - tot[i[0], i[1]] * cnt) * rsqrt(var[i[0], i[1]] * cnt + e)
                       * S[i[1]] + B[i[1]])]
+
+
+@op("LRN", kind="reduction", since=1)
+def lrn(ctx, x):
+  """Local response normalization across channels (AlexNet, GoogLeNet): ``y = x / (bias + alpha / size *
+  s) ** beta`` with ``s`` the sum of ``x**2`` over channels ``c - (size-1)//2 .. c + size//2`` clipped to
+  the tensor: a zero-padded channel stage (inlined) and a sum over a window of ``size``."""
+  size = int(ctx.attr("size"))
+  alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
+  X = ctx.tensor(x)
+  if X.ndim < 3: raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} < 3")
+  if X.dtype not in ("float32", "float64"): raise ctx.error(f"dtype {X.dtype} is not supported (float32, float64)")
+  if size <= 0: raise ModelError(f"{_where(ctx)}: size must be positive, got {size}")
+  C, sp = X.shape[1], X.shape[2:]
+  P = pad_stage(ctx, X, [(size - 1) // 2] + [0] * len(sp), [C + size - 1, *sp], 0.0, first=1)
+  r = ctx.reduce_axis(size, "rc") if size > 1 else None
+
+  def sq(n, c, *s):
+    if r is None: return X[(n, c, *s)] * X[(n, c, *s)]
+    v = P[(n, c + r, *s)]
+    return te.sum(v * v, axis=r)
+  ss = ctx.compute(X.shape, sq, "sqsum")
+  k, b, e = (as_expr(v, X.dtype) for v in (alpha / size, bias, beta))
+  return [ctx.compute(X.shape, lambda *i: X[i] / power(ss[i] * k + b, e))]

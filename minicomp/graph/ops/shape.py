@@ -321,13 +321,18 @@ def depth_to_space(ctx, x):
 
 @op("SpaceToDepth", kind="injective", since=13)
 def space_to_depth(ctx, x):
-  """SpaceToDepth: output channel (bh*b + bw)*C + c reads x[c, y*b + bh, z*b + bw]."""
-  b = _block(ctx, x)
+  """SpaceToDepth, modes DCR (default: output channel (bh*b + bw)*C + c reads x[c, y*b + bh, z*b + bw])
+  and CRD (opset 28: channel c*b*b + bh*b + bw)."""
+  b, mode = _block(ctx, x), ctx.attr("mode", "DCR")
   n, c, h, w = x.shape
   if h % b or w % b: raise ShapeError(f"{where(ctx)}: spatial dims {h}x{w} not divisible by blocksize {b}")
+  if mode not in ("DCR", "CRD"): raise ctx.error(f"mode {mode!r} is not DCR or CRD")
   if not isinstance(x, Tensor):
-    t = np.asarray(x).reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+    t = np.asarray(x).reshape(n, c, h // b, b, w // b, b).transpose((0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4))
     return [t.reshape(n, c * b * b, h // b, w // b)]
+  if mode == "CRD":
+    return [ctx.compute((n, c * b * b, h // b, w // b),
+                        lambda i, j, y, z: x[i, j // (b * b), y * b + (j // b) % b, z * b + j % b])]
   return [ctx.compute((n, c * b * b, h // b, w // b),
                       lambda i, j, y, z: x[i, j % c, y * b + j // (b * c), z * b + (j // c) % b])]
 

@@ -27,9 +27,11 @@ def const_indices(ctx, idx, n: int) -> np.ndarray:
 
 
 def runtime_index(e, n: int):
-  """A loaded runtime index as int32: negatives wrap, then clamped into [0, n - 1]."""
-  e = cast(e, "int32")
-  return min_(max_(select(e < 0, e + n, e), 0), n - 1)
+  """A loaded runtime index as int32: negatives wrap, then clamped into [0, n - 1], in the index's own
+  type (an int64 index of 2**32 + 5 must clamp, not wrap to 5). ``CompiledModel.run`` raises on
+  out-of-range indices fed as graph inputs; the clamp keeps computed ones in bounds."""
+  w = select(e < 0, e + n, e)
+  return cast(min_(max_(w, 0), n - 1), "int32") if e.dtype == "int64" else min_(max_(w, 0), n - 1)
 
 
 def index_reader(ctx, indices, n: int):

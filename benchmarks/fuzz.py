@@ -1,0 +1,465 @@
+"""Fuzzing minicomp as a careful user and as an attacker would: mutated ONNX models, tampered saved
+models and corrupted tuning logs, each case classified.
+
+    python benchmarks/fuzz.py --cases 1000 --seed 0          # the long run: its table is in benchmarks/README.md
+    python benchmarks/fuzz.py --cases 30 --kinds onnx,log    # a quick look
+
+Every case runs in a worker process (so a crash is seen, not suffered) with a time limit, on the CPU
+simulator. A case is one of:
+
+- ``match``: minicomp ran it and agrees with the reference (onnxruntime, or the untampered model);
+- ``clean``: minicomp refused it with a ``MinicompError`` (the reference may or may not accept it;
+  ``clean*`` counts the refusals of cases onnxruntime accepts: not failures, but worth reading);
+- ``ref-rejects``: onnxruntime rejects the mutant and minicomp refuses it too (counted in ``clean``);
+- ``mismatch``: minicomp ran it and its answer differs from the reference — a silent wrong answer;
+- ``error``: an exception that is not a ``MinicompError`` (a bug);
+- ``crash``: the worker died (a signal); ``hang``: it ran past the time limit.
+
+Goal (issue 16): 0 mismatch, 0 error, 0 crash, 0 hang. A mutant onnxruntime crashes on is
+skipped (``ref-crash``): it says nothing about minicomp.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+FAILURES = ("mismatch", "error", "crash", "hang")
+TARGET = "sm_86"
+
+
+# --------------------------------------------------------------------------------------------- seeds
+def _model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
+  g = helper.make_graph(nodes, "fuzz", inputs, outputs, list(inits))
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+  m.ir_version = 8
+  return m
+
+
+def _vi(name, shape, t=TensorProto.FLOAT):
+  return helper.make_tensor_value_info(name, t, shape)
+
+
+def _w(name, *shape, seed=0):
+  return numpy_helper.from_array(np.random.default_rng(seed).standard_normal(shape).astype(np.float32), name)
+
+
+def seed_models() -> dict[str, onnx.ModelProto]:
+  """Small models covering the op families, each a few kernels (fast to compile in the simulator)."""
+  N = helper.make_node
+  return {
+    "conv_relu": _model([N("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[1, 1], name="conv"),
+                         N("Relu", ["c"], ["y"], name="relu")],
+                        [_vi("x", [1, 4, 8, 8])], [_vi("y", [1, 8, 8, 8])], [_w("w", 8, 4, 3, 3), _w("b", 8)]),
+    "gemm": _model([N("Gemm", ["x", "w", "b"], ["y"], transB=1, name="gemm")],
+                   [_vi("x", [4, 16])], [_vi("y", [4, 8])], [_w("w", 8, 16), _w("b", 8)]),
+    "softmax": _model([N("Softmax", ["x"], ["y"], axis=-1, name="sm")], [_vi("x", [3, 33])], [_vi("y", [3, 33])]),
+    "gather": _model([N("Gather", ["t", "i"], ["y"], axis=0, name="emb")],
+                     [_vi("i", [2, 3], TensorProto.INT64)], [_vi("y", [2, 3, 4])], [_w("t", 10, 4)]),
+    "reduce_transpose": _model([N("Transpose", ["x"], ["t"], perm=[0, 2, 1], name="tr"),
+                                N("ReduceMean", ["t"], ["y"], axes=[1], keepdims=0, name="mean")],
+                               [_vi("x", [2, 5, 6])], [_vi("y", [2, 5])], opset=17),
+    "pool_add": _model([N("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+                        N("Add", ["p", "p"], ["y"], name="add")],
+                       [_vi("x", [1, 3, 8, 8])], [_vi("y", [1, 3, 4, 4])]),
+    "matmul_ln": _model([N("MatMul", ["x", "w"], ["m"], name="mm"),
+                         N("LayerNormalization", ["m", "g", "b"], ["y"], axis=-1, epsilon=1e-5, name="ln")],
+                        [_vi("x", [2, 4, 8])], [_vi("y", [2, 4, 16])], [_w("w", 8, 16), _w("g", 16), _w("b", 16)]),
+    "concat_reshape": _model([N("Concat", ["a", "b"], ["c"], axis=1, name="cat"),
+                              N("Reshape", ["c", "s"], ["y"], name="rs")],
+                             [_vi("a", [2, 3]), _vi("b", [2, 5])], [_vi("y", [4, 4])],
+                             [numpy_helper.from_array(np.array([4, 4], np.int64), "s")]),
+  }
+
+
+# ------------------------------------------------------------------------------------------ mutants
+_INTS = [-2, -1, 0, 1, 2, 3, 7, 64, 2 ** 31, 2 ** 40]
+_TYPES = [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL,
+          TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.UINT8, TensorProto.STRING]
+_OPS = ["Relu", "Add", "MatMul", "Conv", "Softmax", "Gather", "Transpose", "Reshape", "Sigmoid", "Not", "Cast"]
+
+
+def _attr(rng, m):
+  n = m.graph.node[rng.integers(len(m.graph.node))]
+  if not n.attribute: return _dim(rng, m)
+  a = n.attribute[rng.integers(len(n.attribute))]
+  if a.type == onnx.AttributeProto.INT: a.i = int(rng.choice(_INTS))
+  elif a.type == onnx.AttributeProto.INTS and len(a.ints): a.ints[rng.integers(len(a.ints))] = int(rng.choice(_INTS))
+  elif a.type == onnx.AttributeProto.FLOAT: a.f = float(rng.choice([-1.0, 0.0, 1e30, float("nan")]))
+  else: n.attribute.remove(a)
+  return f"attr {n.name}.{a.name}"
+
+
+def _dim(rng, m):
+  vis = list(m.graph.input) + list(m.graph.output)
+  v = vis[rng.integers(len(vis))]
+  dims = v.type.tensor_type.shape.dim
+  if not len(dims): return "noop"
+  d = dims[rng.integers(len(dims))]
+  choice = rng.integers(4)
+  if choice == 0: d.dim_param = "n"
+  else: d.dim_value = int(rng.choice([0, 1, 2, 3, 5, 17, 4096]))
+  return f"dim {v.name}"
+
+
+def _dtype(rng, m):
+  vis = list(m.graph.input) + list(m.graph.output)
+  v = vis[rng.integers(len(vis))]
+  v.type.tensor_type.elem_type = int(rng.choice(_TYPES))
+  return f"dtype {v.name}"
+
+
+def _init(rng, m):
+  if not m.graph.initializer: return _dtype(rng, m)
+  t = m.graph.initializer[rng.integers(len(m.graph.initializer))]
+  choice = rng.integers(4)
+  if choice == 0 and t.raw_data: t.raw_data = t.raw_data[:max(0, len(t.raw_data) - 4 * int(rng.integers(1, 4)))]
+  elif choice == 1 and len(t.dims): t.dims[rng.integers(len(t.dims))] += int(rng.integers(1, 3))
+  elif choice == 2: t.data_type = int(rng.choice(_TYPES[:7]))
+  else:
+    arr = numpy_helper.to_array(t).copy()
+    if arr.dtype.kind == "i": arr.flat[0] = int(rng.choice([-100, 2 ** 32 + 5, 10 ** 12]))
+    else: arr.flat[0] = rng.choice([np.inf, np.nan, -1e38])
+    t.CopyFrom(numpy_helper.from_array(arr, t.name))
+  return f"initializer {t.name}"
+
+
+def _wire(rng, m):
+  n = m.graph.node[rng.integers(len(m.graph.node))]
+  names = [i.name for i in m.graph.input] + [t.name for t in m.graph.initializer] + [o for x in m.graph.node for o in x.output]
+  choice = rng.integers(4)
+  if choice == 0 and len(n.input) > 1: n.input[0], n.input[1] = n.input[1], n.input[0]
+  elif choice == 1 and len(n.input): del n.input[len(n.input) - 1]
+  elif choice == 2: n.input.append(str(rng.choice(names)))
+  elif len(n.input): n.input[rng.integers(len(n.input))] = str(rng.choice(names + ["nowhere"]))
+  return f"wire {n.name}"
+
+
+def _op(rng, m):
+  n = m.graph.node[rng.integers(len(m.graph.node))]
+  n.op_type = str(rng.choice(_OPS))
+  return f"op {n.name}->{n.op_type}"
+
+
+def _opset(rng, m):
+  m.opset_import[0].version = int(rng.choice([1, 6, 7, 9, 11, 12, 13, 18, 21, 22, 25, 99]))
+  return f"opset {m.opset_import[0].version}"
+
+
+def _drop(rng, m):
+  if len(m.graph.node) < 2: return _wire(rng, m)
+  k = int(rng.integers(len(m.graph.node)))
+  del m.graph.node[k]
+  return f"drop node {k}"
+
+
+def _bytes(rng, m):
+  return "bytes"   # applied to the serialized model in mutate()
+
+
+def _badname(rng, m):
+  n = m.graph.node[rng.integers(len(m.graph.node))]
+  n.name = "\u2603" + n.name    # its UTF-8 bytes are cut in half in mutate(): a name that is not UTF-8
+  return "badname"
+
+
+MUTATORS = [_attr, _dim, _dtype, _init, _wire, _op, _opset, _drop, _bytes, _badname]
+
+
+def mutate(m: onnx.ModelProto, rng: np.random.Generator) -> tuple[bytes, str]:
+  """One to three mutations of a copy of ``m``: the serialized mutant and what was done."""
+  c = onnx.ModelProto(); c.CopyFrom(m)
+  what, flip = [], False
+  for _ in range(int(rng.integers(1, 4))):
+    f = MUTATORS[rng.integers(len(MUTATORS))]
+    flip |= f is _bytes
+    what.append(f(rng, c))
+  data = bytearray(c.SerializeToString())
+  if "badname" in what:
+    snow = "\u2603".encode()
+    k = bytes(data).find(snow)
+    data[k:k + 3] = b"\xe2\x98("
+  if flip and data:
+    for _ in range(int(rng.integers(1, 6))): data[rng.integers(len(data))] = int(rng.integers(256))
+  return bytes(data), "; ".join(what)
+
+
+# ------------------------------------------------------------------------------------------- worker
+def feeds_for(model_bytes: bytes, seed: int = 0) -> dict[str, np.ndarray]:
+  """Random feeds for the model's inputs (indices in [0, 3), so they are in range for every seed model);
+  {} for a model that does not parse or whose input types have no numpy dtype (the model is refused anyway)."""
+  try:
+    m = onnx.load_from_string(model_bytes)
+  except Exception:   # noqa: BLE001 (protobuf's DecodeError)
+    return {}
+  rng = np.random.default_rng(seed)
+  inits = {t.name for t in m.graph.initializer}
+  out = {}
+  for i in m.graph.input:
+    if i.name in inits: continue
+    tt = i.type.tensor_type
+    shape = tuple(d.dim_value for d in tt.shape.dim)
+    try:
+      dt = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    except (KeyError, ValueError):
+      continue
+    if dt.kind == "f": out[i.name] = rng.standard_normal(shape).astype(dt)
+    elif dt.kind == "b": out[i.name] = rng.integers(0, 2, shape).astype(bool)
+    else: out[i.name] = rng.integers(0, 3, shape).astype(dt)
+  return out
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+  a, b = np.asarray(a), np.asarray(b)
+  if a.shape != b.shape: return False
+  if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+    tol = 1e-2 if np.float16 in (a.dtype, b.dtype) or "bfloat16" in (str(a.dtype), str(b.dtype)) else 1e-3
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return bool(np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True))
+  return bool(np.array_equal(a, b))
+
+
+def _do(req: dict) -> dict:
+  """One request in the worker: reference ("ort") or minicomp ("onnx", "load", "log")."""
+  op, path = req["op"], req["path"]
+  if op == "ort":
+    import onnxruntime as ort
+    data = Path(path).read_bytes()
+    try:
+      feeds = feeds_for(data)
+      so = ort.SessionOptions(); so.log_severity_level = 4
+      outs = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    except Exception as e:   # noqa: BLE001 (the reference rejecting the mutant is a result)
+      return {"ref": "rejects", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+    np.savez(req["ref"], *[np.asarray(o) for o in outs])
+    return {"ref": "ok"}
+  import minicomp
+  from minicomp.errors import MinicompError
+  try:
+    if op == "onnx":
+      data = Path(path).read_bytes()
+      feeds = feeds_for(data)
+      cm = minicomp.compile(data, target=TARGET, schedules="rules", progress=False)
+    elif op == "log":
+      data = Path(req["model"]).read_bytes()
+      feeds = feeds_for(data)
+      cm = minicomp.compile(data, target=TARGET, schedules="rules", progress=False, log_file=path)
+    else:
+      feeds = {k: v for k, v in np.load(req["feeds"]).items()}
+      cm = minicomp.load(path)
+    outs = cm.run(feeds, device="cpu")
+  except MinicompError as e:
+    return {"class": "clean", "why": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+  except Exception as e:   # noqa: BLE001 (anything else is what the fuzzer looks for)
+    return {"class": "error", "why": f"{type(e).__name__}: {str(e)[:300]}"}
+  if req.get("ref") is None: return {"class": "match", "why": "ran (no reference)"}
+  with np.load(req["ref"]) as z: ref = [z[f"arr_{k}"] for k in range(len(z.files))]
+  same = lambda ref: len(ref) == len(outs) and all(_close(a, b) for a, b in zip(outs, ref))  # noqa: E731
+  if same(ref): return {"class": "match", "why": ""}
+  if op == "onnx" and same(_onnx_reference(data, feeds)):   # onnxruntime's Relu(NaN) is 0, ONNX's is NaN
+    return {"class": "match", "why": "agrees with ONNX's reference evaluator, not onnxruntime (NaN/inf handling)"}
+  return {"class": "mismatch", "why": f"{len(outs)} outputs differ from the reference"}
+
+
+def _onnx_reference(data: bytes, feeds: dict) -> list:
+  from onnx.reference import ReferenceEvaluator
+  try:
+    return list(ReferenceEvaluator(onnx.load_from_string(data)).run(None, feeds))
+  except Exception:   # noqa: BLE001 (no second opinion)
+    return []
+
+
+def worker() -> None:
+  """Serve JSON-line requests on stdin, one JSON-line answer each on stdout."""
+  import logging
+  logging.disable(logging.WARNING)
+  out = sys.stdout
+  sys.stdout = sys.stderr     # anything minicomp prints must not corrupt the protocol
+  for line in sys.stdin:
+    out.write(json.dumps(_do(json.loads(line))) + "\n")
+    out.flush()
+
+
+class Pool:
+  """One worker process, restarted after a crash or a time-out."""
+
+  def __init__(self, timeout_s: float):
+    self.timeout_s, self.p = timeout_s, None
+
+  def ask(self, req: dict) -> dict:
+    import selectors
+    if self.p is None or self.p.poll() is not None:
+      self.p = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    self.p.stdin.write(json.dumps(req) + "\n"); self.p.stdin.flush()
+    sel = selectors.DefaultSelector(); sel.register(self.p.stdout, selectors.EVENT_READ)
+    if not sel.select(self.timeout_s):
+      self.close()
+      return {"class": "hang", "why": f"no answer in {self.timeout_s:.0f} s"}
+    line = self.p.stdout.readline()
+    if not line:
+      rc = self.p.wait()
+      self.p = None
+      return {"class": "crash", "why": f"worker died (exit status {rc})"}
+    return json.loads(line)
+
+  def close(self) -> None:
+    if self.p is not None:
+      self.p.kill(); self.p.wait(); self.p = None
+
+
+# -------------------------------------------------------------------------------------------- cases
+def onnx_cases(n: int, seed: int, work: Path):
+  """``n`` mutants of the seed models: (name, request, needs reference)."""
+  rng = np.random.default_rng(seed)
+  seeds = seed_models()
+  names = sorted(seeds)
+  for k in range(n):
+    base = names[k % len(names)]
+    data, what = mutate(seeds[base], rng)
+    path = work / f"m{k}.onnx"
+    path.write_bytes(data)
+    yield f"onnx {base}: {what}", {"op": "onnx", "path": str(path)}
+
+
+def _saved(work: Path, pool: Pool) -> tuple[Path, Path, Path]:
+  """A saved model of the conv seed, its feeds and its reference outputs (from onnxruntime)."""
+  import minicomp
+  m = seed_models()["conv_relu"]
+  src = work / "seed.onnx"; src.write_bytes(m.SerializeToString())
+  feeds = feeds_for(src.read_bytes())
+  np.savez(work / "feeds.npz", **feeds)
+  pool.ask({"op": "ort", "path": str(src), "ref": str(work / "saved_ref.npz")})
+  minicomp.compile(m, target=TARGET, schedules="rules", progress=False).save(work / "saved")
+  return work / "saved", work / "feeds.npz", work / "saved_ref.npz"
+
+
+def tamper_cases(n: int, seed: int, work: Path, pool: Pool):
+  """Each tamper of tests/tamper.py applied to a fresh copy of a saved model, cycling until ``n``."""
+  import shutil
+
+  import tamper
+  saved, feeds, ref = _saved(work, pool)
+  cases = list(tamper.CASES)
+  for k in range(n):
+    name, fn = cases[k % len(cases)]
+    d = work / f"t{k}"
+    shutil.copytree(saved, d, symlinks=True)
+    fn(d)
+    yield f"tamper {name}", {"op": "load", "path": str(d), "feeds": str(feeds), "ref": str(ref)}
+
+
+def log_cases(n: int, seed: int, work: Path):
+  """A real tuning log of the gemm seed (static model, 8 trials), corrupted ``n`` ways."""
+  import minicomp
+  rng = np.random.default_rng(seed)
+  m = seed_models()["gemm"]
+  src = work / "gemm.onnx"; src.write_bytes(m.SerializeToString())
+  good = work / "good.log"
+  if not good.exists():
+    minicomp.compile(m, target=TARGET, schedules="rules", progress=False, trials=8, log_file=str(good))
+  lines = good.read_text().splitlines()
+  for k in range(n):
+    ls = [json.loads(x) for x in lines]
+    r = ls[int(rng.integers(len(ls)))]
+    choice = int(rng.integers(9))
+    if choice == 0: r["cost_s"] = float(rng.choice([0.0, -1.0, 1e-30]))
+    elif choice == 1: r["steps"] = r["steps"][: int(rng.integers(len(r["steps"]) + 1))] + [{"step": "split"}]
+    elif choice == 2 and r["steps"]: r["steps"][int(rng.integers(len(r["steps"])))]["factors"] = [0]
+    elif choice == 3: r["workload_key"] = 7
+    elif choice == 4: r["v"] = 99
+    elif choice == 5: r["error"] = "ok"; r["cost_s"] = 1e-12
+    elif choice == 6: r["steps"] = "not a list"
+    elif choice == 7: r.pop("target", None)
+    text = "\n".join(json.dumps(x) for x in ls) + "\n"
+    if choice == 8: text += "}{garbage\n"
+    if rng.random() < 0.2: text = text[: int(rng.integers(len(text)))]
+    path = work / f"l{k}.log"
+    path.write_text(text)
+    yield f"log #{choice}", {"op": "log", "path": str(path), "model": str(src)}
+
+
+# --------------------------------------------------------------------------------------------- main
+def run(cases: int, seed: int, kinds: list[str], timeout_s: float = 300.0, verbose: bool = False) -> list[dict]:
+  """Run ``cases`` cases split over ``kinds``; one result dict per case."""
+  pool = Pool(timeout_s)
+  results = []
+  with tempfile.TemporaryDirectory(prefix="minicomp-fuzz-") as tmp:
+    work = Path(tmp)
+    share = {k: cases // len(kinds) + (i < cases % len(kinds)) for i, k in enumerate(kinds)}
+    gens = {"onnx": lambda n: onnx_cases(n, seed, work), "tamper": lambda n: tamper_cases(n, seed, work, pool),
+            "log": lambda n: log_cases(n, seed, work)}
+    try:
+      for kind in kinds:
+        for name, req in gens[kind](share[kind]):
+          t0 = time.perf_counter()
+          res = {"kind": kind, "case": name}
+          if kind == "onnx":
+            req["ref"] = str(work / "ref.npz")
+            ref = pool.ask({"op": "ort", "path": req["path"], "ref": req["ref"]})
+            if ref.get("class") in ("crash", "hang"): res.update({"class": "ref-crash", "why": ref["why"]}); results.append(res); continue
+            if ref["ref"] != "ok": req["ref"] = None
+            res["ref"], res["ref_why"] = ref["ref"], ref.get("why", "")
+          if kind == "log":
+            req["ref"] = str(work / "gemm_ref.npz")
+            if not Path(req["ref"]).exists(): pool.ask({"op": "ort", "path": req["model"], "ref": req["ref"]})
+          res.update(pool.ask(req))
+          if kind == "onnx" and res["class"] == "match" and res.get("ref") == "rejects":
+            res["why"] = f"minicomp ran a model onnxruntime rejects ({res['ref_why']})"
+          res["s"] = round(time.perf_counter() - t0, 2)
+          results.append(res)
+          if verbose or res["class"] in FAILURES: print(f"{res['class']:>9}  {name}  {res.get('why', '')}", flush=True)
+    finally:
+      pool.close()
+  return results
+
+
+def table(results: list[dict]) -> str:
+  kinds = sorted({r["kind"] for r in results})
+  cols = ["match", "clean", "clean*", "mismatch", "error", "crash", "hang", "ref-crash"]
+  rows = ["| kind | cases | " + " | ".join(cols) + " |", "| --- | ---: |" + " ---: |" * len(cols)]
+  for k in kinds + ["all"]:
+    rs = [r for r in results if k in ("all", r["kind"])]
+    c = Counter(r["class"] for r in rs)
+    c["clean*"] = sum(r["class"] == "clean" and r.get("ref") == "ok" for r in rs)
+    rows.append(f"| {k} | {len(rs)} | " + " | ".join(str(c[x]) for x in cols) + " |")
+  return "\n".join(rows)
+
+
+def main() -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--cases", type=int, default=1000)
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--kinds", default="onnx,tamper,log")
+  ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it counts as a hang")
+  ap.add_argument("--json", help="also write every case's result to this file")
+  ap.add_argument("-v", "--verbose", action="store_true")
+  ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+  a = ap.parse_args()
+  if a.worker:
+    worker()
+    return 0
+  t0 = time.time()
+  res = run(a.cases, a.seed, a.kinds.split(","), a.timeout, a.verbose)
+  print(f"\n`python benchmarks/fuzz.py --cases {a.cases} --seed {a.seed} --kinds {a.kinds}` "
+        f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')})\n")
+  print(table(res))
+  if a.json: Path(a.json).write_text(json.dumps(res, indent=1))
+  bad = [r for r in res if r["class"] in FAILURES]
+  for r in bad: print(f"  {r['class']}: {r['case']}: {r.get('why', '')}")
+  return 1 if bad else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

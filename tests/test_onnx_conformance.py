@@ -1,0 +1,134 @@
+"""ONNX's backend node test cases (benchmarks/onnx_conformance.py) through minicomp: every case whose ops
+minicomp has matches the reference outputs or is refused with a MinicompError whose reason is listed
+(``REASONS``); none gives a wrong answer or another exception. By default a deterministic sample runs
+(every 4th case by name, plus the cases behind fixes); the slow test runs them all. The table is in
+benchmarks/README.md. Also here: the importer's opset handling (conversion of old opsets, newer op
+versions) that the cases exercise."""
+import functools
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import minicomp as mc
+from onnx_harness import make_model, run_ort
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+import onnx_conformance as oc  # noqa: E402
+
+# cases behind fixes, always run: opset 7 / 1 / 11 (converted), 22 / 25 / 27 / 28, SpaceToDepth CRD,
+# ConvTranspose output_shape past the full output, LRN, CastLike of a constant, shape operands bound
+ALWAYS = ["test_and_bcast4v4d", "test_not_2d", "test_gather_elements_negative_indices", "test_relu", "test_elu",
+          "test_maxpool_2d_pads", "test_cast_FLOAT_to_DOUBLE", "test_shape_start_1", "test_range_int32_type_negative_delta",
+          "test_spacetodepth_crd_mode_example", "test_depthtospace_crd_mode_example", "test_convtranspose_output_shape",
+          "test_lrn", "test_lrn_default", "test_causal_conv_with_state_kernel_size_one_expanded",
+          "test_castlike_FLOAT_to_DOUBLE_expanded", "test_reduce_sum_keepdims_example", "test_resize_upsample_sizes_nearest",
+          "test_slice_neg_steps", "test_cumsum_2d_negative_axis", "test_center_crop_pad_crop_expanded",
+          "test_resize_downsample_scales_linear_align_corners", "test_identity_sequence", "test_add_uint8"]
+
+
+@functools.lru_cache(maxsize=1)
+def _runnable():
+  """The cases whose ops are all in the registry (collecting them takes a few seconds)."""
+  return [c for c in oc.cases() if not oc.missing_ops(c.model)]
+
+
+def _check(cases):
+  results = [oc.run_case(c) for c in cases]
+  bad = [r for r in results if r.outcome in ("wrong", "error")]
+  assert not bad, "\n".join(f"{r.case}: {r.outcome} {r.reason} {r.detail}" for r in bad)
+  assert all(r.reason in dict(oc.REASONS) for r in results if r.outcome == "refused")
+  return {r.case: r for r in results}
+
+
+def test_sample_of_onnx_node_cases_passes_or_is_refused_for_a_listed_reason():
+  cases = _runnable()
+  sample = [c for k, c in enumerate(cases) if k % 4 == 0 or c.name in ALWAYS]
+  res = _check(sample)
+  assert set(ALWAYS) <= set(res), set(ALWAYS) - set(res)
+  n_pass = sum(r.outcome == "pass" for r in res.values())
+  assert n_pass >= 0.65 * len(sample), f"{n_pass} of {len(sample)} pass"
+  fixed = [n for n in ALWAYS if n not in ("test_identity_sequence", "test_add_uint8")]
+  assert all(res[n].outcome == "pass" for n in fixed), {n: res[n].detail for n in fixed if res[n].outcome != "pass"}
+  assert res["test_identity_sequence"].reason == "sequence / optional type"
+  assert res["test_add_uint8"].reason == "element type"
+
+
+@pytest.mark.slow
+def test_every_onnx_node_case_passes_or_is_refused_for_a_listed_reason():
+  res = _check(_runnable())
+  assert sum(r.outcome == "pass" for r in res.values()) >= 770
+
+
+def test_refusal_reasons_are_recognised():
+  assert oc.reason_of(mc.ModelError("input 'x': element type UINT8 is not supported")) == "element type"
+  assert oc.reason_of(mc.ModelError("Trilu node 'n': k must be a constant initializer")) == "runtime shape operand"
+  assert oc.reason_of(mc.ModelError("something else entirely")) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the importer's opsets
+
+def _softmax_3d(opset: int) -> onnx.ModelProto:
+  """Softmax(axis=1) of a 3-D input: before opset 13 it normalises over dims 1.. together (a 2-D
+  coercion), from 13 over dim 1 alone, so running an old model with the new meaning is wrong."""
+  x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+  m = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], {"x": x}, ["y"], opset=opset)
+  return m, {"x": x}
+
+
+def test_old_opset_is_converted_keeping_its_meaning():
+  m, feeds = _softmax_3d(11)
+  want = run_ort(m, feeds)[0]
+  got = mc.compile(m, target="sm_80", schedules="rules").run(feeds, device="cpu")[0]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got.sum(axis=(1, 2)), 1.0, rtol=1e-5)   # the opset-11 meaning, not opset 13's
+
+
+def test_converter_failure_is_a_model_error():
+  n = helper.make_node("Pad", ["x"], ["y"], paddings=[1, 1, 1, 1])    # the converter has no adapter for Pad-1
+  g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 1)])
+  with pytest.raises(mc.ModelError, match="opset 1 model could not be converted to opset 13"):
+    mc.compile(m, target="sm_80")
+
+
+def test_opset_newer_than_onnx_is_refused():
+  m, _ = _softmax_3d(17)
+  m.opset_import[0].version = onnx.defs.onnx_opset_version() + 1
+  with pytest.raises(mc.ModelError, match="newer than the installed onnx"):
+    mc.compile(m, target="sm_80")
+
+
+def test_op_version_past_the_checked_opsets_must_be_listed(monkeypatch):
+  from minicomp.graph import registry
+  x = np.random.default_rng(1).standard_normal((1, 2, 5, 5)).astype(np.float32)
+  m = make_model([helper.make_node("Elu", ["x"], ["y"])], {"x": x}, ["y"], opset=22)
+  np.testing.assert_allclose(mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0],
+                             run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+  monkeypatch.setitem(registry.NEWER_VERSIONS, "Elu", ())    # as if Elu-22 had changed its meaning
+  with pytest.raises(mc.UnsupportedOpError, match="Elu .*version 22 .*newer than its lowering covers"):
+    mc.compile(m, target="sm_80")
+
+
+def test_every_newer_op_version_is_registered_or_listed():
+  """Each registered op's versions in opsets past CHECKED_OPSET are covered: a newer onnx adds a failure here
+  (and a refusal at import), never a silent use of the old lowering."""
+  from minicomp.graph import registry
+  for op_type in registry.supported_ops():
+    for opset in range(registry.CHECKED_OPSET + 1, onnx.defs.onnx_opset_version() + 1):
+      assert registry.lookup(op_type, opset) is not None or registry.lookup(op_type, registry.CHECKED_OPSET) is None, \
+        (op_type, opset)
+
+
+def test_castlike_of_a_constant_folds_at_import():
+  x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+  nodes = [helper.make_node("CastLike", ["c", "x"], ["cx"]), helper.make_node("Add", ["x", "cx"], ["y"])]
+  m = make_model(nodes, {"x": x}, ["y"], {"c": np.arange(3, dtype=np.int64)})
+  cm = mc.compile(m, target="sm_80", schedules="rules")
+  np.testing.assert_allclose(cm.run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0], rtol=1e-6)
+  assert not any("CastLike" in c.ops for c in cm.calls)
