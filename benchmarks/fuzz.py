@@ -1,8 +1,8 @@
 """Fuzzing minicomp as a careful user and as an attacker would: mutated ONNX models, tampered saved
 models and corrupted tuning logs, each case classified.
 
-    python benchmarks/fuzz.py --cases 1000 --seed 0          # the long run: its table is in benchmarks/README.md
-    python benchmarks/fuzz.py --cases 30 --kinds onnx,log    # a quick look
+    python benchmarks/fuzz.py --cases 1300 --kinds onnx:1000,tamper:65,log   # the long run (benchmarks/README.md)
+    python benchmarks/fuzz.py --cases 30 --kinds onnx,log                     # a quick look
 
 Every case runs in a worker process (so a crash is seen, not suffered) with a time limit, on the CPU
 simulator. A case is one of:
@@ -35,6 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
 FAILURES = ("mismatch", "error", "crash", "hang")
 TARGET = "sm_86"
 
@@ -83,6 +84,15 @@ def seed_models() -> dict[str, onnx.ModelProto]:
   }
 
 
+def node_seeds(n: int) -> dict[str, onnx.ModelProto]:
+  """Up to ``n`` of ONNX's backend node test models whose ops minicomp lowers, spread evenly over the
+  op families (shape operands bound to constants, as benchmarks/onnx_conformance.py does)."""
+  import onnx_conformance as oc
+  usable = [c for c in oc.cases() if not oc.missing_ops(c.model)]
+  step = max(1, len(usable) // max(n, 1))
+  return {f"node:{c.name}": oc.freeze_shape_operands(c)[0] for c in usable[::step][:n]}
+
+
 # ------------------------------------------------------------------------------------------ mutants
 _INTS = [-2, -1, 0, 1, 2, 3, 7, 64, 2 ** 31, 2 ** 40]
 _TYPES = [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL,
@@ -128,7 +138,10 @@ def _init(rng, m):
   elif choice == 1 and len(t.dims): t.dims[rng.integers(len(t.dims))] += int(rng.integers(1, 3))
   elif choice == 2: t.data_type = int(rng.choice(_TYPES[:7]))
   else:
-    arr = numpy_helper.to_array(t).copy()
+    try:
+      arr = numpy_helper.to_array(t).copy()
+    except ValueError:     # an earlier mutation broke it already
+      return f"initializer {t.name}"
     if arr.dtype.kind == "i": arr.flat[0] = int(rng.choice([-100, 2 ** 32 + 5, 10 ** 12]))
     else: arr.flat[0] = rng.choice([np.inf, np.nan, -1e38])
     t.CopyFrom(numpy_helper.from_array(arr, t.name))
@@ -175,16 +188,22 @@ def _badname(rng, m):
 
 
 MUTATORS = [_attr, _dim, _dtype, _init, _wire, _op, _opset, _drop, _bytes, _badname]
+# semantic edits (attributes, dims, types, initializer values, opsets) most often: their mutants
+# get past the checker, so they test the importer and the kernels, not only the parsers
+WEIGHTS = np.array([4, 2, 2, 4, 1, 1, 2, 1, 0.5, 0.5]) / 18
 
 
 def mutate(m: onnx.ModelProto, rng: np.random.Generator) -> tuple[bytes, str]:
   """One to three mutations of a copy of ``m``: the serialized mutant and what was done."""
   c = onnx.ModelProto(); c.CopyFrom(m)
   what, flip = [], False
-  for _ in range(int(rng.integers(1, 4))):
-    f = MUTATORS[rng.integers(len(MUTATORS))]
+  for _ in range(int(rng.choice([1, 2, 3], p=[0.6, 0.3, 0.1]))):
+    f = MUTATORS[rng.choice(len(MUTATORS), p=WEIGHTS)]
     flip |= f is _bytes
-    what.append(f(rng, c))
+    try:
+      what.append(f(rng, c))
+    except (ValueError, IndexError, TypeError):   # the mutator does not apply to this model (an empty tensor, ...)
+      what.append(f"{f.__name__[1:]} n/a")
   data = bytearray(c.SerializeToString())
   if "badname" in what:
     snow = "\u2603".encode()
@@ -320,10 +339,10 @@ class Pool:
 
 
 # -------------------------------------------------------------------------------------------- cases
-def onnx_cases(n: int, seed: int, work: Path):
-  """``n`` mutants of the seed models: (name, request, needs reference)."""
+def onnx_cases(n: int, seed: int, work: Path, node_models: int = 0):
+  """``n`` mutants of the seed models (and of ``node_models`` of ONNX's node test models): (name, request)."""
   rng = np.random.default_rng(seed)
-  seeds = seed_models()
+  seeds = seed_models() | node_seeds(node_models)
   names = sorted(seeds)
   for k in range(n):
     base = names[k % len(names)]
@@ -391,17 +410,28 @@ def log_cases(n: int, seed: int, work: Path):
 
 
 # --------------------------------------------------------------------------------------------- main
-def run(cases: int, seed: int, kinds: list[str], timeout_s: float = 300.0, verbose: bool = False) -> list[dict]:
-  """Run ``cases`` cases split over ``kinds``; one result dict per case."""
+def split(cases: int, kinds: list[str]) -> dict[str, int]:
+  """``["onnx:800", "tamper", "log"]`` -> cases per kind: a kind without ``:N`` shares what is left of ``cases``."""
+  fixed = {k.partition(":")[0]: int(k.partition(":")[2]) for k in kinds if ":" in k}
+  rest = [k for k in kinds if ":" not in k]
+  left = max(0, cases - sum(fixed.values()))
+  fixed.update({k: left // len(rest) + (i < left % len(rest)) for i, k in enumerate(rest)})
+  return fixed
+
+
+def run(cases: int, seed: int, kinds: list[str], timeout_s: float = 300.0, verbose: bool = False,
+        node_models: int = 0, keep: str | None = None) -> list[dict]:
+  """Run ``cases`` cases split over ``kinds`` (see :func:`split`); one result dict per case. ONNX
+  mutants start from the seed models plus ``node_models`` of ONNX's node test models."""
   pool = Pool(timeout_s)
   results = []
   with tempfile.TemporaryDirectory(prefix="minicomp-fuzz-") as tmp:
     work = Path(tmp)
-    share = {k: cases // len(kinds) + (i < cases % len(kinds)) for i, k in enumerate(kinds)}
-    gens = {"onnx": lambda n: onnx_cases(n, seed, work), "tamper": lambda n: tamper_cases(n, seed, work, pool),
+    share = split(cases, kinds)
+    gens = {"onnx": lambda n: onnx_cases(n, seed, work, node_models), "tamper": lambda n: tamper_cases(n, seed, work, pool),
             "log": lambda n: log_cases(n, seed, work)}
     try:
-      for kind in kinds:
+      for kind in share:
         for name, req in gens[kind](share[kind]):
           t0 = time.perf_counter()
           res = {"kind": kind, "case": name}
@@ -420,6 +450,13 @@ def run(cases: int, seed: int, kinds: list[str], timeout_s: float = 300.0, verbo
           res["s"] = round(time.perf_counter() - t0, 2)
           results.append(res)
           if verbose or res["class"] in FAILURES: print(f"{res['class']:>9}  {name}  {res.get('why', '')}", flush=True)
+          if keep and res["class"] in FAILURES:      # the failing input, to replay by hand
+            import shutil
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            src = Path(req["path"])
+            dst = Path(keep) / f"{len(results) - 1}-{src.name}"
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+            res["kept"] = str(dst)
     finally:
       pool.close()
   return results
@@ -443,7 +480,10 @@ def main() -> int:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--kinds", default="onnx,tamper,log")
   ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it counts as a hang")
+  ap.add_argument("--node-models", type=int, default=200,
+                  help="ONNX backend node test models added to the seeds of the ONNX mutants (default 200)")
   ap.add_argument("--json", help="also write every case's result to this file")
+  ap.add_argument("--keep", help="copy the input of every failing case into this folder")
   ap.add_argument("-v", "--verbose", action="store_true")
   ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   a = ap.parse_args()
@@ -451,8 +491,8 @@ def main() -> int:
     worker()
     return 0
   t0 = time.time()
-  res = run(a.cases, a.seed, a.kinds.split(","), a.timeout, a.verbose)
-  print(f"\n`python benchmarks/fuzz.py --cases {a.cases} --seed {a.seed} --kinds {a.kinds}` "
+  res = run(a.cases, a.seed, a.kinds.split(","), a.timeout, a.verbose, a.node_models, a.keep)
+  print(f"\n`python benchmarks/fuzz.py --cases {a.cases} --seed {a.seed} --kinds {a.kinds} --node-models {a.node_models}` "
         f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')})\n")
   print(table(res))
   if a.json: Path(a.json).write_text(json.dumps(res, indent=1))

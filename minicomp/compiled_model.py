@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from minicomp.codegen.kernel import NP_DTYPE, Kernel, random_input
+from minicomp.codegen.kernel import NP_DTYPE, Kernel, host_zeros, random_input
 from minicomp.errors import FeedError, RuntimeLaunchError
 from minicomp.target import Target, as_target
 
@@ -195,7 +195,7 @@ class CompiledModel:
     if backend is not None: return self._outputs(self.session(backend).run(env, cuda_graph))
     if cuda_graph: raise RuntimeLaunchError("cuda_graph=True needs a GPU; this run is on the CPU simulator")
     env.update(self.consts)
-    pool = [np.empty(n, np.uint8) for n in self._slot_bytes]
+    pool = [host_zeros((n,), "uint8", f"intermediate buffer {k}") for k, n in enumerate(self._slot_bytes)]
 
     def view_of(v: str) -> np.ndarray:
       shape, dt = self._spec[v]

@@ -207,10 +207,9 @@ def test_resize(case):
   check_node("Resize", {"x": f32(*xs)}, attrs, inits, opset=opset, input_order=order)
 
 
-def test_resize_cubic_is_unsupported():
-  with pytest.raises(UnsupportedOpError, match="cubic"):
-    compile_node("Resize", {"x": f32(1, 1, 3, 3)}, {"mode": "cubic"}, {"scales": f32a(1, 1, 2, 2)},
-                 input_order=["x", "", "scales"])
+def test_resize_cubic():
+  check_node("Resize", {"x": f32(1, 2, 3, 5)}, {"mode": "cubic"}, {"scales": f32a(1, 1, 2, 1.6)},
+             input_order=["x", "", "scales"])
 
 
 def test_resize_runtime_scales_is_unsupported():

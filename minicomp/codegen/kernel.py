@@ -9,6 +9,7 @@ again on first use). ``Kernel.__call__`` runs on a GPU when one is usable
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -33,6 +34,16 @@ def random_input(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> 
   """A test input: N(0, 1) for float dtypes, zeros for integers and bools (always valid indices)."""
   dt = np.dtype(NP_DTYPE[dtype])
   return rng.standard_normal(tuple(shape)).astype(dt) if dt.kind == "f" else np.zeros(tuple(shape), dt)
+
+
+def host_zeros(shape: Sequence[int], dtype: str, what: str) -> np.ndarray:
+  """A zeroed host array; not enough memory is a RuntimeLaunchError naming ``what`` and the size."""
+  dt = np.dtype(NP_DTYPE.get(dtype, dtype))
+  try:
+    return np.zeros(tuple(shape), dt)
+  except MemoryError:
+    gib = math.prod(shape) * dt.itemsize / 2**30
+    raise RuntimeLaunchError(f"{what}: not enough host memory for {list(shape)} {dtype} ({gib:.1f} GiB)") from None
 
 
 @dataclass(frozen=True)
@@ -158,13 +169,13 @@ class Kernel:
       o = out[k] if out is not None and k < len(out) else None
       if o is not None and (o.shape != b.shape or o.dtype != np.dtype(NP_DTYPE[b.dtype]) or not o.flags.c_contiguous):
         raise RuntimeLaunchError(f"out[{k}] for {b.name}: expected a C-contiguous {b.dtype} array of shape {b.shape}")
-      bufs[b.name] = o if o is not None else np.zeros(b.shape, NP_DTYPE[b.dtype])
+      bufs[b.name] = o if o is not None else host_zeros(b.shape, b.dtype, f"output {b.name}")
     if backend is not None:
       from minicomp.codegen.gpu_runtime import run_plan
       with self._lock: mod = self.gpu_module(backend)
       run_plan(mod, p, ins, [bufs[b.name] for b in p.outputs])
       return [bufs[b.name] for b in p.outputs]
-    for b in p.temps: bufs[b.name] = np.zeros(b.shape, NP_DTYPE[b.dtype])
+    for b in p.temps: bufs[b.name] = host_zeros(b.shape, b.dtype, f"temporary {b.name}")
     with self._lock:
       sim = self.simulator()
       for l in p.launches: sim.launch(l.kernel, l.grid, l.block, [bufs[n] for n in l.params])

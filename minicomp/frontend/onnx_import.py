@@ -1,6 +1,7 @@
 """ONNX import: a ModelProto (or a path) -> :class:`~minicomp.frontend.graph.Graph`.
 
-Steps: read; substitute user ``input_shapes``; ``onnx.checker``; refuse dynamic input dims;
+Steps: read; substitute user ``input_shapes``; ``onnx.checker``; convert a model below opset 13 to 13
+(ONNX's version converter); refuse dynamic input dims;
 ``onnx.shape_inference``; collect initializers as constants; fold every node whose inputs are
 all constant (plus ``Shape`` / ``Size`` of statically shaped values) with ONNX's reference
 evaluator, which removes the Shape/Gather/Concat/Reshape chains exporters emit; re-run shape
@@ -80,9 +81,14 @@ def _attrs(node: onnx.NodeProto) -> dict:
       raise UnsupportedOpError(f"{node.op_type} node {node.name!r}: subgraph attributes (control flow) are not supported",
                                [(node.op_type, node.name)])
     v = helper.get_attribute_value(a)
-    if isinstance(v, bytes): v = v.decode()
-    elif isinstance(v, onnx.TensorProto): v = numpy_helper.to_array(v)
-    elif isinstance(v, list) and v and isinstance(v[0], bytes): v = [x.decode() for x in v]
+    try:
+      if isinstance(v, bytes): v = v.decode()
+      elif isinstance(v, onnx.TensorProto): v = numpy_helper.to_array(v)
+      elif isinstance(v, list) and v and isinstance(v[0], bytes): v = [x.decode() for x in v]
+    except UnicodeDecodeError:
+      raise ModelError(f"{node.op_type} node {node.name!r}: attribute {a.name!r} is not valid UTF-8") from None
+    except ValueError as e:
+      raise ModelError(f"{node.op_type} node {node.name!r}: tensor attribute {a.name!r} is corrupted ({e})") from None
     out[a.name] = v
   return out
 
@@ -119,6 +125,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
   except UnicodeDecodeError as e:
     raise ModelError(f"the ONNX checker rejected the model: a name or string in it is not valid UTF-8 ({e})") from None
   _check_names(m)
+  _check_int_attrs(m)
   _refuse_non_tensors(m)
   m, opset = _upgrade(m, opset)
   inits = {t.name for t in m.graph.initializer}
@@ -202,6 +209,23 @@ def _check_names(m: onnx.ModelProto) -> None:
   named += [("initializer", t.name) for t in g.initializer] + [("value_info", v.name) for v in g.value_info]
   for where, name in named:
     if not isinstance(name, str): raise ModelError(f"{where}: name {name!r} is not valid UTF-8")
+
+
+_INT32 = (-2**31, 2**31 - 1)
+_WIDE_INTS = {("Slice", "starts"), ("Slice", "ends")}   # opset < 10: INT64_MAX means "to the end"
+
+
+def _check_int_attrs(m: onnx.ModelProto) -> None:
+  """Integer attributes outside int32 (an axis of 2**31) are a ModelError before ONNX's C++ shape
+  inference sees them: onnx 1.23 segfaults on LayerNormalization(axis=2**31). No standard op has a
+  meaningful integer attribute that large, except the sentinels of old Slice."""
+  lo, hi = _INT32
+  for k, n in enumerate(m.graph.node):
+    for a in n.attribute:
+      vals = [a.i] if a.type == onnx.AttributeProto.INT else list(a.ints) if a.type == onnx.AttributeProto.INTS else []
+      if (n.op_type, a.name) not in _WIDE_INTS and any(not lo <= v <= hi for v in vals):
+        raise ModelError(f"{n.op_type} node {n.name or f'#{k}'!r}: attribute {a.name}={vals[0] if len(vals) == 1 else vals} "
+                         "is out of range (integer attributes must fit in 32 bits)")
 
 
 _TYPE_ERRORS = ("unsupported type", "elem type differs", "type mismatch")
@@ -295,8 +319,8 @@ def _fold(node: Node, values: dict[str, Value], opset: int) -> bool:
   if node.domain not in ("", "ai.onnx") or node.op_type in _NO_FOLD: return False
   if node.op_type == "Constant":
     outs = _evaluate(node, values, opset)
-  elif _type_only_cast(node, values) is not None:
-    outs = _evaluate(_type_only_cast(node, values), values, opset)
+  elif (cast := _type_only_cast(node, values)) is not None:
+    outs = _evaluate(cast, values, opset)
   elif node.op_type in ("Shape", "Size") and node.inputs[0] in values and values[node.inputs[0]].shape is not None \
       and all(isinstance(d, int) for d in values[node.inputs[0]].shape):
     shape = np.array(values[node.inputs[0]].shape, np.int64)

@@ -155,6 +155,14 @@ class OpCtx:
       raise ModelError(f"{self.node.op_type} node {self.node.name!r}: required attribute {name!r} is missing")
     return default
 
+  def flag(self, name: str, default: int) -> bool:
+    """A 0/1 attribute (keepdims, transB, ceil_mode, ...); any other value is a ModelError (runtimes
+    disagree on what keepdims=2 means, so it is refused rather than guessed)."""
+    v = self.attr(name, default)
+    if isinstance(v, (bool, np.bool_)) or v not in (0, 1):
+      raise ModelError(f"{self.node.op_type} node {self.node.name!r}: attribute {name}={v!r} must be 0 or 1")
+    return bool(v)
+
   def error(self, msg: str) -> UnsupportedOpError:
     """An error naming this node, for a form of the op minicomp does not support."""
     return UnsupportedOpError(f"{self.node.op_type} node {self.node.name!r}: {msg}", [(self.node.op_type, self.node.name)])

@@ -1,4 +1,4 @@
-"""Linear algebra: Gemm, MatMul (numpy semantics), two-operand Einsum, Trilu.
+"""Linear algebra: Gemm, MatMul (numpy semantics), one- and two-operand Einsum, Trilu.
 
 MatMul / Gemm / Einsum are one reduction stage ``sum(A[..k..] * B[..k..], axis=k)`` (the
 data-reuse anchor of a kernel) plus, for Gemm, an elementwise epilogue for alpha / beta * C
@@ -58,7 +58,7 @@ def gemm(ctx, a, b, c=None):
   """Y = alpha * A' @ B' + beta * C with A' = A^T if transA, B' = B^T if transB; C (optional)
   broadcasts unidirectionally to (M, N); beta == 0 drops C."""
   alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
-  ta, tb = int(ctx.attr("transA", 0)), int(ctx.attr("transB", 0))
+  ta, tb = int(ctx.flag("transA", 0)), int(ctx.flag("transB", 0))
   A, B = ctx.tensor(a), ctx.tensor(b)
   _same_dtype(ctx, A, B)
   if A.ndim != 2 or B.ndim != 2: raise ShapeError(f"{_where(ctx)}: A and B must be 2-D, got {A.shape}, {B.shape}")
@@ -81,40 +81,46 @@ def gemm(ctx, a, b, c=None):
 
 def _parse_einsum(ctx, eq: str, n_inputs: int):
   eq = eq.replace(" ", "")
-  if "->" not in eq: raise ctx.error(f"equation {eq!r}: only explicit '->' outputs are supported")
-  lhs, out = eq.split("->")
+  lhs, out = eq.split("->") if "->" in eq else (eq, None)
   terms = lhs.split(",")
-  if len(terms) != 2 or n_inputs != 2: raise ctx.error(f"equation {eq!r}: only two-operand contractions are supported")
+  if out is None:   # implicit output: the indices that appear once, in alphabetical order (as numpy)
+    out = "".join(sorted(c for c in set(lhs) if c.isalpha() and lhs.count(c) == 1))
+  if len(terms) not in (1, 2) or n_inputs != len(terms):
+    raise ctx.error(f"equation {eq!r}: only one- and two-operand forms are supported")
   for t in terms + [out]:
     if not t.isalpha() and t != "":
       raise ctx.error(f"equation {eq!r}: only letters are supported (no ellipsis '...')")
     if len(set(t)) != len(t):
       raise ctx.error(f"equation {eq!r}: repeated index in one term ({t!r}: diagonals / traces) is not supported")
-  if set(out) - set(terms[0] + terms[1]):
+  if set(out) - set("".join(terms)):
     raise ShapeError(f"{_where(ctx)}: equation {eq!r}: output index not in any operand")
   return terms, out
 
 
 @op("Einsum", kind="data_reuse", since=12)
-def einsum(ctx, a, b=None, *more):
-  """Two-operand Einsum with an explicit output ("bhid,bhjd->bhij"); indices absent from the
-  output are summed. Ellipsis, repeated indices within a term, implicit output -> error."""
-  terms, out = _parse_einsum(ctx, str(ctx.attr("equation")), 1 + (b is not None) + len(more))
-  A, B = ctx.tensor(a), ctx.tensor(b)
-  _same_dtype(ctx, A, B)
+def einsum(ctx, *xs):
+  """One- or two-operand Einsum ("bhid,bhjd->bhij", "ij->ji", "ij->i", "i,i"); indices absent from the
+  output are summed; without "->" the output is the indices that appear once, sorted. Ellipsis and
+  repeated indices within a term (diagonals, traces) -> error."""
+  terms, out = _parse_einsum(ctx, str(ctx.attr("equation")), len(xs))
+  ops = [ctx.tensor(x) for x in xs]
+  if len(ops) == 2: _same_dtype(ctx, *ops)
   sizes: dict[str, int] = {}
-  for t, x in zip(terms, (A, B)):
+  for t, x in zip(terms, ops):
     if len(t) != x.ndim:
       raise ShapeError(f"{_where(ctx)}: term {t!r} has {len(t)} indices, operand has shape {x.shape}")
     for c, d in zip(t, x.shape):
       if sizes.setdefault(c, d) != d:
         raise ShapeError(f"{_where(ctx)}: index {c!r} has sizes {sizes[c]} and {d}")
-  red = [c for c in dict.fromkeys(terms[0] + terms[1]) if c not in out]
+  red = [c for c in dict.fromkeys("".join(terms)) if c not in out]
   raxes = {c: ctx.reduce_axis(sizes[c], f"r_{c}") for c in red}
 
   def body(*i):
     env = dict(zip(out, i)) | raxes
-    prod = A[tuple(env[c] for c in terms[0])] * B[tuple(env[c] for c in terms[1])]
+    prod = None
+    for t, x in zip(terms, ops):
+      v = x[tuple(env[c] for c in t)]
+      prod = v if prod is None else prod * v
     return te.sum(prod, axis=[raxes[c] for c in red]) if red else prod
   return [ctx.compute(tuple(sizes[c] for c in out), body)]
 
@@ -125,7 +131,7 @@ def trilu(ctx, x, k=None):
   ``k`` (0-d int64 input) must be a constant."""
   if isinstance(k, te.Tensor): raise ctx.error("k must be a constant initializer")
   kk = int(np.asarray(k).reshape(-1)[0]) if k is not None else 0
-  upper = int(ctx.attr("upper", 1))
+  upper = int(ctx.flag("upper", 1))
   X = ctx.tensor(x)
   if X.ndim < 2: raise ShapeError(f"{_where(ctx)}: input must have rank >= 2, got {X.shape}")
   zero = const(0, X.dtype)

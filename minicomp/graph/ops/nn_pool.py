@@ -1,6 +1,7 @@
 """Pooling, Pad and Resize on channels-first tensors (N, C, D1, ..., Dk)."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -25,7 +26,8 @@ def _pool_setup(ctx, x):
   ks = ctx.attr("kernel_shape")
   ks = [int(k) for k in ks]
   if len(ks) != len(sp): raise ModelError(f"{_where(ctx)}: kernel_shape {ks} does not match input rank {X.ndim}")
-  ceil_mode = bool(int(ctx.attr("ceil_mode", 0)))
+  if any(k < 1 for k in ks): raise ModelError(f"{_where(ctx)}: kernel_shape {ks} must be positive")
+  ceil_mode = ctx.flag("ceil_mode", 0)
   out, pb, pe, st, dl = window(ctx, sp, ks, ceil_mode)
   ext = [max(n + b + e, (o - 1) * s + (k - 1) * d + 1) for n, b, e, o, s, k, d in zip(sp, pb, pe, out, st, ks, dl)]
   return X, sp, ks, out, pb, pe, st, dl, ext
@@ -63,7 +65,7 @@ def average_pool(ctx, x):
   ``count_include_pad=0`` divides by the taps inside the input, ``=1`` by the taps inside the padded
   input (a window reaching past the end pad under ``ceil_mode`` does not count the overhang)."""
   X, sp, ks, out, pb, pe, st, dl, ext = _pool_setup(ctx, x)
-  include = bool(int(ctx.attr("count_include_pad", 0)))
+  include = ctx.flag("count_include_pad", 0)
   P = pad_stage(ctx, X, pb, ext, 0.0)
   rk = [ctx.reduce_axis(k, f"rk{d}") if k > 1 else None for d, k in enumerate(ks)]
   axes = [a for a in rk if a is not None]
@@ -184,11 +186,12 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
   """Resize with mode nearest (nearest_mode round_prefer_floor / round_prefer_ceil / floor / ceil) or linear
   (separable: bilinear on NCHW, up to 3 resized dims); coordinate_transformation_mode half_pixel,
   half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, tf_half_pixel_for_nn; scales or
-  sizes (constants); opset 18 axes and keep_aspect_ratio_policy. Source coordinates are clamped into
-  the input. cubic, tf_crop_and_resize and antialias are not supported."""
+  sizes (constants); opset 18 axes and keep_aspect_ratio_policy; cubic (up to 2 resized dims,
+  cubic_coeff_a, exclude_outside). Linear source coordinates are clamped into the input, cubic taps at
+  the edges repeat the edge. tf_crop_and_resize and antialias are not supported."""
   mode, ctm = ctx.attr("mode", "nearest"), ctx.attr("coordinate_transformation_mode", "half_pixel")
   nmode = ctx.attr("nearest_mode", "round_prefer_floor")
-  if mode not in ("nearest", "linear"): raise ctx.error(f"mode {mode!r} is not supported (nearest, linear)")
+  if mode not in ("nearest", "linear", "cubic"): raise ctx.error(f"mode {mode!r} is not supported (nearest, linear, cubic)")
   if ctm not in _CTM: raise ctx.error(f"coordinate_transformation_mode {ctm!r} is not supported")
   if nmode not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
     raise ctx.error(f"nearest_mode {nmode!r} is not an ONNX value")
@@ -215,19 +218,24 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
     else: raise ctx.error(f"keep_aspect_ratio_policy {policy!r}")
   else:
     for a, s in zip(ax, sc):
-      if s <= 0: raise ModelError(f"{_where(ctx)}: scales must be positive, got {sc.tolist()}")
+      if not np.isfinite(s) or s <= 0: raise ModelError(f"{_where(ctx)}: scales must be positive and finite, got {sc.tolist()}")
       out[a], scale[a] = int(np.floor(np.float32(X.shape[a]) * s)), np.float32(s)
   if any(o <= 0 for o in out): raise ShapeError(f"{_where(ctx)}: empty output shape {out}")
   moved = [d for d in range(r) if not (scale[d] == 1 and out[d] == X.shape[d])]
   if mode == "linear" and len(moved) > 3: raise ctx.error(f"linear resize of {len(moved)} dims (at most 3)")
+  if mode == "cubic" and len(moved) > 2: raise ctx.error(f"cubic resize of {len(moved)} dims (at most 2)")
+  A, exclude = float(ctx.attr("cubic_coeff_a", -0.75)), ctx.flag("exclude_outside", 0)
 
   def src(d: int, i):
+    """The taps of dim d for output index i: [(input index, weight)] (nearest: the index alone)."""
     n = X.shape[d]
     c = _coord(ctm, i, scale[d], n, out[d])
     if mode == "nearest": return max_(min_(_nearest(nmode, c), n - 1), 0)
+    if mode == "cubic": return _cubic_taps(c, n, A, exclude, X.dtype)
     c = max_(min_(c, const(float(n - 1))), const(0.0))
     lo = cast(call("floor", c), "int32")
-    return lo, min_(lo + 1, n - 1), cast(c - call("floor", c), X.dtype)
+    fr = cast(c - call("floor", c), X.dtype)
+    return [(lo, as_expr(1.0, X.dtype) - fr), (min_(lo + 1, n - 1), fr)]
 
   def body(*i):
     idx = list(i)
@@ -236,14 +244,30 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
       return X[tuple(idx)]
     taps = [src(d, i[d]) for d in moved]
     total = None
-    for corner in range(1 << len(moved)):
+    for pick in itertools.product(*[range(len(t)) for t in taps]):
       w, idx = None, list(i)
-      for k, (d, (lo, hi, fr)) in enumerate(zip(moved, taps)):
-        up = (corner >> k) & 1
-        idx[d] = hi if up else lo
-        wk = fr if up else as_expr(1.0, X.dtype) - fr
+      for d, t, k in zip(moved, taps, pick):
+        idx[d], wk = t[k]
         w = wk if w is None else w * wk
       term = X[tuple(idx)] * w if w is not None else X[tuple(idx)]
       total = term if total is None else total + term
     return total
   return [ctx.compute(out, body, "resize")]
+
+
+def _cubic_taps(c, n: int, A: float, exclude: bool, dtype: str):
+  """Keys' cubic convolution at source coordinate c (not clamped): taps floor(c) - 1 .. floor(c) + 2,
+  indices clamped into the input (edge padding, as onnxruntime and the ONNX reference); with
+  ``exclude_outside`` the taps outside get weight 0 and the rest are renormalised."""
+  fl = call("floor", c)
+  t, base = c - fl, cast(fl, "int32") - 1
+  f = lambda v: const(float(v), "float32")
+  far = lambda d: ((d * f(A) - f(5 * A)) * d + f(8 * A)) * d - f(4 * A)     # 1 < distance d < 2
+  near = lambda d: (d * f(A + 2) - f(A + 3)) * d * d + f(1.0)               # distance d <= 1
+  w = [far(t + f(1.0)), near(t), near(f(1.0) - t), far(f(2.0) - t)]
+  j = [base + k for k in range(4)]
+  if exclude:
+    w = [select((jk >= 0) & (jk < n), wk, f(0.0)) for jk, wk in zip(j, w)]
+    tot = w[0] + w[1] + w[2] + w[3]
+    w = [wk / tot for wk in w]
+  return [(max_(min_(jk, n - 1), 0), cast(wk, dtype) if dtype != "float32" else wk) for jk, wk in zip(j, w)]

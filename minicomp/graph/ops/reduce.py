@@ -63,7 +63,7 @@ def _axes_input(ctx, axes):
 
 def _plan(ctx, x, axes):
   """The normalised, sorted reduced dims; none for noop_with_empty_axes with no axes."""
-  if not axes: return [] if int(ctx.attr("noop_with_empty_axes", 0)) else list(range(x.ndim))
+  if not axes: return [] if int(ctx.flag("noop_with_empty_axes", 0)) else list(range(x.ndim))
   ax = [norm_axis(int(a), x.ndim, _where(ctx)) for a in axes]
   if len(set(ax)) != len(ax): raise ShapeError(f"{_where(ctx)}: repeated axes {list(axes)}")
   return sorted(ax)
@@ -78,7 +78,7 @@ def _reduce(ctx, x, axes, kind: str):
   the elementwise part still applies (x*x, |x|, ...), as in onnxruntime and the ONNX reference."""
   x = ctx.tensor(x)
   ax = _plan(ctx, x, axes)
-  keep, dt = bool(int(ctx.attr("keepdims", 1))), x.dtype
+  keep, dt = ctx.flag("keepdims", 1), x.dtype
   n = math.prod(x.shape[d] for d in ax)
   X = lambda i, o: x[i]
   if dt == "bool" and kind in ("max", "min"):   # opset 20: bool max = any, min = all
@@ -127,7 +127,7 @@ for _name, _kind, _what in [("ReduceSum", "sum", "Sum"), ("ReduceMean", "mean", 
 def _arg(ctx, x, combiner: str):
   x = ctx.tensor(x)
   ax = norm_axis(int(ctx.attr("axis", 0)), x.ndim, _where(ctx))
-  keep, last = bool(int(ctx.attr("keepdims", 1))), bool(int(ctx.attr("select_last_index", 0)))
+  keep, last = ctx.flag("keepdims", 1), ctx.flag("select_last_index", 0)
   if x.dtype not in _FLOATS + ("int32", "int64"): raise ctx.error(f"input dtype {x.dtype} is not supported")
   K = x.shape[ax]
   if K == 1:
@@ -221,7 +221,7 @@ def cumsum(ctx, x, axis):
   x = ctx.tensor(x)
   if x.dtype not in _FLOATS + ("int32", "int64"): raise ctx.error(f"input dtype {x.dtype} is not supported")
   ax = norm_axis(int(a[0]), x.ndim, _where(ctx))
-  excl, rev = bool(int(ctx.attr("exclusive", 0))), bool(int(ctx.attr("reverse", 0)))
+  excl, rev = ctx.flag("exclusive", 0), ctx.flag("reverse", 0)
   n, zero = x.shape[ax], const(0, x.dtype)
   if n == 1: return [_map(ctx, x, (lambda v: zero) if excl else (lambda v: v))]
   k = ctx.reduce_axis(n, "k")

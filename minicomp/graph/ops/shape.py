@@ -111,7 +111,7 @@ def reshape_target(ctx, in_shape, spec, allowzero: bool) -> tuple[int, ...]:
 def reshape(ctx, x, shape):
   """Reshape: constant shape; 0 copies the input dim unless ``allowzero=1`` (opset 14); -1 inferred."""
   spec = const_ints(ctx, shape, "shape")
-  return [view(ctx, x, reshape_target(ctx, tuple(x.shape), spec, bool(ctx.attr("allowzero", 0))))]
+  return [view(ctx, x, reshape_target(ctx, tuple(x.shape), spec, ctx.flag("allowzero", 0)))]
 
 
 @op("Flatten", kind="view", since=13)
@@ -254,6 +254,7 @@ def split(ctx, x, sizes=None):
   parts = const_ints(ctx, sizes, "split", optional=True)
   if parts is None:
     n = int(ctx.attr("num_outputs", n_out)) if ctx.opset >= 18 else n_out
+    if n < 1: raise ShapeError(f"{where(ctx)}: num_outputs={n} must be at least 1")
     if dim % n and ctx.opset < 18: raise ShapeError(f"{where(ctx)}: dim {dim} does not split into {n} equal parts")
     c = -(-dim // n)
     parts = [min(c, dim - k * c) for k in range(n)]
