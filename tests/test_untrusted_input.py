@@ -185,3 +185,46 @@ def test_cli_main_returns_2_on_a_bad_feed_name(tmp_path, capsys):
   np.save(tmp_path / "x.npy", np.zeros((4, 16), np.float32))
   assert main(["run", str(saved), "--input", f"z={tmp_path / 'x.npy'}"]) == 2
   assert "FeedError" in capsys.readouterr().err
+
+
+# ---- what the fuzzer found (benchmarks/fuzz.py): each was a raw exception, a crash or a guess
+def _one(op, attrs, x_shape=(1, 2, 4, 4), y_shape=(1, 2, 4, 4), inits=(), extra_inputs=()):
+  node = helper.make_node(op, ["x", *extra_inputs], ["y"], name="n", **attrs)
+  return _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], list(inits))
+
+
+@pytest.mark.parametrize("op,attrs,match", [
+  ("ReduceSum", {"keepdims": 2}, "keepdims=2 must be 0 or 1"),                # onnxruntime drops the dim, the spec keeps it
+  ("AveragePool", {"kernel_shape": [0, 2]}, "kernel_shape .* must be positive"),
+  ("LayerNormalization", {"axis": 2 ** 31}, "axis=2147483648 is out of range"),  # onnx's C++ shape inference segfaults
+])
+def test_bad_attributes_are_model_errors(op, attrs, match):
+  extra = ("g",) if op == "LayerNormalization" else ()
+  inits = [numpy_helper.from_array(np.ones(4, np.float32), "g")] if extra else []
+  with pytest.raises(ModelError, match=match):
+    minicomp.compile(_one(op, attrs, inits=inits, extra_inputs=extra), schedules="rules", progress=False)
+
+
+def test_split_into_zero_outputs_is_a_shape_error():
+  node = helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=0, name="s")
+  m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
+             [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 2]) for n in "ab"], opset=18)
+  with pytest.raises(ModelError, match="num_outputs=0"):
+    minicomp.compile(m, schedules="rules", progress=False)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_resize_with_non_finite_scales_is_a_model_error(bad):
+  scales = numpy_helper.from_array(np.array([1, 1, 2, bad], np.float32), "s")
+  node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest", name="r")
+  m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])], [scales])
+  with pytest.raises(ModelError, match="finite"):
+    minicomp.compile(m, schedules="rules", progress=False)
+
+
+def test_not_enough_host_memory_is_a_runtime_launch_error():
+  from minicomp.codegen.kernel import host_zeros
+  with pytest.raises(minicomp.RuntimeLaunchError, match=r"output y: not enough host memory .*GiB"):
+    host_zeros((2 ** 40, 2 ** 10), "float32", "output y")

@@ -181,6 +181,11 @@ def _upgrade(m: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto, int]:
   implement the op versions from opset 13 on); a model it cannot convert is a ModelError."""
   if opset >= MIN_OPSET: return m, opset
   from onnx import version_converter
+  try:      # the converter can turn an invalid model into a valid one of another meaning (a Softmax-11 axis out
+    shape_inference.infer_shapes(m, check_type=True, strict_mode=True)   # of range becomes a Flatten): refuse first
+  except Exception as e:   # onnx's InferenceError
+    msg = " ".join(str(e).split())[:400]
+    raise ModelError(f"the opset {opset} model fails ONNX's (strict) shape inference, so it is not converted: {msg}") from None
   try:
     c = version_converter.convert_version(m, MIN_OPSET)
     onnx.checker.check_model(c)
@@ -207,6 +212,7 @@ def _check_names(m: onnx.ModelProto) -> None:
   named += [(f"node {k} ({n.op_type}) input/output", x) for k, n in enumerate(g.node) for x in [*n.input, *n.output]]
   named += [("graph input", i.name) for i in g.input] + [("graph output", o.name) for o in g.output]
   named += [("initializer", t.name) for t in g.initializer] + [("value_info", v.name) for v in g.value_info]
+  named += [("graph", g.name)] + [(f"node {k} attribute", a.name) for k, n in enumerate(g.node) for a in n.attribute]
   for where, name in named:
     if not isinstance(name, str): raise ModelError(f"{where}: name {name!r} is not valid UTF-8")
 

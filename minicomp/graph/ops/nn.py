@@ -192,6 +192,8 @@ def conv_transpose(ctx, x, w, b=None):
   cpg, M = C // group, mpg * group
   st, dl = ints_attr(ctx, "strides", nsp, 1), ints_attr(ctx, "dilations", nsp, 1)
   adj = ints_attr(ctx, "output_padding", nsp, 0)
+  if any(a < 0 or a >= max(s, d) for a, s, d in zip(adj, st, dl)):   # onnxruntime and PyTorch refuse it too; the
+    raise ModelError(f"{_where(ctx)}: output_padding {adj} must be in [0, max(stride, dilation))")  # ONNX ref differs
   full = [s * (i - 1) + a + (k - 1) * d + 1 for s, i, a, k, d in zip(st, sp, adj, ks, dl)]
   auto_pad = ctx.attr("auto_pad", "NOTSET")
   oshape = ctx.attr("output_shape", None)

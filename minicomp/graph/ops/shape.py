@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from minicomp.errors import ShapeError
+from minicomp.errors import ModelError, ShapeError
 from minicomp.graph.ops._util import broadcast_shape, load, norm_axis
 from minicomp.graph.registry import op
 from minicomp.ir.expr import max_, min_, select
@@ -29,7 +29,10 @@ def const_ints(ctx, v, what: str, optional: bool = False) -> list[int] | None:
     if optional: return None
     raise ShapeError(f"{where(ctx)}: input {what!r} is required")
   if isinstance(v, Tensor): raise ctx.error(f"input {what!r} must be a constant initializer (it is a runtime tensor)")
-  return [int(a) for a in np.asarray(v).reshape(-1)]
+  a = np.asarray(v)
+  if a.dtype.kind not in "iub":
+    raise ModelError(f"{where(ctx)}: input {what!r} must hold integers, got {a.dtype} {a.reshape(-1)[:4].tolist()}")
+  return [int(x) for x in a.reshape(-1)]
 
 
 def check_positive(ctx, shape) -> tuple[int, ...]:
