@@ -228,3 +228,41 @@ def test_not_enough_host_memory_is_a_runtime_launch_error():
   from minicomp.codegen.kernel import host_zeros
   with pytest.raises(minicomp.RuntimeLaunchError, match=r"output y: not enough host memory .*GiB"):
     host_zeros((2 ** 40, 2 ** 10), "float32", "output y")
+
+
+def test_convtranspose_output_padding_past_the_stride_is_refused():
+  w = numpy_helper.from_array(np.ones((1, 2, 3, 3), np.float32), "w")
+  node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[3, 2], output_padding=[1, 2], name="ct")
+  m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 3])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 10, 8])], [w])
+  with pytest.raises(ModelError, match=r"output_padding \[1, 2\] must be in"):
+    minicomp.compile(m, schedules="rules", progress=False)
+
+
+def test_old_opset_model_that_fails_strict_inference_is_not_converted():
+  # Softmax-11's default axis is 1: out of range for a 1-D input; the version converter would
+  # silently give it another meaning (a softmax over a flattened (3, 1) tensor: all ones)
+  m = _model([helper.make_node("Softmax", ["x"], ["y"], name="sm")], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], opset=11)
+  with pytest.raises(ModelError, match="opset 11 model fails ONNX's .*shape inference.*axis"):
+    minicomp.compile(m, schedules="rules", progress=False)
+
+
+def test_shape_operand_that_is_not_integer_is_a_model_error():
+  node = helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")
+  m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+             [numpy_helper.from_array(np.array([3, 2], np.int64), "s")])
+  m.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([np.nan, 2.0]), "s"))
+  with pytest.raises(ModelError):
+    minicomp.compile(m, schedules="rules", progress=False)
+
+
+def test_graph_name_that_is_not_utf8_is_a_model_error():
+  m = _gemm()
+  m.graph.name = "gr\u2603ph"
+  data = bytearray(m.SerializeToString())
+  k = bytes(data).index("\u2603".encode())
+  data[k:k + 3] = b"\xe2\x98("
+  with pytest.raises(ModelError, match="not valid UTF-8"):
+    minicomp.compile(bytes(data), schedules="rules", progress=False)
