@@ -1,8 +1,8 @@
 """Fuzzing minicomp as a careful user and as an attacker would: mutated ONNX models, tampered saved
 models and corrupted tuning logs, each case classified.
 
-    python benchmarks/fuzz.py --cases 1300 --kinds onnx:1000,tamper:65,log   # the long run (benchmarks/README.md)
-    python benchmarks/fuzz.py --cases 30 --kinds onnx,log                     # a quick look
+    python benchmarks/fuzz.py --cases 5065 --kinds onnx:4000,tamper:65,log:1000   # the long run (benchmarks/README.md)
+    python benchmarks/fuzz.py --cases 30 --kinds onnx,log                          # a quick look
 
 Every case runs in a worker process (so a crash is seen, not suffered) with a time limit, on the CPU
 simulator. A case is one of:
