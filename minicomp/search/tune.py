@@ -35,7 +35,7 @@ from minicomp.search.strategies.base import RandomStrategy, Strategy, TuneTask
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
-STRATEGIES = ("ansor", "felix", "gensor", "random")
+STRATEGIES = ("ansor", "felix", "gensor", "opevo", "tuna", "random")
 MEASURERS = ("gpu", "static")     # measurer= by name: the measurement kind (and, with trials, the measurer)
 MAX_WARNINGS = 10                 # invalid records warned about one by one
 
@@ -80,6 +80,12 @@ def make_strategy(name: str | Strategy, seed: int = 0) -> Strategy:
   if name == "gensor":
     from minicomp.search.strategies.gensor import GensorStrategy
     return GensorStrategy(seed=seed)
+  if name == "opevo":
+    from minicomp.search.strategies.opevo import OpEvoStrategy
+    return OpEvoStrategy(seed=seed)
+  if name == "tuna":
+    from minicomp.search.strategies.tuna import TunaStrategy
+    return TunaStrategy(seed=seed)
   raise TuneError(f"unknown search strategy {name!r}; known: {', '.join(STRATEGIES)}")
 
 

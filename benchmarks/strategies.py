@@ -1,0 +1,445 @@
+"""Five search strategies on equal terms: random, Ansor, Felix, OpEvo and Tuna (and Gensor's construction).
+
+Every strategy tunes each task alone, from several seeds, with the same measurer (the static model:
+every latency here is an ESTIMATE, no GPU), the same trial budget and the same measurements per
+round. For each task and budget B, "best" is the lowest estimate any run of any strategy found within
+its first B measurements; a run reaches X% when its best-so-far is within best / X. Per task and
+strategy the table gives the mean over seeds (with a 95% confidence interval, Student's t) of:
+
+- ``meas@X%``: measurements until the run reaches X% (a run that never does counts as B, and the cell
+  is marked ``>``);
+- ``search s@X%``: the strategy's own seconds until then (proposing and learning, measurement time
+  excluded: the measurer is shared, and its cost depends on the machine, not on the strategy; a
+  measurement took ``measure s/cand`` seconds here, printed in the header);
+- ``final``: the run's best after B measurements over the task's best (1.00 = the best any strategy
+  found).
+
+Gensor's construction (``compile(trials=0)``'s default, no measurement) is the zero-trial point:
+its first candidate, measured once, in the ``gensor@0`` row. The last rows are geometric means over
+tasks. No strategy reads the budget, so a budget-B result is the first B measurements of the
+longest run of that task, strategy and seed (the same as a run of budget B).
+
+Every run is saved in ``--out`` (one JSON file per task, strategy, seed and budget) and is skipped
+when it is there already, so a long benchmark can be run in pieces and resumed; the tables and plots
+are made from every run in ``--out``. Measurements are memoised per program (the static model is
+deterministic) in ``--out/measured.jsonl``.
+
+  python benchmarks/strategies.py                                   # 8 tasks x 5 strategies x 5 seeds, budgets 64,256,1024 (a day)
+  python benchmarks/strategies.py --budgets 64 --seeds 5            # the 64-trial table (an hour or two)
+  python benchmarks/strategies.py --tasks matmul,softmax --strategies random,tuna --seeds 2 --budgets 64
+  python benchmarks/strategies.py --report                           # tables and plots from the runs in --out
+  python benchmarks/strategies.py --smoke --out /tmp/s               # what CI runs: tiny tasks, 1 seed, budget 8
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+LEVELS = (0.90, 0.95, 0.99)
+STRATEGIES = ("random", "ansor", "felix", "opevo", "tuna")
+OUT = HERE / "results" / "strategies"
+# Student's t, 97.5% quantile, by degrees of freedom (a 95% two-sided interval of a mean)
+T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+def _onnx_workload(name: str, node, x_shape, w, y_shape, reference):
+  """The one task of a one-node ONNX model, as the compiler partitions it (ConvTranspose and Conv3d
+  come only through the importer), as a Workload: inputs (x, w) in DAG order, a numpy reference."""
+  import minicomp
+  from minicomp.workloads import Workload
+  from onnx import TensorProto, helper, numpy_helper
+  g = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_shape))],
+                        [numpy_helper.from_array(w, "w")])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  (task,) = minicomp.compile(m, target="sm_86", schedules="rules", progress=False).tasks
+  ph = list(task.dag.placeholders)
+  x = next(p for p in ph if tuple(p.shape) == tuple(x_shape))
+  wt = next(p for p in ph if p is not x)
+  return Workload(name, [x, wt], list(task.dag.outputs), reference)
+
+
+def _conv_transpose():
+  """DCGAN generator: 28x28x64 -> 56x56x32, kernel 4, stride 2, pad 1."""
+  import numpy as np
+  from onnx import helper
+
+  def ref(x, w):
+    full = np.zeros((1, 32, 58, 58), np.float32)
+    for kh in range(4):
+      for kw in range(4):
+        full[:, :, kh:kh + 55:2, kw:kw + 55:2] += np.einsum("nchw,cf->nfhw", x, w[:, :, kh, kw])
+    return full[:, :, 1:57, 1:57]
+  node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])
+  return _onnx_workload("convT", node, (1, 64, 28, 28), np.zeros((64, 32, 4, 4), np.float32), (1, 32, 56, 56), ref)
+
+
+def _conv3d():
+  """A video model's 3x3x3 convolution, 32 -> 32 channels, 8x28x28, pad 1."""
+  import numpy as np
+  from onnx import helper
+
+  def ref(x, w):
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
+    y = np.zeros((1, 32, 8, 28, 28), np.float32)
+    for a in range(3):
+      for b in range(3):
+        for c in range(3):
+          y += np.einsum("ncdhw,fc->nfdhw", xp[:, :, a:a + 8, b:b + 28, c:c + 28], w[:, :, a, b, c])
+    return y
+  node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1, 1, 1])
+  return _onnx_workload("conv3d", node, (1, 32, 8, 28, 28), np.zeros((32, 32, 3, 3, 3), np.float32),
+                        (1, 32, 8, 28, 28), ref)
+
+
+def tasks(smoke: bool = False) -> dict:
+  """name -> (description, Workload builder); the task is ``ComputeDAG(workload.outputs)``."""
+  from minicomp import workloads as W
+  if smoke:
+    return {"matmul64": ("matmul 64x64x64", lambda: W.matmul(64, 64, 64)),
+            "softmax64": ("softmax 64x256", lambda: W.softmax(64, 256))}
+  return {
+    "conv3x3": ("conv 3x3, 64->64, 56x56 (ResNet)", lambda: W.conv2d(1, 64, 56, 56, 64, 3, 1, 1)),
+    "conv512": ("conv 3x3, 512->512, 7x7 (ResNet)", lambda: W.conv2d(1, 512, 7, 7, 512, 3, 1, 1)),
+    "depthwise": ("depthwise 3x3, 32ch, 112x112 (MobileNet)", lambda: W.depthwise_conv2d(1, 32, 112, 112, 3, 1, 1)),
+    "matmul": ("matmul 1024^3", lambda: W.matmul(1024, 1024, 1024)),
+    "bmm": ("batch matmul 12 x 128x128x64 (attention)", lambda: W.batch_matmul(12, 128, 128, 64)),
+    "softmax": ("softmax 4096x1024", lambda: W.softmax(4096, 1024)),
+    "convT": ("ConvTranspose 4x4 s2, 64->32, 28->56 (DCGAN)", _conv_transpose),
+    "conv3d": ("Conv3d 3x3x3, 32->32, 8x28x28", _conv3d),
+  }
+
+
+def task_dag(builder):
+  from minicomp.ir.dag import ComputeDAG
+  return ComputeDAG(builder().outputs)
+
+
+def make_strategy(name: str, seed: int, smoke: bool):
+  """The strategy with its defaults (smaller populations with ``smoke``, so CI stays fast)."""
+  from minicomp.search.tune import make_strategy as named
+  if not smoke: return named(name, seed)
+  if name == "ansor":
+    from minicomp.search.strategies.ansor import AnsorStrategy
+    return AnsorStrategy(seed=seed, population=128, generations=2)
+  if name == "felix":
+    from minicomp.search.strategies.felix import FelixStrategy
+    return FelixStrategy(seed=seed, n_seeds=4, n_steps=20)
+  return named(name, seed)
+
+
+# ------------------------------------------------------------------------------------------ measuring
+class MemoMeasurer:
+  """The static measurer, memoised per (task, program) in a JSON-lines file: the static model is
+  deterministic, so a program another run measured already costs nothing. Counts the seconds spent
+  measuring (``spent``), so a run can subtract them from its wall time."""
+  is_estimate = True
+
+  def __init__(self, path: Path, inner):
+    self.path, self.inner, self.spent, self.fresh = path, inner, 0.0, 0
+    self.memo: dict[tuple[str, str], tuple[float | None, str]] = {}   # (task, steps) -> (cost, error kind)
+    if path.exists():
+      for ln in path.read_text().splitlines():
+        try: r = json.loads(ln)
+        except json.JSONDecodeError: continue       # a torn last line
+        self.memo[(r["task"], r["steps"])] = (r["cost"], r.get("error", "none"))
+
+  def measure_iter(self, inputs):
+    from minicomp.search.measure import ErrorKind, MeasureResult, measure_iter
+    t0 = time.perf_counter()
+    todo = [i for i, inp in enumerate(inputs) if (inp.key, inp.steps_json) not in self.memo]
+    if todo:
+      with self.path.open("a") as f:
+        for j, r in measure_iter(self.inner, [inputs[i] for i in todo]):
+          inp = inputs[todo[j]]
+          self.memo[(inp.key, inp.steps_json)] = (r.cost_s if r.ok else None, r.error.value)
+          f.write(json.dumps({"task": inp.key, "steps": inp.steps_json, "cost": r.cost_s if r.ok else None,
+                              "error": r.error.value}) + "\n")
+      self.fresh += len(todo)
+    self.spent += time.perf_counter() - t0
+    for i, inp in enumerate(inputs):
+      cost, err = self.memo[(inp.key, inp.steps_json)]
+      yield i, MeasureResult(cost, ErrorKind(err), "" if cost is not None else "failed (memoised)", True)
+
+  @property
+  def seconds_per_measurement(self) -> float | None:
+    """Wall seconds per fresh measurement here (the measurer's workers in parallel)."""
+    return self.spent / self.fresh if self.fresh else None
+
+  def measure(self, inputs):
+    out = [None] * len(inputs)
+    for i, r in self.measure_iter(inputs): out[i] = r
+    return out
+
+
+# --------------------------------------------------------------------------------------------- a run
+def run_one(task: str, dag, strategy: str, seed: int, budget: int, args, meas: MemoMeasurer) -> dict:
+  """One tuning run of one task: the cost of each measurement, and after each round the measurements
+  so far and the strategy's own seconds so far (wall minus measuring)."""
+  from minicomp.search.strategies.base import TuneTask
+  from minicomp.search.task_scheduler import tune
+  from minicomp.target import as_target
+  tgt = as_target(args.target)
+  tt = TuneTask(f"{task}", dag, tgt, 1, dag.flop_count(), "", task)
+  tt.sketches  # noqa: B018 -- sketches are generated before the clock starts (the same for every strategy)
+  strat = make_strategy(strategy, seed, args.smoke)
+  rounds = []
+  spent0 = meas.spent
+  t0 = time.perf_counter()
+
+  def on_round(info):
+    rounds.append((info.trials_used, time.perf_counter() - t0 - (meas.spent - spent0)))
+  res = tune([tt], strat, meas, budget, seed=seed, measures_per_round=args.per_round, on_round=on_round)
+  wall = time.perf_counter() - t0
+  return {"task": task, "strategy": strategy, "seed": seed, "budget": budget, "target": args.target,
+          "per_round": args.per_round, "costs": [c for _, c in tt.history], "rounds": rounds,
+          "wall_s": wall, "search_s": wall - (meas.spent - spent0), "measured": res.trials,
+          "stats": {k: v for k, v in getattr(strat, "stats", {}).items() if isinstance(v, (int, float))}}
+
+
+def gensor_point(task: str, dag, args, meas: MemoMeasurer) -> dict:
+  """Gensor's construction (no measurement): its first candidate, measured once."""
+  from minicomp.search.measure import MeasureInput
+  from minicomp.search.strategies.gensor import construct
+  from minicomp.target import as_target
+  tgt = as_target(args.target)
+  t0 = time.perf_counter()
+  res = construct(dag, tgt)
+  search = time.perf_counter() - t0
+  cost = None
+  if res.candidates:
+    (r,) = meas.measure([MeasureInput(dag, res.candidates[0].key, tgt.device_name or tgt.arch, key=task)])
+    cost = r.cost_s if r.ok else None
+  return {"task": task, "strategy": "gensor", "seed": 0, "budget": 0, "target": args.target, "costs": [cost],
+          "rounds": [(1, search)], "search_s": search, "wall_s": search}
+
+
+def run_path(out: Path, task: str, strategy: str, seed: int, budget: int, target: str, per_round: int) -> Path:
+  return out / "runs" / f"{target}_r{per_round}_{task}_{strategy}_s{seed}_b{budget}.json"
+
+
+# -------------------------------------------------------------------------------------------- report
+def best_so_far(costs) -> list[float]:
+  best, out = math.inf, []
+  for c in costs:
+    if c is not None: best = min(best, c)
+    out.append(best)
+  return out
+
+
+def reach(run: dict, target_cost: float, budget: int) -> tuple[int | None, float | None]:
+  """(measurements, search seconds) until the run's best-so-far is <= target_cost within ``budget``."""
+  for n, b in enumerate(best_so_far(run["costs"][:budget]), 1):
+    if b <= target_cost:
+      for used, s in run["rounds"]:
+        if used >= n: return n, s
+      return n, run["search_s"]
+  return None, None
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float]:
+  """Mean and the half-width of its 95% confidence interval (0 for a single value)."""
+  n = len(xs)
+  m = sum(xs) / n
+  if n < 2: return m, 0.0
+  sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+  return m, T975.get(n - 1, 1.96) * sd / math.sqrt(n)
+
+
+def _cell(xs: list[float], censored: bool, fmt: str = ".0f") -> str:
+  m, h = mean_ci(xs)
+  return f"{'>' if censored else ''}{m:{fmt}}" + (f" ± {h:{fmt}}" if h > 0 else "")
+
+
+def longest_run(out: Path, task: str, strategy: str, seed: int, target: str, per_round: int) -> int:
+  """The largest budget of the runs saved for this task, strategy and seed (0: none)."""
+  done = run_path(out, task, strategy, seed, 0, target, per_round).name.rsplit("_b", 1)[0]
+  return max((int(p.stem.rsplit("_b", 1)[1]) for p in (out / "runs").glob(f"{done}_b*.json")), default=0)
+
+
+def load_runs(out: Path, target: str, per_round: int) -> list[dict]:
+  runs = []
+  for p in sorted((out / "runs").glob(f"{target}_r{per_round}_*.json")):
+    try: runs.append(json.loads(p.read_text()))
+    except (OSError, json.JSONDecodeError): continue
+  return runs
+
+
+def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple[list[str], dict]:
+  """The markdown table for one budget, and per (task, strategy) the mean best-so-far curves (for the plot)."""
+  by: dict[tuple[str, str], dict[int, dict]] = {}
+  for r in runs:
+    if r["strategy"] == "gensor" or r["budget"] >= budget:
+      cur = by.setdefault((r["task"], r["strategy"]), {}).get(r["seed"])
+      if cur is None or r["budget"] < cur["budget"]: by[(r["task"], r["strategy"])][r["seed"]] = r
+  strategies = [s for s in STRATEGIES if any((t, s) in by for t in names)]
+  head = ["task", "strategy", "seeds"] + [f"meas@{int(x * 100)}%" for x in LEVELS] \
+    + [f"search s@{int(x * 100)}%" for x in LEVELS] + ["final / best"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+  finals: dict[str, list[float]] = {}
+  reach95: dict[str, list[list[int]]] = {}      # strategy -> per task, measurements to 95% per seed
+  censored95: set[str] = set()
+  curves: dict[tuple[str, str], list[list[float]]] = {}
+  bests: dict[str, float] = {}
+  for t in names:
+    costs = [c for s in strategies for r in by.get((t, s), {}).values() for c in r["costs"][:budget] if c is not None]
+    costs += [c for r in by.get((t, "gensor"), {}).values() for c in r["costs"] if c is not None]
+    if not costs: continue
+    best = bests[t] = min(costs)
+    for s in strategies + ["gensor"]:
+      rs = list(by.get((t, s), {}).values())
+      if not rs: continue
+      cells_n, cells_s = [], []
+      for lvl in LEVELS:
+        hits = [reach(r, best / lvl, budget if s != "gensor" else 1) for r in rs]
+        miss = any(h[0] is None for h in hits)
+        if s == "gensor":
+          cells_n.append("0" if not miss else "never"); cells_s.append(f"{rs[0]['search_s']:.1f}" if not miss else "")
+          continue
+        cells_n.append(_cell([h[0] if h[0] is not None else budget for h in hits], miss))
+        if lvl == 0.95:
+          reach95.setdefault(s, []).append([h[0] if h[0] is not None else budget for h in hits])
+          if miss: censored95.add(s)
+        cells_s.append(_cell([h[1] if h[1] is not None else r["search_s"] for h, r in zip(hits, rs)], miss, ".1f"))
+      fin = [best_so_far(r["costs"][:budget] if s != "gensor" else r["costs"])[-1] / best for r in rs]
+      finals.setdefault(s, []).append(math.exp(sum(math.log(f) for f in fin) / len(fin)))
+      label = "gensor@0" if s == "gensor" else s
+      lines.append("| " + " | ".join([t, label, str(len(rs))] + cells_n + cells_s + [_cell(fin, False, ".2f")]) + " |")
+      if s != "gensor": curves[(t, s)] = [[c / best for c in best_so_far(r["costs"][:budget])] for r in rs]
+      else: curves[(t, s)] = [[fin[0]]]
+  lines += ["", "| strategy | tasks | final / best, geomean over tasks | meas@95%, geomean over tasks |", "|---|---:|---:|---:|"]
+  for s in strategies + ["gensor"]:
+    if s not in finals: continue
+    m95 = ["0" if s == "gensor" else None]
+    if s != "gensor":
+      per = [sum(m) / len(m) for m in reach95.get(s, [])]
+      m95 = [(">" if s in censored95 else "") + f"{math.exp(sum(map(math.log, per)) / len(per)):.0f}" if per else ""]
+    lines.append(f"| {'gensor@0' if s == 'gensor' else s} | {len(finals[s])} | "
+                 f"{math.exp(sum(map(math.log, finals[s])) / len(finals[s])):.2f} | {m95[0]} |")
+  return lines, {"curves": curves, "best": bests}
+
+
+def plot(curves: dict, names: list[str], descr: dict, budget: int, path: Path, title: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+  from matplotlib import ticker
+  shown = [t for t in names if any(k[0] == t for k in curves)]
+  cols = min(4, len(shown)) or 1
+  rows = math.ceil(len(shown) / cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+  colors = dict(zip(STRATEGIES, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red")))
+  for ax, t in zip(axes.flat, shown):
+    for s in STRATEGIES:
+      cs = curves.get((t, s))
+      if not cs: continue
+      n = min(len(c) for c in cs)
+      a = np.array([c[:n] for c in cs])
+      a = np.where(np.isfinite(a), a, np.nan)
+      x = np.arange(1, n + 1)
+      ax.plot(x, np.exp(np.nanmean(np.log(a), 0)), color=colors[s], label=s, lw=1.4)
+      if len(cs) > 1: ax.fill_between(x, np.nanmin(a, 0), np.nanmax(a, 0), color=colors[s], alpha=0.15, lw=0)
+    g = curves.get((t, "gensor"))
+    if g and math.isfinite(g[0][0]): ax.axhline(g[0][0], color="tab:purple", ls="--", lw=1, label="gensor@0")
+    ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_ylim(0.95, None)
+    for axis in (ax.xaxis, ax.yaxis):
+      axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+      axis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_title(descr.get(t, t), fontsize=8)
+    ax.set_xlabel("measurements", fontsize=8); ax.set_ylabel("best / best of all", fontsize=8)
+    ax.tick_params(labelsize=7)
+  for ax in list(axes.flat)[len(shown):]: ax.axis("off")
+  axes.flat[0].legend(fontsize=7)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def report(out: Path, names: list[str], descr: dict, budgets: list[int], args, header: list[str],
+           measure_s: float | None) -> str:
+  runs = load_runs(out, args.target, args.per_round)
+  text = []
+  for b in budgets:
+    lines, data = table(runs, b, names, descr)
+    if not data["best"]: continue
+    png = out / f"strategies_{args.target}_r{args.per_round}_b{b}.png"
+    plot(data["curves"], names, descr, b, png,
+         f"best-so-far / best of all (static-model ESTIMATES, {args.target}), budget {b}: geometric mean over seeds, band min-max")
+    text += [f"### Budget {b} ({args.target}; every latency an ESTIMATE of the static model, no GPU)", ""] + header \
+      + ([f"measuring: {measure_s:.2f} wall s per program (static model: NVRTC build + estimate, workers in parallel)"]
+         if measure_s else []) + ["", *lines, "", f"Plot: `{png.relative_to(HERE.parent) if png.is_relative_to(HERE.parent) else png}`", ""]
+  md = out / f"strategies_{args.target}_r{args.per_round}.md"
+  md.write_text("\n".join(text) + "\n")
+  return "\n".join(text)
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--tasks", default=None, help="comma-separated task names (default: all)")
+  ap.add_argument("--strategies", default=",".join(STRATEGIES))
+  ap.add_argument("--budgets", default="64,256,1024")
+  ap.add_argument("--seeds", type=int, default=5)
+  ap.add_argument("--per-round", type=int, default=16,
+                  help="measurements per round (16: a budget of 64 is four rounds, so the learned strategies learn)")
+  ap.add_argument("--target", default="h100")
+  ap.add_argument("--out", type=Path, default=OUT)
+  ap.add_argument("--report", action="store_true", help="only make the tables and plots from the runs in --out")
+  ap.add_argument("--smoke", action="store_true", help="tiny tasks and strategies (CI)")
+  args = ap.parse_args(argv)
+  if args.smoke and args.per_round == 16: args.per_round = 4
+  all_tasks = tasks(args.smoke)
+  names = args.tasks.split(",") if args.tasks else list(all_tasks)
+  unknown = [n for n in names if n not in all_tasks]
+  if unknown: ap.error(f"unknown task(s) {unknown}; known: {', '.join(all_tasks)}")
+  strategies = args.strategies.split(",")
+  bad = [s for s in strategies if s not in STRATEGIES]
+  if bad: ap.error(f"unknown strategies {bad}; known: {', '.join(STRATEGIES)}")
+  try: budgets = sorted({int(b) for b in args.budgets.split(",")})
+  except ValueError: ap.error(f"--budgets must be comma-separated integers, got {args.budgets!r}")
+  if not budgets or budgets[0] < 1: ap.error("--budgets must be positive")
+  if args.seeds < 1: ap.error("--seeds must be at least 1")
+  descr = {k: v[0] for k, v in all_tasks.items()}
+  (args.out / "runs").mkdir(parents=True, exist_ok=True)
+
+  from provenance import header_lines
+  header = header_lines(__file__, argv)
+  measure_s = None
+  if not args.report:
+    from minicomp.search.measure import StaticMeasurer
+    with StaticMeasurer() as inner:
+      meas = MemoMeasurer(args.out / f"measured_{args.target}.jsonl", inner)
+      top = budgets[-1]
+      for t in names:
+        dag = None
+        todo = [(s, seed) for s in strategies for seed in range(args.seeds)
+                if longest_run(args.out, t, s, seed, args.target, args.per_round) < top]
+        gpath = run_path(args.out, t, "gensor", 0, 0, args.target, args.per_round)
+        if not todo and gpath.exists(): continue
+        dag = task_dag(all_tasks[t][1])
+        if not gpath.exists():
+          gpath.write_text(json.dumps(gensor_point(t, dag, args, meas)))
+        for s, seed in todo:
+          t0 = time.perf_counter()
+          r = run_one(t, dag, s, seed, top, args, meas)
+          run_path(args.out, t, s, seed, top, args.target, args.per_round).write_text(json.dumps(r))
+          best = min((c for c in r["costs"] if c is not None), default=math.inf)
+          print(f"# {t:9s} {s:6s} seed {seed}: best {best * 1e6:9.2f} us* after {len(r['costs'])} measurements, "
+                f"search {r['search_s']:.0f} s, wall {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+      measure_s = meas.seconds_per_measurement
+  print(report(args.out, names, descr, budgets, args, header, measure_s))
+  print("* every latency is an ESTIMATE of the static model, not measured on a GPU")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,123 @@
+"""Every search strategy on the strategies benchmark's tasks: only valid schedules, computing the right
+thing (checked against numpy in the CPU simulator), and the benchmark itself end to end (its CI smoke
+version: tiny tasks, one seed, budget 8)."""
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import strategies as B  # noqa: E402
+
+import minicomp as mc  # noqa: E402
+from minicomp.ir.dag import ComputeDAG  # noqa: E402
+from minicomp.search.measure import StaticMeasurer  # noqa: E402
+from minicomp.search.strategies.base import TuneTask  # noqa: E402
+from minicomp.search.task_scheduler import tune  # noqa: E402
+from minicomp.target import as_target  # noqa: E402
+
+
+def _check(strategy: str, name: str, builder, budget: int, per_round: int, sample: int) -> None:
+  """Tune ``name`` with ``strategy`` (static measurer); every measured program must be valid (the static
+  model builds it with NVRTC and estimates it), and a sample of them (the best, then random ones) must
+  match the workload's numpy reference in the simulator."""
+  wl = builder()
+  dag = ComputeDAG(wl.outputs)
+  task = TuneTask(name, dag, as_target("h100"), 1, dag.flop_count(), "", name)
+  with StaticMeasurer(executor=ThreadPoolExecutor(2)) as meas:
+    tune([task], B.make_strategy(strategy, 0, smoke=True), meas, budget, seed=0, measures_per_round=per_round)
+  assert 0 < task.trials <= budget
+  assert len(task.measured) == task.trials                       # never measured a program twice
+  failed = [s for s, c in task.history if c is None]
+  assert not failed, f"{strategy} proposed {len(failed)} programs the static model could not build"
+  rng = np.random.default_rng(1)
+  steps = [task.best_steps] + [task.history[int(i)][0] for i in rng.permutation(len(task.history))[:sample - 1]]
+  by_name = dict(zip((t.name for t in wl.inputs), wl.random_inputs(3)))
+  args = [by_name[p.name] for p in dag.placeholders]
+  want = wl.reference(*[by_name[t.name] for t in wl.inputs])
+  for s in dict.fromkeys(steps):
+    k = mc.build(mc.Schedule.from_json(dag, s), "h100")
+    np.testing.assert_allclose(k(*args, device="cpu"), want, rtol=2e-3, atol=2e-3,
+                               err_msg=f"{strategy} on {name}: {s[:200]}")
+
+
+@pytest.mark.parametrize("strategy", B.STRATEGIES)
+def test_strategy_on_the_smoke_tasks_gives_valid_correct_programs(strategy):
+  for name, (_, builder) in B.tasks(smoke=True).items():
+    _check(strategy, name, builder, budget=8, per_round=4, sample=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", B.STRATEGIES)
+@pytest.mark.parametrize("task", list(B.tasks()))
+def test_strategy_on_every_benchmark_task_gives_valid_correct_programs(strategy, task):
+  _check(strategy, task, B.tasks()[task][1], budget=8, per_round=8, sample=2)
+
+
+def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
+  assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "--budgets", "4,8"]) == 0
+  text = capsys.readouterr().out
+  runs = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
+  names = list(B.tasks(smoke=True))
+  for s in B.STRATEGIES:
+    got = [r for r in runs if r["strategy"] == s]
+    assert sorted(r["task"] for r in got) == sorted(names), s
+    for r in got:      # a strategy may use up a tiny space (softmax64: a handful of programs) and stop early
+      assert r["budget"] == 8 and 0 < len(r["costs"]) <= 8 and (len(r["costs"]) == 8 or r["task"] == "softmax64")
+      assert all(c is None or c > 0 for c in r["costs"])
+      assert r["rounds"][-1][0] == len(r["costs"]) and r["search_s"] >= 0
+    for t in names: assert f"| {t} | {s} | 1 |" in text
+  assert {r["task"] for r in runs if r["strategy"] == "gensor"} == set(names)
+  assert "### Budget 4" in text and "### Budget 8" in text and "ESTIMATE" in text
+  for b in (4, 8): assert (tmp_path / f"strategies_h100_r4_b{b}.png").stat().st_size > 10_000
+  # the best of a budget is the best any run found within it: some strategy's final / best is 1.00
+  for b in ("4", "8"):
+    section = text.split(f"### Budget {b}")[1].split("###")[0]
+    for t in names:
+      rows = [ln for ln in section.splitlines() if ln.startswith(f"| {t} |")]
+      assert any(ln.rstrip(" |").endswith("1.00") or "| 1.00 ±" in ln for ln in rows), rows
+  # a second run finds every run saved and measures nothing again
+  before = (tmp_path / "measured_h100.jsonl").read_text()
+  assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "--budgets", "8"]) == 0
+  assert (tmp_path / "measured_h100.jsonl").read_text() == before
+
+
+def test_reach_and_confidence_interval():
+  run = {"costs": [5.0, None, 3.0, 2.0, 2.0, 1.0], "rounds": [(2, 0.5), (4, 1.5), (6, 3.0)], "search_s": 3.0}
+  assert B.reach(run, 3.0, 6) == (3, 1.5)
+  assert B.reach(run, 1.0, 6) == (6, 3.0)
+  assert B.reach(run, 1.0, 4) == (None, None)         # not within the first 4 measurements
+  assert B.best_so_far(run["costs"]) == [5.0, 5.0, 3.0, 2.0, 2.0, 1.0]
+  m, h = B.mean_ci([1.0, 2.0, 3.0])
+  assert m == 2.0 and h == pytest.approx(4.30 * 1.0 / 3 ** 0.5)
+  assert B.mean_ci([7.0]) == (7.0, 0.0)
+
+
+@pytest.mark.parametrize("strategy", ["opevo", "tuna"])
+def test_cli_tune_with_the_new_strategies_logs_them_and_resumes(tmp_path, strategy):
+  import subprocess
+
+  import onnx
+
+  from minicomp import zoo
+  from minicomp.search.records import load_records
+  m, _ = zoo.residual_block()
+  mp, log = tmp_path / "rb.onnx", tmp_path / "rb.jsonl"
+  onnx.save(m, str(mp))
+  run = lambda n: subprocess.run([sys.executable, "-m", "minicomp.cli", "tune", str(mp), "--trials", str(n), "--log",  # noqa: E731
+                                  str(log), "--strategy", strategy, "--per-round", "4"], capture_output=True, text=True,
+                                 cwd=tmp_path)
+  r = run(4)
+  assert r.returncode == 0, r.stderr
+  recs = [x for x in load_records(str(log)) if x.strategy != "default"]
+  assert len(recs) == 4 and {x.strategy for x in recs} == {strategy}
+  r = run(8)                                                   # resume: four more, none measured twice
+  assert r.returncode == 0, r.stderr
+  recs = [x for x in load_records(str(log)) if x.strategy != "default"]
+  assert len(recs) == 8 and len({(x.workload_key, x.steps_json) for x in recs}) == 8
+  assert sorted(x.trial for x in recs) == list(range(8))
