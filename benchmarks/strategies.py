@@ -43,6 +43,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 LEVELS = (0.90, 0.95, 0.99)
 STRATEGIES = ("random", "ansor", "felix", "opevo", "tuna")
+# variants run on request (--strategies), reported beside the five: Felix with its cost model pre-trained on
+# the static model's labels of the other tasks' programs (Felix pre-trains on TenSet)
+VARIANTS = ("felix-pre",)
+PRETRAIN_PER_TASK = 256        # programs per other task that felix-pre's model is pre-trained on
 OUT = HERE / "results" / "strategies"
 # Student's t, 97.5% quantile, by degrees of freedom (a 95% two-sided interval of a mean)
 T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
@@ -117,14 +121,26 @@ def tasks(smoke: bool = False) -> dict:
   }
 
 
-def task_dag(builder):
+_DAGS: dict[tuple[str, bool], object] = {}
+
+
+def task_dag(name: str, smoke: bool = False):
+  """The ComputeDAG of task ``name`` (built once)."""
   from minicomp.ir.dag import ComputeDAG
-  return ComputeDAG(builder().outputs)
+  if (name, smoke) not in _DAGS: _DAGS[(name, smoke)] = ComputeDAG(tasks(smoke)[name][1]().outputs)
+  return _DAGS[(name, smoke)]
 
 
-def make_strategy(name: str, seed: int, smoke: bool):
-  """The strategy with its defaults (smaller populations with ``smoke``, so CI stays fast)."""
+def make_strategy(name: str, seed: int, smoke: bool, pretrain=None):
+  """The strategy with its defaults (smaller populations with ``smoke``, so CI stays fast).
+  ``felix-pre``: Felix whose cost model starts trained on ``pretrain()`` rows (features, cost, task)."""
   from minicomp.search.tune import make_strategy as named
+  if name == "felix-pre":
+    from minicomp.search.strategies.felix import FelixStrategy
+    strat = FelixStrategy(seed=seed, n_seeds=4, n_steps=20) if smoke else FelixStrategy(seed=seed)
+    strat._data = list(pretrain())          # kept: every retraining fits them with the task's own results
+    if strat._data: strat._train()
+    return strat
   if not smoke: return named(name, seed)
   if name == "ansor":
     from minicomp.search.strategies.ansor import AnsorStrategy
@@ -189,7 +205,7 @@ def run_one(task: str, dag, strategy: str, seed: int, budget: int, args, meas: M
   tgt = as_target(args.target)
   tt = TuneTask(f"{task}", dag, tgt, 1, dag.flop_count(), "", task)
   tt.sketches  # noqa: B018 -- sketches are generated before the clock starts (the same for every strategy)
-  strat = make_strategy(strategy, seed, args.smoke)
+  strat = make_strategy(strategy, seed, args.smoke, lambda: pretrain_rows(meas, task, args))   # before the clock
   rounds = []
   spent0 = meas.spent
   t0 = time.perf_counter()
@@ -202,6 +218,34 @@ def run_one(task: str, dag, strategy: str, seed: int, budget: int, args, meas: M
           "per_round": args.per_round, "costs": [c for _, c in tt.history], "rounds": rounds,
           "wall_s": wall, "search_s": wall - (meas.spent - spent0), "measured": res.trials,
           "stats": {k: v for k, v in getattr(strat, "stats", {}).items() if isinstance(v, (int, float))}}
+
+
+_FEATURES: dict[tuple[str, str], object] = {}     # (task, steps) -> features of the lowered program
+
+
+def pretrain_rows(meas: MemoMeasurer, task: str, args) -> list[tuple]:
+  """Pre-training data for ``felix-pre`` on ``task``: up to ``PRETRAIN_PER_TASK`` measured programs of
+  every *other* task in the memo (a fixed random sample), as (features, static-model cost, task)."""
+  import numpy as np
+
+  from minicomp.ir.schedule import Schedule
+  from minicomp.search.features import extract_features
+  builders = tasks(args.smoke)
+  by_task: dict[str, list[tuple[str, float | None]]] = {}
+  for (t, steps), (cost, _) in sorted(meas.memo.items()):
+    if t != task and t in builders: by_task.setdefault(t, []).append((steps, cost))
+  rows, rng = [], np.random.default_rng(0)
+  for t, progs in by_task.items():
+    dag = task_dag(t, args.smoke)
+    for i in rng.permutation(len(progs))[:PRETRAIN_PER_TASK]:
+      steps, cost = progs[int(i)]
+      f = _FEATURES.get((t, steps))
+      if f is None:
+        try: f = _FEATURES[(t, steps)] = extract_features(Schedule.from_json(dag, steps).lower())
+        except Exception:  # noqa: BLE001 -- a program the extractor cannot take is left out
+          continue
+      rows.append((f, cost, t))
+  return rows
 
 
 def gensor_point(task: str, dag, args, meas: MemoMeasurer) -> dict:
@@ -279,7 +323,7 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
     if r["strategy"] == "gensor" or r["budget"] >= budget:
       cur = by.setdefault((r["task"], r["strategy"]), {}).get(r["seed"])
       if cur is None or r["budget"] < cur["budget"]: by[(r["task"], r["strategy"])][r["seed"]] = r
-  strategies = [s for s in STRATEGIES if any((t, s) in by for t in names)]
+  strategies = [s for s in STRATEGIES + VARIANTS if any((t, s) in by for t in names)]
   head = ["task", "strategy", "seeds"] + [f"meas@{int(x * 100)}%" for x in LEVELS] \
     + [f"search s@{int(x * 100)}%" for x in LEVELS] + ["final / best"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
@@ -336,9 +380,9 @@ def plot(curves: dict, names: list[str], descr: dict, budget: int, path: Path, t
   cols = min(4, len(shown)) or 1
   rows = math.ceil(len(shown) / cols)
   fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-  colors = dict(zip(STRATEGIES, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red")))
+  colors = dict(zip(STRATEGIES + VARIANTS, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown")))
   for ax, t in zip(axes.flat, shown):
-    for s in STRATEGIES:
+    for s in STRATEGIES + VARIANTS:
       cs = curves.get((t, s))
       if not cs: continue
       n = min(len(c) for c in cs)
@@ -402,8 +446,8 @@ def main(argv=None) -> int:
   unknown = [n for n in names if n not in all_tasks]
   if unknown: ap.error(f"unknown task(s) {unknown}; known: {', '.join(all_tasks)}")
   strategies = args.strategies.split(",")
-  bad = [s for s in strategies if s not in STRATEGIES]
-  if bad: ap.error(f"unknown strategies {bad}; known: {', '.join(STRATEGIES)}")
+  bad = [s for s in strategies if s not in STRATEGIES + VARIANTS]
+  if bad: ap.error(f"unknown strategies {bad}; known: {', '.join(STRATEGIES + VARIANTS)}")
   try: budgets = sorted({int(b) for b in args.budgets.split(",")})
   except ValueError: ap.error(f"--budgets must be comma-separated integers, got {args.budgets!r}")
   if not budgets or budgets[0] < 1: ap.error("--budgets must be positive")
@@ -425,7 +469,7 @@ def main(argv=None) -> int:
                 if longest_run(args.out, t, s, seed, args.target, args.per_round) < top]
         gpath = run_path(args.out, t, "gensor", 0, 0, args.target, args.per_round)
         if not todo and gpath.exists(): continue
-        dag = task_dag(all_tasks[t][1])
+        dag = task_dag(t, args.smoke)
         if not gpath.exists():
           gpath.write_text(json.dumps(gensor_point(t, dag, args, meas)))
         for s, seed in todo:

@@ -81,6 +81,12 @@ def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
     for t in names:
       rows = [ln for ln in section.splitlines() if ln.startswith(f"| {t} |")]
       assert any(ln.rstrip(" |").endswith("1.00") or "| 1.00 ±" in ln for ln in rows), rows
+  # felix-pre's pre-training rows: the memoised programs of the *other* tasks only, with their features
+  from types import SimpleNamespace
+  memo = B.MemoMeasurer(tmp_path / "measured_h100.jsonl", None)
+  rows = B.pretrain_rows(memo, "matmul64", SimpleNamespace(smoke=True))
+  assert rows and {t for _, _, t in rows} == {"softmax64"}
+  assert len(rows) <= B.PRETRAIN_PER_TASK and all(f.ndim == 2 and f.shape[0] > 0 for f, _, _ in rows)
   # a second run finds every run saved and measures nothing again
   before = (tmp_path / "measured_h100.jsonl").read_text()
   assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "--budgets", "8"]) == 0
