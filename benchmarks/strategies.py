@@ -288,6 +288,11 @@ def reach(run: dict, target_cost: float, budget: int) -> tuple[int | None, float
   return None, None
 
 
+def search_at(run: dict, n: int) -> float:
+  """The run's search seconds by the end of the round that holds its ``n``-th measurement."""
+  return next((sec for used, sec in run["rounds"] if used >= n), run["search_s"])
+
+
 def mean_ci(xs: list[float]) -> tuple[float, float]:
   """Mean and the half-width of its 95% confidence interval (0 for a single value)."""
   n = len(xs)
@@ -351,7 +356,7 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
         if lvl == 0.95:
           reach95.setdefault(s, []).append([h[0] if h[0] is not None else budget for h in hits])
           if miss: censored95.add(s)
-        cells_s.append(_cell([h[1] if h[1] is not None else r["search_s"] for h, r in zip(hits, rs)], miss, ".1f"))
+        cells_s.append(_cell([h[1] if h[1] is not None else search_at(r, budget) for h, r in zip(hits, rs)], miss, ".1f"))
       fin = [best_so_far(r["costs"][:budget] if s != "gensor" else r["costs"])[-1] / best for r in rs]
       finals.setdefault(s, []).append(math.exp(sum(math.log(f) for f in fin) / len(fin)))
       label = "gensor@0" if s == "gensor" else s
@@ -419,9 +424,10 @@ def report(out: Path, names: list[str], descr: dict, budgets: list[int], args, h
     png = out / f"strategies_{args.target}_r{args.per_round}_b{b}.png"
     plot(data["curves"], names, descr, b, png,
          f"best-so-far / best of all (static-model ESTIMATES, {args.target}), budget {b}: geometric mean over seeds, band min-max")
-    text += [f"### Budget {b} ({args.target}; every latency an ESTIMATE of the static model, no GPU)", ""] + header \
+    text += [f"### Budget {b} ({args.target}; every latency an ESTIMATE of the static model, no GPU)", "", "```"] + header \
       + ([f"measuring: {measure_s:.2f} wall s per program (static model: NVRTC build + estimate, workers in parallel)"]
-         if measure_s else []) + ["", *lines, "", f"Plot: `{png.relative_to(HERE.parent) if png.is_relative_to(HERE.parent) else png}`", ""]
+         if measure_s else []) + ["```", "", *lines, "",
+                                  f"Plot: `{png.relative_to(HERE.parent) if png.is_relative_to(HERE.parent) else png}`", ""]
   md = out / f"strategies_{args.target}_r{args.per_round}.md"
   md.write_text("\n".join(text) + "\n")
   return "\n".join(text)

@@ -99,6 +99,7 @@ def test_reach_and_confidence_interval():
   assert B.reach(run, 1.0, 6) == (6, 3.0)
   assert B.reach(run, 1.0, 4) == (None, None)         # not within the first 4 measurements
   assert B.best_so_far(run["costs"]) == [5.0, 5.0, 3.0, 2.0, 2.0, 1.0]
+  assert B.search_at(run, 4) == 1.5 and B.search_at(run, 5) == 3.0    # a censored cell's seconds: at its budget
   m, h = B.mean_ci([1.0, 2.0, 3.0])
   assert m == 2.0 and h == pytest.approx(4.30 * 1.0 / 3 ** 0.5)
   assert B.mean_ci([7.0]) == (7.0, 0.0)
