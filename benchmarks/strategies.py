@@ -423,7 +423,8 @@ def report(out: Path, names: list[str], descr: dict, budgets: list[int], args, h
     if not data["best"]: continue
     png = out / f"strategies_{args.target}_r{args.per_round}_b{b}.png"
     plot(data["curves"], names, descr, b, png,
-         f"best-so-far / best of all (static-model ESTIMATES, {args.target}), budget {b}: geometric mean over seeds, band min-max")
+         f"budget {b}: best-so-far / best of all, geometric mean over seeds (band: min to max)\n"
+         f"static-model ESTIMATES for {args.target}, not GPU timings")
     text += [f"### Budget {b} ({args.target}; every latency an ESTIMATE of the static model, no GPU)", "", "```"] + header \
       + ([f"measuring: {measure_s:.2f} wall s per program (static model: NVRTC build + estimate, workers in parallel)"]
          if measure_s else []) + ["```", "", *lines, "",
