@@ -77,28 +77,6 @@ class AnsorStrategy(LearnedStrategy):
     self.mutation_prob, self.eps_greedy, self.use_measured_ratio = mutation_prob, eps_greedy, use_measured_ratio
     self.stats.update({"mutations": 0, "crossovers": 0, "invalid_children": 0, "rejected_after_prefilter": 0,
                        "timeouts": 0})
-    self._concrete: dict[tuple, Candidate] = {}        # points lowered exactly (sketches without formulas)
-
-  def _valid(self, task: TuneTask, points: list[Point], deadline: float | None = None) -> np.ndarray:
-    """Pre-filter (value checks + resource formulas); sketches without formulas are lowered per point,
-    until ``deadline`` (a ``time.perf_counter()`` value; the points left are then counted invalid)."""
-    from minicomp.search.annotate import check_values
-    ok = np.array([check_values(task.sketches[p.sketch_index], p.values, task.target) is None for p in points], bool)
-    by_sketch: dict[int, list[int]] = {}
-    for i, p in enumerate(points):
-      if ok[i]: by_sketch.setdefault(p.sketch_index, []).append(i)
-    for k, idx in by_sketch.items():
-      f = self._formulas(task, k)
-      if f is not None:
-        ok[idx] = f.valid([points[i].values for i in idx], task.target)
-      else:
-        for i in idx:
-          if deadline is not None and time.perf_counter() > deadline:
-            ok[i] = False; continue
-          c, _ = make_candidate(task.sketches[k], points[i].values, points[i].unroll, task.target, k)
-          ok[i] = c is not None
-          if c is not None: self._concrete[points[i].key] = c
-    return ok
 
   def _scores(self, task: TuneTask, points: list[Point]) -> np.ndarray:
     self.stats["scored"] += len(points)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +56,7 @@ class LearnedStrategy(Strategy):
     self._formula_cache: dict[tuple[str, int], object] = {}
     self._point_of: dict[str, Point] = {}              # measured program key -> its point
     self._measured_points: set[tuple] = set()
+    self._concrete: dict[tuple, Candidate] = {}        # points the pre-filter lowered (sketches without formulas)
 
   # -- the model
   @property
@@ -107,6 +109,29 @@ class LearnedStrategy(Strategy):
     pts = [Point(c.sketch_index, c.values, c.unroll) for c in cands]
     feats = self._point_features(task, pts) if all(c.sketch_index >= 0 for c in cands) else [None] * len(cands)
     return [f if f is not None else self.features(c) for f, c in zip(feats, cands)]
+
+  # -- validity
+  def _valid(self, task: TuneTask, points: list[Point], deadline: float | None = None) -> np.ndarray:
+    """Pre-filter (value checks + resource formulas); sketches without formulas are lowered per point
+    (kept in ``_concrete``) until ``deadline`` (a ``time.perf_counter()`` value; the points left are then
+    counted invalid)."""
+    from minicomp.search.annotate import check_values, make_candidate
+    ok = np.array([check_values(task.sketches[p.sketch_index], p.values, task.target) is None for p in points], bool)
+    by_sketch: dict[int, list[int]] = {}
+    for i, p in enumerate(points):
+      if ok[i]: by_sketch.setdefault(p.sketch_index, []).append(i)
+    for k, idx in by_sketch.items():
+      f = self._formulas(task, k)
+      if f is not None:
+        ok[idx] = f.valid([points[i].values for i in idx], task.target)
+        continue
+      for i in idx:
+        if deadline is not None and time.perf_counter() > deadline:
+          ok[i] = False; continue
+        c, _ = make_candidate(task.sketches[k], points[i].values, points[i].unroll, task.target, k)
+        ok[i] = c is not None
+        if c is not None: self._concrete[points[i].key] = c
+    return ok
 
   # -- learning
   def update(self, task: TuneTask, candidates: list[Candidate], costs: list[float | None]) -> None:

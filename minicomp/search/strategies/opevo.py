@@ -97,7 +97,6 @@ from minicomp.search.annotate import (
   POPULATION_TIME_S,
   UNROLL_CHOICES,
   Candidate,
-  check_values,
   factorizations,
   make_candidate,
   prime_factors,
@@ -432,7 +431,6 @@ class OpEvoStrategy(LearnedStrategy):
     self._pop: dict[str, dict[str, tuple[Point, float]]] = {}   # task -> program key -> (point, fitness)
     self._done: dict[str, set[tuple]] = {}                         # task -> point keys never to propose again
     self._synced: dict[str, int] = {}                              # task -> history entries looked at
-    self._concrete: dict[tuple, Candidate] = {}                    # points lowered by the pre-filter (this round)
 
   # -- the population
   def space(self, task: TuneTask) -> Space:
@@ -475,26 +473,6 @@ class OpEvoStrategy(LearnedStrategy):
     if self.prescreen > 1: super().update(task, candidates, costs)   # only prescreen needs the model
 
   # -- validity
-  def _prefilter(self, task: TuneTask, points: list[Point], deadline: float | None) -> np.ndarray:
-    """Value checks + resource formulas; sketches without formulas are lowered per point (until ``deadline``)."""
-    sks = task.sketches
-    ok = np.array([check_values(sks[p.sketch_index], p.values, task.target) is None for p in points], bool)
-    by_sketch: dict[int, list[int]] = {}
-    for i, p in enumerate(points):
-      if ok[i]: by_sketch.setdefault(p.sketch_index, []).append(i)
-    for k, idx in by_sketch.items():
-      f = self._formulas(task, k)
-      if f is not None:
-        ok[idx] = f.valid([points[i].values for i in idx], task.target)
-        continue
-      for i in idx:
-        if deadline is not None and time.perf_counter() > deadline:
-          ok[i] = False; continue
-        c, _ = make_candidate(sks[k], points[i].values, points[i].unroll, task.target, k)
-        ok[i] = c is not None
-        if c is not None: self._concrete[points[i].key] = c
-    return ok
-
   def _lower(self, task: TuneTask, p: Point, exclude: set[str]) -> Candidate | None:
     """``p`` lowered and checked exactly, unless invalid or its program is in ``exclude`` (then never again)."""
     c = self._concrete.get(p.key)
@@ -513,7 +491,7 @@ class OpEvoStrategy(LearnedStrategy):
     out: list[Point] = []
     for _ in range(RANDOM_ROUNDS):
       pts = [space.random(rng) for _ in range(32 * (count - len(out)))]
-      for p, ok in zip(pts, self._prefilter(task, pts, deadline)):
+      for p, ok in zip(pts, self._valid(task, pts, deadline)):
         if len(out) >= count: break
         if ok and p.key not in seen:
           seen.add(p.key); out.append(p)
@@ -541,7 +519,7 @@ class OpEvoStrategy(LearnedStrategy):
     out: list[Point] = []
     pending = list(range(count))
     for attempt in range(REMUTATIONS + 1):
-      valid = self._prefilter(task, [kids[i] for i in pending], deadline)
+      valid = self._valid(task, [kids[i] for i in pending], deadline)
       still = []
       for i, ok in zip(pending, valid):
         if ok and kids[i].key not in seen:
