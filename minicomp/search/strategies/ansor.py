@@ -55,7 +55,6 @@ from minicomp.search.annotate import (
   Candidate,
   draw_unroll,
   draw_values,
-  make_candidate,
   prime_factors,
 )
 from minicomp.search.strategies.base import TuneTask
@@ -77,16 +76,6 @@ class AnsorStrategy(LearnedStrategy):
     self.mutation_prob, self.eps_greedy, self.use_measured_ratio = mutation_prob, eps_greedy, use_measured_ratio
     self.stats.update({"mutations": 0, "crossovers": 0, "invalid_children": 0, "rejected_after_prefilter": 0,
                        "timeouts": 0})
-
-  def _scores(self, task: TuneTask, points: list[Point]) -> np.ndarray:
-    self.stats["scored"] += len(points)
-    feats = self._point_features(task, points)
-    for i, p in enumerate(points):
-      if feats[i] is None:
-        c = self._concrete.get(p.key) or make_candidate(task.sketches[p.sketch_index], p.values, p.unroll,
-                                                        task.target, p.sketch_index)[0]
-        feats[i] = self.features(c) if c is not None else np.zeros((0, 1), np.float32)
-    return np.asarray(self.model.predict(feats), float)
 
   # -- proposing
   def _random_points(self, task: TuneTask, n: int, rng: np.random.Generator) -> list[Point]:

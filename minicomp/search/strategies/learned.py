@@ -110,6 +110,19 @@ class LearnedStrategy(Strategy):
     feats = self._point_features(task, pts) if all(c.sketch_index >= 0 for c in cands) else [None] * len(cands)
     return [f if f is not None else self.features(c) for f, c in zip(feats, cands)]
 
+  def _scores(self, task: TuneTask, points: list[Point]) -> np.ndarray:
+    """The cost model's scores of ``points`` (higher is better): formula features where the sketch has
+    them, else the lowered program's (a point that does not lower scores as an empty program)."""
+    from minicomp.search.annotate import make_candidate
+    self.stats["scored"] += len(points)
+    feats = self._point_features(task, points)
+    for i, p in enumerate(points):
+      if feats[i] is None:
+        c = self._concrete.get(p.key) or make_candidate(task.sketches[p.sketch_index], p.values, p.unroll,
+                                                        task.target, p.sketch_index)[0]
+        feats[i] = self.features(c) if c is not None else np.zeros((0, 1), np.float32)
+    return np.asarray(self.model.predict(feats), float)
+
   # -- validity
   def _valid(self, task: TuneTask, points: list[Point], deadline: float | None = None) -> np.ndarray:
     """Pre-filter (value checks + resource formulas); sketches without formulas are lowered per point

@@ -536,15 +536,8 @@ class OpEvoStrategy(LearnedStrategy):
     return out
 
   def _rank(self, task: TuneTask, points: list[Point]) -> list[Point]:
-    """``points`` best predicted first (the learned model on their formula features)."""
-    feats = self._point_features(task, points)
-    for i, p in enumerate(points):
-      if feats[i] is None:
-        c = self._concrete.get(p.key) or make_candidate(task.sketches[p.sketch_index], p.values, p.unroll,
-                                                        task.target, p.sketch_index)[0]
-        feats[i] = self.features(c) if c is not None else np.zeros((0, 1), np.float32)
-    self.stats["scored"] += len(points)
-    scores = np.asarray(self.model.predict(feats), float)
+    """``points`` best predicted first (the learned model, ``LearnedStrategy._scores``)."""
+    scores = self._scores(task, points)
     return [points[int(i)] for i in np.argsort(-scores, kind="stable")]
 
   def propose(self, task: TuneTask, n: int, rng: np.random.Generator) -> list[Candidate]:
