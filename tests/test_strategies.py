@@ -105,6 +105,7 @@ def test_reach_and_confidence_interval():
   assert B.mean_ci([7.0]) == (7.0, 0.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["opevo", "tuna"])
 def test_cli_tune_with_the_new_strategies_logs_them_and_resumes(tmp_path, strategy):
   import subprocess
