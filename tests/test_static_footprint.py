@@ -467,3 +467,18 @@ def test_analyses_in_threads_match_serial_ones(monkeypatch):
   with cf.ThreadPoolExecutor(4) as pool:
     for _ in range(3):
       assert list(pool.map(analyze_kernel, kernels)) == serial
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_column_classes_match_numpy_unique(seed):
+  """The packed class split gives numpy's column-wise unique: first occurrences and counts, same order."""
+  from minicomp.search.static.footprint import _column_classes
+  rng = np.random.default_rng(seed)
+  sig = np.stack([np.zeros(5000, np.int64)] + [np.clip(rng.integers(-40, 40, 5000), -3 - k, 5) for k in range(4)])
+  first, sizes = _column_classes(sig)
+  _, f0, c0 = np.unique(sig, axis=1, return_index=True, return_counts=True)
+  assert first.tolist() == f0.tolist() and sizes.tolist() == c0.tolist()
+  wide = np.stack([rng.integers(-(1 << 40), 1 << 40, 300) for _ in range(3)])   # too wide to pack
+  first, sizes = _column_classes(wide)
+  _, f0, c0 = np.unique(wide, axis=1, return_index=True, return_counts=True)
+  assert first.tolist() == f0.tolist() and sizes.tolist() == c0.tolist()

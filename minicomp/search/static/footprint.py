@@ -292,8 +292,8 @@ def _kept_span(ms, p: int) -> range:
 
 def _enumerate(fixes: list[tuple[AccessMap, dict[int, int]]], keep: int) -> int:
   """The count of :class:`_Counter`, by evaluating every instance's index with numpy."""
-  keys = _keys(fixes, keep)
-  return len(keys[0]) if keys is not None else _rows(fixes, keep).shape[1]
+  packed = _keys(fixes, keep, count=True)
+  return packed[0] if packed is not None else _rows(fixes, keep).shape[1]
 
 
 def _chunks(m: AccessMap, fix: dict[int, int], keep: int, values: dict[int, list[int]]):
@@ -370,10 +370,11 @@ def _sorted_unique(keys: np.ndarray) -> np.ndarray:
   return k[np.concatenate(([True], k[1:] != k[:-1]))] if k.size else k
 
 
-def _keys(fixes, keep: int, values: dict[int, list[int]] | None = None):
+def _keys(fixes, keep: int, values: dict[int, list[int]] | None = None, count: bool = False):
   """The distinct (kept hardware indices..., element) columns of the accesses, each packed into
   one int64 by :func:`_radix` (sorted), with the radix; None when the columns do not pack.
-  Small key spaces are marked in one bitmap; larger ones are sorted chunk by chunk."""
+  With ``count``, their number instead of the columns. Small key spaces are marked in one
+  bitmap; larger ones are sorted chunk by chunk."""
   values = values or {}
   radix = _radix(fixes, keep, values)
   if radix is None: return None
@@ -395,9 +396,9 @@ def _keys(fixes, keep: int, values: dict[int, list[int]] | None = None):
       if keys.size and (keys.min() < 0 or keys.max() >= space): return None   # (bounds were too tight)
       if bitmap is not None: bitmap[keys] = True
       else: parts.append(_sorted_unique(keys))
-  if bitmap is not None: return np.flatnonzero(bitmap), radix
-  if not parts: return np.zeros(0, np.int64), radix
-  return (parts[0] if len(parts) == 1 else _sorted_unique(np.concatenate(parts))), radix
+  if bitmap is not None: return (int(np.count_nonzero(bitmap)) if count else np.flatnonzero(bitmap)), radix
+  keys = np.zeros(0, np.int64) if not parts else parts[0] if len(parts) == 1 else _sorted_unique(np.concatenate(parts))
+  return (len(keys) if count else keys), radix
 
 
 def _rows(fixes, keep: int, values: dict[int, list[int]] | None = None) -> np.ndarray:
@@ -521,10 +522,26 @@ def _class_sum(count: _Counter, ms, keep: int, fixed: list[int], rest: list[int]
   for k, lo, hi in atoms:        # K' + R' <op> 0 reads K' only through its clip to [-hi - 1, -lo + 1]
     v = np.broadcast_to(np.asarray(evaluate(k, env), np.int64), (size,))
     sig.append(np.clip(v, None if hi is None else -hi - 1, None if lo is None else -lo + 1))
-  _, first, sizes = np.unique(np.stack(sig), axis=1, return_index=True, return_counts=True)
+  first, sizes = _column_classes(np.stack(sig))
   if len(first) > SUM_CLASSES_LIMIT: return None
   return sum(int(n) * count(ms, 0, tuple(fixed), tuple((p, int(env[HW_TAGS[p]][i])) for p in rest))
              for i, n in zip(first, sizes))
+
+
+def _column_classes(sig: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """The first column of each class of equal columns of ``sig`` and the class sizes, in the
+  columns' lexicographic order (as ``np.unique(sig, axis=1, return_index=True, return_counts=True)``).
+  The columns are packed into one int64 each when their ranges allow (tens of times faster than
+  comparing columns as rows of a structured array)."""
+  lo, hi = sig.min(axis=1), sig.max(axis=1)
+  spans = [int(h) - int(l) + 1 for l, h in zip(lo, hi)]
+  if not sig.shape[1] or math.prod(spans) >= 1 << 62:
+    _, first, sizes = np.unique(sig, axis=1, return_index=True, return_counts=True)
+    return first, sizes
+  key = np.zeros(sig.shape[1], np.int64)
+  for row, l, n in zip(sig, lo, spans): key = key * n + (row - l)
+  _, first, sizes = np.unique(key, return_index=True, return_counts=True)
+  return first, sizes
 
 
 def _comparisons(c: Expr) -> list[Expr] | None:
