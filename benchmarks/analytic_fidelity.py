@@ -1,0 +1,131 @@
+"""How well Tuna's objective (the static model's analytic part) ranks programs the full static model measured.
+
+Tuna's evolution strategies never see a measurement: they follow the analytic ``SketchModel`` (launch
+facts as formulas of the sketch's variables) and the full model (PTX-based, one NVRTC build per program)
+only rates the top-k they propose. Where the two disagree, Tuna stalls however long it searches. This
+benchmark reads the programs ``strategies.py`` measured (its memo, every strategy's programs), rates each
+with the analytic model at the program's own unroll step, and prints per task:
+
+- ``n``: programs compared (those with one unroll step on every marked loop, which the analytic model
+  takes; a point it rejects for resources counts with an infinite analytic cost);
+- ``spearman``: rank correlation of analytic and full cost (1: the same order);
+- ``top1 / best``: the full cost of the analytic model's favourite over the best full cost among them
+  (1.00: the analytic model picks the best);
+- ``best of top-k``: the same for the best full cost among the analytic model's top k (k = 8, 32);
+- ``rejected``: programs the full model rated that the analytic resource check rejects, and the best
+  full cost among them over the best (1.00: the best program is one Tuna cannot reach).
+
+Every latency is an ESTIMATE of the static model (no GPU).
+
+  python benchmarks/strategies.py --budgets 64                 # first: fills the memo it reads
+  python benchmarks/analytic_fidelity.py                       # all tasks in the memo
+  python benchmarks/analytic_fidelity.py --tasks conv3x3,matmul --limit 500
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+MEMO = HERE / "results" / "strategies" / "measured_h100.jsonl"
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+  """Spearman's rank correlation (average ranks for ties; ``inf`` ranks last)."""
+  def ranks(x):
+    order = np.argsort(x, kind="stable")
+    r = np.empty(len(x))
+    r[order] = np.arange(len(x), dtype=float)
+    for v in np.unique(x):                     # ties share their mean rank
+      tie = x == v
+      if tie.sum() > 1: r[tie] = r[tie].mean()
+    return r
+  ra, rb = ranks(a), ranks(b)
+  if ra.std() == 0 or rb.std() == 0: return float("nan")
+  return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def task_rows(task: str, progs: list[tuple[str, float]], target: str) -> dict | None:
+  """The analytic cost of every program of ``task`` the analytic model takes, beside its full cost."""
+  import strategies as S
+
+  from minicomp.search.static.analytic import SketchModel
+  from minicomp.search.strategies.base import TuneTask
+  from minicomp.search.strategies.opevo import read_point
+  from minicomp.target import as_target
+  tgt = as_target(target)
+  dag = S.task_dag(task)
+  tt = TuneTask(task, dag, tgt, 1, dag.flop_count(), "", task)
+  symbolic = [json.loads(sk.schedule.to_json()) for sk in tt.sketches]
+  groups: dict[tuple[int, int], list[tuple[dict, float]]] = {}   # (sketch, unroll step) -> (values, full cost)
+  for steps, cost in progs:
+    for k, sk in enumerate(tt.sketches):
+      got = read_point(sk, steps, symbolic[k])
+      if got is None: continue
+      values, unroll = got
+      steps_used = set(unroll.values()) or {0}
+      if len(steps_used) == 1: groups.setdefault((k, steps_used.pop()), []).append((values, cost))
+      break
+  full, analytic = [], []
+  for (k, step), rows in groups.items():
+    try: model = SketchModel(tt.sketches[k], tgt, unroll=step)
+    except Exception:  # noqa: BLE001 -- a sketch without an analytic model (Tuna falls back to random there)
+      continue
+    est = model([v for v, _ in rows])
+    full += [c for _, c in rows]; analytic += list(est)
+  if len(full) < 2: return None
+  full_a, an_a = np.array(full), np.array(analytic)
+  order = np.argsort(an_a, kind="stable")
+  best = full_a.min()
+  top = lambda k: full_a[order[:k]].min() / best   # noqa: E731
+  return {"task": task, "n": len(full), "spearman": spearman(an_a, full_a), "top1": top(1), "top8": top(8),
+          "top32": top(32), "rejected": int(np.isinf(an_a).sum()),
+          "best_rejected": full_a[np.isinf(an_a)].min() / best if np.isinf(an_a).any() else math.inf}
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--memo", type=Path, default=MEMO, help="strategies.py's memo of measured programs")
+  ap.add_argument("--tasks", default=None, help="comma-separated task names (default: every task in the memo)")
+  ap.add_argument("--limit", type=int, default=2000, help="programs per task at most (a fixed random sample)")
+  ap.add_argument("--target", default="h100")
+  args = ap.parse_args(argv)
+  if not args.memo.exists():
+    ap.error(f"{args.memo} does not exist: run benchmarks/strategies.py first (it measures the programs compared here)")
+  import strategies as S
+  known = S.tasks()
+  by_task: dict[str, list[tuple[str, float]]] = {}
+  for ln in args.memo.read_text().splitlines():
+    try: r = json.loads(ln)
+    except json.JSONDecodeError: continue
+    if r.get("cost") is not None and math.isfinite(r["cost"]) and r["task"] in known:
+      by_task.setdefault(r["task"], []).append((r["steps"], r["cost"]))
+  names = args.tasks.split(",") if args.tasks else [t for t in known if t in by_task]
+  unknown = [n for n in names if n not in known]
+  if unknown: ap.error(f"unknown task(s) {unknown}; known: {', '.join(known)}")
+  from provenance import header_lines
+  print("```")
+  print("\n".join(header_lines(__file__, argv)))
+  print("```\n")
+  print("| task | n | spearman | top1 / best | best of top-8 / best | best of top-32 / best | rejected | best rejected / best |")
+  print("|---|---:|---:|---:|---:|---:|---:|---:|")
+  rng = np.random.default_rng(0)
+  for t in names:
+    progs = sorted(by_task.get(t, []))
+    if len(progs) > args.limit: progs = [progs[int(i)] for i in sorted(rng.permutation(len(progs))[:args.limit])]
+    r = task_rows(t, progs, args.target)
+    if r is None:
+      print(f"| {t} | {len(progs)} | (too few programs the analytic model takes) | | | | | |"); continue
+    print(f"| {t} | {r['n']} | {r['spearman']:.2f} | {r['top1']:.2f} | {r['top8']:.2f} | {r['top32']:.2f} | {r['rejected']} | {r['best_rejected']:.2f} |")
+  print("\n* every latency is an ESTIMATE of the static model, not measured on a GPU")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
