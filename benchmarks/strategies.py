@@ -44,8 +44,9 @@ sys.path.insert(0, str(HERE))
 LEVELS = (0.90, 0.95, 0.99)
 STRATEGIES = ("random", "ansor", "felix", "opevo", "tuna")
 # variants run on request (--strategies), reported beside the five: Felix with its cost model pre-trained on
-# the static model's labels of the other tasks' programs (Felix pre-trains on TenSet)
-VARIANTS = ("felix-pre",)
+# the static model's labels of the other tasks' programs (Felix pre-trains on TenSet); OpEvo whose offspring
+# the learned cost model pre-screens (8 generated per proposed), OpEvo's operators with Ansor's kind of model
+VARIANTS = ("felix-pre", "opevo-pre")
 PRETRAIN_PER_TASK = 256        # programs per other task that felix-pre's model is pre-trained on
 OUT = HERE / "results" / "strategies"
 # Student's t, 97.5% quantile, by degrees of freedom (a 95% two-sided interval of a mean)
@@ -133,7 +134,8 @@ def task_dag(name: str, smoke: bool = False):
 
 def make_strategy(name: str, seed: int, smoke: bool, pretrain=None):
   """The strategy with its defaults (smaller populations with ``smoke``, so CI stays fast).
-  ``felix-pre``: Felix whose cost model starts trained on ``pretrain()`` rows (features, cost, task)."""
+  ``felix-pre``: Felix whose cost model starts trained on ``pretrain()`` rows (features, cost, task);
+  ``opevo-pre``: OpEvo with ``prescreen=True``."""
   from minicomp.search.tune import make_strategy as named
   if name == "felix-pre":
     from minicomp.search.strategies.felix import FelixStrategy
@@ -141,6 +143,9 @@ def make_strategy(name: str, seed: int, smoke: bool, pretrain=None):
     strat._data = list(pretrain())          # kept: every retraining fits them with the task's own results
     if strat._data: strat._train()
     return strat
+  if name == "opevo-pre":
+    from minicomp.search.strategies.opevo import OpEvoStrategy
+    return OpEvoStrategy(seed=seed, prescreen=True)
   if not smoke: return named(name, seed)
   if name == "ansor":
     from minicomp.search.strategies.ansor import AnsorStrategy
@@ -385,7 +390,8 @@ def plot(curves: dict, names: list[str], descr: dict, budget: int, path: Path, t
   cols = min(4, len(shown)) or 1
   rows = math.ceil(len(shown) / cols)
   fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-  colors = dict(zip(STRATEGIES + VARIANTS, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown")))
+  colors = dict(zip(STRATEGIES + VARIANTS, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown",
+                                           "tab:olive")))
   for ax, t in zip(axes.flat, shown):
     for s in STRATEGIES + VARIANTS:
       cs = curves.get((t, s))

@@ -91,6 +91,16 @@ def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
   before = (tmp_path / "measured_h100.jsonl").read_text()
   assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "--budgets", "8"]) == 0
   assert (tmp_path / "measured_h100.jsonl").read_text() == before
+  # the variants run on request and are reported beside the five (felix-pre pre-trains on softmax64 for matmul64)
+  capsys.readouterr()
+  assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "--budgets", "8",
+                 "--strategies", ",".join(B.VARIANTS)]) == 0
+  text = capsys.readouterr().out
+  for s in B.VARIANTS:
+    got = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob(f"*_{s}_s0_b8.json")]
+    assert sorted(r["task"] for r in got) == sorted(names), s
+    assert all(0 < len(r["costs"]) <= 8 for r in got)
+    for t in names: assert f"| {t} | {s} | 1 |" in text
 
 
 def test_reach_and_confidence_interval():
