@@ -139,3 +139,17 @@ def test_cli_tune_with_the_new_strategies_logs_them_and_resumes(tmp_path, strate
   recs = [x for x in load_records(str(log)) if x.strategy != "default"]
   assert len(recs) == 8 and len({(x.workload_key, x.steps_json) for x in recs}) == 8
   assert sorted(x.trial for x in recs) == list(range(8))
+
+
+def test_sample_efficiency_against_ansor():
+  """Ansor's mean curve reaches its final (2.0) at measurement 6; a strategy whose curve gets there at 3 is 2x as
+  sample-efficient, one that gets there at 8 is 0.75x, and one that never does gives an upper bound."""
+  run = lambda costs: {"costs": costs}   # noqa: E731
+  by = {("t", "ansor"): {0: run([8.0] * 5 + [2.0] * 3), 1: run([8.0] * 5 + [2.0] * 3)},
+        ("t", "fast"): {0: run([8.0, 8.0, 1.0]), 1: run([8.0, 8.0, 4.0])},   # geomean at 3: 2.0
+        ("t", "slow"): {0: run([8.0] * 7 + [2.0])},
+        ("t", "never"): {0: run([9.0] * 8)}}
+  lines = B.efficiency(by, ["t"], ["ansor", "fast", "slow", "never"], 8)
+  rows = {ln.split("|")[1].strip(): ln.split("|")[3].strip() for ln in lines if ln.startswith("| ") and "tasks" not in ln}
+  assert rows == {"ansor": "1.00", "fast": "2.00", "slow": "0.75", "never": "<0.75"}
+  assert B.efficiency({("t", "fast"): by[("t", "fast")]}, ["t"], ["fast"], 8) == []   # no Ansor: no table
