@@ -478,6 +478,7 @@ def test_column_classes_match_numpy_unique(seed):
   first, sizes = _column_classes(sig)
   _, f0, c0 = np.unique(sig, axis=1, return_index=True, return_counts=True)
   assert first.tolist() == f0.tolist() and sizes.tolist() == c0.tolist()
+  assert [len(x) for x in _column_classes(np.zeros((3, 0), np.int64))] == [0, 0]
   wide = np.stack([rng.integers(-(1 << 40), 1 << 40, 300) for _ in range(3)])   # too wide to pack
   first, sizes = _column_classes(wide)
   _, f0, c0 = np.unique(wide, axis=1, return_index=True, return_counts=True)

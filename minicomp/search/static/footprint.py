@@ -533,9 +533,10 @@ def _column_classes(sig: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   columns' lexicographic order (as ``np.unique(sig, axis=1, return_index=True, return_counts=True)``).
   The columns are packed into one int64 each when their ranges allow (tens of times faster than
   comparing columns as rows of a structured array)."""
+  if not sig.shape[1]: return np.zeros(0, np.int64), np.zeros(0, np.int64)
   lo, hi = sig.min(axis=1), sig.max(axis=1)
   spans = [int(h) - int(l) + 1 for l, h in zip(lo, hi)]
-  if not sig.shape[1] or math.prod(spans) >= 1 << 62:
+  if math.prod(spans) >= 1 << 62:
     _, first, sizes = np.unique(sig, axis=1, return_index=True, return_counts=True)
     return first, sizes
   key = np.zeros(sig.shape[1], np.int64)
