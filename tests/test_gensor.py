@@ -114,28 +114,6 @@ def test_the_analytic_model_ranks_like_the_full_static_model():
     assert _spearman(ana, full) > 0.6, (ana, full)
 
 
-def test_the_analytic_model_lets_large_blocks_spill_as_ptxas_does():
-  """Kernels carry __launch_bounds__(threads), so ptxas fits a block of 512-1024 threads in the register
-  file (spilling if it must): the analytic model must not rule such a block out where the full model runs it
-  (it did, estimating more registers than the cap, and Tuna and Gensor never reached the best conv tiles)."""
-  from minicomp.search.formulas import FormulaEval
-  tgt = as_target("h100")
-  for wl in (W.conv2d(1, 64, 28, 28, 64, 3, 1, 1), W.matmul(512, 512, 512)):
-    sk = generate_sketches(ComputeDAG(wl.outputs), tgt)[0]
-    model = SketchModel(sk, tgt)
-    rng = np.random.default_rng(1)
-    big = 0
-    for _ in range(4000):
-      c = sample(sk, rng, tgt)
-      ev = FormulaEval({n: np.array([c.values[n]]) for n in model.names})
-      if float(np.asarray(ev(model.kernels[0].threads)).ravel()[0]) < 512 or not model.valid([c.values])[0]: continue
-      full = estimate(build(concretize(sk, c.values, unroll_of(sk)), tgt), tgt).latency_s
-      assert np.isfinite(full) and np.isfinite(model([c.values])[0]), c.values
-      big += 1
-      if big == 3: break
-    assert big == 3, "no large blocks drawn"
-
-
 @pytest.mark.parametrize("name", sorted(zoo.TEST_MODELS))
 def test_zoo_default_compile_is_never_estimated_slower_than_the_rules(name):
   model, feeds = zoo.TEST_MODELS[name]()

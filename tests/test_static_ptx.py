@@ -163,19 +163,6 @@ def test_occupancy_errors():
   assert issubclass(OccupancyError, mc.MinicompError)
 
 
-@pytest.mark.parametrize("dev", ["sm_86", "h100"])
-def test_register_cap_is_the_most_one_block_fits(dev):
-  """__launch_bounds__(t): 1024 threads get 64 registers, 896 get 72 (65536 / 896 = 73, in units of 8),
-  small blocks 255; the cap always launches, and 8 more registers do not (unless at 255)."""
-  from minicomp.search.static.occupancy import register_cap
-  assert (register_cap(dev, 1024), register_cap(dev, 896), register_cap(dev, 128)) == (64, 72, 255)
-  for t in range(32, 1025, 32):
-    cap = register_cap(dev, t)
-    occupancy(dev, t, cap, 0)
-    if cap < 255:
-      with pytest.raises(OccupancyError, match="registers"): occupancy(dev, t, cap + 8, 0)
-
-
 # ---------------------------------------------------------------------------------------------
 # PTX analysis on kernels minicomp builds
 

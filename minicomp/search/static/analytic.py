@@ -22,10 +22,8 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   ``gcd(s, 32)``-way);
 - **resources**: block and grid size, shared bytes, and registers per thread: the local
   (register) buffers, the shared values one unrolled body loads (ptxas hoists those loads and
-  keeps the values live; at most ``OPERAND_CAP``) and a fixed overhead; past what
-  ``__launch_bounds__(threads)`` lets ptxas give a thread (one block must fit the register file:
-  ``occupancy.register_cap``) the excess spills (local memory traffic, as ptxas's spill figures
-  are used by the full model), so a large block is slower, never impossible;
+  keeps the values live; at most ``OPERAND_CAP``) and a fixed overhead; past the register file the
+  excess spills (local memory traffic, as ptxas's spill figures are used by the full model);
 - **register reuse**: a store's loop nest is unrolled from the inside while the unrolled steps
   stay within ``auto_unroll_max_step`` (vthread loops always are); a load inside the unrolled
   part is issued once per value of the unrolled loops its index uses (a register tile re-reads
@@ -252,7 +250,7 @@ class SketchModel:
   # -- evaluating (per population)
   def facts(self, values: list[dict]) -> list[list[LaunchFacts]]:
     """Per point, per kernel: the launch facts (occupancy from the register / shared formulas)."""
-    from minicomp.search.static.occupancy import OccupancyError, occupancy, register_cap
+    from minicomp.search.static.occupancy import OccupancyError, occupancy
     P = len(values)
     env = {n: np.array([v[n] for v in values], np.int64) for n in self.names}
     ev = FormulaEval(env)
@@ -331,12 +329,9 @@ class SketchModel:
       rounds = num(kf.rounds)
       chain = sum(counts.values()) + exposed + rounds * LATENCY_CYCLES["ld_global"] / 2 \
         + counts.get("sfu", 0) * LATENCY_CYCLES["sfu"]
-      # __launch_bounds__(threads): ptxas fits one block in the register file and spills the rest
-      caps = {t: register_cap(self.dev, t) for t in {int(t) for t in threads}}
-      cap = np.array([caps[int(t)] for t in threads], np.float64)
-      spill = np.maximum(regs - cap, 0) * 8.0 * np.maximum(rounds / 2, 1)
+      spill = np.maximum(regs - self.dev.max_regs_per_thread, 0) * 8.0 * np.maximum(rounds / 2, 1)
       for p in range(P):
-        r = int(min(regs[p], cap[p]))
+        r = int(min(regs[p], self.dev.max_regs_per_thread))
         try:
           occ = occupancy(self.dev, int(threads[p]), r, int(smem[p]), max(int(blocks[p]), 1))
           bps, active = occ.blocks_per_sm, occ.active_warps_per_sm

@@ -70,16 +70,6 @@ def _round_up(x: int, unit: int) -> int:
 _UNLIMITED = 1 << 30
 
 
-def register_cap(device: DeviceSpec | Target | str, threads_per_block: int) -> int:
-  """The most registers per thread ptxas may give a kernel compiled with ``__launch_bounds__(threads)``
-  (minicomp emits it on every kernel): one block must fit the register file, so ptxas spills what does
-  not fit under ``regs_per_block / (32 * roundup(warps, sub-partitions))``, in allocation units."""
-  dev = _as_device(device)
-  warps = max(1, -(-int(threads_per_block) // dev.warp_size))
-  per_warp = dev.regs_per_block // _round_up(warps, dev.sub_partitions)
-  return max(0, min(dev.max_regs_per_thread, (per_warp // dev.reg_alloc_unit) * dev.reg_alloc_unit // dev.warp_size))
-
-
 def occupancy(device: DeviceSpec | Target | str, threads_per_block: int | tuple, regs_per_thread: int,
               smem_per_block: int, n_blocks: int | tuple = 1) -> Occupancy:
   """Occupancy of a launch of ``n_blocks`` blocks of ``threads_per_block`` threads on ``device``.
