@@ -391,6 +391,7 @@ def efficiency(by: dict, names: list[str], strategies: list[str], budget: int) -
   def mean_curve(rs):
     cs = [best_so_far(r["costs"][:budget]) for r in rs]
     cs = [c + [c[-1]] * (budget - len(c)) for c in cs if c]       # a run that used up the space keeps its best
+    if not cs: return [math.inf] * budget                           # no run measured anything
     return [math.exp(sum(math.log(c[i]) for c in cs) / len(cs)) for i in range(budget)]
   ratios: dict[str, list[float]] = {}
   below: set[str] = set()

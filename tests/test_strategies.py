@@ -153,3 +153,5 @@ def test_sample_efficiency_against_ansor():
   rows = {ln.split("|")[1].strip(): ln.split("|")[3].strip() for ln in lines if ln.startswith("| ") and "tasks" not in ln}
   assert rows == {"ansor": "1.00", "fast": "2.00", "slow": "0.75", "never": "<0.75"}
   assert B.efficiency({("t", "fast"): by[("t", "fast")]}, ["t"], ["fast"], 8) == []   # no Ansor: no table
+  empty = B.efficiency({**by, ("t", "none"): {0: run([])}}, ["t"], ["ansor", "none"], 8)   # proposed nothing
+  assert any(ln.startswith("| none | 1 | <") for ln in empty), empty
