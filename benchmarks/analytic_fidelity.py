@@ -36,21 +36,6 @@ sys.path.insert(0, str(HERE))
 MEMO = HERE / "results" / "strategies" / "measured_h100.jsonl"
 
 
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-  """Spearman's rank correlation (average ranks for ties; ``inf`` ranks last)."""
-  def ranks(x):
-    order = np.argsort(x, kind="stable")
-    r = np.empty(len(x))
-    r[order] = np.arange(len(x), dtype=float)
-    for v in np.unique(x):                     # ties share their mean rank
-      tie = x == v
-      if tie.sum() > 1: r[tie] = r[tie].mean()
-    return r
-  ra, rb = ranks(a), ranks(b)
-  if ra.std() == 0 or rb.std() == 0: return float("nan")
-  return float(np.corrcoef(ra, rb)[0, 1])
-
-
 def task_rows(task: str, progs: list[tuple[str, float]], target: str) -> dict | None:
   """The analytic cost of every program of ``task`` the analytic model takes, beside its full cost."""
   import strategies as S
@@ -80,6 +65,7 @@ def task_rows(task: str, progs: list[tuple[str, float]], target: str) -> dict | 
     est = model([v for v, _ in rows])
     full += [c for _, c in rows]; analytic += list(est)
   if len(full) < 2: return None
+  from static_model_fidelity import spearman    # ties share their mean rank; inf ranks last
   full_a, an_a = np.array(full), np.array(analytic)
   order = np.argsort(an_a, kind="stable")
   best = full_a.min()
