@@ -298,6 +298,10 @@ def search_at(run: dict, n: int) -> float:
   return next((sec for used, sec in run["rounds"] if used >= n), run["search_s"])
 
 
+def geomean(xs) -> float:
+  return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
 def mean_ci(xs: list[float]) -> tuple[float, float]:
   """Mean and the half-width of its 95% confidence interval (0 for a single value)."""
   n = len(xs)
@@ -363,7 +367,7 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
           if miss: censored95.add(s)
         cells_s.append(_cell([h[1] if h[1] is not None else search_at(r, budget) for h, r in zip(hits, rs)], miss, ".1f"))
       fin = [best_so_far(r["costs"][:budget] if s != "gensor" else r["costs"])[-1] / best for r in rs]
-      finals.setdefault(s, []).append(math.exp(sum(math.log(f) for f in fin) / len(fin)))
+      finals.setdefault(s, []).append(geomean(fin))
       label = "gensor@0" if s == "gensor" else s
       lines.append("| " + " | ".join([t, label, str(len(rs))] + cells_n + cells_s + [_cell(fin, False, ".2f")]) + " |")
       if s != "gensor": curves[(t, s)] = [[c / best for c in best_so_far(r["costs"][:budget])] for r in rs]
@@ -374,9 +378,9 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
     m95 = ["0" if s == "gensor" else None]
     if s != "gensor":
       per = [sum(m) / len(m) for m in reach95.get(s, [])]
-      m95 = [(">" if s in censored95 else "") + f"{math.exp(sum(map(math.log, per)) / len(per)):.0f}" if per else ""]
+      m95 = [(">" if s in censored95 else "") + f"{geomean(per):.0f}" if per else ""]
     lines.append(f"| {'gensor@0' if s == 'gensor' else s} | {len(finals[s])} | "
-                 f"{math.exp(sum(map(math.log, finals[s])) / len(finals[s])):.2f} | {m95[0]} |")
+                 f"{geomean(finals[s]):.2f} | {m95[0]} |")
   lines += efficiency(by, names, strategies, budget)
   return lines, {"curves": curves, "best": bests}
 
@@ -392,7 +396,7 @@ def efficiency(by: dict, names: list[str], strategies: list[str], budget: int) -
     cs = [best_so_far(r["costs"][:budget]) for r in rs]
     cs = [c + [c[-1]] * (budget - len(c)) for c in cs if c]       # a run that used up the space keeps its best
     if not cs: return [math.inf] * budget                           # no run measured anything
-    return [math.exp(sum(math.log(c[i]) for c in cs) / len(cs)) for i in range(budget)]
+    return [geomean([c[i] for c in cs]) for i in range(budget)]
   ratios: dict[str, list[float]] = {}
   below: set[str] = set()
   for t in names:
@@ -414,8 +418,7 @@ def efficiency(by: dict, names: list[str], strategies: list[str], budget: int) -
          "| strategy | tasks | sample efficiency vs Ansor |", "|---|---:|---:|"]
   for s in strategies:
     if s in ratios:
-      g = math.exp(sum(map(math.log, ratios[s])) / len(ratios[s]))
-      out.append(f"| {s} | {len(ratios[s])} | {'<' if s in below else ''}{g:.2f} |")
+      out.append(f"| {s} | {len(ratios[s])} | {'<' if s in below else ''}{geomean(ratios[s]):.2f} |")
   return out
 
 
