@@ -39,7 +39,7 @@ from minicomp.search.annotate import sample_population
 from minicomp.search.sketch import generate_sketches
 from minicomp.search.static import cache as analysis_cache
 from minicomp.search.static.estimate import estimate
-from minicomp.search.static.footprint import analyze_kernel
+from minicomp.search.static.footprint import data_movement
 from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
 from minicomp.target import Target
 from provenance import header_lines
@@ -64,7 +64,7 @@ def _time_one(cand, dev) -> dict:
   for l, kir in zip(k.plan.launches, k.program.kernels):
     analyze_ptx(k.binary.ptx, l.kernel, hints=ir_loop_extents(kir.body))
   t2 = time.perf_counter()
-  for kir in k.program.kernels: analyze_kernel(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
+  for kir in k.program.kernels: data_movement(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
   t3 = time.perf_counter()
   analysis_cache.clear()
   t4 = time.perf_counter()

@@ -10,9 +10,13 @@ Tensor expressions and schedules (TVM-TE style)::
     kern = mc.build(s, target="sm_86")
     out = kern(a, b)
 """
-from minicomp.errors import (CodegenError, CompileError, ExprError, LoweringError, MinicompError, NVRTCError,
-                             RuntimeLaunchError, ScheduleError, SimulatorCompileError, SimulatorError, TEError)
-from minicomp.target import Target, TargetError
+from minicomp.errors import (AnnotationError, CodegenError, CompileError, CostModelError, DriverError, EstimateError,
+                             ExprError, FeedError, FootprintError, InvalidRecord, LoweringError, MeasureError,
+                             MinicompError, MissingDependencyError, ModelError, NoGPUError, NVRTCError, OccupancyError, PTXAnalysisError,
+                             RecordsError, ReportError, RuntimeLaunchError, SaveFormatError, ScheduleError, ShapeError,
+                             SimulatorCompileError, SimulatorError, SketchError, TargetError, TEError, TuneError,
+                             UnsupportedOpError, UsageError)
+from minicomp.target import Target
 from minicomp.ir.expr import (Expr, IterVar, all_of, cast, const, erf, exp, log, power, rsqrt, select, sigmoid, sqrt,
                               tanh, var)
 from minicomp.ir.te import Tensor, compute, max, min, placeholder, reduce_axis, sum  # noqa: A004
@@ -22,21 +26,22 @@ from minicomp.codegen.kernel import Kernel, build
 
 __version__ = "0.1.0"
 
-__all__ = ["CodegenError", "CompileError", "ExprError", "LoweringError", "MinicompError", "NVRTCError",
-           "RuntimeLaunchError", "ScheduleError", "SimulatorCompileError", "SimulatorError", "TEError", "Target",
-           "TargetError", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp", "log", "power", "rsqrt", "select",
-           "sigmoid", "sqrt", "tanh", "var", "Tensor", "compute", "max", "min", "placeholder", "reduce_axis", "sum",
-           "ComputeDAG", "Schedule", "Kernel", "build"]
+__all__ = ["AnnotationError", "CodegenError", "CompileError", "CostModelError", "DriverError", "EstimateError",
+           "ExprError", "FeedError", "FootprintError", "InvalidRecord", "LoweringError", "MeasureError",
+           "MinicompError", "MissingDependencyError", "ModelError", "NoGPUError", "NVRTCError", "OccupancyError", "PTXAnalysisError",
+           "RecordsError", "ReportError", "RuntimeLaunchError", "SaveFormatError", "ScheduleError", "ShapeError",
+           "SimulatorCompileError", "SimulatorError", "SketchError", "TargetError", "TEError", "TuneError",
+           "UnsupportedOpError", "UsageError", "Target", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp",
+           "log", "power", "rsqrt", "select", "sigmoid", "sqrt", "tanh", "var", "Tensor", "compute", "max", "min",
+           "placeholder", "reduce_axis", "sum", "ComputeDAG", "Schedule", "Kernel", "build"]
 
 from minicomp.compiler import compile  # noqa: A004,E402
 from minicomp.compiled_model import CompiledModel  # noqa: E402
 from minicomp.saved_model import load  # noqa: E402
-from minicomp.errors import FeedError, ModelError, SaveFormatError, ShapeError, UnsupportedOpError  # noqa: E402
 
-__all__ += ["compile", "load", "CompiledModel", "FeedError", "ModelError", "SaveFormatError", "ShapeError",
-            "UnsupportedOpError"]
+__all__ += ["compile", "load", "CompiledModel"]
 
 from minicomp.search.static.estimate import estimate  # noqa: E402
-from minicomp.codegen.driver import DriverError, NoGPUError, gpu_available, gpu_status  # noqa: E402
+from minicomp.codegen.driver import gpu_available, gpu_status  # noqa: E402
 
-__all__ += ["estimate", "DriverError", "NoGPUError", "gpu_available", "gpu_status"]
+__all__ += ["estimate", "gpu_available", "gpu_status"]

@@ -2,6 +2,7 @@
 
     minicomp info model.onnx                        ops, which are supported, the tasks it would make
     minicomp compile model.onnx --target sm_86 -o out/
+    minicomp compile model.onnx --dump-after lower  the loop nest of every kernel (phases: docs/architecture.md)
     minicomp run out/ --input input=x.npy --output y.npy
     minicomp bench out/ --repeat 100                GPU time per kernel and end to end (CUDA events)
 """
@@ -13,11 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minicomp.errors import MinicompError
-
-
-class UsageError(MinicompError):
-  """A command-line argument is malformed or names a file that cannot be read."""
+from minicomp.errors import MinicompError, UsageError
 
 
 def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
@@ -52,10 +49,10 @@ def _load_feeds(items: list[str] | None) -> dict[str, np.ndarray]:
 
 
 def cmd_info(a) -> int:
-  from minicomp.frontend.onnx_import import load_onnx
+  from minicomp.compiler import onnx_loader
   from minicomp.graph.partition import partition
   from minicomp.graph.registry import lookup
-  g = load_onnx(a.model, _parse_shapes(a.input_shape), check_ops=False)
+  g = onnx_loader()(a.model, _parse_shapes(a.input_shape), check_ops=False)
   print(f"model {g.name}: opset {g.opset}, {len(g.nodes)} nodes after constant folding")
   print("inputs:  " + ", ".join(f"{n} {list(g.values[n].shape)} {g.values[n].dtype}" for n in g.inputs))
   print("outputs: " + ", ".join(g.outputs))
@@ -77,11 +74,14 @@ def cmd_info(a) -> int:
 
 def cmd_compile(a) -> int:
   from minicomp.compiler import compile as mc_compile
+  dumping = bool(a.dump_after or a.dump_dir)
+  if not a.output and not dumping:
+    raise UsageError("compile needs -o/--output FOLDER (or --dump-after / --dump-dir to only look at the phases)")
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
-                  schedules=a.schedules)
-  out = cm.save(a.output)
+                  schedules=a.schedules, dump_after=a.dump_after, dump_dir=a.dump_dir)
   print(cm.summary())
-  print(f"\nsaved to {out}")
+  if a.output: print(f"\nsaved to {cm.save(a.output)}")
+  if a.dump_dir: print(f"phase dumps written to {a.dump_dir}")
   return 0
 
 
@@ -154,6 +154,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
   from minicomp import __version__
+  from minicomp.compiler import PHASE_NAMES
   p = _Parser(prog="minicomp", description="A tensor compiler: ONNX models to CUDA kernels it writes itself.")
   p.add_argument("--version", action="version", version=f"minicomp {__version__}")
   sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -171,12 +172,17 @@ def build_parser() -> argparse.ArgumentParser:
                                   "load it with `minicomp run` or minicomp.load().")
   pc.add_argument("model", help="path to an .onnx file")
   pc.add_argument("--target", default="sm_86", help="CUDA architecture, e.g. sm_80, sm_86, sm_90 (default sm_86)")
-  pc.add_argument("-o", "--output", required=True, help="folder to write the compiled model to")
+  pc.add_argument("-o", "--output", help="folder to write the compiled model to (required unless dumping)")
   pc.add_argument("--input-shape", action="append", help=shape_help)
   pc.add_argument("--schedules", default="gensor", choices=["gensor", "rules"],
                   help="gensor (default): Gensor-constructed schedules where the static model estimates them faster "
                        "than the rule-based ones; rules: the rule-based schedules only (faster to compile)")
   pc.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
+  pc.add_argument("--dump-after", action="append", metavar="PHASE",
+                  help=f"print the output of a compiler phase to stderr (repeatable or comma-separated; 'all'): "
+                       f"{', '.join(PHASE_NAMES)}")
+  pc.add_argument("--dump-dir", metavar="DIR", help="write the phase dumps to files in DIR instead (every phase "
+                                                    "unless --dump-after names some)")
   pc.set_defaults(fn=cmd_compile)
 
   pt = sub.add_parser("tune", help="search schedules for a model's kernels and log every measurement",

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from minicomp.codegen.kernel import NP_DTYPE, Kernel, host_zeros, random_input
 from minicomp.errors import FeedError, RuntimeLaunchError
 from minicomp.target import Target, as_target
+
+if TYPE_CHECKING:
+  from minicomp.graph.tasks import Task
+  from minicomp.pipeline import CompileStats
 
 
 @dataclass
@@ -80,13 +84,18 @@ class CompiledModel:
 
   def __init__(self, target: Target, inputs: list[IOSpec], outputs: list[str], kernels: list[Kernel], steps: list,
                weights: dict[str, np.ndarray], consts: dict[str, np.ndarray] | None = None, name: str = "model",
-               boundary: Mapping[str, str] | None = None, index_checks: Sequence[IndexCheck] = ()):
+               boundary: Mapping[str, str] | None = None, index_checks: Sequence[IndexCheck] = (),
+               tasks: Sequence[Task] = (), stats: CompileStats | None = None):
     """``boundary``: graph inputs / outputs the user sees in a half type (float16, bfloat16) while
     the kernels compute them in float32 (:mod:`minicomp.frontend.half`); ``index_checks``: the
-    graph inputs ``run`` range-checks (:class:`IndexCheck`)."""
+    graph inputs ``run`` range-checks (:class:`IndexCheck`). ``tasks`` (the distinct
+    :class:`~minicomp.graph.tasks.Task` of the kernels, in kernel order) and ``stats`` (seconds per
+    compile phase) come from ``minicomp.compile``; a model loaded from a folder has neither (``[]``, None)."""
     self.target, self.inputs, self.output_names, self.kernels = target, inputs, outputs, kernels
     self.steps, self.weights, self.consts, self.name = steps, weights, dict(consts or {}), name
     self.boundary, self.index_checks = dict(boundary or {}), list(index_checks)
+    self.tasks: list[Task] = list(tasks)
+    self.stats: CompileStats | None = stats
     self._plan_buffers()
     self._sessions: dict[str, object] = {}   # GPU backend name -> DeviceSession (device-resident state)
 

@@ -1,55 +1,46 @@
-"""``minicomp.compile``: ONNX model -> CompiledModel.
+"""``minicomp.compile``: ONNX model -> CompiledModel, as one flat list of named phases (``PHASES``)::
 
-Import (constant folding, op checks) -> partition into fused subgraphs -> one Task per
-distinct subgraph (workload key) -> a schedule per task (Gensor construction, checked against the
-rule-based schedule by the static model; or a tuning record) -> lower, emit CUDA C, NVRTC ->
-CompiledModel with its launch order and weights.
+    import -> fold -> partition -> tasks -> schedule -> lower -> emit -> nvrtc -> link
+
+Each phase is a small function ``CompileState -> CompileState`` below, filling in its fields of the
+state (:mod:`minicomp.pipeline` holds the state, each phase's output as text for ``dump_after=``, and
+the loop that runs the list). The schedule of a task is Gensor's construction, checked against the
+rule-based schedule by the static model, or a tuning record. docs/architecture.md draws the picture.
 """
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from minicomp.codegen.kernel import Kernel, build
+from minicomp.codegen.cuda import emit_cuda
+from minicomp.codegen.kernel import Kernel, LaunchPlan, build
+from minicomp.codegen.nvrtc import compile_cuda
+from minicomp.codegen.verify import check_resources
 from minicomp.compiled_model import CompiledModel, IndexCheck, IOSpec, KernelCall, ViewStep
-from minicomp.errors import CompileError, LoweringError, MinicompError, ScheduleError
-from minicomp.frontend.onnx_import import load_onnx
+from minicomp.errors import CompileError, LoweringError, MinicompError, MissingDependencyError, ScheduleError
 from minicomp.graph.fold import fold_batchnorm
 from minicomp.graph.partition import partition
 from minicomp.graph.schedules import default_schedule
 from minicomp.graph.subgraph import nodes_to_te
 from minicomp.graph.tasks import Task, task_kind, workload_key
 from minicomp.ir.dag import ComputeDAG
+from minicomp.ir.lower import lower
+from minicomp.ir.schedule import Schedule
 from minicomp.ir.te import Tensor
+from minicomp.pipeline import (CompileOptions, CompileState, CompileStats, Dumper, Phase, TaskBuild, dump_phases,
+                               emit_text, graph_text, link_text, lower_text, nvrtc_text, partition_text, run_phases,
+                               schedule_text, tasks_text)
 from minicomp.progress import bar
-from minicomp.progress import say as progress_say
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
 SCHEDULES = ("gensor", "rules")
 GENSOR_BUILDS = 3          # constructed candidates built and estimated per task (best by the analytic model first)
 CONSTRUCT_SEED = 0
-
-
-@dataclass
-class CompileStats:
-  """Seconds spent per phase: frontend (import + folding), partition (+ tensor expressions),
-  construct (Gensor's walks), estimate (the static model choosing between schedules),
-  build (rule-based schedules + lowering + CUDA emission), nvrtc; ``constructed``: tasks whose
-  schedule is Gensor's."""
-  frontend: float = 0.0
-  partition: float = 0.0
-  construct: float = 0.0
-  estimate: float = 0.0
-  build: float = 0.0
-  nvrtc: float = 0.0
-  tasks: int = 0
-  calls: int = 0
-  constructed: int = 0
 
 
 def index_checks(g) -> list[IndexCheck]:
@@ -63,23 +54,32 @@ def index_checks(g) -> list[IndexCheck]:
   return out
 
 
-def _build_default(task: Task, tgt: Target, name: str) -> tuple[Kernel, str]:
-  """The task's default schedule, built, and its steps JSON. A tile may break a resource limit:
+Built = tuple[Kernel, Schedule, str]   # a schedule built whole while choosing it, and where it comes from
+BUILD_ERRORS = (ScheduleError, LoweringError, CompileError)   # a schedule that does not build
+
+
+def _account(stats: CompileStats, kern: Kernel, seconds: float) -> None:
+  """Count a kernel ``build()`` made in ``seconds`` (scheduling included) into ``stats.build`` / ``stats.nvrtc``."""
+  stats.build += kern.timings["lower_emit_s"] + (seconds - sum(kern.timings.values()))   # + scheduling
+  stats.nvrtc += kern.timings["nvrtc_s"]
+
+
+def _build_default(task: Task, tgt: Target, name: str) -> Built:
+  """The task's rule-based schedule, built. A tile may break a resource limit:
   back off to no shared-memory staging, then to the simplest schedule."""
   for opts in ({}, {"shared": False}, {"simple": True}):
     sched = default_schedule(task.dag, tgt, **opts)
     try:
-      return build(sched, tgt, name=name), sched.to_json()
+      return build(sched, tgt, name=name), sched, "rules"
     except (ScheduleError, LoweringError) as e:
       if opts.get("simple"): raise
       log.info("task %s: default schedule %s rejected (%s); backing off", task.key, opts or "(full)", e)
   raise AssertionError("unreachable")
 
 
-def _construct(task: Task, tgt: Target, name: str, rules: tuple[Kernel, str], stats: CompileStats,
-               account) -> tuple[Kernel, str]:
+def _construct(task: Task, tgt: Target, name: str, rules: Built, stats: CompileStats) -> Built:
   """Gensor's schedule for ``task`` when the static model estimates it faster than the rule-based
-  one (``rules``: its kernel and steps), else the rule-based one. Construction that fails, finds
+  one (``rules``), else the rule-based one. Construction that fails, finds
   nothing valid or does not build falls back to the rules, logged. The walk's seed is fixed
   (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on the task and the
   target only, so the default records of a tuning log stay valid across tuning seeds."""
@@ -97,20 +97,20 @@ def _construct(task: Task, tgt: Target, name: str, rules: tuple[Kernel, str], st
     log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
              "; ".join(res.reasons[:3]) or "no sketch")
     return rules
-  options: list[tuple[Kernel, str]] = []
+  options: list[Built] = []
   for c in res.candidates[:GENSOR_BUILDS]:
     t1 = time.perf_counter()
     try:
       kern = build(c.schedule, tgt, name=name)
-    except (ScheduleError, LoweringError, CompileError) as e:
+    except BUILD_ERRORS as e:
       log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
       continue
-    account(kern, time.perf_counter() - t1)
-    options.append((kern, c.schedule.to_json()))
+    _account(stats, kern, time.perf_counter() - t1)
+    options.append((kern, c.schedule, "gensor"))
   if not options: return rules
   t1 = time.perf_counter()
   try:
-    costs = [estimate(k, tgt).latency_s for k, _ in options + [rules]]
+    costs = [estimate(k, tgt).latency_s for k, _, _ in options + [rules]]
   except MinicompError as e:
     log.info("task %s: the static model could not compare the schedules (%s); using Gensor's best by its "
              "analytic model", task.key, e)
@@ -126,11 +126,211 @@ def _construct(task: Task, tgt: Target, name: str, rules: tuple[Kernel, str], st
   return options[best]
 
 
+def onnx_loader():
+  """``load_onnx``, imported on first use: ``import minicomp`` needs no onnx, compiling an ONNX model does."""
+  try:
+    from minicomp.frontend.onnx_import import load_onnx
+  except ModuleNotFoundError as e:
+    if (e.name or "").partition(".")[0] != "onnx": raise
+    raise MissingDependencyError("reading an ONNX model needs the onnx package, which is not installed: "
+                                 "pip install onnx") from None
+  return load_onnx
+
+
+def _fall_back(b: TaskBuild, e: MinicompError) -> None:
+  log.warning("task %s: its best record no longer builds (%s); using the default schedule", b.task.key, e)
+  b.fall_back()
+
+
+# ---- the phases, in order: each fills in its fields of the CompileState
+
+def import_onnx(st: CompileState) -> CompileState:
+  """ONNX -> Graph: read and check the model, infer shapes, fold constants (frontend/onnx_import.py)."""
+  st.graph = onnx_loader()(st.model, st.options.input_shapes)
+  return st
+
+
+def fold_graph(st: CompileState) -> CompileState:
+  """Graph -> Graph: each BatchNormalization folded into the Conv before it (graph/fold.py)."""
+  st.graph = fold_batchnorm(st.graph)
+  return st
+
+
+def partition_graph(st: CompileState) -> CompileState:
+  """Graph -> fused groups (one kernel each) and views, in execution order (graph/partition.py)."""
+  st.partition = partition(st.graph)
+  return st
+
+
+def make_tasks(st: CompileState) -> CompileState:
+  """Groups -> tensor expressions (graph/subgraph.py) -> Tasks, one per distinct workload key (graph/tasks.py);
+  and the launch order: a KernelCall per group, with its weights, and a ViewStep per view."""
+  g = st.graph
+  for step in st.partition.steps:
+    if isinstance(step, tuple):
+      _, node = step
+      out = nodes_to_te(g, [node]).outputs[node.outputs[0]]
+      st.steps.append(ViewStep(next(i for i in node.inputs if i and not (i in g.values and g.values[i].is_const)),
+                               node.outputs[0], tuple(out.shape), node.op_type))
+      continue
+    te_ = nodes_to_te(g, step.nodes, step.outputs)
+    outs = [o for o in step.outputs if isinstance(te_.outputs[o], Tensor)]
+    for o in step.outputs:
+      if not isinstance(te_.outputs[o], Tensor): st.consts[o] = np.asarray(te_.outputs[o])
+    if not outs: continue
+    dag = ComputeDAG([te_.outputs[o] for o in outs])
+    key = workload_key(dag)
+    ops = [n.op_type for n in step.nodes]
+    if key in st.tasks: st.tasks[key].weight += 1
+    else: st.tasks[key] = Task(key, dag, task_kind(dag), 1, ops, dag.flop_count())
+    by_tensor = {t.name: v for v, t in te_.inputs.items()}
+    ins = []
+    for ph in dag.placeholders:
+      if ph.name in te_.consts:
+        wname = f"{len(st.steps)}:{ph.name}"
+        st.weights[wname] = te_.consts[ph.name]
+        ins.append(("const", wname))
+      else:
+        ins.append(("value", by_tensor[ph.name]))
+    st.steps.append(KernelCall(-1, ins, outs, key, ops, dag.flop_count()))
+    st.calls.append((st.steps[-1], key))
+  st.stats.tasks, st.stats.calls = len(st.tasks), len(st.calls)
+  return st
+
+
+def choose_schedules(st: CompileState) -> CompileState:
+  """Task -> Schedule: every task's default schedule, then its best tuning record where there is one
+  (``trials`` / ``log_file``: :func:`minicomp.search.tune.tune_tasks`). The default is Gensor's construction
+  where the static model estimates it faster than the rule-based schedule of graph/schedules.py
+  (``schedules="gensor"``), else the rule-based one. Comparing them means building them, so a task that
+  keeps its default leaves this phase with its program, source and kernel; lower, emit and nvrtc build the rest."""
+  opts, tgt, stats = st.options, st.target, st.stats
+  what = "constructing schedules (Gensor)" if opts.schedules == "gensor" else "default kernels"
+  with bar(len(st.tasks), f"[minicomp] {what}", opts.progress, unit="task") as shown:
+    for k, (key, task) in enumerate(st.tasks.items()):
+      shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
+      b = st.builds[key] = TaskBuild(task, f"task{k}")
+      t0 = time.perf_counter()
+      rules = _build_default(task, tgt, b.name)
+      _account(stats, rules[0], time.perf_counter() - t0)
+      b.keep(*(_construct(task, tgt, b.name, rules, stats) if opts.schedules == "gensor" else rules))
+      b.fallback = (b.kernel, b.schedule, b.origin)
+      shown.update()
+  if opts.trials or opts.log_file:
+    from minicomp.search.tune import tune_tasks
+    tuned = tune_tasks(list(st.tasks.values()), tgt, trials=opts.trials, strategy=opts.strategy, log_file=opts.log_file,
+                       seed=opts.seed, measurer=opts.measurer, measures_per_round=opts.measures_per_round,
+                       time_budget_s=opts.time_budget_s, progress=opts.progress,
+                       defaults={key: b.schedule.to_json() for key, b in st.builds.items()})
+    for key, b in st.builds.items():
+      if key not in tuned: continue
+      t0 = time.perf_counter()
+      try:
+        b.schedule, b.origin = Schedule.from_json(b.task.dag, tuned[key]), "tuned"
+        b.program = b.source = b.kernel = None
+      except BUILD_ERRORS as e:
+        _fall_back(b, e)
+      stats.build += time.perf_counter() - t0
+  return st
+
+
+def lower_tasks(st: CompileState) -> CompileState:
+  """Schedule -> loop-nest Program (ir/lower.py), checked against the target's limits (codegen/verify.py)."""
+  for b in st.builds.values():
+    if b.program is not None: continue           # built while its schedule was chosen
+    t0 = time.perf_counter()
+    try:
+      b.program = lower(b.schedule.state, b.name)
+      check_resources(b.schedule.state, b.program, st.target)
+    except BUILD_ERRORS as e:
+      _fall_back(b, e)
+    b.build_s = time.perf_counter() - t0
+    st.stats.build += b.build_s
+  return st
+
+
+def emit_tasks(st: CompileState) -> CompileState:
+  """Program -> CUDA C (codegen/cuda.py)."""
+  for b in st.builds.values():
+    if b.source is not None: continue
+    t0 = time.perf_counter()
+    b.source = emit_cuda(b.program)
+    dt = time.perf_counter() - t0
+    b.build_s += dt
+    st.stats.build += dt
+  return st
+
+
+def nvrtc_tasks(st: CompileState) -> CompileState:
+  """CUDA C -> PTX and CUBIN with ptxas's resource usage (codegen/nvrtc.py), wrapped in a Kernel with its
+  launch plan (codegen/kernel.py)."""
+  todo = [b for b in st.builds.values() if b.kernel is None]
+  with bar(len(todo), "[minicomp] tuned kernels", st.options.progress and bool(todo), unit="task") as shown:
+    for b in todo:
+      t0 = time.perf_counter()
+      try:
+        binary = compile_cuda(b.source, st.target)
+      except BUILD_ERRORS as e:
+        _fall_back(b, e)
+      else:
+        b.kernel = Kernel(LaunchPlan.from_program(b.program), b.source, binary, st.target, b.program)
+        b.kernel.timings = {"lower_emit_s": b.build_s, "nvrtc_s": time.perf_counter() - t0}
+      st.stats.nvrtc += time.perf_counter() - t0
+      shown.update()
+  return st
+
+
+def link_model(st: CompileState) -> CompileState:
+  """Kernels + launch order + weights -> CompiledModel: each call gets its task's kernel; the model's
+  inputs, outputs, folded constant outputs and index checks (compiled_model.py plans the buffer pool)."""
+  g = st.graph
+  kernel_of = {key: k for k, key in enumerate(st.builds)}
+  for call, key in st.calls: call.kernel = kernel_of[key]
+  inputs = [IOSpec(n, tuple(g.values[n].shape), g.boundary.get(n, g.values[n].dtype)) for n in g.inputs]
+  for o in g.outputs:   # outputs that are folded constants
+    if o in g.values and g.values[o].is_const: st.consts[o] = g.values[o].const
+  st.compiled = CompiledModel(st.target, inputs, list(g.outputs), [b.kernel for b in st.builds.values()], st.steps,
+                              st.weights, st.consts, st.options.name or g.name, boundary=g.boundary,
+                              index_checks=index_checks(g), tasks=list(st.tasks.values()), stats=st.stats)
+  return st
+
+
+PHASES: tuple[Phase, ...] = (
+  Phase("import", import_onnx, graph_text),               # ONNX model -> Graph
+  Phase("fold", fold_graph, graph_text),                  # Graph -> Graph (BatchNorm folded into Conv)
+  Phase("partition", partition_graph, partition_text),    # Graph -> fused groups and views
+  Phase("tasks", make_tasks, tasks_text),                 # groups -> Tasks (ComputeDAGs) + launch order
+  Phase("schedule", choose_schedules, schedule_text),     # Task -> Schedule (Gensor, rules or a tuning record)
+  Phase("lower", lower_tasks, lower_text),                # Schedule -> loop-nest Program
+  Phase("emit", emit_tasks, emit_text, ".cu"),            # Program -> CUDA C
+  Phase("nvrtc", nvrtc_tasks, nvrtc_text),                # CUDA C -> PTX / CUBIN + ptxas resources -> Kernel
+  Phase("link", link_model, link_text),                   # Kernels + launch order + weights -> CompiledModel
+)
+PHASE_NAMES = tuple(p.name for p in PHASES)
+
+
+def _kernels_line(st: CompileState) -> str:
+  s, tuned = st.stats, sum(b.origin == "tuned" for b in st.builds.values())
+  return (f"{len(st.builds)} kernels: {tuned} tuned, {len(st.builds) - tuned} default schedules "
+          f"({s.constructed} constructed by Gensor; {s.construct:.2f} s constructing, {s.estimate:.2f} s "
+          f"estimating, {s.build + s.nvrtc:.2f} s building, NVRTC {s.nvrtc:.2f} s of it)")
+
+
+PROGRESS = {   # the line ``progress=True`` prints after a phase
+  "fold": lambda st: (f"imported {st.graph.name}: {len(st.graph.nodes)} nodes after constant folding "
+                      f"({st.stats.frontend:.2f} s)"),
+  "tasks": lambda st: (f"partitioned into {len(st.calls)} kernel calls, {len(st.tasks)} distinct tasks "
+                       f"({st.stats.partition:.2f} s)"),
+  "nvrtc": _kernels_line,
+}
+
+
 def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Sequence[int]] | None = None,
             trials: int = 0, progress: bool = False, name: str | None = None, strategy: str = "ansor",
             log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
-            time_budget_s: float | None = None, schedules: str = "gensor") -> CompiledModel:
-  """Compile an ONNX model (ModelProto, path or bytes) for ``target``.
+            time_budget_s: float | None = None, schedules: str = "gensor",
+            dump_after: str | Sequence[str] | None = None, dump_dir: str | Path | None = None) -> CompiledModel:
+  """Compile an ONNX model (ModelProto, path or bytes) for ``target``: run :data:`PHASES` in order.
 
   ``input_shapes`` gives concrete shapes for dynamic input dims.
 
@@ -152,106 +352,23 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   estimate). Records of the other kind are ignored with a warning. ``progress=True`` shows progress on
   stderr: a line per phase, and bars over the kernels built and the tuning trials. Bad tuning
   arguments (``trials="4"``) raise ``TuneError`` before any work.
+
+  ``dump_after``: a phase name of :data:`PHASE_NAMES` (``"lower"``), several (a list, or comma-separated),
+  or ``"all"``: after each, its output is printed as text to stderr: the graph (import, fold), the fused
+  groups (partition), the tasks with their tensor expressions (tasks), and per task its schedule's steps
+  and loops (schedule), its loop nest (lower), its CUDA C (emit), ptxas's registers, shared memory and
+  spills per kernel (nvrtc); finally the model's summary (link). ``dump_dir``: write them to files there
+  instead, one per phase and task (``06-lower-task0.txt``, ``07-emit-task0.cu``); every phase when
+  ``dump_after`` is not given. An unknown phase is a ``CompileError`` naming the phases, before any work.
   """
   from minicomp.search.tune import check_options
   check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s)
   tgt = as_target(target)
   if schedules not in SCHEDULES:
     raise CompileError(f"unknown schedules={schedules!r}; known: {', '.join(SCHEDULES)}")
-  say = lambda msg: progress_say(msg, progress)
-  stats = CompileStats()
-  t0 = time.perf_counter()
-  g = fold_batchnorm(load_onnx(model, input_shapes))
-  stats.frontend = time.perf_counter() - t0
-  say(f"imported {g.name}: {len(g.nodes)} nodes after constant folding ({stats.frontend:.2f} s)")
-
-  t0 = time.perf_counter()
-  part = partition(g)
-  tasks: dict[str, Task] = {}
-  kernels: list[Kernel] = []
-  kernel_of: dict[str, int] = {}
-  steps: list = []
-  weights: dict[str, np.ndarray] = {}
-  consts: dict[str, np.ndarray] = {}
-  plans = []
-  for st in part.steps:
-    if isinstance(st, tuple):
-      _, node = st
-      te_ = nodes_to_te(g, [node])
-      out = te_.outputs[node.outputs[0]]
-      steps.append(ViewStep(next(i for i in node.inputs if i and not (i in g.values and g.values[i].is_const)),
-                            node.outputs[0], tuple(out.shape), node.op_type))
-      continue
-    te_ = nodes_to_te(g, st.nodes, st.outputs)
-    outs = [o for o in st.outputs if isinstance(te_.outputs[o], Tensor)]
-    for o in st.outputs:
-      if not isinstance(te_.outputs[o], Tensor): consts[o] = np.asarray(te_.outputs[o])
-    if not outs: continue
-    dag = ComputeDAG([te_.outputs[o] for o in outs])
-    key = workload_key(dag)
-    ops = [n.op_type for n in st.nodes]
-    if key in tasks: tasks[key].weight += 1
-    else: tasks[key] = Task(key, dag, task_kind(dag), 1, ops, dag.flop_count())
-    by_tensor = {t.name: v for v, t in te_.inputs.items()}
-    ins = []
-    for ph in dag.placeholders:
-      if ph.name in te_.consts:
-        wname = f"{len(steps)}:{ph.name}"
-        weights[wname] = te_.consts[ph.name]
-        ins.append(("const", wname))
-      else:
-        ins.append(("value", by_tensor[ph.name]))
-    steps.append(KernelCall(-1, ins, outs, key, ops, dag.flop_count()))
-    plans.append((steps[-1], key))
-  stats.partition = time.perf_counter() - t0
-  stats.tasks, stats.calls = len(tasks), len(plans)
-  say(f"partitioned into {len(plans)} kernel calls, {len(tasks)} distinct tasks ({stats.partition:.2f} s)")
-
-  def account(kern: Kernel, seconds: float) -> None:
-    stats.build += kern.timings["lower_emit_s"] + (seconds - sum(kern.timings.values()))   # + scheduling
-    stats.nvrtc += kern.timings["nvrtc_s"]
-
-  defaults: dict[str, tuple[Kernel, str]] = {}   # key -> (default kernel, its steps JSON)
-  what = "constructing schedules (Gensor)" if schedules == "gensor" else "default kernels"
-  with bar(len(tasks), f"[minicomp] {what}", progress, unit="task") as shown:
-    for k, (key, task) in enumerate(tasks.items()):
-      shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
-      t0 = time.perf_counter()
-      defaults[key] = _build_default(task, tgt, f"task{k}")
-      account(defaults[key][0], time.perf_counter() - t0)
-      if schedules == "gensor":
-        defaults[key] = _construct(task, tgt, f"task{k}", defaults[key], stats, account)
-      shown.update()
-  tuned: dict[str, str] = {}
-  if trials or log_file:
-    from minicomp.search.tune import tune_tasks
-    tuned = tune_tasks(list(tasks.values()), tgt, trials=trials, strategy=strategy, log_file=log_file, seed=seed,
-                       measurer=measurer, measures_per_round=measures_per_round, time_budget_s=time_budget_s,
-                       progress=progress, defaults={key: d[1] for key, d in defaults.items()})
-  with bar(len(tuned), "[minicomp] tuned kernels", progress and bool(tuned), unit="task") as shown:
-    for k, (key, task) in enumerate(tasks.items()):
-      t0 = time.perf_counter()
-      kern = defaults[key][0]
-      if key in tuned:
-        from minicomp.ir.schedule import Schedule
-        try:
-          kern = build(Schedule.from_json(task.dag, tuned[key]), tgt, name=f"task{k}")
-          account(kern, time.perf_counter() - t0)
-        except (ScheduleError, LoweringError, CompileError) as e:
-          log.warning("task %s: its best record no longer builds (%s); using the default schedule", key, e)
-          tuned.pop(key)
-        shown.update()
-      kernel_of[key] = len(kernels)
-      kernels.append(kern)
-  say(f"{len(tasks)} kernels: {len(tuned)} tuned, {len(tasks) - len(tuned)} default schedules "
-      f"({stats.constructed} constructed by Gensor; {stats.construct:.2f} s constructing, {stats.estimate:.2f} s "
-      f"estimating, {stats.build + stats.nvrtc:.2f} s building, NVRTC {stats.nvrtc:.2f} s of it)")
-  for call, key in plans: call.kernel = kernel_of[key]
-  inputs = [IOSpec(n, tuple(g.values[n].shape), g.boundary.get(n, g.values[n].dtype)) for n in g.inputs]
-  for o in g.outputs:   # outputs that are folded constants
-    if o in g.values and g.values[o].is_const: consts[o] = g.values[o].const
-  cm = CompiledModel(tgt, inputs, list(g.outputs), kernels, steps, weights, consts, name or g.name,
-                     boundary=g.boundary, index_checks=index_checks(g))
-  cm.tasks = list(tasks.values())
-  cm.stats = stats
-  return cm
+  dumps = dump_phases("all" if dump_after is None and dump_dir is not None else dump_after, PHASE_NAMES)
+  dump = Dumper(dumps, dump_dir) if dumps else None
+  opts = CompileOptions(input_shapes=input_shapes, schedules=schedules, trials=trials, strategy=strategy,
+                        log_file=log_file, seed=seed, measurer=measurer, measures_per_round=measures_per_round,
+                        time_budget_s=time_budget_s, progress=progress, name=name)
+  return run_phases(PHASES, CompileState(model, tgt, opts), dump, PROGRESS).compiled

@@ -10,6 +10,8 @@ class MinicompError(Exception):
   """Base class of every error minicomp raises on purpose."""
 
 
+# ---- building kernels: expressions, schedules, lowering, CUDA source, targets
+
 class ExprError(MinicompError):
   """An expression was built or evaluated with the wrong types or arity."""
 
@@ -26,6 +28,12 @@ class ScheduleError(MinicompError):
   """
 
 
+def check(cond: object, msg: str, exc: type[MinicompError] = ScheduleError) -> None:
+  """Raise ``exc(msg)`` when ``cond`` is false."""
+  if not cond:
+    raise exc(msg)
+
+
 class LoweringError(MinicompError):
   """A valid-looking schedule could not be lowered to a loop nest (a bug or an unsupported pattern)."""
 
@@ -33,6 +41,12 @@ class LoweringError(MinicompError):
 class CodegenError(MinicompError):
   """The CUDA emitter met a node it cannot render."""
 
+
+class TargetError(MinicompError):
+  """An unknown or unsupported target string."""
+
+
+# ---- compiling and running kernels: NVRTC, the CPU simulator, the GPU driver
 
 class CompileError(MinicompError):
   """NVRTC (or the host C++ compiler of the simulator) rejected generated source.
@@ -61,14 +75,39 @@ class RuntimeLaunchError(MinicompError):
   """Launching a kernel failed (wrong arguments, no device, driver error)."""
 
 
-def check(cond: object, msg: str, exc: type[MinicompError] = ScheduleError) -> None:
-  """Raise ``exc(msg)`` when ``cond`` is false."""
-  if not cond:
-    raise exc(msg)
+# Errors after which the CUDA context is unusable (every later call fails): the process must restart.
+STICKY_ERRORS = frozenset({
+  "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+  "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
+  "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_ASSERT",
+  "CUDA_ERROR_CONTEXT_IS_DESTROYED", "CUDA_ERROR_LAUNCH_TIMEOUT"})
 
+
+class DriverError(RuntimeLaunchError):
+  """A GPU driver call failed. ``code`` is the CUDA error name (``"CUDA_ERROR_..."``) where the
+  backend knows it, else ``""``; ``sticky`` says the context is lost (restart the process)."""
+
+  def __init__(self, message: str, code: str = ""):
+    super().__init__(message if not code or code in message else f"{message} [{code}]")
+    self.code = code
+
+  @property
+  def sticky(self) -> bool: return self.code in STICKY_ERRORS
+
+
+class NoGPUError(RuntimeLaunchError):
+  """No usable GPU: no driver, no device, or the backend's package is missing (the message says which)."""
+
+
+# ---- ONNX models, compiled models, the command line
 
 class ModelError(MinicompError):
   """The ONNX model is malformed or could not be read (checker / shape inference failure, bad path)."""
+
+
+class MissingDependencyError(MinicompError, ImportError):
+  """An optional package that this feature needs is not installed (the message says which, and the
+  ``pip install`` that adds it): ``import minicomp`` needs only the core dependencies."""
 
 
 class UnsupportedOpError(ModelError):
@@ -92,3 +131,65 @@ class FeedError(MinicompError):
 
 class SaveFormatError(MinicompError):
   """A saved compiled model is missing files, corrupted, or of an unknown format version."""
+
+
+class UsageError(MinicompError):
+  """A command-line argument is malformed or names a file that cannot be read."""
+
+
+# ---- the search: sketches, annotation, measuring, tuning, the cost model, tuning logs
+
+class SketchError(MinicompError):
+  """Sketch generation failed: no rule produced a finished sketch, or rules loop."""
+
+
+class AnnotationError(MinicompError):
+  """No valid concrete schedule could be drawn from a sketch."""
+
+
+class MeasureError(MinicompError):
+  """The measuring machinery itself failed (not a candidate): e.g. its worker processes cannot start."""
+
+
+class TuneError(MinicompError):
+  """Bad tuning options (unknown strategy, a trials count that is not a non-negative int, ...)."""
+
+
+class CostModelError(MinicompError):
+  """The cost model got malformed input (wrong feature width, mismatched lengths, a cost <= 0), was used
+  before it was fitted where that is not allowed, or a saved model file is missing, corrupt or of an
+  unknown format version. The message says which; a bad file has to be re-saved with
+  :meth:`~minicomp.search.cost_model.MLPCostModel.save`."""
+
+
+class RecordsError(MinicompError):
+  """A tuning log of an unsupported format version, a missing log, or an invalid record.
+
+  The message names the file and line when there is one."""
+
+
+class InvalidRecord(RecordsError):
+  """One record (line) is malformed: :func:`~minicomp.search.records.load_records` skips it with a warning, the
+  rest of the log counts."""
+
+
+class ReportError(MinicompError):
+  """The report cannot be made (an empty log, matplotlib missing for the PNG)."""
+
+
+# ---- the static performance model: estimates, PTX analysis, occupancy, data movement
+
+class EstimateError(MinicompError):
+  """The static model cannot estimate this kernel (e.g. it was loaded without its loop IR)."""
+
+
+class PTXAnalysisError(MinicompError):
+  """The PTX text has no such ``.entry`` (or no entry at all, or several and no name was given)."""
+
+
+class OccupancyError(MinicompError):
+  """A block cannot be resident on an SM at all (too many threads, registers or shared memory)."""
+
+
+class FootprintError(MinicompError, ValueError):
+  """The data-movement analysis cannot take this kernel (symbolic extents, unknown statements)."""

@@ -41,11 +41,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from minicomp.errors import MinicompError
-
-
-class TargetError(MinicompError):
-  """An unknown or unsupported target string."""
+from minicomp.errors import TargetError
 
 
 SUPPORTED_ARCHS = ("sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_120")

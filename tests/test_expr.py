@@ -4,7 +4,8 @@ import pytest
 
 import minicomp as mc
 from minicomp.ir.evaluate import evaluate
-from minicomp.ir.expr import Expr, const, free_vars, max_, min_, select, substitute, var
+from minicomp.ir.expr import Expr, const, free_vars, max_, min_, select, var
+from minicomp.ir.rewrite import substitute
 from minicomp.ir.ops import Op
 from minicomp.ir.simplify import bounds, simplify
 

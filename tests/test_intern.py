@@ -8,7 +8,8 @@ import time
 
 import minicomp as mc
 from minicomp.ir import expr as E
-from minicomp.ir.expr import Expr, const, select, substitute, var
+from minicomp.ir.expr import Expr, const, select, var
+from minicomp.ir.rewrite import substitute
 from minicomp.ir.ops import Op
 
 

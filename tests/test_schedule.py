@@ -293,3 +293,14 @@ def test_stage_inside_a_narrower_thread_loop_runs_only_on_those_threads():
   kern = mc.build(s, "sm_86")
   ins = wl.random_inputs(1)
   np.testing.assert_allclose(kern(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)
+
+
+def test_storage_align_of_a_root_stage_is_refused():
+  """A root stage's global buffer is dense: padded strides would index past its end (a wrong kernel)."""
+  import minicomp as mc
+  A = mc.placeholder((64, 32), name="A")
+  B = mc.compute((64, 32), lambda i, j: A[i, j] * 2, name="B")
+  s = mc.Schedule([B])
+  s.storage_align(B, 0, 32, 1)
+  with pytest.raises(mc.ScheduleError, match="storage_align B: a root stage"):
+    s.lower()

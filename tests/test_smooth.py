@@ -31,16 +31,16 @@ from minicomp.search.smooth import (
   Smoother,
   abs_tie,
   compile_features,
-  compile_formulas,
   exp_substitute,
   is_smooth,
   log_feature,
   max_s,
-  register_rule,
+  register_smoothing_rule,
   smooth,
   step_compact,
   step_s,
 )
+from minicomp.search.tape import compile_formulas
 from minicomp.target import Target
 
 jax = pytest.importorskip("jax")
@@ -201,13 +201,13 @@ def test_log_sqrt_and_division_guards():
   np.testing.assert_allclose(np.asarray(f(jnp.array([8.0, 2.0, 0.5]))), [3.0, math.sqrt(8), 0.25, math.log(4)], rtol=1e-6)
 
 
-def test_register_rule_replaces_a_rule():
+def test_register_smoothing_rule_replaces_a_rule():
   old = RULES[Op.FLOORMOD]
   try:
-    register_rule(Op.FLOORMOD, lambda sm, n, kids: const(0.0, "float64"))   # Felix's choice
+    register_smoothing_rule(Op.FLOORMOD, lambda sm, n, kids: const(0.0, "float64"))   # Felix's choice
     assert smooth(A % B).op is Op.CONST
   finally:
-    register_rule(Op.FLOORMOD, old)
+    register_smoothing_rule(Op.FLOORMOD, old)
   assert smooth(A % B).op is not Op.CONST
   s = Smoother(rules={Op.FLOORMOD: lambda sm, n, kids: const(0.0, "float64")})
   assert s(A % B).op is Op.CONST

@@ -2,7 +2,7 @@
 
 Every entry builds schedules the same way the compiler does (the rule-based default, Gensor's
 construction, seeded samples of every sketch, one small ONNX model through ``compile``) and hashes what
-the compiler derives from them: the CUDA source the emitter writes, the state's printed form, the
+the compiler derives from them: the workload keys, the CUDA source the emitter writes, the state's printed form, the
 feature vectors, Felix's smoothed features at fixed points and the static model's estimate (through
 islpy and ptxas). A refactoring of the expression machinery (rewrite rules, simplifier, renderers,
 evaluators, smoother) must leave every one of them byte-identical; floats are compared at 7 significant
@@ -63,6 +63,7 @@ def _schedule_prints(s) -> dict:
 def _entries_of(name: str, wl) -> dict:
   from minicomp.codegen.kernel import build
   from minicomp.graph.schedules import default_schedule
+  from minicomp.graph.tasks import workload_key
   from minicomp.ir.dag import ComputeDAG
   from minicomp.search.annotate import sample
   from minicomp.search.sketch import generate_sketches
@@ -72,6 +73,7 @@ def _entries_of(name: str, wl) -> dict:
   out[f"{name}/default"] = _schedule_prints(default_schedule(wl.outputs))
   out[f"{name}/default_simple"] = _schedule_prints(default_schedule(wl.outputs, simple=True))
   dag = ComputeDAG(wl.outputs)
+  out[f"{name}/dag"] = {"workload_key": workload_key(dag)}
   g = construct(dag, "sm_86", seed=0).candidates[0].schedule
   out[f"{name}/gensor"] = _schedule_prints(g)
   out[f"{name}/gensor"]["estimate"] = f"{estimate(build(g, 'sm_86'), 'sm_86').latency_s:.7g}"
@@ -110,6 +112,7 @@ def _model_entries() -> dict:
   for make in (zoo.residual_block, zoo.generator, zoo.conv3d_block):
     cm = minicomp.compile(make()[0], target="sm_86", progress=False)
     out.update({f"{make.__name__}/kernel{i}": {"cuda": _h(k.source)} for i, k in enumerate(cm.kernels)})
+    out[f"{make.__name__}/tasks"] = {"workload_keys": " ".join(t.key for t in cm.tasks)}
   return out
 
 

@@ -13,7 +13,7 @@ from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import var
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, Seq, Store, Sync
 from minicomp.ir.ops import Op
-from minicomp.search.static.footprint import DataMovement, analyze_kernel, analyze_program
+from minicomp.search.static.footprint import DataMovement, data_movement, analyze_program
 from minicomp.search.static.isl_build import collect_accesses
 from test_workloads import _row_schedule, conv_schedule, mm_inline_simple, mm_local_cache_read, mm_tiled_shared
 
@@ -118,7 +118,7 @@ class Trace:
 
 
 def check_against_brute_force(kernel, dm: DataMovement | None = None) -> DataMovement:
-  dm = dm or analyze_kernel(kernel)
+  dm = dm or data_movement(kernel)
   tr = Trace(kernel)
   names = {e[0] for e in tr.events}
   assert names == {b.name for b in dm.buffers}
@@ -278,7 +278,7 @@ def test_instance_counts_of_guarded_accesses(name, path, monkeypatch):
   prog = PROGRAMS[name]().lower()
   guarded = 0
   for k in prog.kernels:
-    dm = analyze_kernel(k)
+    dm = data_movement(k)
     guarded += sum(1 for a in collect_accesses(k)[0] if a.conds)
     tr = Trace(k)
     for b in dm.buffers:
@@ -295,7 +295,7 @@ def test_sampled_sums_are_estimates_close_to_exact(monkeypatch):
   monkeypatch.setattr(F, "SUM_ENUM_LIMIT", 0)
   monkeypatch.setattr(F, "SUM_CLASSES_LIMIT", 0)
   k = PROGRAMS["mm_tiled_bias"]().lower().kernels[0]
-  dm = analyze_kernel(k)
+  dm = data_movement(k)
   tr = Trace(k)
   sampled = [b for b in dm.buffers if not b.sums_exact]
   assert sampled
@@ -314,7 +314,7 @@ def test_gather_is_over_approximated_by_the_whole_table():
   s = mc.Schedule([O])
   i, j = s.axis(O)
   s.bind(O, i, "blockIdx.x"); s.bind(O, j, "threadIdx.x")
-  dm = analyze_kernel(s.lower().kernels[0])
+  dm = data_movement(s.lower().kernels[0])
   t, idx, out = dm.buffer("T"), dm.buffer("I"), dm.buffer("O")
   assert not t.exact and t.unique == 80 and t.reads == 48 and t.per_thread == 80
   assert idx.exact and idx.unique == 6 and idx.reads == 48 and idx.per_block == 1
@@ -335,7 +335,7 @@ def test_algorithm2_capacity_misses():
   s.reorder(C, io, ii, j)
   s.bind(C, io, "blockIdx.x"); s.bind(C, ii, "threadIdx.x")
   k = s.lower().kernels[0]
-  big, small = analyze_kernel(k), analyze_kernel(k, l1_bytes=1024, l2_bytes=2048)
+  big, small = data_movement(k), data_movement(k, l1_bytes=1024, l2_bytes=2048)
   a_big, a_small = big.buffer("A"), small.buffer("A")
   assert a_big.unique == n * n and a_big.block_sum == n * n and a_big.reads == n ** 3
   assert a_big.l2_read_bytes == a_big.block_sum_bytes == n * n * 4      # each row once per block
@@ -371,7 +371,7 @@ def _transpose(shared: bool, align: bool = False, n: int = 64):
 
 
 def test_coalesced_elementwise():
-  dm = analyze_kernel(elementwise(threads=64, shape=(4, 16, 32)).lower().kernels[0])
+  dm = data_movement(elementwise(threads=64, shape=(4, 16, 32)).lower().kernels[0])
   for p in dm.accesses:
     if p.buffer in ("out", "x"):
       assert p.sectors_per_request == 4.0 and p.efficiency == 1.0, p
@@ -379,7 +379,7 @@ def test_coalesced_elementwise():
 
 
 def test_strided_read_takes_a_sector_per_lane():
-  dm = analyze_kernel(_transpose(shared=False))
+  dm = data_movement(_transpose(shared=False))
   read = next(p for p in dm.accesses if p.buffer == "A")
   write = next(p for p in dm.accesses if p.buffer == "B")
   assert read.sectors_per_request == 32 and read.efficiency == pytest.approx(0.125)
@@ -389,7 +389,7 @@ def test_strided_read_takes_a_sector_per_lane():
 
 @pytest.mark.parametrize("align,degree", [(False, 32), (True, 1)])
 def test_shared_bank_conflicts(align, degree):
-  dm = analyze_kernel(_transpose(shared=True, align=align))
+  dm = data_movement(_transpose(shared=True, align=align))
   read = next(p for p in dm.accesses if p.buffer == "A_shared" and p.kind == "read")
   write = next(p for p in dm.accesses if p.buffer == "A_shared" and p.kind == "write")
   assert read.bank_conflict == degree and write.bank_conflict == 1
@@ -398,7 +398,7 @@ def test_shared_bank_conflicts(align, degree):
 
 
 def test_vectorized_request_covers_the_vector():
-  dm = analyze_kernel(elementwise(width=4, threads=32, shape=(2, 8, 64)).lower().kernels[0])
+  dm = data_movement(elementwise(width=4, threads=32, shape=(2, 8, 64)).lower().kernels[0])
   out = next(p for p in dm.accesses if p.buffer == "out")
   assert out.sectors_per_request == 16 and out.efficiency == 1.0      # 32 lanes x float4 = 512 bytes
 
@@ -406,7 +406,7 @@ def test_vectorized_request_covers_the_vector():
 def test_tiled_matmul_256():
   k = mm_tiled_shared(W.matmul(256, 256, 256)).lower().kernels[0]
   t0 = time.perf_counter()
-  dm = analyze_kernel(k)
+  dm = data_movement(k)
   elapsed = time.perf_counter() - t0
   assert elapsed < 30
   a, b, c = dm.buffer("A"), dm.buffer("B"), dm.buffer("C")
@@ -430,8 +430,8 @@ def test_symbolic_kernel_is_refused():
   io, ii = s.split(C, i, mc.var("f"))
   s.bind(C, io, "blockIdx.x"); s.bind(C, ii, "threadIdx.x")
   with pytest.raises(FootprintError, match="concrete"):
-    analyze_kernel(s.lower().kernels[0])
-  dm = analyze_kernel(s.substitute({"f": 4}).lower().kernels[0])
+    data_movement(s.lower().kernels[0])
+  dm = data_movement(s.substitute({"f": 4}).lower().kernels[0])
   assert dm.buffer("A").unique == 16 * 8
 
 
@@ -442,12 +442,12 @@ def test_sampled_counts_stay_near_exact(name, monkeypatch):
   partitions the count; a halo between thinned values overestimates, within the buffer size)."""
   import minicomp.search.static.footprint as F
   k = PROGRAMS[name]().lower().kernels[0]
-  exact = analyze_kernel(k)
+  exact = data_movement(k)
   monkeypatch.setattr(F, "ENUM_CHEAP", 0)
   monkeypatch.setattr(F, "ENUM_HARD_LIMIT", 0)
   monkeypatch.setattr(F, "ISL_BUDGETS", (1, 1))
   monkeypatch.setattr(F, "SAMPLE_LIMIT", 16)
-  dm = analyze_kernel(k)
+  dm = data_movement(k)
   assert dict(dm.counts)["sampled"] > 0 and not dm.exact
   for e, b in zip(exact.buffers, dm.buffers):
     for f in ("unique_read", "unique_write", "unique", "per_block", "per_thread"):
@@ -463,10 +463,10 @@ def test_analyses_in_threads_match_serial_ones(monkeypatch):
   monkeypatch.setattr(F, "ENUM_CHEAP", 0)                  # every count goes through isl budgets
   kernels = [k for n in ("mm_tiled_bias", "conv_shared", "softmax_tree", "depthwise")
              for k in PROGRAMS[n]().lower().kernels]
-  serial = [analyze_kernel(k) for k in kernels]
+  serial = [data_movement(k) for k in kernels]
   with cf.ThreadPoolExecutor(4) as pool:
     for _ in range(3):
-      assert list(pool.map(analyze_kernel, kernels)) == serial
+      assert list(pool.map(data_movement, kernels)) == serial
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -18,7 +18,7 @@ from minicomp.ir import loop as L
 from minicomp.search.static.occupancy import OccupancyError, kernel_occupancy, occupancy
 from minicomp.search.static.ptx import (
   PTXAnalysisError,
-  analyze_kernel,
+  ptx_profiles,
   analyze_ptx,
   classify,
   ir_loop_extents,
@@ -269,7 +269,7 @@ def test_matmul_occupancy(mm):
 def test_elementwise_counts():
   wl = W.broadcast_chain(8, 64, 128)
   kern = mc.build(default_schedule(wl.outputs), "sm_86")
-  prof, = analyze_kernel(kern).values()
+  prof, = ptx_profiles(kern).values()
   assert prof.loops == () and threads(kern) == 8 * 64 * 128
   assert prof["st_global"] == 1 and prof["ld_global"] == 3          # X, scale, shift; one output
   assert prof["sfu"] >= 1 and prof["bar_sync"] == 0                 # the sigmoid's exp / reciprocal
@@ -278,13 +278,13 @@ def test_elementwise_counts():
 def test_row_reduction_serial_and_shuffle():
   wl = W.row_sum(256, 1000)
   kern = mc.build(default_schedule(wl.outputs, simple=True), "sm_86")     # one thread per row, serial k loop
-  prof, = analyze_kernel(kern).values()
+  prof, = ptx_profiles(kern).values()
   lp, = prof.loops
   assert lp.known and lp.trip_count * lp.step == 1000                    # NVVM unrolls k by `step`
   trips_match_ir(prof, kern.program.kernels[0].body)
   assert prof["ld_global"] == 1000 and prof["fp32_arith"] == 1000 and prof.bytes["ld_global"] == 4000
   kern = mc.build(default_schedule(wl.outputs), "sm_86")                  # a block per row, warp shuffles
-  prof, = analyze_kernel(kern).values()
+  prof, = ptx_profiles(kern).values()
   block = kern.plan.launches[0].block[0]
   assert prof["ld_global"] == math.ceil(1000 / block)
   assert prof["shfl"] == 5 and prof["bar_sync"] >= 1                     # log2(32) shuffle steps
@@ -294,7 +294,7 @@ def test_loop_entered_in_the_middle():
   """softmax rows of 777: NVVM unrolls by 4 and enters the rotated loop at its test (peeled iteration)."""
   wl = W.softmax(128, 777)
   kern = mc.build(default_schedule(wl.outputs, simple=True), "sm_86")
-  profs = analyze_kernel(kern)
+  profs = ptx_profiles(kern)
   assert list(profs) == [l.kernel for l in kern.plan.launches]
   for name, k in zip(profs, kern.program.kernels):
     trips_match_ir(profs[name], k.body)
@@ -305,7 +305,7 @@ def test_loop_entered_in_the_middle():
 def test_conv_loops_match_ir():
   wl = W.conv2d(1, 16, 28, 28, 32, 3, 1, 1)
   kern = mc.build(default_schedule(wl.outputs), "sm_86")
-  prof, = analyze_kernel(kern).values()
+  prof, = ptx_profiles(kern).values()
   trips_match_ir(prof, kern.program.kernels[0].body)
   assert [l.depth for l in prof.loops] == [0, 1]
   outer, inner = (l.trip_count for l in prof.loops)

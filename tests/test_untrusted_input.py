@@ -163,7 +163,7 @@ def test_cli_version():
   (["info", "{model}", "--input-shape", "x=1,-3"], "positive integer dims"),
   (["info", "nowhere.onnx"], "no ONNX file"),
   (["run", "nowhere/"], "not a saved minicomp model"),
-  (["compile", "{model}"], "required: -o/--output"),
+  (["compile", "{model}"], "needs -o/--output"),
   (["tune", "{model}", "--trials", "four", "--log", "x.log"], "invalid int value"),
   (["compile", "{model}", "-o", "{tmp}/o", "--target", "sm_1"], "TargetError"),
 ])

@@ -13,12 +13,11 @@ import math
 from typing import Callable
 
 from minicomp.errors import CodegenError
-from minicomp.ir.expr import Expr, const, free_vars, map_loads, substitute, var, walk
-from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, Kernel, Program, Seq, Store, Sync
-from minicomp.ir.ops import Op
+from minicomp.ir.expr import Expr, const, free_vars, var, walk
+from minicomp.ir.rewrite import map_loads, substitute
+from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync
+from minicomp.ir.ops import C_TYPE, Op
 from minicomp.ir.simplify import bounds, build_linear, linear, multiple_of, simplify
-
-C_TYPE = {"float32": "float", "float64": "double", "float16": "half", "int32": "int", "int64": "long long", "bool": "bool"}
 
 _PREC = {Op.OR: 1, Op.AND: 2, Op.EQ: 3, Op.NE: 3, Op.LT: 4, Op.LE: 4, Op.GT: 4, Op.GE: 4,
          Op.ADD: 5, Op.SUB: 5, Op.MUL: 6, Op.DIV: 6, Op.FLOORDIV: 6, Op.FLOORMOD: 6}
@@ -237,7 +236,7 @@ class CUDARenderer:
     out.append(f"{ind}}}")
 
   # -- kernels
-  def kernel(self, k: Kernel) -> str:
+  def kernel(self, k: LoopKernel) -> str:
     if not all(isinstance(d, int) for d in k.grid + k.block):
       raise CodegenError(f"kernel {k.name}: launch dims grid={k.grid} block={k.block} are symbolic; substitute values first")
     self.block = k.block

@@ -27,37 +27,13 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-from minicomp.errors import RuntimeLaunchError
+from minicomp.errors import DriverError, NoGPUError, RuntimeLaunchError  # noqa: F401 (backends import DriverError here)
 
 BACKENDS = ("cuda", "pycuda")
 ENV_BACKEND = "MINICOMP_GPU_BACKEND"
 
-# Errors after which the CUDA context is unusable (every later call fails): the process must restart.
-STICKY_ERRORS = frozenset({
-  "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-  "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC",
-  "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_ASSERT",
-  "CUDA_ERROR_CONTEXT_IS_DESTROYED", "CUDA_ERROR_LAUNCH_TIMEOUT"})
-
-
 class DevicePtr(int):
   """A device address (an ``int``): where a numpy-level call takes both, tells a pointer from an int scalar."""
-
-
-class DriverError(RuntimeLaunchError):
-  """A GPU driver call failed. ``code`` is the CUDA error name (``"CUDA_ERROR_..."``) where the
-  backend knows it, else ``""``; ``sticky`` says the context is lost (restart the process)."""
-
-  def __init__(self, message: str, code: str = ""):
-    super().__init__(message if not code or code in message else f"{message} [{code}]")
-    self.code = code
-
-  @property
-  def sticky(self) -> bool: return self.code in STICKY_ERRORS
-
-
-class NoGPUError(RuntimeLaunchError):
-  """No usable GPU: no driver, no device, or the backend's package is missing (the message says which)."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-import ml_dtypes
 import numpy as np
 
 from minicomp.codegen.cuda import C_TYPE, emit_cuda
@@ -24,10 +23,10 @@ from minicomp.codegen.verify import check_resources
 from minicomp.errors import RuntimeLaunchError
 from minicomp.ir.loop import Program
 from minicomp.ir.lower import lower
+from minicomp.ir.ops import DTYPE_INFO, np_type
 from minicomp.target import Target, as_target
 
-NP_DTYPE = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64, "bool": np.bool_,
-            "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+NP_DTYPE = {n: np_type(n) for n in DTYPE_INFO}   # dtype name -> numpy scalar type (bfloat16 too, for boundaries)
 
 
 def random_input(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> np.ndarray:

@@ -10,10 +10,9 @@ import math
 
 from minicomp.errors import ScheduleError
 from minicomp.ir.loop import Program
+from minicomp.ir.ops import DTYPE_BYTES
 from minicomp.ir.state import State, THREAD_TAGS
 from minicomp.target import Target
-
-DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "bool": 1}
 
 
 def _steps_matching(state: State, pred) -> str:

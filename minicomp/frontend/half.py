@@ -11,12 +11,12 @@ storage type in the emitted CUDA C is future work.
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
 
+from minicomp.frontend.dtypes import DTYPE_TO_ONNX
 from minicomp.frontend.graph import Graph, Value
 
 HALF = {"float16", "bfloat16"}
-_HALF_ONNX = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+_HALF_ONNX = {DTYPE_TO_ONNX[t] for t in HALF}
 _DTYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
                 "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Multinomial": "dtype", "Bernoulli": "dtype"}
 
@@ -30,5 +30,5 @@ def widen_half(g: Graph) -> dict[str, str]:
     g.values[name] = Value(v.name, v.shape, "float32", const)
   for n in g.nodes:
     key = _DTYPE_ATTRS.get(n.op_type)
-    if key in n.attrs and int(n.attrs[key]) in _HALF_ONNX: n.attrs[key] = TensorProto.FLOAT
+    if key in n.attrs and int(n.attrs[key]) in _HALF_ONNX: n.attrs[key] = DTYPE_TO_ONNX["float32"]
   return boundary

@@ -43,7 +43,7 @@ class OpDef:
   fn: Callable
 
 
-_OPS: dict[str, list[OpDef]] = {}
+_OP_DEFS: dict[str, list[OpDef]] = {}
 
 CHECKED_OPSET = 21   # the lowerings were written against the op versions of opsets up to this one
 # Op versions of later opsets (22-28, onnx 1.20) whose change the lowering of the previous version
@@ -67,8 +67,8 @@ def op(op_type: str, kind: str, since: int = 1):
   if kind not in KINDS: raise ValueError(f"unknown op kind {kind!r}")
 
   def deco(fn):
-    _OPS.setdefault(op_type, []).append(OpDef(op_type, since, kind, fn))
-    _OPS[op_type].sort(key=lambda d: d.since)
+    _OP_DEFS.setdefault(op_type, []).append(OpDef(op_type, since, kind, fn))
+    _OP_DEFS[op_type].sort(key=lambda d: d.since)
     return fn
   return deco
 
@@ -94,7 +94,7 @@ def newer_version(op_type: str, opset: int) -> int | None:
 def _best(op_type: str, opset: int) -> OpDef | None:
   _load_library()
   best = None
-  for d in _OPS.get(op_type, []):
+  for d in _OP_DEFS.get(op_type, []):
     if d.since <= opset: best = d
   return best
 
@@ -107,7 +107,7 @@ def lookup(op_type: str, opset: int) -> OpDef | None:
 
 def supported_ops() -> list[str]:
   _load_library()
-  return sorted(_OPS)
+  return sorted(_OP_DEFS)
 
 
 def check_supported(nodes: Sequence[Node], opset: int) -> None:

@@ -11,7 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 
 from minicomp.ir.dag import ComputeDAG, classify
-from minicomp.ir.expr import Expr, substitute, var
+from minicomp.ir.expr import Expr, var
+from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.ops import Op
 from minicomp.ir.printer import expr_str
 
@@ -38,18 +39,14 @@ def dag_text(dag: ComputeDAG) -> str:
   return "\n".join(lines)
 
 
-def _canon(e: Expr, names: dict[str, str]) -> str:
-  class _N:
-    def __init__(self, n): self.name = n
-  mapped: dict[Expr, Expr] = {}
+class _Named:
+  """A stand-in tensor with only a name: what a LOAD of the canonical text reads."""
+  def __init__(self, name: str): self.name = name
 
-  def go(n: Expr) -> Expr:
-    if n in mapped: return mapped[n]
-    r = n.replace(src=tuple(go(s) for s in n.src)) if n.src else n
-    if r.op is Op.LOAD: r = Expr.make(Op.LOAD, r.dtype, r.src, _N(names[n.arg.name]))
-    mapped[n] = r
-    return r
-  return expr_str(go(e))
+
+def _canon(e: Expr, names: dict[str, str]) -> str:
+  """``e``'s text with every tensor read by its canonical name."""
+  return expr_str(map_loads(e, lambda n: Expr.make(Op.LOAD, n.dtype, n.src, _Named(names[n.arg.name]))))
 
 
 def workload_key(dag: ComputeDAG) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 
 from minicomp.errors import ExprError
 from minicomp.ir.expr import Expr
-from minicomp.ir.ops import Op
+from minicomp.ir.ops import DTYPES, Op, np_type
 
 
 def _erf(xp):
@@ -40,36 +40,58 @@ def _table(xp) -> dict[Op, Callable]:
           Op.AND: xp.logical_and, Op.OR: xp.logical_or, Op.NOT: xp.logical_not, Op.SELECT: xp.where}
 
 
-_NP_DT = {"bool": np.bool_, "int32": np.int32, "int64": np.int64, "float16": np.float16, "float32": np.float32,
-          "float64": np.float64}
+_NP_DT = {n: np_type(n) for n in DTYPES}
+
+
+def _cast_c(xp):
+  """CAST as C converts: to the target dtype's width, float -> int truncating toward zero."""
+  def cast(env, n, k):
+    v = k[0]
+    if n.dtype.startswith("int") and xp is np and not isinstance(v, (int, np.integer, np.ndarray)):
+      return _NP_DT[n.dtype](math.trunc(v))
+    return xp.asarray(v).astype(_NP_DT[n.dtype]) if xp is not np or isinstance(v, np.ndarray) else _NP_DT[n.dtype](v)
+  return cast
+
+
+def _cast_wide(env, n, k):
+  """CAST for formulas over whole populations (numpy arrays): float -> int truncates, every integer is
+  int64 (products of tile sizes overflow int32), floats are float64."""
+  v = np.asarray(k[0])
+  if n.dtype.startswith("int") and v.dtype.kind == "f": return np.trunc(v).astype(np.int64)
+  return v.astype({"bool": bool, "int32": np.int64, "int64": np.int64}.get(n.dtype, np.float64))
+
+
+def _var(env, n, k):
+  try: return env[n.arg]
+  except KeyError: raise ExprError(f"no value for variable {n.arg!r}") from None
+
+
+def _no_reduce(env, n, k): raise ExprError(f"cannot evaluate a reduction {n} as a scalar expression")
+
+
+@functools.cache
+def fold_table(xp=np, wide: bool = False) -> dict[Op, Callable]:
+  """The evaluator as a fold table (``minicomp.ir.rewrite.fold``; ctx: the variables' values), for numpy or
+  jax.numpy. ``wide``: integers as int64 and floats as float64 (formulas over populations), else C's casts."""
+  ops, intr = _table(xp), _intrinsics(xp)
+  out: dict[Op, Callable] = {op: (lambda f: lambda env, n, k: f(*k))(fn) for op, fn in ops.items()}
+  out.update({Op.CONST: lambda env, n, k: n.arg, Op.VAR: _var, Op.REDUCE: _no_reduce,
+              Op.CALL: lambda env, n, k: intr[n.arg](*k), Op.CAST: _cast_wide if wide else _cast_c(xp)})
+  return out
+
+
+def _with_loads(xp, loads: Callable) -> dict[Op, Callable]:
+  return fold_table(xp) | {Op.LOAD: lambda env, n, k: loads(n, list(k))}
 
 
 def evaluate(e: Expr, env: dict[str, Any] | None = None, xp=np, loads: Callable | None = None) -> Any:
   """Evaluate ``e``. ``env`` maps variable names to values; ``loads(node, index_values)`` serves LOADs."""
-  env = env or {}
-  table, intr = _table(xp), _intrinsics(xp)
-  memo: dict[Expr, Any] = {}
-
-  def go(n: Expr):
-    if n in memo: return memo[n]
-    op = n.op
-    if op is Op.CONST: r = n.arg
-    elif op is Op.VAR:
-      if n.arg not in env: raise ExprError(f"no value for variable {n.arg!r} in {e}")
-      r = env[n.arg]
-    elif op is Op.CALL: r = intr[n.arg](*[go(s) for s in n.src])
-    elif op is Op.CAST:
-      v = go(n.src[0])
-      r = xp.asarray(v).astype(_NP_DT[n.dtype]) if xp is not np or isinstance(v, np.ndarray) else _NP_DT[n.dtype](v)
-      if n.dtype.startswith("int") and xp is np and not isinstance(v, (int, np.integer, np.ndarray)): r = _NP_DT[n.dtype](math.trunc(v))
-    elif op is Op.LOAD:
-      if loads is None: raise ExprError(f"cannot evaluate tensor read {n} without a `loads` callback")
-      r = loads(n, [go(s) for s in n.src])
-    elif op is Op.REDUCE: raise ExprError(f"cannot evaluate a reduction {n} as a scalar expression")
-    else:
-      fn = table.get(op)
-      if fn is None: raise ExprError(f"no evaluator for {op}")
-      r = fn(*[go(s) for s in n.src])
-    memo[n] = r
-    return r
-  return go(e)
+  from minicomp.ir.rewrite import fold
+  table = fold_table(xp) if loads is None else _with_loads(xp, loads)
+  try:
+    return fold(e, table, env or {}, what="evaluate")
+  except ExprError as err:
+    if Op.LOAD not in table and "no rule for LOAD" in str(err):
+      raise ExprError(f"cannot evaluate tensor read in {str(e)[:200]} without a `loads` callback") from None
+    if "no value for variable" in str(err): raise ExprError(f"{err} in {str(e)[:200]}") from None
+    raise

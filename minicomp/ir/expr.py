@@ -312,33 +312,3 @@ def walk(e: Expr, skip=None):
 def free_vars(e: Expr) -> set[str]:
   """Names of the variables in ``e``."""
   return {n.arg for n in walk(e) if n.op is Op.VAR}
-
-
-def substitute(e: Expr, mapping: dict[str, Expr]) -> Expr:
-  """Replace variables by name (``mapping`` values are Exprs); rebuilds only what changes."""
-  if not mapping: return e
-  memo: dict[Expr, Expr] = {}
-
-  def go(n: Expr) -> Expr:
-    r = memo.get(n)
-    if r is not None: return r
-    if n.op is Op.VAR: r = mapping.get(n.arg, n)
-    elif not n.src: r = n
-    else: r = n.replace(src=tuple(go(s) for s in n.src))
-    memo[n] = r
-    return r
-  return go(e)
-
-
-def map_loads(e: Expr, fn) -> Expr:
-  """Rebuild ``e`` with every LOAD node ``n`` replaced by ``fn(n)`` (children rewritten first)."""
-  memo: dict[Expr, Expr] = {}
-
-  def go(n: Expr) -> Expr:
-    r = memo.get(n)
-    if r is not None: return r
-    r = n.replace(src=tuple(go(s) for s in n.src)) if n.src else n
-    if r.op is Op.LOAD: r = fn(r)
-    memo[n] = r
-    return r
-  return go(e)

@@ -84,7 +84,7 @@ Stmt = Union[For, Seq, If, Store, Sync, Comment, CrossThreadReduce]
 
 
 @dataclass
-class Kernel:
+class LoopKernel:
   """One ``__global__`` function and its launch configuration."""
   name: str
   params: list[Buffer]
@@ -96,12 +96,13 @@ class Kernel:
   stages: list[str] = field(default_factory=list)
   auto_unroll_max_step: int = 0   # the largest auto_unroll_max_step pragma of its stages (features read it)
   index_dtype: str = "int32"      # "int64" when an index may not fit in int32 (lowering decides; see lower.py)
+  written: set[str] = field(default_factory=set)   # names of the params it stores to (the others are ``const``)
 
 
 @dataclass
 class Program:
   """A lowered schedule: kernels launched in order over a set of global buffers."""
-  kernels: list[Kernel]
+  kernels: list[LoopKernel]
   inputs: list[Buffer]
   outputs: list[Buffer]
   temps: list[Buffer]

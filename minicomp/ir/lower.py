@@ -11,7 +11,7 @@ emitted inside that loop. The work happens in three passes:
 3. *nest building*: loops, guards for non-divisible splits and partial regions, reduction
    init / update, cross-thread reductions, ``__syncthreads()`` around shared-memory stages.
 
-Each kernel then gets its index type (``Kernel.index_dtype``, see :func:`choose_index_dtype`):
+Each kernel then gets its index type (``LoopKernel.index_dtype``, see :func:`choose_index_dtype`):
 int32 when every index provably fits, int64 otherwise; :func:`force_index64` forces int64.
 """
 from __future__ import annotations
@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 
 from minicomp.errors import LoweringError, ScheduleError
 from minicomp.ir.bound import max_over, relax, shift_free_extent
-from minicomp.ir.expr import Expr, as_expr, const, free_vars, map_loads, max_, min_, substitute, var, walk
-from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, Kernel, Program, Seq, Store
+from minicomp.ir.expr import Expr, as_expr, const, free_vars, max_, min_, var, walk
+from minicomp.ir.rewrite import map_loads, substitute
+from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store
 from minicomp.ir.ops import Op
 from minicomp.ir.simplify import _bounds, _ctx, simplify
 from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
@@ -298,6 +299,9 @@ class _Lowerer(NestBuilder):
       st = i.st
       dt = st.tensor.dtype
       if st.attach.kind == "root":
+        if st.storage_align:      # a global buffer is dense: padded strides would index past its end
+          raise ScheduleError(f"storage_align {n}: a root stage's buffer is dense in global memory; align a stage "
+                              "computed inside another (a cache_read / cache_write stage, or one placed by compute_at)")
         role = "output" if n in self.s.outputs else "temp"
         i.buffer = Buffer(c_ident(n), dt, "global", const(math.prod(st.tensor.shape)), role)
         exts = [const(d) for d in st.tensor.shape]
@@ -354,7 +358,7 @@ def force_index64(on: bool = True):
   finally: _FORCE_INT64.reset(tok)
 
 
-def _index_span(k: Kernel) -> int | None:
+def _index_span(k: LoopKernel) -> int | None:
   """The largest magnitude the kernel's index arithmetic can reach: its buffers' sizes, its
   thread count, its loop extents, and the interval bounds of every int32 expression it computes
   (data-dependent values, e.g. gathered indices, are unknown and bounded by the buffers they
@@ -387,7 +391,7 @@ def _index_span(k: Kernel) -> int | None:
   return max(span)
 
 
-def choose_index_dtype(k: Kernel) -> str:
+def choose_index_dtype(k: LoopKernel) -> str:
   """int32 when every index of ``k`` provably fits in it, else int64 (TVM's rule): 32-bit index
   math is cheaper on a GPU, but wraps silently past 2^31 - 1. A kernel whose indices would not
   fit in int64 either raises LoweringError."""

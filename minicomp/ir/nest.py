@@ -8,8 +8,9 @@ cross-thread reductions and ``__syncthreads()`` around shared-memory stages.
 from __future__ import annotations
 
 from minicomp.errors import ScheduleError
-from minicomp.ir.expr import Expr, all_of, const, free_vars, max_, min_, substitute, var, walk
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Seq, Store, Sync
+from minicomp.ir.expr import Expr, all_of, const, free_vars, max_, min_, var, walk
+from minicomp.ir.rewrite import substitute
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync
 from minicomp.ir.ops import Op
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, THREAD_TAGS, State
@@ -28,7 +29,7 @@ def c_ident(s: str) -> str:
 class NestBuilder:
   """Mixin of the lowerer that builds kernels (uses its ``info``, ``ranges``, ``s`` and ``_scratch``)."""
 
-  def _kernel(self, root: str) -> Kernel:
+  def _kernel(self, root: str) -> LoopKernel:
     members = [n for n, i in self.info.items() if i.kernel == root]
     block: list[Expr] = [const(1)] * 3
     grid: list[Expr] = [const(1)] * 3
@@ -61,10 +62,9 @@ class NestBuilder:
     params = [b for b in order if b.name in params_seen]
     n_roots = len([x for x in self.info.values() if x.st.attach.kind == "root"])
     kname = f"{c_ident(self.name)}_{c_ident(root)}" if n_roots > 1 else f"{c_ident(self.name)}_kernel"
-    k = Kernel(kname, params, allocs, bindings, _dims(grid), _dims(block), body, members,
-               max((self.info[m].st.auto_unroll_max_step for m in members if m in self.info), default=0))
-    k.written = {b.name for b, w in params_seen.values() if w}
-    return k
+    return LoopKernel(kname, params, allocs, bindings, _dims(grid), _dims(block), body, members,
+                      max((self.info[m].st.auto_unroll_max_step for m in members if m in self.info), default=0),
+                      written={b.name for b, w in params_seen.values() if w})
 
   def _stage_stmt(self, name: str):
     i = self.info[name]

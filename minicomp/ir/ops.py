@@ -1,6 +1,8 @@
-"""The one operator enum of minicomp's expression language, grouped by role."""
+"""The one operator enum of minicomp's expression language, grouped by role, and the one table of element types."""
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from enum import Enum, auto
 
 
@@ -39,3 +41,30 @@ EXPENSIVE_INTRINSICS = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "si
 DTYPES = ("bool", "int32", "int64", "float16", "float32", "float64")
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int32", "int64")
+
+
+@dataclass(frozen=True)
+class DType:
+  """One element type: its size in bytes, its numpy scalar type (``module.name``, imported on use), its CUDA C type."""
+  name: str
+  bytes: int
+  numpy: str             # "numpy.float32", "ml_dtypes.bfloat16"
+  c_type: str | None     # None: not an IR dtype
+
+
+# Every element type minicomp knows. The IR's are DTYPES; bfloat16 only appears where a compiled model meets its
+# user (kernels compute in float32 / float16). The order is the one error messages list (codegen.kernel.NP_DTYPE).
+DTYPE_INFO = {d.name: d for d in (
+  DType("float32", 4, "numpy.float32", "float"), DType("float64", 8, "numpy.float64", "double"),
+  DType("int32", 4, "numpy.int32", "int"), DType("int64", 8, "numpy.int64", "long long"),
+  DType("bool", 1, "numpy.bool_", "bool"), DType("float16", 2, "numpy.float16", "half"),
+  DType("bfloat16", 2, "ml_dtypes.bfloat16", None))}
+
+DTYPE_BYTES = {n: DTYPE_INFO[n].bytes for n in DTYPES}     # IR dtype -> bytes per element
+C_TYPE = {n: DTYPE_INFO[n].c_type for n in DTYPES}         # IR dtype -> CUDA C type
+
+
+def np_type(dtype: str) -> type:
+  """The numpy scalar type of ``dtype`` (``np.float32``, ``np.bool_``, ``ml_dtypes.bfloat16``), imported here."""
+  module, _, name = DTYPE_INFO[dtype].numpy.rpartition(".")
+  return getattr(importlib.import_module(module), name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from minicomp.ir.expr import Expr, Op, binary, const
 from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES
+from minicomp.ir.rewrite import Rules, rewrite
 
 Ranges = dict[str, tuple[int | None, int | None]]
 Bound = tuple[int | None, int | None]
@@ -278,94 +279,151 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
 
 def _simplify(e: Expr, cx: _Ctx) -> Expr:
   memo = cx.simplified
+  before = len(memo)
+  r = rewrite(e, SIMPLIFY, cx, memo)
+  _size[0] += len(memo) - before
+  if _size[0] >= _MEMO_MAX: clear_memo()
+  return r
 
-  def go(n: Expr) -> Expr:
-    r = memo.get(n)
-    if r is None:
-      m = n.replace(src=tuple(go(s) for s in n.src)) if n.src else n
-      r = _rewrite(m, cx)
-      _remember(memo, n, r)
-    return r
-  return go(e)
 
+# -- the rules, in named groups; each rule returns a normal form, so one application per node suffices.
+# Every rule sees the node rebuilt on its simplified children and ``cx`` (the ranges and what is known
+# under them).
 
 _INT_FOLD = {Op.ADD: lambda a, b: a + b, Op.SUB: lambda a, b: a - b, Op.MUL: lambda a, b: a * b,
              Op.FLOORDIV: lambda a, b: a // b, Op.FLOORMOD: lambda a, b: a % b, Op.MIN: min, Op.MAX: max}
 _INT_CMP = {Op.LT: lambda a, b: a < b, Op.LE: lambda a, b: a <= b, Op.GT: lambda a, b: a > b,
             Op.GE: lambda a, b: a >= b, Op.EQ: lambda a, b: a == b, Op.NE: lambda a, b: a != b}
 _INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT = set(INT_DTYPES)
+_FLOAT = set(FLOAT_DTYPES)
+
+FOLD = Rules("fold")
 
 
-def _fold(n: Expr) -> Expr | None:
-  if not n.src or not all(s.is_const for s in n.src) or n.op in (Op.CALL, Op.LOAD, Op.REDUCE): return None
-  if len(n.src) == 2 and n.src[0].dtype in INT_DTYPES and n.src[1].dtype in INT_DTYPES:
+@FOLD.rule(Op.FLOORDIV, Op.FLOORMOD, when=lambda n: n.src[1].is_const and n.src[1].arg == 0)
+def _by_zero(n: Expr, cx: _Ctx) -> Expr:
+  return n                       # x // 0 stays as written (no rule may touch it)
+
+
+@FOLD.rule(*(set(Op) - {Op.CONST, Op.VAR, Op.CALL, Op.LOAD, Op.REDUCE}), when=lambda n: all(s.is_const for s in n.src))
+def _fold(n: Expr, cx: _Ctx) -> Expr | None:
+  """Constant operands: the value."""
+  if len(n.src) == 2 and n.src[0].dtype in _INT and n.src[1].dtype in _INT:
     # integer index math, folded with Python ints (floor semantics, like numpy's); numpy below for the
     # rest, and for int32 results that would wrap
     a, b = int(n.src[0].arg), int(n.src[1].arg)
-    if n.op in _INT_FOLD and n.dtype in INT_DTYPES and not (n.op in (Op.FLOORDIV, Op.FLOORMOD) and b == 0):
+    if n.op in _INT_FOLD and n.dtype in _INT and not (n.op in (Op.FLOORDIV, Op.FLOORMOD) and b == 0):
       v = _INT_FOLD[n.op](a, b)
       if n.dtype != "int32" or _INT32[0] <= v <= _INT32[1]: return const(v, n.dtype)
     elif n.op in _INT_CMP and n.dtype == "bool":
       return const(_INT_CMP[n.op](a, b))
   from minicomp.ir.evaluate import evaluate
   v = evaluate(n)
-  if n.dtype in FLOAT_DTYPES and n.op is Op.DIV and n.src[1].arg == 0: return None
+  if n.dtype in _FLOAT and n.op is Op.DIV and n.src[1].arg == 0: return None
   return const(v.item() if hasattr(v, "item") else v, n.dtype)
 
 
-def _rewrite(n: Expr, cx: _Ctx) -> Expr:
+@FOLD.rule(Op.MUL, Op.DIV, Op.ADD, Op.SUB, when=lambda n: n.dtype in _FLOAT)
+def _float_identity(n: Expr, cx: _Ctx) -> Expr | None:
+  """x*1, 1*x, x/1, x+0, x-0, 0+x (floats: nothing that changes rounding or signed zeros' meaning)."""
+  a, b = n.src
   op = n.op
-  if op in (Op.FLOORDIV, Op.FLOORMOD) and n.src[1].is_const and n.src[1].arg == 0: return n
-  f = _fold(n)
-  if f is not None: return f
-  if n.dtype in INT_DTYPES:
-    if op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG):
-      terms, c = _linear(n)
-      terms = _merge_divmod(terms, cx)
-      if _CONST_KEY in terms:
-        terms = dict(terms)
-        c += terms.pop(_CONST_KEY)
-      return build_linear(terms, c, n.dtype)
-    if op in (Op.FLOORDIV, Op.FLOORMOD) and n.src[1].is_const and n.src[1].arg > 0:
-      return _divmod(n, n.src[0], n.src[1].arg, cx)
-  if op in (Op.MIN, Op.MAX) and n.dtype in INT_DTYPES:
-    lo, hi = _bounds(_simplify(binary(Op.SUB, n.src[0], n.src[1]), _ctx(None)), cx)
-    if hi is not None and hi <= 0: return n.src[0] if op is Op.MIN else n.src[1]
-    if lo is not None and lo >= 0: return n.src[1] if op is Op.MIN else n.src[0]
-  if op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE) and n.src[0].dtype in INT_DTYPES:
-    d = _simplify(binary(Op.SUB, n.src[0], n.src[1]), cx)
-    lo, hi = _bounds(d, cx)
-    decide = {Op.LT: (hi is not None and hi < 0, lo is not None and lo >= 0),
-              Op.LE: (hi is not None and hi <= 0, lo is not None and lo > 0),
-              Op.GT: (lo is not None and lo > 0, hi is not None and hi <= 0),
-              Op.GE: (lo is not None and lo >= 0, hi is not None and hi < 0),
-              Op.EQ: (lo == hi == 0, (lo is not None and lo > 0) or (hi is not None and hi < 0)),
-              Op.NE: ((lo is not None and lo > 0) or (hi is not None and hi < 0), lo == hi == 0)}[op]
-    if decide[0]: return const(True)
-    if decide[1]: return const(False)
-  if op is Op.SELECT:
-    c = n.src[0]
-    if c.is_const: return n.src[1] if c.arg else n.src[2]
-    if n.src[1] == n.src[2]: return n.src[1]
-  if op is Op.AND:
-    a, b = n.src
-    if a.is_const: return b if a.arg else a
-    if b.is_const: return a if b.arg else b
-    if a == b: return a
-  if op is Op.OR:
-    a, b = n.src
-    if a.is_const: return a if a.arg else b
-    if b.is_const: return b if b.arg else a
-  if op is Op.NOT and n.src[0].op is Op.NOT: return n.src[0].src[0]
-  if n.dtype in FLOAT_DTYPES and op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV):
-    a, b = n.src
-    if op is Op.MUL and b.is_const and b.arg == 1.0: return a
-    if op is Op.MUL and a.is_const and a.arg == 1.0: return b
-    if op is Op.DIV and b.is_const and b.arg == 1.0: return a
-    if op in (Op.ADD, Op.SUB) and b.is_const and b.arg == 0.0: return a
-    if op is Op.ADD and a.is_const and a.arg == 0.0: return b
-  if op is Op.CAST and n.src[0].dtype == n.dtype: return n.src[0]
-  return n
+  if op is Op.MUL and b.is_const and b.arg == 1.0: return a
+  if op is Op.MUL and a.is_const and a.arg == 1.0: return b
+  if op is Op.DIV and b.is_const and b.arg == 1.0: return a
+  if op in (Op.ADD, Op.SUB) and b.is_const and b.arg == 0.0: return a
+  if op is Op.ADD and a.is_const and a.arg == 0.0: return b
+  return None
+
+
+@FOLD.rule(Op.CAST, when=lambda n: n.src[0].dtype == n.dtype)
+def _same_cast(n: Expr, cx: _Ctx) -> Expr: return n.src[0]
+
+
+LINEAR = Rules("linear")
+
+
+@LINEAR.rule(Op.ADD, Op.SUB, Op.MUL, Op.NEG, when=lambda n: n.dtype in _INT)
+def _linear_form(n: Expr, cx: _Ctx) -> Expr:
+  """Integer sums in the canonical linear form, fused-loop index arithmetic merged (``_merge_divmod``)."""
+  terms, c = _linear(n)
+  terms = _merge_divmod(terms, cx)
+  if _CONST_KEY in terms:
+    terms = dict(terms)
+    c += terms.pop(_CONST_KEY)
+  return build_linear(terms, c, n.dtype)
+
+
+DIVMOD = Rules("divmod")
+
+
+@DIVMOD.rule(Op.FLOORDIV, Op.FLOORMOD, when=lambda n: n.dtype in _INT and n.src[1].is_const and n.src[1].arg > 0)
+def _divmod_const(n: Expr, cx: _Ctx) -> Expr:
+  return _divmod(n, n.src[0], n.src[1].arg, cx)
+
+
+BOUNDS = Rules("bounds")
+
+
+@BOUNDS.rule(Op.MIN, Op.MAX, when=lambda n: n.dtype in _INT)
+def _minmax_by_bounds(n: Expr, cx: _Ctx) -> Expr | None:
+  """min/max of integers decided when the bounds of the difference have one sign."""
+  lo, hi = _bounds(_simplify(binary(Op.SUB, n.src[0], n.src[1]), _ctx(None)), cx)
+  if hi is not None and hi <= 0: return n.src[0] if n.op is Op.MIN else n.src[1]
+  if lo is not None and lo >= 0: return n.src[1] if n.op is Op.MIN else n.src[0]
+  return None
+
+
+@BOUNDS.rule(Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, when=lambda n: n.src[0].dtype in _INT)
+def _compare_by_bounds(n: Expr, cx: _Ctx) -> Expr | None:
+  """Integer comparisons decided by the bounds of the difference."""
+  d = _simplify(binary(Op.SUB, n.src[0], n.src[1]), cx)
+  lo, hi = _bounds(d, cx)
+  yes, no = {Op.LT: (hi is not None and hi < 0, lo is not None and lo >= 0),
+             Op.LE: (hi is not None and hi <= 0, lo is not None and lo > 0),
+             Op.GT: (lo is not None and lo > 0, hi is not None and hi <= 0),
+             Op.GE: (lo is not None and lo >= 0, hi is not None and hi < 0),
+             Op.EQ: (lo == hi == 0, (lo is not None and lo > 0) or (hi is not None and hi < 0)),
+             Op.NE: ((lo is not None and lo > 0) or (hi is not None and hi < 0), lo == hi == 0)}[n.op]
+  if yes: return const(True)
+  if no: return const(False)
+  return None
+
+
+LOGIC = Rules("logic")
+
+
+@LOGIC.rule(Op.SELECT)
+def _select(n: Expr, cx: _Ctx) -> Expr | None:
+  c = n.src[0]
+  if c.is_const: return n.src[1] if c.arg else n.src[2]
+  if n.src[1] == n.src[2]: return n.src[1]
+  return None
+
+
+@LOGIC.rule(Op.AND)
+def _and(n: Expr, cx: _Ctx) -> Expr | None:
+  a, b = n.src
+  if a.is_const: return b if a.arg else a
+  if b.is_const: return a if b.arg else b
+  if a == b: return a
+  return None
+
+
+@LOGIC.rule(Op.OR)
+def _or(n: Expr, cx: _Ctx) -> Expr | None:
+  a, b = n.src
+  if a.is_const: return a if a.arg else b
+  if b.is_const: return b if b.arg else a
+  return None
+
+
+@LOGIC.rule(Op.NOT, when=lambda n: n.src[0].op is Op.NOT)
+def _not_not(n: Expr, cx: _Ctx) -> Expr: return n.src[0].src[0]
+
+
+SIMPLIFY = FOLD + LINEAR + DIVMOD + BOUNDS + LOGIC
 
 
 def multiple_of(e: Expr) -> int:

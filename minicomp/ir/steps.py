@@ -349,7 +349,8 @@ class RfactorStep(Step):
   iter: str
 
   def apply(self, s: State):
-    from minicomp.ir.expr import IterVar, ReduceArg, const as c_, select, substitute
+    from minicomp.ir.expr import IterVar, ReduceArg, const as c_, select
+    from minicomp.ir.rewrite import substitute
     from minicomp.ir.state import Stage
     from minicomp.ir.te import reduce_identity
     st = _loop(s, self.stage, self.iter, "rfactor")
@@ -400,7 +401,7 @@ def _move_attach(s: State, stage: str, moved: dict[str, str]) -> None:
 
 
 def _rewrite_reads(s: State, reader: str, old: str, new_t: Tensor) -> None:
-  from minicomp.ir.expr import map_loads
+  from minicomp.ir.rewrite import map_loads
   st = s.stage(reader)
   t = st.tensor
   body = map_loads(t.body, lambda n: Expr.make(Op.LOAD, n.dtype, n.src, new_t) if n.arg.name == old else n)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minicomp.errors import LoweringError, MinicompError, ScheduleError
+from minicomp.errors import AnnotationError, LoweringError, ScheduleError
 from minicomp.ir.schedule import Schedule
 from minicomp.search.sketch import Sketch
 from minicomp.target import Target, as_target
@@ -40,10 +40,6 @@ UNROLL_CHOICES = (0, 16, 64, 512, 1024)      # Ansor's GPU auto_unroll_max_step 
 MAX_TRIES = 200
 SAMPLE_TIME_S = 10.0        # wall-clock bound of one sample call (module docstring)
 POPULATION_TIME_S = 60.0    # ... of one sample_population call, and of lowering a round's chosen programs
-
-
-class AnnotationError(MinicompError):
-  """No valid concrete schedule could be drawn from a sketch."""
 
 
 @dataclass(frozen=True, eq=False)

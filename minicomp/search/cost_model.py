@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from minicomp.errors import MinicompError
+from minicomp.errors import CostModelError
 
 if TYPE_CHECKING:
   import jax
@@ -56,12 +56,6 @@ _MIN_ROWS, _MIN_PROGS = 64, 8       # smallest buckets, so tiny calls share one 
 _PATIENCE, _MIN_VAL_PROGRAMS = 5, 50
 _PARAM_NAMES = ("w1", "b1", "w2", "b2", "w3", "b3")
 _TRACES: Counter[str] = Counter()   # how often each jitted function was traced (= compiled); tests read it
-
-
-class CostModelError(MinicompError):
-  """The cost model got malformed input (wrong feature width, mismatched lengths, a cost <= 0), was used
-  before it was fitted where that is not allowed, or a saved model file is missing, corrupt or of an
-  unknown format version. The message says which; a bad file has to be re-saved with :meth:`MLPCostModel.save`."""
 
 
 class Batch(NamedTuple):

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minicomp.ir.evaluate import _intrinsics, _table, evaluate
-from minicomp.ir.expr import Expr, cast, const, free_vars, map_loads, substitute, var, walk
-from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, Kernel, Program, Seq, Store
-from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES, Op
+from minicomp.ir.expr import Expr, cast, const, free_vars, var, walk
+from minicomp.ir.rewrite import map_loads, substitute
+from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store
+from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, INT_DTYPES, Op
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, THREAD_TAGS
 
@@ -31,10 +32,9 @@ CACHE_LINE = 64
 F64 = "float64"
 _BIG = float(2 ** 40)   # "no stride found" sentinel inside a min
 _FAKE_ORDER = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "threadIdx.z", "threadIdx.y", "threadIdx.x")
-_DTYPE_BYTES = {"bool": 1, "int32": 4, "int64": 8, "float16": 2, "float32": 4, "float64": 8}
 _POS = ("kPosNone", "kPosInnerSpatial", "kPosMiddleSpatial", "kPosOuterSpatial", "kPosInnerReduce", "kPosMiddleReduce",
         "kPosOuterReduce", "kPosMixed")
-_OPS = ("mad", "addsub", "mul", "divmod", "cmp", "math_func", "other_func")
+_OP_KINDS = ("mad", "addsub", "mul", "divmod", "cmp", "math_func", "other_func")
 _BUF = ("acc_type.kRead", "acc_type.kWrite", "acc_type.kReadWrite", "bytes", "unique_bytes", "lines", "unique_lines",
         "reuse_type.kLoopMultipleRead", "reuse_type.kSerialMultipleReadWrite", "reuse_type.kNoReuse", "reuse_dis_iter",
         "reuse_dis_bytes", "reuse_ct", "bytes_d_reuse_ct", "unique_bytes_d_reuse_ct", "lines_d_reuse_ct",
@@ -44,7 +44,7 @@ _RAW_BUF = {0, 1, 2, 7, 8, 9}   # one-hots: not passed through slog
 
 def feature_names() -> list[str]:
   """Names of the N_FEATURES columns, in Ansor's order (``B{i}.`` prefixes the buffer slots)."""
-  out = [f"float_{o}" for o in _OPS] + [f"int_{o}" for o in _OPS] + ["bool_op", "select_op"]
+  out = [f"float_{o}" for o in _OP_KINDS] + [f"int_{o}" for o in _OP_KINDS] + ["bool_op", "select_op"]
   for k in ("vec", "unroll", "parallel"): out += [f"{k}_num", f"{k}_prod", f"{k}_len"] + [f"{k}_type.{p}" for p in _POS]
   out += ["is_gpu", "blockIdx_x_len", "blockIdx_y_len", "blockIdx_z_len", "threadIdx_x_len", "threadIdx_y_len",
           "threadIdx_z_len", "vthread_len"]
@@ -143,7 +143,8 @@ def imin(a: Expr, b: Expr) -> Expr: return _mk(Op.MIN, a.dtype, a, b)
 # collecting the stores
 
 @dataclass
-class _Loop:
+class _SiteLoop:
+  """A loop enclosing a store site, or a launch dimension (``kind == "launch"``)."""
   key: object        # identity shared by every store under the loop
   var: str           # loop variable ("threadIdx.x" for a launch dimension)
   ext: Expr          # int extent
@@ -153,8 +154,8 @@ class _Loop:
 @dataclass
 class _Site:
   """One Store (or a cross-thread reduction's final store) and what the features need of it."""
-  kernel: Kernel
-  loops: list[_Loop]
+  kernel: LoopKernel
+  loops: list[_SiteLoop]
   buffer: Buffer
   value: Expr
   acc: dict[str, tuple[Buffer, str, list[Expr]]] = field(default_factory=dict)   # name -> (buffer, type, indices)
@@ -182,7 +183,7 @@ def _positions(e: Expr) -> Expr:
   return map_loads(e, lambda n: cast(n.src[0], n.dtype))
 
 
-def _thread_ranges(k: Kernel) -> dict[str, Expr]:
+def _thread_ranges(k: LoopKernel) -> dict[str, Expr]:
   """Extent of each bound loop variable: the launch dimension, or X where a guard ``tag < X`` runs
   the stores that use the variable on fewer threads. Threads past a stage's own extent may still run
   its statements (redundantly) with the variable out of range, where symbolic and concrete indices
@@ -249,7 +250,7 @@ def _linear_in(e: Expr, t: str) -> dict | None:
 
   terms = go(e)
   if terms is None: return None
-  from minicomp.search.smooth import Polys
+  from minicomp.ir.poly import Polys
   polys = Polys(enabled=False)
 
   def eq(a: Expr, b: Expr) -> bool:
@@ -296,7 +297,7 @@ def _narrow(ext: Expr, g: Expr, t: str, loop_vars: set[str]) -> Expr:
   return Expr.make(Op.SELECT, "int32", (Expr.make(Op.GE, "bool", (step, const(1))), lim, ext))
 
 
-def _sites(k: Kernel) -> list[_Site]:
+def _sites(k: LoopKernel) -> list[_Site]:
   rng = _thread_ranges(k)
   rename = {c: (Expr.make(Op.MIN, "int32", (var(t), _mk(Op.SUB, "int32", _e(rng[c], "int32"), const(1))))
                 if c in rng else var(t)) for c, t in k.bindings}
@@ -311,7 +312,7 @@ def _sites(k: Kernel) -> list[_Site]:
       for g in _conjuncts(c):
         for t in tags:
           ext[t] = _narrow(ext[t], g, t, loop_vars)
-    fake = [_Loop(("launch", t), t, ext[t], "launch") for t in tags]
+    fake = [_SiteLoop(("launch", t), t, ext[t], "launch") for t in tags]
     s = _Site(k, fake + loops, buf, value)
     s.acc[buf.name] = (buf, "W", [_positions(substitute(index, rename))])
     for n in walk(value):   # the index tensors of a gather are read accesses too (walk yields inner LOADs)
@@ -322,7 +323,7 @@ def _sites(k: Kernel) -> list[_Site]:
 
   def go(st, loops, conds):
     if isinstance(st, For):   # the pragma's unrolling is a later pass in TVM: features see it in one column only
-      go(st.body, loops + [_Loop(id(st), st.var, st.extent, "serial" if st.pragma_unroll else st.kind)], conds)
+      go(st.body, loops + [_SiteLoop(id(st), st.var, st.extent, "serial" if st.pragma_unroll else st.kind)], conds)
     elif isinstance(st, Seq):
       for x in st.stmts: go(x, loops, conds)
     elif isinstance(st, If): go(st.then, loops, conds + [_positions(substitute(st.cond, rename))])
@@ -367,7 +368,7 @@ def _regions(s: _Site, loop_vars: set[str]) -> None:
     s.regions[name] = regs
 
 
-def _steps(s: _Site, name: str, lp: _Loop, loop_vars: set[str]) -> list[Expr]:
+def _steps(s: _Site, name: str, lp: _SiteLoop, loop_vars: set[str]) -> list[Expr]:
   """``idx(v=1) - idx(0)`` for each access of buffer ``name`` (0 when v is not in it)."""
   out = []
   for i, fv, c0 in zip(s.acc[name][2], s.fvs[name], s.origin[name]):
@@ -405,10 +406,10 @@ def _count_ops(e: Expr) -> list[int]:
   return go(e)
 
 
-def _nt(lp: _Loop) -> Expr: return gt(lp.ext, 1.0)
+def _nt(lp: _SiteLoop) -> Expr: return gt(lp.ext, 1.0)
 
 
-def _loop_group(loops: list[_Loop], kind: str) -> list[Expr]:
+def _loop_group(loops: list[_SiteLoop], kind: str) -> list[Expr]:
   """num, prod, len and the 8-way position one-hot (kPosMixed when any) of the loops of ``kind``."""
   ls = [lp for lp in loops if lp.kind == kind]
   num, prod, ln = fl(0.0), fl(1.0), fl(0.0)
@@ -427,13 +428,13 @@ def _entries(sites: list[_Site], j: int, lv: int) -> list[tuple[_Site, str]]:
   return [(s, b) for s in sites[:j + 1] if len(s.loops) > lv and s.loops[lv].key == key for b in s.acc]
 
 
-def _bytes(s: _Site, b: str) -> int: return _DTYPE_BYTES[s.acc[b][0].dtype]
+def _bytes(s: _Site, b: str) -> int: return DTYPE_BYTES[s.acc[b][0].dtype]
 
 
 def _buffer_features(sites: list[_Site], j: int, name: str, outer_prod: Expr, loop_vars: set[str]) -> list[Expr]:
   s = sites[j]
   buf, kind, _ = s.acc[name]
-  eb = _DTYPE_BYTES[buf.dtype]
+  eb = DTYPE_BYTES[buf.dtype]
   n = len(s.loops)
   bytes_ = mul(outer_prod, eb)
   unique_bytes = mul(s.regions[name][0], eb)
@@ -554,7 +555,7 @@ def _row(sites: list[_Site], j: int, loop_vars: set[str], alloc_at: dict[str, in
     depth = alloc_at[s.buffer.name]
     aop = fl(1.0)
     for lp in s.loops[:depth]: aop = mul(aop, lp.ext)
-    size = mul(s.buffer.size, _DTYPE_BYTES[s.buffer.dtype])
+    size = mul(s.buffer.size, DTYPE_BYTES[s.buffer.dtype])
     row += [slog(size), slog(mul(s.buffer.size, aop)), slog(aop), slog(div(outer_prod, aop))]
   else:
     row += [fl(0.0)] * 4
@@ -566,7 +567,7 @@ def _row(sites: list[_Site], j: int, loop_vars: set[str], alloc_at: dict[str, in
   return row
 
 
-def _kernel_loop_vars(k: Kernel, sites: list[_Site]) -> set[str]:
+def _kernel_loop_vars(k: LoopKernel, sites: list[_Site]) -> set[str]:
   out = {c for c, _ in k.bindings} | set(BLOCK_TAGS) | set(THREAD_TAGS)
   for s in sites: out |= {lp.var for lp in s.loops}
   return out

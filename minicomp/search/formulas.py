@@ -20,41 +20,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from minicomp.codegen.verify import DTYPE_BYTES
 from minicomp.errors import ExprError
-from minicomp.ir.evaluate import _intrinsics, _table
-from minicomp.ir.expr import Expr, const, walk
-from minicomp.ir.ops import Op
+from minicomp.ir.evaluate import fold_table
+from minicomp.ir.expr import Expr, const
+from minicomp.ir.ops import DTYPE_BYTES, Op
+from minicomp.ir.rewrite import fold
 from minicomp.search.sketch import Sketch
 from minicomp.target import Target
 
 UNROLL_COLUMN = "auto_unroll_max_step"
 
 
+def _reads_tensor(env, n, k):     # the extractor reads a gather's loaded index by its position
+  raise ExprError(f"a feature formula reads a tensor ({str(n)[:200]}); features.extract_program_exprs should have "
+                  "replaced every loaded value by its position (features._positions)")
+
+
+_FORMULA_TABLE = fold_table(np, wide=True) | {Op.LOAD: _reads_tensor, Op.REDUCE: _reads_tensor}
+
+
 class FormulaEval:
-  """Evaluate many expressions over the same variables with one shared memo (numpy arrays)."""
+  """Evaluate many expressions over the same variables with one shared memo (numpy arrays; integers
+  int64, floats float64: ``evaluate.fold_table(wide=True)``)."""
 
   def __init__(self, env: dict[str, np.ndarray]):
     self.env, self.memo = env, {}
-    self.table, self.intr = _table(np), _intrinsics(np)
 
   def __call__(self, e: Expr):
-    memo, env = self.memo, self.env
-    for n in walk(e, memo):
-      op = n.op
-      if op is Op.CONST: r = n.arg
-      elif op is Op.VAR: r = env[n.arg]
-      elif op is Op.CALL: r = self.intr[n.arg](*[memo[s] for s in n.src])
-      elif op in (Op.LOAD, Op.REDUCE):   # the extractor reads a gather's loaded index by its position
-        raise ExprError(f"a feature formula reads a tensor ({str(n)[:200]}); features.extract_program_exprs should have "
-                        "replaced every loaded value by its position (features._positions)")
-      elif op is Op.CAST:
-        v = np.asarray(memo[n.src[0]])
-        r = np.trunc(v).astype(np.int64) if n.dtype.startswith("int") and v.dtype.kind == "f" else v.astype(
-          {"bool": bool, "int32": np.int64, "int64": np.int64}.get(n.dtype, np.float64))
-      else: r = self.table[op](*[memo[s] for s in n.src])
-      memo[n] = r
-    return memo[e]
+    return fold(e, _FORMULA_TABLE, self.env, self.memo, what="feature formula")
 
 
 class SketchFormulas:

@@ -23,11 +23,7 @@ import time
 from dataclasses import dataclass, field
 from collections.abc import Iterator, Sequence
 
-from minicomp.errors import CompileError, LoweringError, MinicompError, RuntimeLaunchError, ScheduleError
-
-
-class MeasureError(MinicompError):
-  """The measuring machinery itself failed (not a candidate): e.g. its worker processes cannot start."""
+from minicomp.errors import CompileError, LoweringError, MeasureError, MinicompError, RuntimeLaunchError, ScheduleError
 
 
 class ErrorKind(enum.Enum):

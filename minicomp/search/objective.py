@@ -32,7 +32,7 @@ A sketch's variables x (tile sizes, thread counts, vector widths; ``Sketch.param
 Gradients are forward-mode (one JVP per variable, all seeds at once): the feature tape is a
 ``lax.scan`` over a value buffer, and its reverse-mode gradient copies the whole cotangent buffer at
 every scan step: 3-4x slower than forward mode for the 10-30 variables of a sketch on CPU. The tape
-is run with the seeds in the lanes of each buffer slot (``smooth.Tape.run_lanes``; ``jax.vmap`` of
+is run with the seeds in the lanes of each buffer slot (``tape.Tape.run_lanes``; ``jax.vmap`` of
 ``Tape.run`` gathers across the batch and is ~3x slower again).
 """
 from __future__ import annotations
@@ -112,12 +112,8 @@ class SketchObjective:
 
   def __init__(self, sketch: Sketch, target: Target, formulas=None):
     from minicomp.search.formulas import SketchFormulas
-    from minicomp.search.smooth import (
-      Smoother,
-      compile_features,
-      compile_formulas,
-      exp_substitute,
-    )
+    from minicomp.search.smooth import Smoother, compile_features, exp_substitute
+    from minicomp.search.tape import compile_formulas
     self.sketch, self.target = sketch, target
     self.formulas = formulas if formulas is not None else SketchFormulas(sketch)
     self.names = list(sketch.params)

@@ -39,21 +39,11 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import ClassVar
 
-from minicomp.errors import MinicompError
+from minicomp.errors import InvalidRecord, MinicompError, RecordsError
 from minicomp.search.measure import ErrorKind, MeasureResult
 
 FORMAT = 1                # the line format version this module writes and reads
 _log = logging.getLogger("minicomp")
-
-
-class RecordsError(MinicompError):
-  """A tuning log of an unsupported format version, a missing log, or an invalid record.
-
-  The message names the file and line when there is one."""
-
-
-class InvalidRecord(RecordsError):
-  """One record (line) is malformed: :func:`load_records` skips it with a warning, the rest of the log counts."""
 
 
 @cache

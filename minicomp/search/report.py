@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minicomp.errors import MinicompError
+from minicomp.errors import ReportError
 from minicomp.search.records import Record, load_records
-
-
-class ReportError(MinicompError):
-  """The report cannot be made (an empty log, matplotlib missing for the PNG)."""
 
 
 @dataclass

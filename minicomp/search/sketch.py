@@ -43,7 +43,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from minicomp.errors import MinicompError
+from minicomp.errors import SketchError
 from minicomp.ir.dag import ComputeDAG, has_data_reuse, is_injective, reads
 from minicomp.ir.expr import Expr, var
 from minicomp.ir.ops import Op
@@ -57,10 +57,6 @@ THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)
 VECTOR_CHOICES = (1, 2, 4)
 MAX_SKETCHES = 64                  # a guard against a rule set that loops
 SKETCH_TIME_S = 30.0               # ... or one that is slow: generation raises after this many seconds
-
-
-class SketchError(MinicompError):
-  """Sketch generation failed: no rule produced a finished sketch, or rules loop."""
 
 
 class Decision(enum.Enum):

@@ -1,5 +1,5 @@
-"""Felix's differentiable feature formulas: smoothing rewrite rules, the exp change of variables, and a
-JAX evaluator (``docs/search.md``, "Smoothing (Felix)").
+"""Felix's differentiable feature formulas: smoothing rules and the exp change of variables
+(``docs/search.md``, "Smoothing (Felix)").
 
 A sketch's features are Exprs of its integer variables made of selects, comparisons, min/max and floor
 division: piecewise constant or kinked, so gradient descent cannot move through them. Felix replaces
@@ -21,7 +21,8 @@ from its jump. With phi's heavy tails a condition is still off by up to ``h^2`` 
 ``Smoother(kernel="phi")`` gives the paper's kernel (integers at width ``int_width``, floats Felix's
 plain difference), with sentinel-gated conditions made compact so they stay finite.
 
-Rules (``RULES``, one function per Op; ``register_rule`` replaces or adds one):
+Rules (``RULES``, one function per Op, a fold table of ``minicomp.ir.rewrite``: each sees the input node
+and its smoothed children; ``register_smoothing_rule`` replaces or adds one):
   lt/le/gt/ge  step of the (half-integer shifted) difference; floats: shifted by float_width/2 so ties
                keep their exact answer (compact), plain (phi)
   eq / ne      integers: the box |a - b| < 1/2, a difference of two steps; floats: le*ge / Felix's hump
@@ -38,21 +39,20 @@ Rules (``RULES``, one function per Op; ``register_rule`` replaces or adds one):
   cast         identity (float -> int truncation dropped: off by < 1)
   log/sqrt     of pos(x) = max(x, eps) with a C^2 corner; log2, pow, exp2, ... through exp/log
 
-``compile_formulas`` turns many Exprs into one jit/vmap/grad-able JAX function: an interpreter of the
-DAG run by ``lax.scan`` over chunks of equal depth, so trace and compile time do not grow with the node
-count.
+The exact rewrites' polynomial algebra is :mod:`minicomp.ir.poly`; ``compile_features`` smooths, substitutes
+and compiles feature rows into one JAX function through :mod:`minicomp.search.tape`.
 """
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-import numpy as np
-
 from minicomp.errors import ExprError
-from minicomp.ir.expr import Expr, binary, const, select, var, walk
-from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES, Op
+from minicomp.ir.expr import Expr, const, var, walk
+from minicomp.ir.ops import INT_DTYPES, Op
+from minicomp.ir.poly import Polys
+from minicomp.ir.rewrite import Rules, fold, rewrite
+from minicomp.search.tape import compile_formulas
 
 F64 = "float64"
 SENTINEL = 2.0 ** 30            # constants at least this large mean "absent" (features use 2^40)
@@ -189,14 +189,14 @@ RULES: dict[Op, Rule] = {}
 CALL_RULES: dict[str, Callable[[Smoother, Expr], Expr]] = {}
 
 
-def register_rule(op: Op, fn: Rule) -> None:
+def register_smoothing_rule(op: Op, fn: Rule) -> None:
   """Make ``fn(smoother, node, smoothed_children) -> Expr`` the rule for ``op`` (new Smoothers see it)."""
   RULES[op] = fn
 
 
 def rule(*ops: Op):
   def deco(fn: Rule) -> Rule:
-    for op in ops: register_rule(op, fn)
+    for op in ops: register_smoothing_rule(op, fn)
     return fn
   return deco
 
@@ -221,6 +221,7 @@ class Smoother:
     self.kernel, self.int_width, self.float_width, self.eps = kernel, int_width, float_width, eps
     self.compact = kernel == "compact"
     self.rules = dict(RULES) | dict(rules or {})
+    self._table = {op: Smoother._visit for op in self.rules}   # fold: ctx = this smoother
     self.memo: dict[Expr, Expr] = {}
     self.integral: dict[Expr, bool] = {}    # of the input nodes: integer-valued at every integer point
     self.sentinel: dict[Expr, bool] = {}    # of the input nodes: may evaluate to a sentinel constant
@@ -228,15 +229,14 @@ class Smoother:
     self.polys = Polys(enabled=assume_sizes)
 
   def __call__(self, e: Expr) -> Expr:
-    memo = self.memo
-    for n in walk(e, memo):
-      self.integral[n] = _integral(n, self.integral)
-      self.sentinel[n] = (abs(float(n.arg)) >= SENTINEL if n.op is Op.CONST and n.dtype != "bool"
-                          else n.dtype != "bool" and any(self.sentinel[s] for s in n.src))
-      fn = self.rules.get(n.op)
-      if fn is None: raise ExprError(f"no smoothing rule for {n.op.name} (in {n})")
-      memo[n] = fn(self, n, tuple(memo[s] for s in n.src))
-    return memo[e]
+    return fold(e, self._table, self, self.memo, what="smoothing")
+
+  def _visit(self, n: Expr, kids: tuple) -> Expr:
+    """Record what the rules ask of input node ``n`` (integral, may be a sentinel), then apply its rule."""
+    self.integral[n] = _integral(n, self.integral)
+    self.sentinel[n] = (abs(float(n.arg)) >= SENTINEL if n.op is Op.CONST and n.dtype != "bool"
+                        else n.dtype != "bool" and any(self.sentinel[s] for s in n.src))
+    return self.rules[n.op](self, n, kids)
 
   def many(self, exprs: Iterable[Expr]) -> list[Expr]:
     return [self(e) for e in exprs]
@@ -383,210 +383,6 @@ def _floormod(sm: Smoother, n: Expr, kids: tuple) -> Expr:
   return sub(kids[0], mul(kids[1], _floor_quotient(sm, kids[0], kids[1])))
 
 
-Poly = dict   # monomial (sorted tuple of atom numbers) -> integer coefficient
-_MAX_TERMS = 128
-
-
-class Polys:
-  """Integer Exprs as polynomials over atoms (variables, and the nodes it does not expand), for the exact
-  rewrites floor division needs: ``(q*b + r) // b = q + r // b`` with the multiples of ``b`` read off the
-  expanded numerator (``(P + 63) // P = 1 + 63 // P``, ``(x*y - 1) // y = x - 1``, ``(x*y - 1) % y = y - 1``),
-  min/max decided when one side provably dominates (``max(1, x*y) = x*y``) and floor division pushed under
-  min/max/select. It assumes every variable is >= 1 (tile sizes, thread counts, vector widths)."""
-
-  def __init__(self, enabled: bool = True):
-    self.enabled = enabled
-    self.memo: dict[Expr, Poly] = {}
-    self.atoms: dict[Expr, int] = {}          # atom -> its number (an index of atom_list)
-    self.atom_list: list[Expr] = []
-
-  def atom(self, e: Expr) -> Poly:
-    i = self.atoms.get(e)
-    if i is None:
-      i = self.atoms[e] = len(self.atom_list)
-      self.atom_list.append(e)
-    return {(i,): 1}
-
-  def poly(self, e: Expr) -> Poly:
-    stack = [e]
-    while stack:
-      n = stack[-1]
-      if n in self.memo: stack.pop(); continue
-      kids = n.src if n.op in (Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.CAST, Op.MIN, Op.MAX) else ()
-      pending = [x for x in kids if x not in self.memo]
-      if pending: stack.extend(pending); continue
-      stack.pop()
-      self.memo[n] = self._poly(n)
-    return self.memo[e]
-
-  def _poly(self, n: Expr) -> Poly:
-    op, m = n.op, self.memo
-    if op is Op.CONST:
-      v = float(n.arg)
-      return {(): int(v)} if v.is_integer() else self.atom(n)
-    if op is Op.CAST and n.src[0].dtype in INT_DTYPES and n.dtype not in ("bool",): return m[n.src[0]]
-    if op in (Op.ADD, Op.SUB, Op.NEG, Op.MUL):
-      if op is Op.MUL: r = _pmul(m[n.src[0]], m[n.src[1]])
-      elif op is Op.NEG: r = _padd({}, m[n.src[0]], -1)
-      else: r = _padd(m[n.src[0]], m[n.src[1]], 1 if op is Op.ADD else -1)
-      return self.atom(n) if r is None else r
-    if op in (Op.MIN, Op.MAX):
-      p, q = m[n.src[0]], m[n.src[1]]
-      if self.dominates(p, q): return p if op is Op.MAX else q
-      if self.dominates(q, p): return q if op is Op.MAX else p
-      return self.atom(n)
-    if op in (Op.FLOORDIV, Op.FLOORMOD) and n.dtype in INT_DTYPES:
-      e = self.floordiv(n) if op is Op.FLOORDIV else self.floormod(n)
-      if e is not None: return self.poly(e)
-    return self.atom(n)
-
-  def lower_bound(self, p: Poly) -> int | None:
-    """A lower bound of ``p`` when its non-constant terms are positive products of variables (>= 1)."""
-    lb = p.get((), 0)
-    for mono, k in p.items():
-      if not mono: continue
-      if k < 0 or any(self.atom_list[i].op is not Op.VAR for i in mono): return None
-      lb += k
-    return lb
-
-  def equal(self, a: Expr, b: Expr) -> bool:
-    """Whether integer Exprs ``a`` and ``b`` are the same polynomial over their atoms (exact; False
-    when the expansion is too large to tell)."""
-    diff = _padd(self.poly(a), self.poly(b), -1)
-    return diff is not None and not any(diff.values())
-
-  def dominates(self, p: Poly, q: Poly) -> bool:
-    if not self.enabled: return False
-    d = _padd(p, q, -1)
-    lb = self.lower_bound(d) if d is not None else None
-    return lb is not None and lb >= 0
-
-  def expr(self, p: Poly, dtype: str = "int32") -> Expr:
-    out: Expr | None = None
-    for mono, k in sorted(p.items()):
-      if k == 0: continue
-      t: Expr | None = None
-      for i in mono: t = self.atom_list[i] if t is None else binary(Op.MUL, t, self.atom_list[i])
-      if t is None: t = const(abs(k), dtype)
-      elif abs(k) != 1: t = binary(Op.MUL, t, const(abs(k), dtype))
-      out = (t if k > 0 else binary(Op.SUB, const(0, dtype), t)) if out is None else \
-        binary(Op.ADD if k > 0 else Op.SUB, out, t)
-    return const(0, dtype) if out is None else out
-
-  def _split(self, n: Expr):
-    """(Q, R, lower bound of B) with A = Q*B + R by polynomial division (graded order; exact integer
-    coefficients), or None when nothing is gained. Divisors are assumed >= 1 (extents and strides)."""
-    pa, pb = self.poly(n.src[0]), self.poly(n.src[1])
-    if not pb or any(any(self.atom_list[i].op is not Op.VAR for i in m) for m in pb): return None
-    lead = max(pb, key=lambda m: (len(m), m))
-    kl = pb[lead]
-    q: Poly = {}
-    r: Poly = {}
-    a = dict(pa)
-    for _ in range(4 * _MAX_TERMS):
-      if not a: break
-      mono = max(a, key=lambda m: (len(m), m))
-      k = a[mono]
-      left = list(mono)
-      ok = k % kl == 0
-      for i in lead if ok else ():
-        if i in left: left.remove(i)
-        else: ok = False; break
-      if not ok:
-        r[mono] = k
-        del a[mono]
-        continue
-      t = {tuple(left): k // kl}
-      q = _padd(q, t, 1)
-      a = _padd(a, _pmul(t, pb) or {}, -1)
-      if q is None or a is None: return None
-    else:
-      return None
-    lb = max(self.lower_bound(pb) or 1, 1)
-    small = set(r) <= {()} and -1 <= r.get((), 0) < lb     # floor(r / B) is -1 or 0 for B >= max(lb, 1)
-    if not q and not small: return None
-    return q, r, lb
-
-  def floordiv(self, n: Expr) -> Expr | None:
-    """An exactly equal Expr for FLOORDIV node ``n`` that is simpler, or None."""
-    if not self.enabled: return None
-    a, b = n.src
-    d = _distribute(a, b, 6, self)
-    if d is not None: return d
-    sp = self._split(n)
-    if sp is None: return None
-    q, r, lb = sp
-    if set(r) <= {()} and -1 <= r.get((), 0) < lb:
-      return self.expr(_padd(q, {(): -1 if r.get((), 0) < 0 else 0}, 1) or {}, n.dtype)
-    return binary(Op.ADD, self.expr(q, n.dtype), binary(Op.FLOORDIV, self.expr(r, n.dtype), b))
-
-  def floormod(self, n: Expr) -> Expr | None:
-    if not self.enabled: return None
-    a, b = n.src
-    d = _distribute(a, b, 6, self)
-    if d is not None: return binary(Op.SUB, a, binary(Op.MUL, b, d))
-    sp = self._split(n)
-    if sp is None: return None
-    _, r, lb = sp
-    if set(r) <= {()} and -1 <= r.get((), 0) < lb:
-      rc = r.get((), 0)
-      return const(rc, n.dtype) if rc >= 0 else binary(Op.ADD, b, const(rc, n.dtype))
-    return binary(Op.FLOORMOD, self.expr(r, n.dtype), b)
-
-
-def _padd(p: Poly, q: Poly, sign: int) -> Poly | None:
-  out = dict(p)
-  for mono, k in q.items():
-    v = out.get(mono, 0) + sign * k
-    if v: out[mono] = v
-    else: out.pop(mono, None)
-  return out if len(out) <= _MAX_TERMS else None
-
-
-def _pmul(p: Poly, q: Poly) -> Poly | None:
-  if len(p) * len(q) > 4 * _MAX_TERMS: return None
-  out: Poly = {}
-  for m1, k1 in p.items():
-    for m2, k2 in q.items():
-      mono = tuple(sorted(m1 + m2))
-      v = out.get(mono, 0) + k1 * k2
-      if v: out[mono] = v
-      else: out.pop(mono, None)
-  return out if len(out) <= _MAX_TERMS else None
-
-
-def _mm(op: Op, a: Expr, b: Expr, polys: Polys) -> Expr:
-  """min/max, decided when one side provably dominates (symbolic lowering repeats bounds)."""
-  if a is b: return a
-  pa, pb = polys.poly(a), polys.poly(b)
-  if polys.dominates(pa, pb): return a if op is Op.MAX else b
-  if polys.dominates(pb, pa): return b if op is Op.MAX else a
-  return binary(op, a, b)
-
-
-def _distribute(a: Expr, b: Expr, depth: int, polys: Polys) -> Expr | None:
-  """``a // b`` with the floor division pushed under the min/max/select at the top of ``a`` (through
-  ``+- const``), exact for b > 0; None when ``a`` has no such top, or when the nest is deeper than
-  ``depth`` (a leaf that could be pushed further would be rewritten again: no fixed point)."""
-  k, core = 0, a
-  while core.op in (Op.ADD, Op.SUB) and core.src[1].op is Op.CONST:
-    k += core.src[1].arg if core.op is Op.ADD else -core.src[1].arg
-    core = core.src[0]
-  if core.op not in (Op.MIN, Op.MAX, Op.SELECT) or depth <= 0: return None
-  parts = []
-  for x in core.src[1:] if core.op is Op.SELECT else core.src:
-    x = binary(Op.ADD, x, k) if k else x
-    xc = x
-    while xc.op in (Op.ADD, Op.SUB) and xc.src[1].op is Op.CONST: xc = xc.src[0]
-    if xc.op in (Op.MIN, Op.MAX, Op.SELECT):
-      r = _distribute(x, b, depth - 1, polys)
-      if r is None: return None
-    else: r = binary(Op.FLOORDIV, x, b)
-    parts.append(r)
-  if core.op is Op.SELECT: return select(core.src[0], parts[0], parts[1])
-  return _mm(core.op, parts[0], parts[1], polys)
-
-
 FLOOR_STEPS = 3    # floor(a / b) is a staircase of compact steps up to a < (FLOOR_STEPS + 1) b
 
 
@@ -663,15 +459,19 @@ def exp_substitute(e: Expr, names: Iterable[str], memo: dict[Expr, Expr] | None 
   except _NotSmooth: return _exp_sub(smooth(e), names, memo)
 
 
+def _smooth_only(n: Expr, names) -> None:
+  if n.dtype != F64 or (n.op not in SMOOTH_OPS and n.op not in (Op.MIN, Op.MAX)) or \
+     (n.op is Op.CALL and n.arg not in SMOOTH_CALLS):
+    raise _NotSmooth
+
+
+EXP_SUBSTITUTE = Rules("exp substitution")      # ctx: the names of the size variables
+EXP_SUBSTITUTE.add(_smooth_only)
+EXP_SUBSTITUTE.add(lambda n, names: exp(var(n.arg, F64)) if n.arg in names else None, Op.VAR)
+
+
 def _exp_sub(e: Expr, names: set[str], memo: dict[Expr, Expr]) -> Expr:
-  for n in walk(e, memo):
-    if n.dtype != F64 or (n.op not in SMOOTH_OPS and n.op not in (Op.MIN, Op.MAX)) or \
-       (n.op is Op.CALL and n.arg not in SMOOTH_CALLS):
-      raise _NotSmooth
-    if n.op is Op.VAR: memo[n] = exp(var(n.arg, F64)) if n.arg in names else n
-    elif n.src: memo[n] = n.replace(src=tuple(memo[s] for s in n.src))
-    else: memo[n] = n
-  return memo[e]
+  return rewrite(e, EXP_SUBSTITUTE, names, memo)
 
 
 def log_feature(e: Expr, h: float = 0.1) -> Expr:
@@ -684,175 +484,6 @@ def log_feature(e: Expr, h: float = 0.1) -> Expr:
   if not is_smooth(e): e = smooth(e)
   r = sqrt(add(mul(e, e), c(h * h)))
   return mul(div(e, r), mul(fcall("log", add(div(mul(e, e), r), c(1.0))), c(1.0 / LN2)))
-
-
-# ---------------------------------------------------------------------------------------------
-# the JAX evaluator: an interpreter of the DAG, one lax.scan step per chunk of a depth level
-
-# opcode -> (numpy/jax function of (xp, a, b, c, mask)); inputs of the partial ops are masked so that
-# lanes running another op stay finite (a NaN there would leak into the gradient through `where`)
-def _safe(xp, x, m, fill): return xp.where(m, x, fill)
-
-
-_OPS: dict[tuple, Callable] = {
-  ("CAST", None): lambda xp, a, b, c, m: a,
-  ("CAST", "int"): lambda xp, a, b, c, m: xp.trunc(a),
-  ("CAST", "bool"): lambda xp, a, b, c, m: (a != 0).astype(a.dtype),
-  ("ADD", None): lambda xp, a, b, c, m: a + b,
-  ("SUB", None): lambda xp, a, b, c, m: a - b,
-  ("MUL", None): lambda xp, a, b, c, m: a * b,
-  ("DIV", None): lambda xp, a, b, c, m: a / _safe(xp, b, m, 1.0),
-  ("NEG", None): lambda xp, a, b, c, m: -a,
-  ("MIN", None): lambda xp, a, b, c, m: xp.minimum(a, b),
-  ("MAX", None): lambda xp, a, b, c, m: xp.maximum(a, b),
-  ("FLOORDIV", None): lambda xp, a, b, c, m: xp.floor_divide(a, _safe(xp, b, m, 1.0)),
-  ("FLOORMOD", None): lambda xp, a, b, c, m: xp.mod(a, _safe(xp, b, m, 1.0)),
-  ("LT", None): lambda xp, a, b, c, m: (a < b).astype(a.dtype),
-  ("LE", None): lambda xp, a, b, c, m: (a <= b).astype(a.dtype),
-  ("GT", None): lambda xp, a, b, c, m: (a > b).astype(a.dtype),
-  ("GE", None): lambda xp, a, b, c, m: (a >= b).astype(a.dtype),
-  ("EQ", None): lambda xp, a, b, c, m: (a == b).astype(a.dtype),
-  ("NE", None): lambda xp, a, b, c, m: (a != b).astype(a.dtype),
-  ("AND", None): lambda xp, a, b, c, m: ((a != 0) & (b != 0)).astype(a.dtype),
-  ("OR", None): lambda xp, a, b, c, m: ((a != 0) | (b != 0)).astype(a.dtype),
-  ("NOT", None): lambda xp, a, b, c, m: (a == 0).astype(a.dtype),
-  ("SELECT", None): lambda xp, a, b, c, m: xp.where(a != 0, b, c),
-  ("CALL", "exp"): lambda xp, a, b, c, m: xp.exp(_safe(xp, a, m, 0.0)),
-  ("CALL", "exp2"): lambda xp, a, b, c, m: xp.exp2(_safe(xp, a, m, 0.0)),
-  ("CALL", "log"): lambda xp, a, b, c, m: xp.log(_safe(xp, a, m, 1.0)),
-  ("CALL", "log2"): lambda xp, a, b, c, m: xp.log2(_safe(xp, a, m, 1.0)),
-  ("CALL", "sqrt"): lambda xp, a, b, c, m: xp.sqrt(_safe(xp, a, m, 1.0)),
-  ("CALL", "rsqrt"): lambda xp, a, b, c, m: 1.0 / xp.sqrt(_safe(xp, a, m, 1.0)),
-  ("CALL", "pow"): lambda xp, a, b, c, m: xp.power(_safe(xp, a, m, 1.0), _safe(xp, b, m, 1.0)),
-  ("CALL", "abs"): lambda xp, a, b, c, m: xp.abs(a),
-  ("CALL", "floor"): lambda xp, a, b, c, m: xp.floor(a),
-  ("CALL", "ceil"): lambda xp, a, b, c, m: xp.ceil(a),
-  ("CALL", "round"): lambda xp, a, b, c, m: xp.round(a),
-  ("CALL", "tanh"): lambda xp, a, b, c, m: xp.tanh(a),
-  ("CALL", "sigmoid"): lambda xp, a, b, c, m: 1.0 / (1.0 + xp.exp(-a)),
-}
-
-
-def _opkey(n: Expr) -> tuple:
-  if n.op is Op.CALL: key = ("CALL", n.arg)
-  elif n.op is Op.CAST: key = ("CAST", "int" if n.dtype in INT_DTYPES and n.src[0].dtype in FLOAT_DTYPES else
-                               "bool" if n.dtype == "bool" else None)
-  else: key = (n.op.name, None)
-  if key not in _OPS: raise ExprError(f"compile_formulas cannot evaluate {n.op.name} {n.arg or ''} (in {n})")
-  return key
-
-
-class Tape:
-  """The DAG of many Exprs as an interpreter program. Value slots: constants, variables, then chunks of
-  ``width`` nodes of one depth level each (nodes of a level depend only on shallower ones, so a chunk
-  reads the buffer and writes its own slice). Each chunk is one step of a ``lax.scan`` whose body
-  runs every op kind present on all lanes and keeps each lane's own: tracing and compiling cost the
-  same for ten nodes or a million; a step costs O(width x kinds)."""
-
-  def __init__(self, exprs: list[Expr], names: list[str], width: int = 256):
-    pos = {n: i for i, n in enumerate(names)}
-    order: list[Expr] = []
-    depth: dict[Expr, int] = {}
-    for e in exprs:
-      for n in walk(e, depth):
-        if n.op is Op.VAR and n.arg not in pos: raise ExprError(f"variable {n.arg!r} is not in names")
-        depth[n] = 0 if not n.src else 1 + max(depth[s] for s in n.src)
-        order.append(n)
-    index: dict[Expr, int] = {}
-    consts = [n for n in order if n.op is Op.CONST]
-    vars_ = [n for n in order if n.op is Op.VAR]
-    for n in consts + vars_: index[n] = len(index)
-    self.consts = np.array([float(n.arg) for n in consts], np.float64)
-    self.var_pos = np.array([pos[n.arg] for n in vars_], np.int32)
-    self.n_fixed = len(index)
-    levels: dict[int, list[Expr]] = defaultdict(list)
-    for n in order:
-      if n.src: levels[depth[n]].append(n)
-    self.kinds = sorted({_opkey(n) for n in order if n.src}, key=str)
-    code = {k: i for i, k in enumerate(self.kinds)}
-    chunks = [lv[i:i + width] for d in sorted(levels) for lv in [levels[d]] for i in range(0, len(lv), width)]
-    self.width = width = min(width, max((len(ch) for ch in chunks), default=1))
-    K = len(chunks)
-    self.op = np.zeros((K, width), np.int32)
-    self.args = np.zeros((K, 3, width), np.int32)
-    self.start = (self.n_fixed + width * np.arange(K)).astype(np.int32)
-    for k, ch in enumerate(chunks):
-      for j, n in enumerate(ch): index[n] = int(self.start[k]) + j
-    for k, ch in enumerate(chunks):
-      for j, n in enumerate(ch):
-        self.op[k, j] = code[_opkey(n)]
-        for i, s in enumerate(n.src): self.args[k, i, j] = index[s]
-    self.size = self.n_fixed + width * K
-    self.out = np.array([index[e] for e in exprs], np.int32)
-    self.n_nodes, self.depth, self.n_steps = len(order), max(depth.values(), default=0), K
-
-  def run(self, xp, y):
-    """The values of the Exprs at ``y`` (xp: numpy in float64, or jax.numpy in its default float type)."""
-    dt = np.float64 if xp is np else xp.result_type(float)
-    y = xp.asarray(y, dt)
-    buf = xp.concatenate([xp.asarray(self.consts, dt), y[self.var_pos], xp.zeros(self.size - self.n_fixed, dt)])
-
-    def step(buf, xs):
-      op, args, start = xs
-      return self._chunk(xp, op, buf[args[0]], buf[args[1]], buf[args[2]]), start
-
-    if xp is np:
-      with np.errstate(all="ignore"):
-        for k in range(self.n_steps):
-          r, s = step(buf, (self.op[k], self.args[k], self.start[k]))
-          buf[s:s + self.width] = r
-      return buf[self.out]
-    import jax
-
-    def body(buf, xs):
-      r, s = step(buf, xs)
-      return jax.lax.dynamic_update_slice(buf, r, (s,)), None
-    buf, _ = jax.lax.scan(body, buf, (self.op, self.args, self.start))
-    return buf[self.out]
-
-  def _chunk(self, xp, op, a, b, c):
-    """One chunk's results: every op kind present on all lanes, each lane keeping its own op's. ``op``
-    is ``[width]``; operands are ``[width]`` or ``[width, batch]`` (``run_lanes``)."""
-    r = xp.zeros_like(a)
-    for i, k in enumerate(self.kinds):
-      m = op == i
-      if a.ndim == 2: m = m[:, None]
-      r = xp.where(m, _OPS[k](xp, a, b, c, m), r)
-    return r
-
-  def run_lanes(self, Y):
-    """``run`` for a batch in jax: ``Y[B, n_vars] -> [B, n_out]``, with the value buffer ``[slots, B]``
-    so every gather reads whole rows (``jax.vmap`` of ``run`` gathers across the batch: ~3x slower)."""
-    import jax
-    import jax.numpy as jnp
-    B, dt = Y.shape[0], Y.dtype
-    consts = jnp.broadcast_to(jnp.asarray(self.consts, dt)[:, None], (len(self.consts), B))
-    buf = jnp.concatenate([consts, Y.T[self.var_pos], jnp.zeros((self.size - self.n_fixed, B), dt)])
-
-    def body(buf, xs):
-      op, args, start = xs
-      r = self._chunk(jnp, op, buf[args[0]], buf[args[1]], buf[args[2]])
-      return jax.lax.dynamic_update_slice(buf, r, (start, 0)), None
-    buf, _ = jax.lax.scan(body, buf, (self.op, self.args, self.start))
-    return buf[self.out].T
-
-
-def compile_formulas(exprs: list[Expr], names: list[str], width: int = 256) -> Callable:
-  """A pure JAX function ``f(y[len(names)]) -> values[len(exprs)]`` of the Exprs (smooth or not; the
-  variables take the values of ``y`` by position), for ``jax.jit``, ``jax.vmap`` and ``jax.grad``.
-
-  It computes in jax's default float type: float32, or float64 under ``jax_enable_x64``. The smooth
-  rules keep float32 usable (selects and compact min/max are blends that give either side exactly, so
-  2^40 sentinels do not swamp their neighbours). Integer ops use floor semantics on the float values,
-  so exact (unsmoothed) formulas evaluate too, without useful gradients. ``f.tape.run(np, y)`` is the
-  float64 numpy twin."""
-  tape = Tape(list(exprs), list(names), width)
-
-  def f(y):
-    import jax.numpy as jnp
-    return tape.run(jnp, y)
-  f.tape = tape
-  return f
 
 
 def compile_features(rows: list[list[Expr]], names: list[str], **smoother_kw) -> Callable:
@@ -870,6 +501,5 @@ def compile_features(rows: list[list[Expr]], names: list[str], **smoother_kw) ->
   return f
 
 
-__all__ = ["CALL_RULES", "RULES", "SENTINEL", "Polys", "Smoother", "Tape", "abs_tie", "compile_features",
-           "compile_formulas", "exp_substitute", "hump_s", "is_smooth", "log_feature", "max_s", "min_s", "pos",
-           "register_rule", "safe_div", "smooth", "step_compact", "step_s"]
+__all__ = ["CALL_RULES", "RULES", "SENTINEL", "Smoother", "abs_tie", "compile_features", "exp_substitute", "hump_s", "is_smooth", "log_feature", "max_s", "min_s", "pos",
+           "register_smoothing_rule", "safe_div", "smooth", "step_compact", "step_s"]

@@ -30,7 +30,7 @@ import numbers
 import os
 from collections.abc import Sequence
 
-from minicomp.errors import MinicompError
+from minicomp.errors import TuneError
 from minicomp.search.strategies.base import RandomStrategy, Strategy, TuneTask
 from minicomp.target import Target, as_target
 
@@ -38,10 +38,6 @@ log = logging.getLogger("minicomp")
 STRATEGIES = ("ansor", "felix", "gensor", "opevo", "tuna", "random")
 MEASURERS = ("gpu", "static")     # measurer= by name: the measurement kind (and, with trials, the measurer)
 MAX_WARNINGS = 10                 # invalid records warned about one by one
-
-
-class TuneError(MinicompError):
-  """Bad tuning options (unknown strategy, a trials count that is not a non-negative int, ...)."""
 
 
 def _what(x) -> str: return f"{x!r:.60} ({type(x).__name__})"

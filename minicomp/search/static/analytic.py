@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minicomp.codegen.verify import DTYPE_BYTES
-from minicomp.ir.expr import Expr, const, free_vars, map_loads, substitute, walk
+from minicomp.ir.expr import Expr, const, free_vars, walk
+from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, If, Seq, Store, Sync
-from minicomp.ir.ops import FLOAT_DTYPES, Op
+from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, Op
 from minicomp.search.formulas import FormulaEval
 from minicomp.search.static.model import LaunchFacts, launch_time
 from minicomp.search.static.ptx import LATENCY_CYCLES

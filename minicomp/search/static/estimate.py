@@ -18,19 +18,15 @@ from __future__ import annotations
 
 import math
 
-from minicomp.errors import MinicompError
+from minicomp.errors import EstimateError
 from minicomp.search.static.model import Estimate, LaunchFacts, launch_time
 from minicomp.target import Target, as_target
-
-
-class EstimateError(MinicompError):
-  """The static model cannot estimate this kernel (e.g. it was loaded without its loop IR)."""
 
 
 def launch_facts(kernel, dev) -> list[LaunchFacts]:
   """The model's inputs for every launch of ``kernel`` on device ``dev`` (remembered by
   :mod:`.cache`: the same source, arch, launches and device are analysed once)."""
-  from minicomp.search.static.footprint import analyze_kernel
+  from minicomp.search.static.footprint import data_movement
   from minicomp.search.static.occupancy import occupancy
   from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
   from minicomp.search.static import cache
@@ -46,7 +42,7 @@ def launch_facts(kernel, dev) -> list[LaunchFacts]:
     res = kernel.binary.resources.get(l.kernel)
     threads, blocks = math.prod(l.block), math.prod(l.grid)
     occ = occupancy(dev, threads, res.registers if res else 32, res.shared_bytes if res else 0, blocks)
-    dm = analyze_kernel(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
+    dm = data_movement(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
     warps = math.ceil(threads / dev.warp_size)
     # L1 handles one 128-byte line (up to four sectors) per cycle: a request costs a cycle per
     # distinct line it touches (an uncoalesced warp request: up to 32)

@@ -41,8 +41,8 @@ import numpy as np
 from minicomp.errors import ExprError
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, free_vars
-from minicomp.ir.loop import Kernel, Program
-from minicomp.ir.ops import Op
+from minicomp.ir.loop import LoopKernel, Program
+from minicomp.ir.ops import DTYPE_BYTES, Op
 from minicomp.ir.simplify import bounds, build_linear, linear, simplify
 from minicomp.search.static.isl_build import (HW_TAGS, N_HW, AccessMap, LoopNode, access_map, collect_accesses,
                                               hw_extent, isl_budgeted)
@@ -58,7 +58,6 @@ ENUM_PREFERRED = 1 << 25   # past the first isl budget, sets this small are enum
 SAMPLE_LIMIT = 1 << 22     # instances a sampled count enumerates (sets too large for isl and for ENUM_HARD_LIMIT)
 SUM_CLASSES_LIMIT = 256   # classes of equal per-block / per-thread counts counted one by one at most
 SUM_ENUM_LIMIT = 1 << 18  # instances a per-block / per-thread sum enumerates before it samples
-DTYPE_BYTES = {"float16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "bool": 1}
 SECTOR = 32
 LINE = 128                # L1 / L2 cache line: four sectors
 
@@ -166,8 +165,8 @@ class DataMovement:
 
 
 def analyze_program(program: Program, l1_bytes: int = 128 * 1024, l2_bytes: int = 6 * 1024 * 1024) -> list[DataMovement]:
-  """:func:`analyze_kernel` for every kernel of a lowered concrete program."""
-  return [analyze_kernel(k, l1_bytes, l2_bytes) for k in program.kernels]
+  """:func:`data_movement` for every kernel of a lowered concrete program."""
+  return [data_movement(k, l1_bytes, l2_bytes) for k in program.kernels]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +185,7 @@ class _Counter:
   last resort before, ran for more than 30 minutes on a stride-2 3x3 convolution's input.)
   """
 
-  def __init__(self, kernel: Kernel):
+  def __init__(self, kernel: LoopKernel):
     self.kernel = kernel
     self.stats = {"isl": 0, "enumerated": 0, "sampled": 0}
     self.memo: dict[tuple, int] = {}
@@ -237,7 +236,7 @@ class _Counter:
     return _sampled(fixes, keep, n, self.kernel)[0]
 
 
-def _sampled(fixes, keep: int, n: int, kernel: Kernel, limit: int = SAMPLE_LIMIT) -> tuple[int, int, int]:
+def _sampled(fixes, keep: int, n: int, kernel: LoopKernel, limit: int = SAMPLE_LIMIT) -> tuple[int, int, int]:
   """(estimate, lower bound, upper bound) of the distinct count of :class:`_Counter`, from at most
   about ``limit`` instances: the hardware index with the most values is restricted to evenly
   spaced values (the first and the last among them), the distinct elements found there are
@@ -562,7 +561,7 @@ def _pos(m: AccessMap, node: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # the analysis
 
-def analyze_kernel(kernel_ir: Kernel, l1_bytes: int = 128 * 1024, l2_bytes: int = 6 * 1024 * 1024) -> DataMovement:
+def data_movement(kernel_ir: LoopKernel, l1_bytes: int = 128 * 1024, l2_bytes: int = 6 * 1024 * 1024) -> DataMovement:
   """Footprints, data movement per memory level, coalescing and bank conflicts of one concrete kernel."""
   accesses, loops = collect_accesses(kernel_ir)
   maps = [access_map(kernel_ir, a) for a in accesses]
@@ -695,7 +694,7 @@ def _grid_levels(count: _Counter, maps, glob, nbytes, cache: int, mov_block):
 # ---------------------------------------------------------------------------------------------
 # coalescing and bank conflicts: the first warp
 
-def _lanes(kernel: Kernel) -> dict[str, np.ndarray]:
+def _lanes(kernel: LoopKernel) -> dict[str, np.ndarray]:
   bx, by, bz = (int(x) for x in kernel.block)
   lane = np.arange(min(32, bx * by * bz))
   env = {t: np.zeros_like(lane) for t in HW_TAGS[:3]}
@@ -723,7 +722,7 @@ def _requests(a, lanes: dict[str, np.ndarray], vec: bool):
     yield np.concatenate(act), np.concatenate(idx), np.concatenate(lid)
 
 
-def _patterns(kernel: Kernel, maps, dyn, nbytes) -> list[AccessPattern]:
+def _patterns(kernel: LoopKernel, maps, dyn, nbytes) -> list[AccessPattern]:
   lanes = _lanes(kernel)
   out = []
   for m, count in zip(maps, dyn):

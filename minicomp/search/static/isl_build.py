@@ -1,6 +1,6 @@
 """Access relations of a lowered kernel, as isl maps (the input of Tuna's data-movement analysis).
 
-:func:`collect_accesses` walks one concrete :class:`~minicomp.ir.loop.Kernel` and lists every
+:func:`collect_accesses` walks one concrete :class:`~minicomp.ir.loop.LoopKernel` and lists every
 memory access (the Store targets and the LOAD nodes of values, indices and conditions) with the
 loops and conditions around it. Bound C variables are renamed to the hardware index they are
 bound to (``blockIdx.x`` ...), so every access speaks of the same six hardware dimensions.
@@ -29,16 +29,13 @@ from dataclasses import dataclass, field
 import islpy as isl
 import numpy as np
 
-from minicomp.errors import MinicompError
+from minicomp.errors import FootprintError
 from minicomp.ir.evaluate import evaluate
-from minicomp.ir.expr import Expr, free_vars, substitute, var
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Kernel, Seq, Store, Sync
+from minicomp.ir.expr import Expr, free_vars, var
+from minicomp.ir.rewrite import substitute
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.simplify import linear
-
-
-class FootprintError(MinicompError, ValueError):
-  """The data-movement analysis cannot take this kernel (symbolic extents, unknown statements)."""
 
 
 HW_TAGS = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "threadIdx.z", "threadIdx.y", "threadIdx.x")
@@ -237,7 +234,7 @@ def isl_budgeted(fn, budget: int):
   finally: ctx.set_max_operations(0)
 
 
-def hw_extent(kernel: Kernel, k: int) -> int:
+def hw_extent(kernel: LoopKernel, k: int) -> int:
   """Extent of hardware dimension ``k`` (order of :data:`HW_TAGS`)."""
   dims = kernel.grid if k < 3 else kernel.block
   return _int(dims["xyz".index(HW_TAGS[k][-1])])
@@ -252,7 +249,7 @@ def _int(e) -> int:
 # ---------------------------------------------------------------------------------------------
 # collecting accesses
 
-def collect_accesses(kernel: Kernel) -> tuple[list[Access], list[LoopNode]]:
+def collect_accesses(kernel: LoopKernel) -> tuple[list[Access], list[LoopNode]]:
   """Every access of ``kernel`` (in program order) and every loop (pre-order)."""
   for d in tuple(kernel.grid) + tuple(kernel.block): _int(d)
   sub = {v: var(tag) for v, tag in kernel.bindings}
@@ -525,7 +522,7 @@ def _box(a: Access, loop_vars: list[str], extents) -> tuple[tuple[int, int], ...
 # ---------------------------------------------------------------------------------------------
 # Access -> isl map
 
-def access_map(kernel: Kernel, a: Access) -> AccessMap:
+def access_map(kernel: LoopKernel, a: Access) -> AccessMap:
   """The isl relation of one access: instance -> (hardware indices, element index)."""
   names = {tag: d for tag, d in zip(HW_TAGS, HW_DIMS)}
   dims = list(HW_DIMS)

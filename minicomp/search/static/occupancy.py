@@ -22,14 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from minicomp.errors import MinicompError
+from minicomp.errors import OccupancyError
 from minicomp.target import DeviceSpec, Target, as_target
 
 LIMITS = ("warps", "registers", "shared", "blocks")  # tie-break order of the limiter
-
-
-class OccupancyError(MinicompError):
-  """A block cannot be resident on an SM at all (too many threads, registers or shared memory)."""
 
 
 @dataclass(frozen=True)

@@ -52,16 +52,12 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from minicomp.errors import MinicompError
+from minicomp.errors import PTXAnalysisError
 
 CLASSES = ("fp32_fma", "fp32_arith", "fp64", "int", "sfu", "conversion", "ld_global", "st_global", "ld_shared",
            "st_shared", "ld_local", "st_local", "ld_param", "ld_const", "atomic", "bar_sync", "shfl", "branch", "other")
 MEMORY_CLASSES = ("ld_global", "st_global", "ld_shared", "st_shared", "ld_local", "st_local", "ld_param", "ld_const",
                   "atomic")
-
-
-class PTXAnalysisError(MinicompError):
-  """The PTX text has no such ``.entry`` (or no entry at all, or several and no name was given)."""
 
 
 @dataclass(frozen=True)
@@ -279,7 +275,8 @@ def classify(opcode: str) -> tuple[str, int]:
 # ---- loops -----------------------------------------------------------------------------------
 
 @dataclass
-class _Loop:
+class _PTXLoop:
+  """A loop of the PTX while it is analysed (a back edge to ``header``); :class:`LoopInfo` is what it becomes."""
   header: str
   q: int                  # first instruction of the loop (the header label's)
   p: int                  # the last back-edge branch
@@ -399,14 +396,14 @@ class _Analysis:
     return None
 
   # -- loops
-  def find_loops(self) -> list[_Loop]:
-    loops: dict[str, _Loop] = {}
+  def find_loops(self) -> list[_PTXLoop]:
+    loops: dict[str, _PTXLoop] = {}
     for ins in self.instrs:
       if ins.base in ("bra", "brx") and ins.operands:
         tgt = ins.operands[-1]
         q = self.labels.get(tgt)
         if q is not None and q <= ins.index:
-          lp = loops.setdefault(tgt, _Loop(tgt, q, ins.index))
+          lp = loops.setdefault(tgt, _PTXLoop(tgt, q, ins.index))
           lp.p = max(lp.p, ins.index)
     out = sorted(loops.values(), key=lambda l: (l.q, -l.p))
     for l in out:
@@ -419,7 +416,7 @@ class _Analysis:
   def _branch_target(self, ins: Instruction) -> int | None:
     return self.labels.get(ins.operands[-1]) if ins.base in ("bra", "brx") and ins.operands else None
 
-  def analyze_loop(self, l: _Loop, loops: list[_Loop]) -> None:
+  def analyze_loop(self, l: _PTXLoop, loops: list[_PTXLoop]) -> None:
     inner = [o for o in loops if o is not l and l.q <= o.q and o.p <= l.p]
     in_inner = lambda i: any(o.contains(i) for o in inner)
     # entry point: a jump from outside the loop into its body, else the header
@@ -500,7 +497,7 @@ class _Analysis:
     if k is not None:
       l.trip, l.known, l.source, l.induction = k + 1, True, "ptx", reg
 
-  def _simulate(self, l: _Loop, env: dict, x, y, cmp: str, bits: int, limit: int = 1 << 16) -> int | None:
+  def _simulate(self, l: _PTXLoop, env: dict, x, y, cmp: str, bits: int, limit: int = 1 << 16) -> int | None:
     """First k at which the test fails, iterating the loop's register transfer (``r -> r' + c`` or
     ``r -> c`` per iteration, e.g. NVVM's two-trip ``add r2, r, 1; mov r, 1; setp.lt r2, 2``)."""
     trans: dict[str, tuple] = {}
@@ -632,7 +629,7 @@ def _in_cycle(i: int, ent: int, test: int) -> bool:
   return ent <= i <= test if ent <= test else (i >= ent or i <= test)
 
 
-def _apply_hints(loops: list[_Loop], hints, warnings: list[str]) -> None:
+def _apply_hints(loops: list[_PTXLoop], hints, warnings: list[str]) -> None:
   """Give loops the PTX left unknown a count from ``hints`` (see :func:`analyze_ptx`)."""
   if not hints:
     return
@@ -714,7 +711,7 @@ def ir_loop_extents(stmt, kinds: tuple[str, ...] = ("serial",)) -> list[int]:
   return out
 
 
-def analyze_kernel(kernel, hints=None) -> dict[str, PTXProfile]:
+def ptx_profiles(kernel, hints=None) -> dict[str, PTXProfile]:
   """:func:`analyze_ptx` for every launch of a built :class:`minicomp.codegen.kernel.Kernel`, by kernel name."""
   names = dict.fromkeys(l.kernel for l in kernel.plan.launches)
   return {n: analyze_ptx(kernel.binary.ptx, n, hints) for n in names}

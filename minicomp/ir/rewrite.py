@@ -1,0 +1,142 @@
+"""The one way minicomp walks an expression: rule tables keyed by ``Op``, applied bottom-up, memoised.
+
+Every pass over the expression IR is one of two walks over its DAG, children before parents, each
+distinct node once (nodes are interned, so a dict keyed by node is an exact memo), iteratively (feature
+formulas nest thousands deep):
+
+``rewrite(e, rules, ctx)``: Expr -> Expr.
+    Each node is rebuilt on its rewritten children, then the rules for its ``Op`` are tried in order;
+    the first that returns an Expr replaces the node (``None``: no match). With ``fixpoint=True`` a
+    replacement is rewritten again, children and all, until no rule fires. Substitution, load mapping
+    and the simplifier are rewrites::
+
+        >>> rewrite((i + 0) * j, SUBSTITUTE, {"j": const(4)})     # (i + 0) * 4
+
+``fold(e, table, ctx)``: Expr -> any value.
+    ``table[op](ctx, node, values_of_children)`` computes a node's value from its children's: a string
+    (the printers), a number or an array (the evaluators), or a new Expr built from the children's new
+    Exprs (Felix's smoother, where a rule must see the *original* node as well as its rewritten
+    children).
+
+A :class:`Rules` table is built from named groups and composes with ``+`` (the simplifier is
+``FOLD + LINEAR + DIVMOD + BOUNDS + LOGIC``); a rule may be restricted to a shape of node with
+``when=`` (a predicate on the node), so the rule body holds only the rewrite::
+
+    LOGIC = Rules("logic")
+
+    @LOGIC.rule(Op.NOT, when=lambda n: n.src[0].op is Op.NOT)
+    def _not_not(n, ctx): return n.src[0].src[0]             # not not x -> x
+
+``ctx`` is whatever the pass needs (variable ranges and the bounds known under them, a mapping, a
+smoother's settings); the engine only passes it on.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from minicomp.errors import ExprError
+from minicomp.ir.expr import Expr
+from minicomp.ir.ops import Op
+
+Rule = Callable[[Expr, Any], "Expr | None"]
+FoldRule = Callable[[Any, Expr, tuple], Any]
+
+
+class Rules:
+  """An ordered table of rewrite rules keyed by ``Op`` (a rule added for no op applies to every op, in the
+  order it was added). ``rules(node, ctx)`` returns the first rule's replacement, or None."""
+
+  def __init__(self, name: str, groups: Iterable[str] = ()):
+    self.name = name
+    self.groups = tuple(groups) or (name,)
+    self._rules: list[tuple[frozenset[Op] | None, Rule]] = []
+    self._table: dict[Op, tuple[Rule, ...]] = {op: () for op in Op}
+
+  def add(self, fn: Rule, *ops: Op, when: Callable[[Expr], bool] | None = None) -> Rule:
+    """Append rule ``fn(node, ctx) -> Expr | None`` for ``ops`` (none: every op), guarded by ``when(node)``."""
+    r = fn if when is None else (lambda n, ctx: fn(n, ctx) if when(n) else None)
+    self._rules.append((frozenset(ops) or None, r))
+    self._table = {op: tuple(f for on, f in self._rules if on is None or op in on) for op in Op}
+    return fn
+
+  def rule(self, *ops: Op, when: Callable[[Expr], bool] | None = None) -> Callable[[Rule], Rule]:
+    """Decorator form of :meth:`add`."""
+    return lambda fn: self.add(fn, *ops, when=when)
+
+  def __call__(self, n: Expr, ctx: Any = None) -> Expr | None:
+    for fn in self._table[n.op]:
+      r = fn(n, ctx)
+      if r is not None: return r
+    return None
+
+  def __add__(self, other: "Rules") -> "Rules":
+    out = Rules(f"{self.name}+{other.name}", self.groups + other.groups)
+    out._rules = self._rules + other._rules
+    out._table = {op: self._table[op] + other._table[op] for op in Op}
+    return out
+
+  def __repr__(self) -> str: return f"Rules({' + '.join(self.groups)})"
+
+
+def _children_first(e: Expr, memo: dict):
+  """The nodes of ``e`` not in ``memo``, each once, every node after its children (iterative: formulas nest
+  thousands deep). The caller puts each node into ``memo`` as it receives it."""
+  stack = [e]
+  while stack:
+    n = stack[-1]
+    if n in memo:
+      stack.pop(); continue
+    todo = [s for s in n.src if s not in memo]
+    if todo:
+      stack.extend(reversed(todo)); continue
+    stack.pop()
+    yield n
+
+
+def rewrite(e: Expr, rules: Rules, ctx: Any = None, memo: dict | None = None, fixpoint: bool = False) -> Expr:
+  """``e`` with ``rules`` applied to every node, children first (module docstring). ``memo`` (node -> result)
+  may be shared between calls with the same rules and ctx. Without ``fixpoint`` a rule's result is
+  taken as final: the rule returns a normal form (the simplifier's rules do)."""
+  memo = {} if memo is None else memo
+  table = rules._table
+  for n in _children_first(e, memo):
+    r = n.replace(src=tuple([memo[s] for s in n.src])) if n.src else n
+    for fn in table[r.op]:
+      out = fn(r, ctx)
+      if out is not None:
+        if out is not r: r = rewrite(out, rules, ctx, memo, fixpoint=True) if fixpoint else out
+        break
+    memo[n] = r
+  return memo[e]
+
+
+def fold(e: Expr, table: dict[Op, FoldRule], ctx: Any = None, memo: dict | None = None, what: str = "fold") -> Any:
+  """The value of ``e`` under ``table``: ``table[op](ctx, node, child_values)``, children first, each
+  distinct node once (``memo``: node -> value, shareable between calls with the same table and ctx)."""
+  memo = {} if memo is None else memo
+  for n in _children_first(e, memo):
+    fn = table.get(n.op)
+    if fn is None: raise ExprError(f"{what}: no rule for {n.op.name} (in {str(n)[:200]})")
+    memo[n] = fn(ctx, n, tuple([memo[s] for s in n.src]))
+  return memo[e]
+
+
+# ---------------------------------------------------------------------------------------------
+# the two rewrites every module needs: variables by name, loads by a function
+
+SUBSTITUTE = Rules("substitute")
+SUBSTITUTE.add(lambda n, mapping: mapping.get(n.arg), Op.VAR)
+
+MAP_LOADS = Rules("map_loads")
+MAP_LOADS.add(lambda n, fn: fn(n), Op.LOAD)
+
+
+def substitute(e: Expr, mapping: dict[str, Expr]) -> Expr:
+  """Replace variables by name (``mapping`` values are Exprs); rebuilds only what changes."""
+  return rewrite(e, SUBSTITUTE, mapping) if mapping else e
+
+
+def map_loads(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+  """Rebuild ``e`` with every LOAD node ``n`` replaced by ``fn(n)`` (its indices rewritten first)."""
+  return rewrite(e, MAP_LOADS, fn)
