@@ -79,46 +79,51 @@ class Rules:
   def __repr__(self) -> str: return f"Rules({' + '.join(self.groups)})"
 
 
-def _children_first(e: Expr, memo: dict):
+def _children_first(e: Expr, memo: dict, enter: Callable[[Expr], bool] | None = None):
   """The nodes of ``e`` not in ``memo``, each once, every node after its children (iterative: formulas nest
-  thousands deep). The caller puts each node into ``memo`` as it receives it."""
+  thousands deep); below a node for which ``enter`` is false, nothing. The caller puts each node into
+  ``memo`` as it receives it."""
   stack = [e]
   while stack:
     n = stack[-1]
     if n in memo:
       stack.pop(); continue
-    todo = [s for s in n.src if s not in memo]
+    todo = [s for s in n.src if s not in memo] if enter is None or enter(n) else ()
     if todo:
       stack.extend(reversed(todo)); continue
     stack.pop()
     yield n
 
 
-def rewrite(e: Expr, rules: Rules, ctx: Any = None, memo: dict | None = None, fixpoint: bool = False) -> Expr:
+def rewrite(e: Expr, rules: Rules, ctx: Any = None, memo: dict | None = None, fixpoint: bool = False,
+            enter: Callable[[Expr], bool] | None = None) -> Expr:
   """``e`` with ``rules`` applied to every node, children first (module docstring). ``memo`` (node -> result)
   may be shared between calls with the same rules and ctx. Without ``fixpoint`` a rule's result is
-  taken as final: the rule returns a normal form (the simplifier's rules do)."""
+  taken as final: the rule returns a normal form (the simplifier's rules do). A node for which ``enter``
+  is false keeps its children as they are (the rules still see it)."""
   memo = {} if memo is None else memo
   table = rules._table
-  for n in _children_first(e, memo):
-    r = n.replace(src=tuple([memo[s] for s in n.src])) if n.src else n
+  for n in _children_first(e, memo, enter):
+    r = n.replace(src=tuple([memo[s] for s in n.src])) if n.src and (enter is None or enter(n)) else n
     for fn in table[r.op]:
       out = fn(r, ctx)
       if out is not None:
-        if out is not r: r = rewrite(out, rules, ctx, memo, fixpoint=True) if fixpoint else out
+        if out is not r: r = rewrite(out, rules, ctx, memo, True, enter) if fixpoint else out
         break
     memo[n] = r
   return memo[e]
 
 
-def fold(e: Expr, table: dict[Op, FoldRule], ctx: Any = None, memo: dict | None = None, what: str = "fold") -> Any:
+def fold(e: Expr, table: dict[Op, FoldRule], ctx: Any = None, memo: dict | None = None, what: str = "fold",
+         enter: Callable[[Expr], bool] | None = None) -> Any:
   """The value of ``e`` under ``table``: ``table[op](ctx, node, child_values)``, children first, each
-  distinct node once (``memo``: node -> value, shareable between calls with the same table and ctx)."""
+  distinct node once (``memo``: node -> value, shareable between calls with the same table and ctx).
+  Below a node for which ``enter`` is false nothing is visited; its rule gets no child values."""
   memo = {} if memo is None else memo
-  for n in _children_first(e, memo):
+  for n in _children_first(e, memo, enter):
     fn = table.get(n.op)
     if fn is None: raise ExprError(f"{what}: no rule for {n.op.name} (in {str(n)[:200]})")
-    memo[n] = fn(ctx, n, tuple([memo[s] for s in n.src]))
+    memo[n] = fn(ctx, n, tuple([memo[s] for s in n.src]) if enter is None or enter(n) else ())
   return memo[e]
 
 
