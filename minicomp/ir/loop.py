@@ -82,6 +82,32 @@ class CrossThreadReduce:
 
 Stmt = Union[For, Seq, If, Store, Sync, Comment, CrossThreadReduce]
 
+# what each statement holds: its child statements and the expressions its threads evaluate, in the order the
+# emitter prints them (a reduction's ``init`` is not one of them: it is the identity the combiner starts from)
+_PARTS = {
+  For: lambda s: ((s.body,), (s.extent,)),
+  Seq: lambda s: (s.stmts, ()),
+  If: lambda s: ((s.then,), (s.cond,)),
+  Store: lambda s: ((), (s.index, s.value)),
+  Sync: lambda s: ((), ()),
+  Comment: lambda s: ((), ()),
+  CrossThreadReduce: lambda s: ((), (s.value, s.index, s.cond)),
+}
+
+
+def stmt_parts(s: Stmt) -> tuple[tuple, tuple]:
+  """``(child statements, expressions)`` of statement ``s``."""
+  return _PARTS[type(s)](s)
+
+
+def walk_stmts(s: Stmt):
+  """Every statement of ``s`` (itself first), each before its children, children in order."""
+  stack = [s]
+  while stack:
+    x = stack.pop()
+    yield x
+    stack.extend(reversed(_PARTS[type(x)](x)[0]))
+
 
 @dataclass
 class LoopKernel:

@@ -25,7 +25,7 @@ from minicomp.errors import LoweringError, ScheduleError
 from minicomp.ir.bound import max_over, relax, shift_free_extent
 from minicomp.ir.expr import Expr, as_expr, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import map_loads, substitute
-from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store
+from minicomp.ir.loop import Buffer, For, LoopKernel, Program, stmt_parts, walk_stmts
 from minicomp.ir.ops import Op
 from minicomp.ir.simplify import _bounds, _ctx, simplify
 from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
@@ -369,17 +369,12 @@ def _index_span(k: LoopKernel) -> int | None:
   ranges = {f"{t}.{a}": (0, d - 1) for t, dims in (("blockIdx", k.grid), ("threadIdx", k.block)) for a, d in zip("xyz", dims)}
   for v, tag in k.bindings: ranges[v] = ranges[tag]
   exprs: list[Expr] = []
-  todo = [k.body]
-  while todo:
-    s = todo.pop()
-    if isinstance(s, Seq): todo += s.stmts
-    elif isinstance(s, For):
+  for s in walk_stmts(k.body):
+    if isinstance(s, For):
       if not s.extent.is_const: return None
       n = int(s.extent.arg)
-      ranges[s.var] = (0, max(n - 1, ranges.get(s.var, (0, 0))[1])); span.append(n); todo.append(s.body)
-    elif isinstance(s, If): exprs.append(s.cond); todo.append(s.then)
-    elif isinstance(s, Store): exprs += [s.index, s.value]
-    elif isinstance(s, CrossThreadReduce): exprs += [s.value, s.index, s.cond]
+      ranges[s.var] = (0, max(n - 1, ranges.get(s.var, (0, 0))[1])); span.append(n)
+    else: exprs += stmt_parts(s)[1]
   cx, seen = _ctx(ranges), set()   # one bounds context for the kernel (bounds() would rebuild it per node)
   while exprs:
     n = exprs.pop()

@@ -10,7 +10,8 @@ from __future__ import annotations
 from minicomp.errors import ScheduleError
 from minicomp.ir.expr import Expr, all_of, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import substitute
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync
+from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync, stmt_parts,
+                              walk_stmts)
 from minicomp.ir.ops import Op
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, THREAD_TAGS, State
@@ -229,17 +230,10 @@ def _tidy(s):
 def _buffers_read(stmt) -> list[Buffer]:
   out: list[Buffer] = []
 
-  def ex(e):
-    for n in walk(e):
-      if n.op is Op.LOAD and isinstance(n.arg, Buffer) and n.arg not in out: out.append(n.arg)
-
-  def go(s):
-    if isinstance(s, For): ex(s.extent); go(s.body)
-    elif isinstance(s, Seq): [go(x) for x in s.stmts]
-    elif isinstance(s, If): ex(s.cond); go(s.then)
-    elif isinstance(s, Store): ex(s.index); ex(s.value)
-    elif isinstance(s, CrossThreadReduce): ex(s.value); ex(s.index); ex(s.cond)
-  go(stmt)
+  for s in walk_stmts(stmt):
+    for e in stmt_parts(s)[1]:
+      for n in walk(e):
+        if n.op is Op.LOAD and isinstance(n.arg, Buffer) and n.arg not in out: out.append(n.arg)
   return out
 
 
