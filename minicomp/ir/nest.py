@@ -68,62 +68,21 @@ class NestBuilder:
                       written={b.name for b, w in params_seen.values() if w})
 
   def _stage_stmt(self, name: str):
+    """The statements of stage ``name``: its loop nest around the store (or the reduction's init, update
+    and cross-thread combine), the stages attached inside it, and its guards, each at the innermost loop
+    it depends on."""
     i = self.info[name]
     st = i.st
-    t = st.tensor
-    red = t.reduce
     leaves = st.leaves
     anns = dict(st.annotations)
-    guards = list(i.preds)
-    # threads of the block that this stage does not use
-    if i.scope in ("global", "shared"):
-      bound = {a for _, a in st.annotations}
-      for d, tag in enumerate(THREAD_TAGS):
-        # a shared-memory stage covers the whole block's region: one thread per unbound dim is enough
-        if not _is_one(self.block[d]) and tag not in bound and (i.scope == "shared" or not self._under_tag(name, tag)):
-          guards.append(var(f"threadIdx.{'xyz'[d]}") < 1)
-    for it, a in st.annotations:
-      if a in THREAD_TAGS and it in leaves and i.leaf_ext[it] != self.block[THREAD_TAGS.index(a)]:
-        # written on the raw index: the C variable's range is the loop extent, which would prove it true
-        guards.append(var(a) < i.leaf_ext[it])
-    guards += self._inherited_thread_guards(name)
-    ct = dict(st.cross_thread)
-    idx = self._flat(i, [i.root_val[a.name] for a in t.axes])
-    value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))
-    value = simplify(value, self.ranges)
+    guards = self._stage_guards(name, i)
     reduce_leaves = [x for x in leaves if st.kind(x) == "reduce"]
     red_names = {i.cvar[x] for x in reduce_leaves}
     sp_guards = [g for g in guards if not (free_vars(g) & red_names)]
+    inner, init_stmt, ctr = self._stage_body(name, i, reduce_leaves, sp_guards)
     unroll_kind = self._auto_unroll(i)
-
-    def guard(stmt, gs):
-      return If(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
-
-    if red is None:
-      inner = Store(i.buffer, idx, value)
-      init_stmt = None
-    elif ct:
-      if any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
-        raise ScheduleError(f"{_step_of(self.s, name, list(ct)[0])}: with a cross-thread reduction, every spatial loop of "
-                            f"{name!r} must be outside its reduction loops; order is {list(leaves)}")
-      acc = Buffer(c_ident(name) + "_red", t.dtype, "local", const(1))
-      init_v = reduce_identity(red.combiner, t.dtype)
-      inner = Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value))
-      init_stmt = Store(acc, const(0), init_v)
-      scratch = Buffer(c_ident(name) + "_red_buf", t.dtype, "shared", simplify(self.block[0] * self.block[1] * self.block[2]))
-      self._scratch.setdefault(i.kernel, []).extend([acc, scratch])
-      it_ct = list(ct)[0]
-      total_extent = i.leaf_ext[it_ct]
-      tx_is = var(i.cvar[it_ct])
-      ctr = CrossThreadReduce(red.combiner, Expr.make(Op.LOAD, t.dtype, (const(0),), acc), total_extent, ct[it_ct],
-                              i.buffer, idx, simplify(all_of(tx_is < 1, *sp_guards), self.ranges), scratch, red.init)
-    else:
-      init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
-      load_self = Expr.make(Op.LOAD, t.dtype, (idx,), i.buffer)
-      inner = Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value))
-      init_stmt = guard(Store(i.buffer, idx, init_v), sp_guards)
-
     first_red = leaves.index(reduce_leaves[0]) if reduce_leaves else None
+    at_level = self._guard_levels(name, i, guards, first_red)
 
     def loop(it, body):
       a = anns.get(it, "none")
@@ -132,24 +91,13 @@ class NestBuilder:
       if kind is None: return For(i.cvar[it], i.leaf_ext[it], body, unroll_kind.get(it, "serial"), it in unroll_kind)
       return For(i.cvar[it], i.leaf_ext[it], body, kind)
 
-    # each guard wraps the body of the innermost loop it depends on (hoisted out of the loops it does not
-    # depend on), but never above a point where another stage is attached or a reduction starts: those
-    # may hold barriers or cross-thread reductions that every thread must reach
-    pos = {i.cvar[x]: p for p, x in enumerate(leaves)}
-    floor = max([leaves.index(o.st.attach.iter) for o in self.info.values()
-                 if o.st.attach.kind == "at" and o.st.attach.stage == name] + ([first_red] if first_red is not None else []) + [-1])
-    at_level: dict[int, list[Expr]] = {}
-    for g in guards:
-      lv = max([pos[v] for v in free_vars(g) if v in pos] + [floor])
-      at_level.setdefault(lv, []).append(g)
-
     def nest(j):
-      if j == len(leaves): return guard(inner, at_level.get(j - 1, [])) if j else inner
+      if j == len(leaves): return self._guard(inner, at_level.get(j - 1, [])) if j else inner
       it = leaves[j]
       attached = [self._attached_stmt(o) for o in self.info.values()
                   if o.st.attach.kind == "at" and o.st.attach.stage == name and o.st.attach.iter == it]
       body = nest(j + 1)
-      if j + 1 < len(leaves): body = guard(body, at_level.get(j, []))
+      if j + 1 < len(leaves): body = self._guard(body, at_level.get(j, []))
       body = Seq(tuple(attached) + (body,)) if attached else body
       stmt = loop(it, body)
       if first_red is not None and j == first_red:
@@ -157,10 +105,74 @@ class NestBuilder:
         for x in reversed(leaves[j:]):
           if st.kind(x) == "spatial": init_nest = loop(x, init_nest)
         stmt = Seq((init_nest, stmt))
-        if ct: stmt = Seq((stmt, ctr))
+        if ctr is not None: stmt = Seq((stmt, ctr))
       return stmt
     return Seq((Comment(f"stage {name}" + (f" ({i.scope})" if st.attach.kind == "at" else "")),
-                guard(nest(0), at_level.get(-1, []))))
+                self._guard(nest(0), at_level.get(-1, []))))
+
+  def _guard(self, stmt, gs: list[Expr]):
+    return If(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
+
+  def _stage_guards(self, name: str, i) -> list[Expr]:
+    """The stage's predicates, plus: one thread per block dimension the stage does not use, threads past a
+    bound loop's extent, and the guards of the thread loops of the stages it is computed inside."""
+    st = i.st
+    guards = list(i.preds)
+    if i.scope in ("global", "shared"):
+      bound = {a for _, a in st.annotations}
+      for d, tag in enumerate(THREAD_TAGS):
+        # a shared-memory stage covers the whole block's region: one thread per unbound dim is enough
+        if not _is_one(self.block[d]) and tag not in bound and (i.scope == "shared" or not self._under_tag(name, tag)):
+          guards.append(var(f"threadIdx.{'xyz'[d]}") < 1)
+    for it, a in st.annotations:
+      if a in THREAD_TAGS and it in st.leaves and i.leaf_ext[it] != self.block[THREAD_TAGS.index(a)]:
+        # written on the raw index: the C variable's range is the loop extent, which would prove it true
+        guards.append(var(a) < i.leaf_ext[it])
+    return guards + self._inherited_thread_guards(name)
+
+  def _stage_body(self, name: str, i, reduce_leaves: list[str], sp_guards: list[Expr]):
+    """``(innermost statement, the reduction's init statement or None, the cross-thread combine or None)``."""
+    st = i.st
+    t = st.tensor
+    red = t.reduce
+    ct = dict(st.cross_thread)
+    idx = self._flat(i, [i.root_val[a.name] for a in t.axes])
+    value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))
+    value = simplify(value, self.ranges)
+    if red is None: return Store(i.buffer, idx, value), None, None
+    if not ct:
+      init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
+      load_self = Expr.make(Op.LOAD, t.dtype, (idx,), i.buffer)
+      return (Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value)),
+              self._guard(Store(i.buffer, idx, init_v), sp_guards), None)
+    leaves = st.leaves
+    if any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
+      raise ScheduleError(f"{_step_of(self.s, name, list(ct)[0])}: with a cross-thread reduction, every spatial loop of "
+                          f"{name!r} must be outside its reduction loops; order is {list(leaves)}")
+    acc = Buffer(c_ident(name) + "_red", t.dtype, "local", const(1))
+    init_v = reduce_identity(red.combiner, t.dtype)
+    inner = Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value))
+    scratch = Buffer(c_ident(name) + "_red_buf", t.dtype, "shared", simplify(self.block[0] * self.block[1] * self.block[2]))
+    self._scratch.setdefault(i.kernel, []).extend([acc, scratch])
+    it_ct = list(ct)[0]
+    tx_is = var(i.cvar[it_ct])
+    ctr = CrossThreadReduce(red.combiner, Expr.make(Op.LOAD, t.dtype, (const(0),), acc), i.leaf_ext[it_ct], ct[it_ct],
+                            i.buffer, idx, simplify(all_of(tx_is < 1, *sp_guards), self.ranges), scratch, red.init)
+    return inner, Store(acc, const(0), init_v), ctr
+
+  def _guard_levels(self, name: str, i, guards: list[Expr], first_red: int | None) -> dict[int, list[Expr]]:
+    """Each guard at the innermost loop it depends on (hoisted out of the loops it does not depend on), but
+    never above a point where another stage is attached or a reduction starts: those may hold barriers or
+    cross-thread reductions that every thread must reach. Level -1: outside every loop."""
+    leaves = i.st.leaves
+    pos = {i.cvar[x]: p for p, x in enumerate(leaves)}
+    floor = max([leaves.index(o.st.attach.iter) for o in self.info.values()
+                 if o.st.attach.kind == "at" and o.st.attach.stage == name] + ([first_red] if first_red is not None else []) + [-1])
+    at_level: dict[int, list[Expr]] = {}
+    for g in guards:
+      lv = max([pos[v] for v in free_vars(g) if v in pos] + [floor])
+      at_level.setdefault(lv, []).append(g)
+    return at_level
 
   def _attached_stmt(self, o) -> Seq:
     s = self._stage_stmt(o.st.name)
