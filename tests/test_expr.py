@@ -7,7 +7,8 @@ from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, const, free_vars, max_, min_, select, var
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.ops import Op
-from minicomp.ir.simplify import bounds, simplify
+from minicomp.ir.linear import bounds
+from minicomp.ir.simplify import simplify
 
 
 def test_structural_equality_and_hash():

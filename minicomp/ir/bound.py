@@ -15,7 +15,8 @@ from typing import Optional
 import numpy as np
 
 from minicomp.ir.expr import Expr, free_vars, max_, min_, Op
-from minicomp.ir.simplify import bounds, build_linear, linear, simplify
+from minicomp.ir.linear import bounds, build_linear, linear
+from minicomp.ir.simplify import simplify
 
 SymRange = tuple[Expr, Expr]
 

@@ -27,7 +27,8 @@ from minicomp.ir.expr import Expr, as_expr, const, free_vars, max_, min_, var, w
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import Buffer, For, LoopKernel, Program, stmt_parts, walk_stmts
 from minicomp.ir.ops import Op
-from minicomp.ir.simplify import _bounds, _ctx, simplify
+from minicomp.ir.linear import _bounds, _ctx
+from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
 from minicomp.ir.nest import NestBuilder, _is_one, _step_of, c_ident
 
