@@ -3,6 +3,9 @@
 Stages and loops are named (``"C"``, ``"i.0"``), so a step list reads like a script and
 replays on a fresh State from the same ComputeDAG to the same program, byte for byte.
 Symbolic split factors serialise as ``{"var": name}``.
+
+(Over 400 lines: it is the whole step vocabulary, one small class per primitive, each with its checks; a
+reader looks a step up here by its JSON ``kind``.)
 """
 from __future__ import annotations
 
