@@ -1,7 +1,12 @@
 """The CUDA C emitter: loop-nest Program -> CUDA C text (what NVRTC compiles and the simulator runs).
 
-Expressions print through one table (``CODE_FOR_OP``); statements through one method per
-node kind. Output is deterministic: the same Program gives the same text, byte for byte.
+Expressions print through one fold table, ``CODE_FOR_OP`` (Op -> rule), over ir/rewrite.py's ``fold``,
+as ir/printer.py prints Python: every node folds to ``(text, precedence)`` and a parent puts a child in
+parentheses when the child binds less tightly than its operand position needs (C's precedences,
+``_PREC``; a negative integer literal is parenthesised in every operand position). What depends on the
+kernel (int32 or long long indices, floor helpers under the loop ranges known so far, buffer loads) the
+rules read from the renderer, the fold's ``ctx``. Statements print through one method per statement
+class (``_STMT``). Output is deterministic: the same Program gives the same text, byte for byte.
 Integer ``//`` and ``%`` print as C ``/`` and ``%`` when the operands are provably
 non-negative (the common case after bound inference), else through floor helpers.
 A kernel whose ``index_dtype`` is int64 (lowering decides) computes its indices in ``long long``:
@@ -14,7 +19,7 @@ from typing import Callable
 
 from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, var, walk
-from minicomp.ir.rewrite import map_loads, substitute
+from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync
 from minicomp.ir.ops import C_TYPE, Op
 from minicomp.ir.simplify import bounds, build_linear, linear, multiple_of, simplify
@@ -23,6 +28,9 @@ _PREC = {Op.OR: 1, Op.AND: 2, Op.EQ: 3, Op.NE: 3, Op.LT: 4, Op.LE: 4, Op.GT: 4, 
          Op.ADD: 5, Op.SUB: 5, Op.MUL: 6, Op.DIV: 6, Op.FLOORDIV: 6, Op.FLOORMOD: 6}
 _SYM = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.FLOORDIV: "/", Op.FLOORMOD: "%", Op.LT: "<",
         Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "==", Op.NE: "!=", Op.AND: "&&", Op.OR: "||"}
+
+_ATOM = 99   # leaves, calls, loads, casts, selects, negations: never parenthesised
+_Kid = tuple[str, int]   # a folded child: its text and its precedence
 
 _F32_CALL = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "tanhf", "erf": "erff",
              "pow": "powf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "exp2": "exp2f", "log2": "log2f",
@@ -57,16 +65,37 @@ class CUDARenderer:
   indent = "  "
 
   def __init__(self):
-    self.ranges: dict[str, tuple[int, int]] = {}
+    self._ranges: dict[str, tuple[int, int]] = {}
     self.uses_floor_helpers = self.uses_floor_helpers64 = False
-    self.i64, self.itype = False, "int"   # the kernel being rendered indexes with long long / int
+    self.i64, self.itype = False, "int"   # the kernel being rendered indexes with long long / int (kernel() sets)
     self._idx = 0      # > 0 while rendering an index (or a guard)
+    self._forget()
+
+  @property
+  def ranges(self) -> dict[str, tuple[int, int]]:
+    """The known ranges of loop and thread variables: floor helpers print ``//`` and ``%`` only where these
+    do not prove the operands non-negative. Assigning it forgets the memoised renderings; edit it in place
+    only to add variables."""
+    return self._ranges
+
+  @ranges.setter
+  def ranges(self, r: dict[str, tuple[int, int]]) -> None:
+    self._ranges = r
+    self._forget()
+
+  def _forget(self) -> None:
+    """Drop the renderings memoised so far (node -> (text, prec)): a new kernel, or a variable's range changed.
+    Values and indices differ only in an int64 kernel; there a value's loads render their indices apart."""
+    self._memo: dict[Expr, _Kid] = {}
+    self._imemo: dict[Expr, _Kid] = self._memo if not self.i64 else {}
 
   # -- expressions
   def expr(self, e: Expr, prec: int = 0) -> str:
-    fn = CODE_FOR_OP.get(e.op)
-    if fn is None: raise CodegenError(f"failed to render {e.op.name} node: {e}")
-    return fn(self, e, prec)
+    """``e`` as C, in an operand position that needs precedence ``prec`` (0: an argument or a statement's own)."""
+    if self.i64 and not self._idx:
+      kid = self._memo.get(e) or fold(e, CODE_FOR_OP, self, self._memo, "emit_cuda", _not_load)
+    else: kid = self._imemo.get(e) or fold(e, CODE_FOR_OP, self, self._imemo, "emit_cuda")
+    return _at(kid, prec)
 
   def index(self, e: Expr) -> str:
     """An index or guard: in an int64 kernel its int32 values (loads, casts) are long long."""
@@ -74,97 +103,67 @@ class CUDARenderer:
     try: return self.expr(e)
     finally: self._idx -= 1
 
-  def _ll(self, e: Expr) -> str:
-    """``e`` as a long long operand (integer min / max of an int64 kernel: no mixed overloads)."""
+  def _ll(self, e: Expr, kid: _Kid) -> str:
+    """``e`` (folded to ``kid``) as a long long operand (integer min / max of an int64 kernel: no mixed overloads)."""
     if e.is_const: return f"{int(e.arg)}LL"
-    return self.expr(e) if e.op in (Op.VAR, Op.MIN, Op.MAX) else f"(long long){self.expr(e, 7)}"
-
-  def _binary(self, e: Expr, prec: int) -> str:
-    op = e.op
-    if op in (Op.FLOORDIV, Op.FLOORMOD):
-      lo_a, _ = bounds(e.src[0], self.ranges); lo_b, _ = bounds(e.src[1], self.ranges)
-      if lo_a is None or lo_a < 0 or lo_b is None or lo_b <= 0:
-        wide = self.i64 or e.dtype == "int64"
-        if wide: self.uses_floor_helpers64 = True
-        else: self.uses_floor_helpers = True
-        name = ("floordiv" if op is Op.FLOORDIV else "floormod") + ("64" if wide else "")
-        return f"mc_{name}({self.expr(e.src[0])}, {self.expr(e.src[1])})"
-    p = _PREC[op]
-    s = f"{self.expr(e.src[0], p)} {_SYM[op]} {self.expr(e.src[1], p + 1)}"
-    return f"({s})" if p < prec else s
-
-  def _minmax(self, e: Expr, prec: int) -> str:
-    name = "min" if e.op is Op.MIN else "max"
-    if e.dtype == "float32": name = "f" + name + "f"
-    elif e.dtype == "float64": name = "f" + name
-    elif self.i64 and e.dtype == "int32": return f"{name}({self._ll(e.src[0])}, {self._ll(e.src[1])})"
-    return f"{name}({self.expr(e.src[0])}, {self.expr(e.src[1])})"
-
-  def _call(self, e: Expr, prec: int) -> str:
-    args = [self.expr(s) for s in e.src]
-    f32 = e.dtype == "float32"
-    if e.arg == "sigmoid":
-      one = "1.0f" if f32 else "1.0"
-      return f"({one} / ({one} + {'expf' if f32 else 'exp'}(-{self.expr(e.src[0], 7)})))"
-    if e.arg == "abs" and e.dtype.startswith("int"): return f"abs({args[0]})"
-    if e.arg == "rsqrt" and not f32: return f"rsqrt({args[0]})"
-    name = _F32_CALL[e.arg] if f32 else {"abs": "fabs"}.get(e.arg, e.arg)
-    return f"{name}({', '.join(args)})"
-
-  def _const(self, e: Expr, prec: int) -> str:
-    if e.dtype == "bool": return "true" if e.arg else "false"
-    if e.dtype.startswith("float"): return _float_lit(e.arg, e.dtype)
-    s = str(int(e.arg)) + ("LL" if e.dtype == "int64" else "")
-    return f"({s})" if e.arg < 0 and prec > 0 else s
-
-  def _var(self, e: Expr, prec: int) -> str:
-    if not e.arg.startswith(("threadIdx.", "blockIdx.")): return e.arg
-    return f"(({'long long' if self.i64 else 'int'}){e.arg})"
+    return kid[0] if e.op in (Op.VAR, Op.MIN, Op.MAX) else f"(long long){_at(kid, 7)}"
 
   def _index_int(self, e: Expr) -> bool:
     """An int32 value inside an index of an int64 kernel: computed as long long."""
     return self.i64 and self._idx > 0 and e.dtype == "int32"
 
-  def _cast(self, e: Expr, prec: int) -> str:
-    return f"(({'long long' if self._index_int(e) else C_TYPE[e.dtype]}){self.expr(e.src[0], 7)})"
-
-  def _load(self, e: Expr, prec: int) -> str:
-    s = f"{e.arg.name}[{self.index(e.src[0])}]"
-    return f"((long long){s})" if self._index_int(e) else s
+  def _floor_helper(self, e: Expr) -> str | None:
+    """The helper that prints integer ``//`` or ``%`` node ``e``, None where C's truncating ``/`` and ``%``
+    are exact (both operands provably non-negative, the divisor positive)."""
+    lo_a, _ = bounds(e.src[0], self.ranges); lo_b, _ = bounds(e.src[1], self.ranges)
+    if lo_a is not None and lo_a >= 0 and lo_b is not None and lo_b > 0: return None
+    wide = self.i64 or e.dtype == "int64"
+    if wide: self.uses_floor_helpers64 = True
+    else: self.uses_floor_helpers = True
+    return ("mc_floordiv" if e.op is Op.FLOORDIV else "mc_floormod") + ("64" if wide else "")
 
   # -- statements
   def stmt(self, s, depth: int, out: list[str]) -> None:
+    """Append the lines of statement ``s``, indented ``depth`` levels, to ``out``."""
+    h = _STMT.get(type(s))
+    if h is None: raise CodegenError(f"failed to render statement {type(s).__name__}: {s}")
+    h(self, s, depth, out)
+
+  def _seq(self, s: Seq, depth: int, out: list[str]) -> None:
+    for x in s.stmts: self.stmt(x, depth, out)
+
+  def _for(self, s: For, depth: int, out: list[str]) -> None:
     ind = self.indent * depth
-    if isinstance(s, Seq):
-      for x in s.stmts: self.stmt(x, depth, out)
-    elif isinstance(s, For):
-      if not s.extent.is_const: raise CodegenError(f"loop {s.var} has a symbolic extent {s.extent}; substitute values first")
-      n = int(s.extent.arg)
-      self.ranges[s.var] = (0, n - 1)
-      if n == 1:
-        out.append(f"{ind}{{ const {self.itype} {s.var} = 0;")
-        self.stmt(s.body, depth + 1, out)
-        out.append(f"{ind}}}")
-        return
-      if s.kind == "vectorize" and self._vectorized(s, depth, out): return
-      if s.kind in ("unroll", "vectorize", "vthread"): out.append(f"{ind}#pragma unroll")
-      out.append(f"{ind}for ({self.itype} {s.var} = 0; {s.var} < {n}; ++{s.var}) {{" + ("  // " + s.kind if s.kind in ("vthread", "vectorize") else ""))
+    if not s.extent.is_const:
+      raise CodegenError(f"loop {s.var} has a symbolic extent {s.extent}; substitute values first")
+    n = int(s.extent.arg)
+    if self.ranges.get(s.var, (0, n - 1)) != (0, n - 1): self._forget()   # a name reused with another extent
+    self.ranges[s.var] = (0, n - 1)
+    if n == 1:
+      out.append(f"{ind}{{ const {self.itype} {s.var} = 0;")
       self.stmt(s.body, depth + 1, out)
       out.append(f"{ind}}}")
-    elif isinstance(s, If):
-      out.append(f"{ind}if ({self.index(s.cond)}) {{")
-      self.stmt(s.then, depth + 1, out)
-      out.append(f"{ind}}}")
-    elif isinstance(s, Store):
-      out.append(f"{ind}{s.buffer.name}[{self.index(s.index)}] = {self.expr(s.value)};")
-    elif isinstance(s, Sync):
-      out.append(f"{ind}__syncthreads();")
-    elif isinstance(s, Comment):
-      out.append(f"{ind}// {s.text}")
-    elif isinstance(s, CrossThreadReduce):
-      self._cross_thread(s, depth, out)
-    else:
-      raise CodegenError(f"failed to render statement {type(s).__name__}: {s}")
+      return
+    if s.kind == "vectorize" and self._vectorized(s, depth, out): return
+    if s.kind in ("unroll", "vectorize", "vthread"): out.append(f"{ind}#pragma unroll")
+    note = "  // " + s.kind if s.kind in ("vthread", "vectorize") else ""
+    out.append(f"{ind}for ({self.itype} {s.var} = 0; {s.var} < {n}; ++{s.var}) {{{note}")
+    self.stmt(s.body, depth + 1, out)
+    out.append(f"{ind}}}")
+
+  def _if(self, s: If, depth: int, out: list[str]) -> None:
+    out.append(f"{self.indent * depth}if ({self.index(s.cond)}) {{")
+    self.stmt(s.then, depth + 1, out)
+    out.append(f"{self.indent * depth}}}")
+
+  def _store(self, s: Store, depth: int, out: list[str]) -> None:
+    out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {self.expr(s.value)};")
+
+  def _sync(self, s: Sync, depth: int, out: list[str]) -> None:
+    out.append(f"{self.indent * depth}__syncthreads();")
+
+  def _comment(self, s: Comment, depth: int, out: list[str]) -> None:
+    out.append(f"{self.indent * depth}// {s.text}")
 
   def _vectorized(self, s: For, depth: int, out: list[str]) -> bool:
     """Emit a vectorize loop as float2/float4 loads and stores when every access is provably
@@ -240,9 +239,9 @@ class CUDARenderer:
     if not all(isinstance(d, int) for d in k.grid + k.block):
       raise CodegenError(f"kernel {k.name}: launch dims grid={k.grid} block={k.block} are symbolic; substitute values first")
     self.block = k.block
-    self.ranges = {}
     self.i64 = k.index_dtype == "int64"
     self.itype = "long long" if self.i64 else "int"
+    self.ranges = {}   # (forgets the renderings of the previous kernel)
     for v, tag in k.bindings:
       d = "xyz".index(tag[-1])
       self.ranges[v] = (0, (k.grid if tag.startswith("block") else k.block)[d] - 1)
@@ -269,17 +268,92 @@ class CUDARenderer:
     return head + "\n".join(bodies)
 
 
-CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, int], str]] = {
-  Op.CONST: CUDARenderer._const, Op.VAR: CUDARenderer._var,
-  **{op: CUDARenderer._binary for op in _SYM},
-  Op.MIN: CUDARenderer._minmax, Op.MAX: CUDARenderer._minmax,
-  Op.NEG: lambda r, e, p: f"-{r.expr(e.src[0], 7)}",
-  Op.NOT: lambda r, e, p: f"!{r.expr(e.src[0], 7)}",
-  Op.SELECT: lambda r, e, p: f"({r.expr(e.src[0], 1)} ? {r.expr(e.src[1], 1)} : {r.expr(e.src[2], 1)})",
-  Op.CAST: CUDARenderer._cast,
-  Op.CALL: CUDARenderer._call,
-  Op.LOAD: CUDARenderer._load,
+# -- the expression table: rule(renderer, node, folded children) -> (text, precedence)
+
+def _at(kid: _Kid, prec: int) -> str:
+  """A folded child's text in an operand position that needs precedence ``prec``."""
+  return f"({kid[0]})" if kid[1] < prec else kid[0]
+
+
+def _not_load(n: Expr) -> bool: return n.op is not Op.LOAD
+
+
+def _infix(op: Op):
+  sym, p = _SYM[op], _PREC[op]   # left-associative: the right operand needs one level more
+  return lambda r, n, k: (f"{_at(k[0], p)} {sym} {_at(k[1], p + 1)}", p)
+
+
+_INFIX = {op: _infix(op) for op in _SYM}
+
+
+def _const(r: CUDARenderer, n: Expr, k) -> _Kid:
+  if n.dtype == "bool": return ("true" if n.arg else "false", _ATOM)
+  if n.dtype.startswith("float"): return (_float_lit(n.arg, n.dtype), _ATOM)
+  s = str(int(n.arg)) + ("LL" if n.dtype == "int64" else "")
+  return (s, 0) if n.arg < 0 else (s, _ATOM)   # precedence 0: parenthesised as any operand, `a - (-3)`
+
+
+def _var(r: CUDARenderer, n: Expr, k) -> _Kid:
+  if not n.arg.startswith(("threadIdx.", "blockIdx.")): return (n.arg, _ATOM)
+  return (f"(({'long long' if r.i64 else 'int'}){n.arg})", _ATOM)
+
+
+def _floor(r: CUDARenderer, n: Expr, k) -> _Kid:
+  name = r._floor_helper(n)
+  return _INFIX[n.op](r, n, k) if name is None else (f"{name}({k[0][0]}, {k[1][0]})", _ATOM)
+
+
+def _minmax(r: CUDARenderer, n: Expr, k) -> _Kid:
+  name = "min" if n.op is Op.MIN else "max"
+  if n.dtype == "float32": name = "f" + name + "f"
+  elif n.dtype == "float64": name = "f" + name
+  elif r.i64 and n.dtype == "int32": return (f"{name}({r._ll(n.src[0], k[0])}, {r._ll(n.src[1], k[1])})", _ATOM)
+  return (f"{name}({k[0][0]}, {k[1][0]})", _ATOM)
+
+
+def _call(r: CUDARenderer, n: Expr, k) -> _Kid:
+  f32 = n.dtype == "float32"
+  if n.arg == "sigmoid":
+    one = "1.0f" if f32 else "1.0"
+    return (f"({one} / ({one} + {'expf' if f32 else 'exp'}(-{_at(k[0], 7)})))", _ATOM)
+  args = ", ".join(t for t, _ in k)
+  if n.arg == "abs" and n.dtype.startswith("int"): return (f"abs({args})", _ATOM)
+  if n.arg == "rsqrt" and not f32: return (f"rsqrt({args})", _ATOM)
+  name = _F32_CALL.get(n.arg) if f32 else {"abs": "fabs"}.get(n.arg, n.arg)
+  if name is None: raise CodegenError(f"failed to render CALL node: no float32 function for {n.arg!r} in {n}")
+  return (f"{name}({args})", _ATOM)
+
+
+def _cast(r: CUDARenderer, n: Expr, k) -> _Kid:
+  return (f"(({'long long' if r._index_int(n) else C_TYPE[n.dtype]}){_at(k[0], 7)})", _ATOM)
+
+
+def _load(r: CUDARenderer, n: Expr, k) -> _Kid:
+  # no folded index (a value of an int64 kernel, whose fold does not enter loads): render it as an index
+  s = f"{n.arg.name}[{k[0][0] if k else r.index(n.src[0])}]"
+  return (f"((long long){s})" if r._index_int(n) else s, _ATOM)
+
+
+def _unrenderable(r: CUDARenderer, n: Expr, k) -> _Kid:
+  raise CodegenError(f"failed to render {n.op.name} node: {n}")
+
+
+CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, tuple[_Kid, ...]], _Kid]] = {
+  Op.CONST: _const, Op.VAR: _var,
+  **_INFIX, Op.FLOORDIV: _floor, Op.FLOORMOD: _floor,
+  Op.MIN: _minmax, Op.MAX: _minmax,
+  Op.NEG: lambda r, n, k: (f"-{_at(k[0], 7)}", _ATOM),
+  Op.NOT: lambda r, n, k: (f"!{_at(k[0], 7)}", _ATOM),
+  Op.SELECT: lambda r, n, k: (f"({_at(k[0], 1)} ? {_at(k[1], 1)} : {_at(k[2], 1)})", _ATOM),
+  Op.CAST: _cast,
+  Op.CALL: _call,
+  Op.LOAD: _load,
 }
+# every other op (REDUCE: lowering turns reductions into loops) fails naming the node
+CODE_FOR_OP.update({op: _unrenderable for op in Op if op not in CODE_FOR_OP})
+
+_STMT = {Seq: CUDARenderer._seq, For: CUDARenderer._for, If: CUDARenderer._if, Store: CUDARenderer._store,
+         Sync: CUDARenderer._sync, Comment: CUDARenderer._comment, CrossThreadReduce: CUDARenderer._cross_thread}
 
 
 def _aligned_base(index: Expr, v: str, n: int) -> Expr | None:

@@ -95,6 +95,16 @@ def _children_first(e: Expr, memo: dict, enter: Callable[[Expr], bool] | None = 
     yield n
 
 
+# Both walks recurse (fast) down to _DEEP levels; a deeper expression makes them start over iteratively,
+# keeping what the memo holds. The switch happens before a node's rule runs, so no rule runs twice.
+_DEEP = 128
+_MISSING = object()
+
+
+class _TooDeep(Exception):
+  pass
+
+
 def rewrite(e: Expr, rules: Rules, ctx: Any = None, memo: dict | None = None, fixpoint: bool = False,
             enter: Callable[[Expr], bool] | None = None) -> Expr:
   """``e`` with ``rules`` applied to every node, children first (module docstring). ``memo`` (node -> result)
@@ -103,7 +113,8 @@ def rewrite(e: Expr, rules: Rules, ctx: Any = None, memo: dict | None = None, fi
   is false keeps its children as they are (the rules still see it)."""
   memo = {} if memo is None else memo
   table = rules._table
-  for n in _children_first(e, memo, enter):
+
+  def node(n: Expr) -> Expr:
     r = n.replace(src=tuple([memo[s] for s in n.src])) if n.src and (enter is None or enter(n)) else n
     for fn in table[r.op]:
       out = fn(r, ctx)
@@ -111,7 +122,22 @@ def rewrite(e: Expr, rules: Rules, ctx: Any = None, memo: dict | None = None, fi
         if out is not r: r = rewrite(out, rules, ctx, memo, True, enter) if fixpoint else out
         break
     memo[n] = r
-  return memo[e]
+    return r
+
+  def rec(n: Expr, depth: int) -> Expr:
+    if depth > _DEEP: raise _TooDeep
+    if n.src and (enter is None or enter(n)):
+      for s in n.src:
+        if s not in memo: rec(s, depth + 1)
+    return node(n)
+
+  r = memo.get(e, _MISSING)
+  if r is not _MISSING: return r
+  try:
+    return rec(e, 0)
+  except _TooDeep:
+    for n in _children_first(e, memo, enter): node(n)
+    return memo[e]
 
 
 def fold(e: Expr, table: dict[Op, FoldRule], ctx: Any = None, memo: dict | None = None, what: str = "fold",
@@ -120,11 +146,30 @@ def fold(e: Expr, table: dict[Op, FoldRule], ctx: Any = None, memo: dict | None 
   distinct node once (``memo``: node -> value, shareable between calls with the same table and ctx).
   Below a node for which ``enter`` is false nothing is visited; its rule gets no child values."""
   memo = {} if memo is None else memo
-  for n in _children_first(e, memo, enter):
+
+  def node(n: Expr, kids: tuple) -> Any:
     fn = table.get(n.op)
     if fn is None: raise ExprError(f"{what}: no rule for {n.op.name} (in {str(n)[:200]})")
-    memo[n] = fn(ctx, n, tuple([memo[s] for s in n.src]) if enter is None or enter(n) else ())
-  return memo[e]
+    v = memo[n] = fn(ctx, n, kids)
+    return v
+
+  def rec(n: Expr, depth: int) -> Any:
+    if depth > _DEEP: raise _TooDeep
+    if not n.src or (enter is not None and not enter(n)): return node(n, ())
+    kids = []
+    for s in n.src:
+      v = memo.get(s, _MISSING)
+      kids.append(rec(s, depth + 1) if v is _MISSING else v)
+    return node(n, tuple(kids))
+
+  v = memo.get(e, _MISSING)
+  if v is not _MISSING: return v
+  try:
+    return rec(e, 0)
+  except _TooDeep:
+    for n in _children_first(e, memo, enter):
+      node(n, tuple([memo[s] for s in n.src]) if enter is None or enter(n) else ())
+    return memo[e]
 
 
 # ---------------------------------------------------------------------------------------------
