@@ -239,10 +239,10 @@ def test_isl_counts_match_brute_force(name):
 @pytest.mark.parametrize("name", ["mm_tiled_bias", "mm_inline", "mm_local", "conv_shared", "softmax_tree", "depthwise"])
 def test_isl_only_counts_match_brute_force(name, monkeypatch):
   """The same checks with every distinct count taken by isl (no numpy enumeration, no sampling)."""
-  import minicomp.search.static.footprint as F
-  monkeypatch.setattr(F, "ENUM_CHEAP", 0)
-  monkeypatch.setattr(F, "ENUM_HARD_LIMIT", 0)
-  monkeypatch.setattr(F, "SUM_EXACT_LIMIT", 1 << 40)
+  import minicomp.search.static.counting as C
+  monkeypatch.setattr(C, "ENUM_CHEAP", 0)
+  monkeypatch.setattr(C, "ENUM_HARD_LIMIT", 0)
+  monkeypatch.setattr(C, "SUM_EXACT_LIMIT", 1 << 40)
   prog = PROGRAMS[name]().lower()
   for k in prog.kernels:
     dm = check_against_brute_force(k)
@@ -255,11 +255,12 @@ def test_every_enumeration_path_matches_brute_force(name, path, monkeypatch):
   """Enumerated counts pack (kept indices, element) columns into one int64 and mark them in a
   bitmap or sort them; columns that do not pack are deduplicated as rows: all three agree with
   the simulator's trace."""
-  import minicomp.search.static.footprint as F
-  monkeypatch.setattr(F, "ENUM_CHEAP", 1 << 40)             # enumerate everything
+  import minicomp.search.static.counting as C
+  import minicomp.search.static.enumeration as E
+  monkeypatch.setattr(C, "ENUM_CHEAP", 1 << 40)             # enumerate everything
   if path == "sorted":
-    monkeypatch.setattr(F, "BITMAP_MIN", 0); monkeypatch.setattr(F, "BITMAP_PER_INSTANCE", 0)
-  if path == "unpacked": monkeypatch.setattr(F, "_radix", lambda *a: None)
+    monkeypatch.setattr(E, "BITMAP_MIN", 0); monkeypatch.setattr(E, "BITMAP_PER_INSTANCE", 0)
+  if path == "unpacked": monkeypatch.setattr(E, "_radix", lambda *a: None)
   prog = PROGRAMS[name]().lower()
   for k in prog.kernels:
     dm = check_against_brute_force(k)
@@ -290,10 +291,10 @@ def test_instance_counts_of_guarded_accesses(name, path, monkeypatch):
 
 
 def test_sampled_sums_are_estimates_close_to_exact(monkeypatch):
-  import minicomp.search.static.footprint as F
-  monkeypatch.setattr(F, "SUM_EXACT_LIMIT", 1)
-  monkeypatch.setattr(F, "SUM_ENUM_LIMIT", 0)
-  monkeypatch.setattr(F, "SUM_CLASSES_LIMIT", 0)
+  import minicomp.search.static.counting as C
+  monkeypatch.setattr(C, "SUM_EXACT_LIMIT", 1)
+  monkeypatch.setattr(C, "SUM_ENUM_LIMIT", 0)
+  monkeypatch.setattr(C, "SUM_CLASSES_LIMIT", 0)
   k = PROGRAMS["mm_tiled_bias"]().lower().kernels[0]
   dm = data_movement(k)
   tr = Trace(k)
@@ -440,13 +441,13 @@ def test_sampled_counts_stay_near_exact(name, monkeypatch):
   """Sets too large for isl's budgets and for enumeration get a sampled count (bounded time): it
   lies within its stated bounds and near the exact count (thinning a kept block / thread index
   partitions the count; a halo between thinned values overestimates, within the buffer size)."""
-  import minicomp.search.static.footprint as F
+  import minicomp.search.static.counting as C
   k = PROGRAMS[name]().lower().kernels[0]
   exact = data_movement(k)
-  monkeypatch.setattr(F, "ENUM_CHEAP", 0)
-  monkeypatch.setattr(F, "ENUM_HARD_LIMIT", 0)
-  monkeypatch.setattr(F, "ISL_BUDGETS", (1, 1))
-  monkeypatch.setattr(F, "SAMPLE_LIMIT", 16)
+  monkeypatch.setattr(C, "ENUM_CHEAP", 0)
+  monkeypatch.setattr(C, "ENUM_HARD_LIMIT", 0)
+  monkeypatch.setattr(C, "ISL_BUDGETS", (1, 1))
+  monkeypatch.setattr(C, "SAMPLE_LIMIT", 16)
   dm = data_movement(k)
   assert dict(dm.counts)["sampled"] > 0 and not dm.exact
   for e, b in zip(exact.buffers, dm.buffers):
@@ -459,8 +460,8 @@ def test_analyses_in_threads_match_serial_ones(monkeypatch):
   """Each thread counts in its own isl context: budgets of one thread cannot fail or lift
   another's (a StaticMeasurer may run estimates in a thread pool)."""
   import concurrent.futures as cf
-  import minicomp.search.static.footprint as F
-  monkeypatch.setattr(F, "ENUM_CHEAP", 0)                  # every count goes through isl budgets
+  import minicomp.search.static.counting as C
+  monkeypatch.setattr(C, "ENUM_CHEAP", 0)                  # every count goes through isl budgets
   kernels = [k for n in ("mm_tiled_bias", "conv_shared", "softmax_tree", "depthwise")
              for k in PROGRAMS[n]().lower().kernels]
   serial = [data_movement(k) for k in kernels]
@@ -472,7 +473,7 @@ def test_analyses_in_threads_match_serial_ones(monkeypatch):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_column_classes_match_numpy_unique(seed):
   """The packed class split gives numpy's column-wise unique: first occurrences and counts, same order."""
-  from minicomp.search.static.footprint import _column_classes
+  from minicomp.search.static.counting import _column_classes
   rng = np.random.default_rng(seed)
   sig = np.stack([np.zeros(5000, np.int64)] + [np.clip(rng.integers(-40, 40, 5000), -3 - k, 5) for k in range(4)])
   first, sizes = _column_classes(sig)

@@ -13,17 +13,12 @@ import pytest
 import minicomp as mc
 from minicomp import workloads as W
 from minicomp.codegen.nvrtc import compile_cuda
+from minicomp.errors import PTXAnalysisError
 from minicomp.graph.schedules import default_schedule
 from minicomp.ir import loop as L
 from minicomp.search.static.occupancy import OccupancyError, kernel_occupancy, occupancy
-from minicomp.search.static.ptx import (
-  PTXAnalysisError,
-  ptx_profiles,
-  analyze_ptx,
-  classify,
-  ir_loop_extents,
-  list_entries,
-)
+from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents, ptx_profiles
+from minicomp.search.static.ptx_parse import classify, list_entries
 from minicomp.target import (
   DEFAULT_DEVICE,
   DEVICES,

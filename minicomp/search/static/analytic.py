@@ -48,7 +48,7 @@ import numpy as np
 
 from minicomp.ir.expr import Expr, const, free_vars, walk
 from minicomp.ir.rewrite import map_loads, substitute
-from minicomp.ir.loop import CrossThreadReduce, For, If, Seq, Store, Sync
+from minicomp.ir.loop import CrossThreadReduce, For, If, Seq, Store, Sync, walk_stmts
 from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, Op
 from minicomp.search.formulas import FormulaEval
 from minicomp.search.static.model import LaunchFacts, launch_time
@@ -106,11 +106,7 @@ class _KernelFormulas:
 def _has_sync(st) -> bool:
   """Does the statement hold a barrier (a loop around one re-fetches shared data every iteration,
   so unrolling it shares no loads)?"""
-  if isinstance(st, Sync): return True
-  if isinstance(st, For): return _has_sync(st.body)
-  if isinstance(st, If): return _has_sync(st.then)
-  if isinstance(st, Seq): return any(_has_sync(x) for x in st.stmts)
-  return False
+  return any(isinstance(x, Sync) for x in walk_stmts(st))
 
 
 def _divmods(index: Expr) -> int:

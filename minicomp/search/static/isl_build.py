@@ -13,15 +13,15 @@ the touched element, keeping the hardware indices in the range::
 so one relation answers grid, per-block (project out the thread dimensions) and per-thread
 questions. Indices and conditions are converted when they are quasi-affine (+, -, * by a
 constant, floordiv / floormod by a positive constant, min, max, select, comparisons and
-logic); a condition that is not is dropped (an over-approximation), and an index that is not
-(a gather: a LOAD inside an index) maps to the whole buffer. ``AccessMap.exact`` says whether
-either happened. Integer divisions of fused / split loop indices are rewritten into digit
-variables first (:class:`_Digits`): the same sets, which isl counts far faster.
+logic; the renderers are the fold tables of ``isl_text.py``); a condition that is not is dropped
+(an over-approximation), and an index that is not (a gather: a LOAD inside an index) maps to the
+whole buffer. ``AccessMap.exact`` says whether either happened. Integer divisions of fused / split
+loop indices are rewritten into digit variables first (:class:`~minicomp.search.static.isl_text.Digits`):
+the same sets, which isl counts far faster.
 """
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import threading
 from dataclasses import dataclass, field
@@ -36,12 +36,12 @@ from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.simplify import linear
+from minicomp.search.static.isl_text import Digits, aff_text, cond_text, pieces_text
 
 
 HW_TAGS = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "threadIdx.z", "threadIdx.y", "threadIdx.x")
 HW_DIMS = ("bz", "by", "bx", "tz", "ty", "tx")       # the names of those dimensions in isl strings
 N_HW = len(HW_TAGS)
-MAX_PIECES = 16                                       # select pieces kept before giving up on an index
 ENUM_PART_LIMIT = 1 << 22                             # instance-count parts up to this many points are counted with numpy
 COUNT_BUDGET = 100_000                                # isl operations for a larger part; then it is sampled
 SAMPLE_POINTS = 1 << 20                               # random points a sampled instance count evaluates
@@ -322,181 +322,6 @@ def _cross_thread(kernel, s: CrossThreadReduce, sub, lp, conds, loads, accesses)
   accesses.append(Access(s.dst, "write", idx, lp, conds + (cond,)))
 
 
-# ---------------------------------------------------------------------------------------------
-# Expr -> isl text
-
-def _aff(e: Expr, names: dict[str, str]) -> str | None:
-  """A quasi-affine isl expression for the integer ``e`` (no select), or None."""
-  op = e.op
-  if op is Op.CONST:
-    return str(int(e.arg)) if isinstance(e.arg, (int, bool)) else None
-  if op is Op.VAR: return names.get(e.arg)
-  if e.dtype not in INT_DTYPES: return None
-  if op is Op.CAST: return _aff(e.src[0], names) if e.src[0].dtype in INT_DTYPES else None
-  if op is Op.NEG:
-    a = _aff(e.src[0], names)
-    return None if a is None else f"(-({a}))"
-  if op in (Op.ADD, Op.SUB, Op.MIN, Op.MAX):
-    a, b = _aff(e.src[0], names), _aff(e.src[1], names)
-    if a is None or b is None: return None
-    if op is Op.ADD: return f"({a} + {b})"
-    if op is Op.SUB: return f"({a} - ({b}))"
-    return f"{op.name.lower()}({a}, {b})"
-  if op is Op.MUL:
-    x, y = e.src
-    if x.is_const: x, y = y, x
-    if not y.is_const: return None
-    a = _aff(x, names)
-    return None if a is None else f"({int(y.arg)}*({a}))"
-  if op in (Op.FLOORDIV, Op.FLOORMOD):
-    d = e.src[1]
-    if not d.is_const or int(d.arg) <= 0: return None
-    a = _aff(e.src[0], names)
-    if a is None: return None
-    return f"floor(({a})/{int(d.arg)})" if op is Op.FLOORDIV else f"(({a}) mod {int(d.arg)})"
-  return None
-
-
-_NEGATE = {Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT, Op.EQ: Op.NE, Op.NE: Op.EQ}
-_CMP_TEXT = {Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=", Op.EQ: "=", Op.NE: "!="}
-
-
-def cond_text(e: Expr, names: dict[str, str], negate: bool = False) -> str | None:
-  """isl constraint text for ``e`` (or ``not e``); None when not affine (read it as "true")."""
-  op = e.op
-  if op is Op.CONST: return "1 = 1" if bool(e.arg) != negate else "1 = 0"
-  if op is Op.NOT: return cond_text(e.src[0], names, not negate)
-  if op in _CMP_TEXT:
-    if e.src[0].dtype not in INT_DTYPES: return None
-    pa, pb = _pieces(e.src[0], names), _pieces(e.src[1], names)
-    if pa is None or pb is None or len(pa) * len(pb) > MAX_PIECES: return None
-    cmp = _CMP_TEXT[_NEGATE[op] if negate else op]
-    alts = [" and ".join(x for x in (ca, cb, f"{a} {cmp} {b}") if x) for ca, a in pa for cb, b in pb]
-    return "(" + " or ".join(f"({x})" for x in alts) + ")"
-  if op in (Op.AND, Op.OR):
-    a, b = cond_text(e.src[0], names, negate), cond_text(e.src[1], names, negate)
-    conj = (op is Op.AND) != negate
-    if conj:
-      parts = [x for x in (a, b) if x is not None]
-      return f"({' and '.join(parts)})" if parts else None
-    return None if a is None or b is None else f"({a} or {b})"
-  return None
-
-
-def _pieces(e: Expr, names: dict[str, str]) -> list[tuple[str, str]] | None:
-  """``e`` as (condition, quasi-affine value) pieces (selects split into pieces); None if not affine."""
-  if e.op is Op.SELECT:
-    c = e.src[0]
-    ct, cf = cond_text(c, names), cond_text(c, names, negate=True)
-    if ct is None or cf is None: return None
-    out = []
-    for cc, branch in ((ct, e.src[1]), (cf, e.src[2])):
-      p = _pieces(branch, names)
-      if p is None: return None
-      out += [(f"{cc} and {pc}" if pc else cc, v) for pc, v in p]
-    return out if len(out) <= MAX_PIECES else None
-  if e.src and any(s.op is Op.SELECT or _has_select(s) for s in e.src) and e.op is not Op.LOAD:
-    subs = [_pieces(s, names) for s in e.src]
-    if any(p is None for p in subs): return None
-    # re-assemble each combination of the operands' pieces through placeholder variables
-    combos: list[tuple[str, str]] = []
-    def comb(k: int, conds: list[str], texts: list[str]) -> None:
-      if k == len(subs):
-        ph = {f"__p{i}": t for i, t in enumerate(texts)}
-        v = _aff(e.replace(src=tuple(var(f"__p{i}", s.dtype) for i, s in enumerate(e.src))), {**names, **ph})
-        combos.append((" and ".join(conds), v)); return
-      for c, t in subs[k]: comb(k + 1, conds + ([c] if c else []), texts + [t])
-    comb(0, [], [])
-    if len(combos) > MAX_PIECES or any(v is None for _, v in combos): return None
-    return combos
-  a = _aff(e, names)
-  return None if a is None else [("", a)]
-
-
-def _has_select(e: Expr) -> bool:
-  stack = [e]
-  while stack:
-    n = stack.pop()
-    if n.op is Op.SELECT: return True
-    if n.op is not Op.LOAD: stack.extend(n.src)
-  return False
-
-
-# ---------------------------------------------------------------------------------------------
-# digits: floordiv / floormod rewritten as affine sums of digit variables
-
-class _Digits:
-  """Rewrite the floordiv / floormod nodes of some expressions into digit variables.
-
-  Every such node is a *slice* ``floor((L mod M) / D)`` of a linear form ``L`` (``M`` may be
-  infinite). When the boundaries of all slices of one ``L`` form a divisor chain
-  ``1 = B0 | B1 | ... | Bk``, ``L`` is written ``sum(Bi * ti)`` with digits ``0 <= ti < B(i+1)/Bi``
-  (the last unbounded) and every slice becomes an affine sum of digits. isl represents the
-  same sets either way, but counts images with digit variables far faster than images with
-  nested integer divisions (fused and split loops index like ``(f*32 + tx) // 58 % 4``).
-  """
-
-  def __init__(self):
-    self.slices: dict[tuple, str] = {}      # (L key, M, D) -> placeholder name
-    self.forms: dict[tuple, Expr] = {}      # L key -> L
-    self.memo: dict[Expr, Expr] = {}
-
-  def rewrite(self, e: Expr) -> Expr:
-    r = self.memo.get(e)
-    if r is not None: return r
-    if e.op in (Op.FLOORDIV, Op.FLOORMOD) and e.src[1].is_const and int(e.src[1].arg) > 0:
-      r = self._slice(e, self.rewrite(e.src[0]), int(e.src[1].arg))
-    elif e.src and e.op is not Op.LOAD: r = e.replace(src=tuple(self.rewrite(x) for x in e.src))
-    else: r = e
-    self.memo[e] = r
-    return r
-
-  def _slice(self, e: Expr, x: Expr, d: int) -> Expr:
-    div = e.op is Op.FLOORDIV
-    if x.op is Op.VAR and x.arg.startswith("sl_"):
-      key, m, dd = next(k for k, v in self.slices.items() if v == x.arg)
-      if div: sl = (key, m, dd * d)
-      elif m is None or m % (dd * d) == 0: sl = (key, dd * d, dd)
-      else: return e.replace(src=(x, e.src[1]))
-    else:
-      terms, c = linear(x)
-      if any(t.op is not Op.VAR for t in terms): return e.replace(src=(x, e.src[1]))
-      key = (tuple(sorted((t.arg, k) for t, k in terms.items())), c)
-      self.forms[key] = x
-      sl = (key, None, d) if div else (key, d, 1)
-    if sl not in self.slices: self.slices[sl] = f"sl_{len(self.slices)}"
-    return var(self.slices[sl])
-
-  def finish(self) -> tuple[dict[str, Expr], list[str], list[str]]:
-    """Values of the placeholders, the digit variables and their constraints (isl text pending)."""
-    values: dict[str, Expr] = {}
-    digits: list[str] = []
-    cons: list[tuple[Expr, list[tuple[int, str]]]] = []
-    for k, (key, L) in enumerate(self.forms.items()):
-      mine = [(sl, n) for sl, n in self.slices.items() if sl[0] == key]
-      bs = sorted({1} | {sl[2] for sl, _ in mine} | {sl[1] for sl, _ in mine if sl[1] is not None})
-      L = substitute(L, values)
-      if any(b % a for a, b in itertools.pairwise(bs)) or any(m is not None and m % dd for (_, m, dd), _ in mine):
-        for (_, m, dd), n in mine:      # not a divisor chain: keep the integer divisions
-          values[n] = (L if m is None else L % m) // dd
-        continue
-      ts = [f"dg{k}_{i}" for i in range(len(bs))]
-      digits += ts
-      cons.append((L, list(zip(bs, ts))))
-      for (_, m, dd), n in mine:
-        parts = [var(t) * (b // dd) for b, t in zip(bs, ts) if b >= dd and (m is None or b < m)]
-        v = parts[0] if parts else None
-        for q in parts[1:]: v = v + q
-        values[n] = v if v is not None else L * 0
-    text = []
-    bounds = dict(zip([t for _, bt in cons for _, t in bt], [None] * len(digits)))
-    for L, bt in cons:
-      for (b, t), (b2, _) in itertools.pairwise(bt): bounds[t] = b2 // b
-      text.append((L, " + ".join(f"{b}*{t}" for b, t in bt)))
-    extra = [f"0 <= {t} < {n}" for t, n in bounds.items() if n is not None]
-    return values, digits, [(L, rhs) for L, rhs in text] + extra
-
-
 def _box(a: Access, loop_vars: list[str], extents) -> tuple[tuple[int, int], ...]:
   """Per input dimension, the range left by the conditions that bound one variable alone
   (``tx < 1``, ``k * 8 + 3 < 20``: cooperative-fetch and bound guards), conjunctions only."""
@@ -533,7 +358,7 @@ def access_map(kernel: LoopKernel, a: Access) -> AccessMap:
     bounds.append(f"0 <= l{k} < {lp.extent}")
   exact = True
   pos = {n: dims.index(d) for n, d in names.items()}
-  dg = _Digits()
+  dg = Digits()
   index, conds = dg.rewrite(a.index), [dg.rewrite(c) for c in a.conds]
   values, digits, cons = dg.finish()
   index, conds = substitute(index, values), [substitute(c, values) for c in conds]
@@ -541,7 +366,7 @@ def access_map(kernel: LoopKernel, a: Access) -> AccessMap:
   dims += digits
   for c in cons:
     if isinstance(c, str): bounds.append(c); continue
-    lhs = _aff(substitute(c[0], values), names)
+    lhs = aff_text(substitute(c[0], values), names)
     if lhs is None: raise FootprintError(f"internal: digit form {c[0]} is not affine")
     bounds.append(f"{lhs} = {c[1]}")
   groups, kept = [], []
@@ -553,7 +378,7 @@ def access_map(kernel: LoopKernel, a: Access) -> AccessMap:
       kept.append(c0)
       groups.append(frozenset(pos[v] for v in free_vars(c0) if v in pos))
   dom = " and ".join(bounds)
-  pieces = _pieces(index, names)
+  pieces = pieces_text(index, names)
 
   def text(keep: int) -> str:
     head = f"[{', '.join(dims)}] -> [{''.join(d + ', ' for d in HW_DIMS[:keep])}"
