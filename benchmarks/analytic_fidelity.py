@@ -42,7 +42,7 @@ def task_rows(task: str, progs: list[tuple[str, float]], target: str) -> dict | 
 
   from minicomp.search.static.analytic import SketchModel
   from minicomp.search.strategies.base import TuneTask
-  from minicomp.search.strategies.opevo import read_point
+  from minicomp.search.strategies.opevo_space import read_point
   from minicomp.target import as_target
   tgt = as_target(target)
   dag = S.task_dag(task)

@@ -37,7 +37,7 @@ __all__ = ["AnnotationError", "CodegenError", "CompileError", "CostModelError", 
 
 from minicomp.compiler import compile  # noqa: A004,E402
 from minicomp.compiled_model import CompiledModel  # noqa: E402
-from minicomp.saved_model import load  # noqa: E402
+from minicomp.saved_model_load import load  # noqa: E402
 
 __all__ += ["compile", "load", "CompiledModel"]
 

@@ -104,7 +104,7 @@ def cmd_report(a) -> int:
 
 
 def cmd_run(a) -> int:
-  from minicomp.saved_model import load
+  from minicomp.saved_model_load import load
   feeds = _load_feeds(a.input)
   cm = load(a.compiled)
   outs = cm.run(feeds, device=a.device)
@@ -125,7 +125,7 @@ def cmd_run(a) -> int:
 def _load_or_compile(path: str, target: str, shapes):
   from pathlib import Path
   if Path(path).is_dir():
-    from minicomp.saved_model import load
+    from minicomp.saved_model_load import load
     return load(path)
   from minicomp.compiler import compile as mc_compile
   return mc_compile(path, target=target, input_shapes=shapes)

@@ -6,7 +6,8 @@ planned at construction: a buffer is reused once the value in it is dead. On a G
 device-resident (:mod:`minicomp.codegen.resident`): weights are uploaded once, the pool lives on
 the device, only graph inputs go up and graph outputs come down; ``run(..., cuda_graph=True)``
 replays a captured CUDA graph; ``benchmark(feeds)`` times it with CUDA events. ``save(path)`` and
-``minicomp.load(path)`` live in :mod:`minicomp.saved_model` (a folder, checked before it is used).
+``minicomp.load(path)`` live in :mod:`minicomp.saved_model` and :mod:`minicomp.saved_model_load` (a folder,
+checked before it is used).
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import pytest
 
 from minicomp.errors import MinicompError
 from minicomp.search import cost_model as cm
+from minicomp.search import cost_model_mlp as mlp
 from minicomp.search.cost_model import CostModelError, MLPCostModel, evaluate
 
 F, HIDDEN = 12, 64     # small, so the file runs in seconds; one config shared by every test (one compilation)
@@ -191,11 +192,11 @@ def test_bucketed_predict_does_not_recompile(trained):
   progs1 = [rng.normal(size=(n, F)).astype(np.float32) for n in lens]
   progs2 = [rng.normal(size=(n, F)).astype(np.float32) for n in lens]
   model.predict(progs1)
-  traces = cm._TRACES["predict"]
+  traces = mlp._TRACES["predict"]
   s1 = model.predict(progs1)
   model.predict(progs2)
   model.predict(progs1[:3000])      # 3000 programs: the same buckets as the first 4096-program chunk
-  assert cm._TRACES["predict"] == traces
+  assert mlp._TRACES["predict"] == traces
   assert s1.shape == (5000,) and np.all(np.isfinite(s1))
 
 

@@ -1,4 +1,4 @@
-"""OpEvo (search/strategies/opevo.py): the factor graphs, the q-random walk, fitness-proportional
+"""OpEvo (search/strategies/opevo.py, opevo_space.py): the factor graphs, the q-random walk, fitness-proportional
 inheritance, valid never-measured proposals, points read back from logged steps, and a tuned model
 that matches onnxruntime and resumes from its log."""
 import hashlib
@@ -16,12 +16,13 @@ from minicomp.ir.dag import ComputeDAG
 from minicomp.search import annotate
 from minicomp.search.annotate import UNROLL_CHOICES, check_values, concretize, make_candidate, prime_factors
 from minicomp.search.records import load_records
-from minicomp.search.strategies import opevo
+from minicomp.search.strategies import opevo_space
 from minicomp.search.strategies.base import TuneTask
 from minicomp.search.strategies.learned import Point
-from minicomp.search.sketch import TileGroup
-from minicomp.search.strategies.opevo import (ChoiceParam, DiscreteParam, FactorParam, FactorSpace, OpEvoStrategy,
-                                              Space, factor_graph, q_walk, read_point)
+from minicomp.search.sketch_types import TileGroup
+from minicomp.search.strategies.opevo import OpEvoStrategy
+from minicomp.search.strategies.opevo_space import (ChoiceParam, DiscreteParam, FactorParam, FactorSpace, Space,
+                                                    factor_graph, q_walk, read_point)
 from minicomp.target import Target
 
 TGT = Target("sm_86")
@@ -69,7 +70,7 @@ def test_factor_graph_nodes_are_the_factorizations_and_edges_move_one_prime(exte
 
 def test_neighbours_on_the_fly_equal_the_graph(monkeypatch):
   with_graph = FactorSpace(360, 5, 16)
-  monkeypatch.setattr(opevo, "MAX_GRAPH_NODES", 0)
+  monkeypatch.setattr(opevo_space, "MAX_GRAPH_NODES", 0)
   without = FactorSpace(360, 5, 16)
   assert with_graph.graph is not None and without.graph is None
   for x in with_graph.nodes: assert sorted(without.neighbours(x)) == sorted(with_graph.neighbours(x))

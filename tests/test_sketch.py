@@ -11,15 +11,9 @@ import pytest
 import minicomp as mc
 from minicomp import workloads as W
 from minicomp.search import annotate as A
-from minicomp.search.sketch import (
-  DEFAULT_RULES,
-  Decision,
-  SketchError,
-  SketchRule,
-  generate_sketches,
-  register_rule,
-  sketches,
-)
+from minicomp.search.sketch import SketchError, generate_sketches, register_rule, sketches
+from minicomp.search.sketch_rules import DEFAULT_RULES
+from minicomp.search.sketch_types import Decision, SketchRule
 from minicomp.target import Target
 
 WORKLOADS = {

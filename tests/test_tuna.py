@@ -13,7 +13,8 @@ from minicomp.ir.dag import ComputeDAG
 from minicomp.search.annotate import UNROLL_CHOICES, check_values, draw_values, validate
 from minicomp.search.records import load_records
 from minicomp.search.strategies.base import TuneTask
-from minicomp.search.strategies.tuna import SketchSearch, TunaStrategy, centered_ranks, es_step, evolve
+from minicomp.search.strategies.evolution_strategies import centered_ranks, es_step, evolve
+from minicomp.search.strategies.tuna import SketchSearch, TunaStrategy
 from minicomp.target import as_target
 from onnx_harness import run_ort
 

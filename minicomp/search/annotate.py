@@ -33,7 +33,7 @@ import numpy as np
 
 from minicomp.errors import AnnotationError, LoweringError, ScheduleError
 from minicomp.ir.schedule import Schedule
-from minicomp.search.sketch import Sketch
+from minicomp.search.sketch_types import Sketch
 from minicomp.target import Target, as_target
 
 UNROLL_CHOICES = (0, 16, 64, 512, 1024)      # Ansor's GPU auto_unroll_max_step candidates

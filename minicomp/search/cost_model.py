@@ -9,15 +9,12 @@ Labels are Ansor's normalised throughput, ``y = min_cost_of_task / cost`` in (0,
 program. Two losses: ``"weighted_mse"`` (Ansor's pack-sum objective, squared error weighted by ``y`` so
 the fast programs matter most) and ``"rank"`` (RankNet: pairwise logistic loss within a task).
 
-The JAX side is functional (STYLE item 10): :func:`init_params`, :func:`program_score`,
-:func:`packed_scores` and :func:`loss` are pure functions of an explicit ``params`` pytree;
-:class:`MLPCostModel` only holds the data, the column scales and the current params. JAX is imported
-lazily, inside those functions, so ``import minicomp`` stays fast.
-
-Batching packs programs *flat*: all rows of a batch stacked into ``(R, F)`` plus a segment id per row,
-summed with ``segment_sum``. Both ``R`` and the program count are bucketed to powers of two, so
-``jax.jit`` compiles once per bucket, not once per batch; unlike a padded ``(B, R_max, F)`` layout no
-work is spent on the padding of short programs.
+The MLP is functional (STYLE item 10) and lives in ``cost_model_mlp.py``: :func:`init_params`,
+:func:`program_score`, :func:`packed_scores` and :func:`loss` (importable from here too) are pure
+functions of an explicit ``params`` pytree, and batches are programs packed flat, bucketed to powers of
+two so ``jax.jit`` compiles once per bucket. :class:`MLPCostModel` only holds the data, the column
+scales and the current params, and trains and predicts. JAX is imported lazily, inside those functions,
+so ``import minicomp`` stays fast.
 
 Example::
 
@@ -33,171 +30,42 @@ import math
 import os
 import time
 import zipfile
-from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from functools import cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from minicomp.errors import CostModelError
+from minicomp.search.cost_model_mlp import (  # the pure functions are public here too (docs/cost_model.md)
+  MIN_PROGS,
+  MIN_ROWS,
+  Batch,
+  Params,
+  ScoreFn,
+  chunks,
+  eval_loss_fn,
+  gather_rows,
+  init_params,
+  loss,
+  pack,
+  packed_scores,
+  pow2_bucket,
+  predict_fn,
+  program_score,
+  row_scores,
+  train_fns,
+)
 
 if TYPE_CHECKING:
   import jax
 
 FORMAT = 1                          # the .npz format version save() writes and load() reads
 LOSSES = ("weighted_mse", "rank")
-Params = dict[str, Any]             # {"w1","b1","w2","b2","w3","b3"} -> jax arrays; a pytree
-ScoreFn = Callable[[Params, "jax.Array", "jax.Array"], "jax.Array"]   # (params, rows[R,F], mask[R]) -> scalar
-
-_PROG_CHUNK = 4096                  # programs per predict call (TenSet's infer batch)
-_ROW_CHUNK = 16384                  # rows per predict call: every full chunk has this one shape
-_MIN_ROWS, _MIN_PROGS = 64, 8       # smallest buckets, so tiny calls share one compiled shape
 _PATIENCE, _MIN_VAL_PROGRAMS = 5, 50
 _PARAM_NAMES = ("w1", "b1", "w2", "b2", "w3", "b3")
-_TRACES: Counter[str] = Counter()   # how often each jitted function was traced (= compiled); tests read it
 
 
-class Batch(NamedTuple):
-  """Programs packed flat: ``rows[r]`` belongs to program ``seg[r]``; padding rows have ``seg == len(y)``
-  (segment_sum drops them) and padding programs ``valid == False``."""
-  rows: Any       # [R, F] float32, already divided by the column scales
-  seg: Any        # [R] int32, sorted
-  y: Any          # [B] float32 normalised throughput
-  group: Any      # [B] int32 task index (pairs for the rank loss come from equal groups)
-  valid: Any      # [B] bool
-
-
-# ---------------------------------------------------------------------------------------------- pure core
-
-def init_params(key: jax.Array, n_features: int, hidden: int = 256) -> Params:
-  """PyTorch's default Linear init, U(+-1/sqrt(fan_in)), as TenSet's model gets it. One uniform draw, sliced:
-  XLA CPU compiles the threefry PRNG once per shape (~0.5 s each), so six draws would cost seconds."""
-  import jax
-  shapes = {"w1": (n_features, hidden), "b1": (hidden,), "w2": (hidden, hidden), "b2": (hidden,), "w3": (hidden, 1),
-            "b3": (1,)}
-  sizes = [math.prod(v) for v in shapes.values()]
-  u = jax.random.uniform(key, (sum(sizes),), minval=-1.0, maxval=1.0)
-  params, at = {}, 0
-  for (name, shape), size in zip(shapes.items(), sizes):
-    fan_in = n_features if name[1] == "1" else hidden
-    params[name] = u[at:at + size].reshape(shape) / math.sqrt(fan_in)
-    at += size
-  return params
-
-
-def row_scores(params: Params, rows: jax.Array) -> jax.Array:
-  """The per-row MLP: ``rows[..., F] -> scores[...]`` (rows already scaled)."""
-  import jax
-  h = jax.nn.relu(rows @ params["w1"] + params["b1"])
-  h = jax.nn.relu(h @ params["w2"] + params["b2"])
-  return (h @ params["w3"] + params["b3"])[..., 0]
-
-
-def program_score(params: Params, rows: jax.Array, mask: jax.Array) -> jax.Array:
-  """One program's score: the sum of its (masked) row scores. ``rows[R, F]`` scaled, ``mask[R]`` bool."""
-  import jax.numpy as jnp
-  return jnp.sum(jnp.where(mask, row_scores(params, rows), 0.0))
-
-
-def packed_scores(params: Params, rows: jax.Array, seg: jax.Array, n_programs: int) -> jax.Array:
-  """Scores of ``n_programs`` programs packed flat (see :class:`Batch`)."""
-  import jax
-  return jax.ops.segment_sum(row_scores(params, rows), seg, num_segments=n_programs, indices_are_sorted=True)
-
-
-def loss(params: Params, batch: Batch, kind: str) -> jax.Array:
-  """``"weighted_mse"``: sum_i y_i (s_i - y_i)^2 / sum_i y_i (Ansor's pack-sum objective, weight = throughput,
-  normalised by the weight sum so the step size does not depend on the batch). ``"rank"``: RankNet's
-  mean softplus(-(s_i - s_j)) over the pairs of one task with y_i > y_j."""
-  import jax
-  import jax.numpy as jnp
-  s = packed_scores(params, batch.rows, batch.seg, batch.y.shape[0])
-  if kind == "weighted_mse":
-    w = jnp.where(batch.valid, batch.y, 0.0)
-    return jnp.sum(w * (s - batch.y) ** 2) / jnp.maximum(jnp.sum(w), 1e-12)
-  pair = ((batch.group[:, None] == batch.group[None, :]) & (batch.y[:, None] > batch.y[None, :])
-          & batch.valid[:, None] & batch.valid[None, :])
-  l = jax.nn.softplus(-(s[:, None] - s[None, :]))
-  return jnp.sum(jnp.where(pair, l, 0.0)) / jnp.maximum(jnp.sum(pair), 1)
-
-
-@cache
-def _train_fns(kind: str, lr: float, weight_decay: float, clip: float, n_features: int, hidden: int):
-  """Jitted ``init(key) -> (params, opt_state)`` and ``step``, cached so models with one config share
-  compilations (eager init would compile every PRNG/slice op separately: seconds on 2 cores)."""
-  import jax
-  import optax
-  opt = optax.chain(optax.clip_by_global_norm(clip), optax.adamw(lr, weight_decay=weight_decay))
-
-  @jax.jit
-  def init(key):
-    params = init_params(key, n_features, hidden)
-    return params, opt.init(params)
-
-  @jax.jit
-  def step(params, opt_state, batch: Batch):
-    _TRACES["train"] += 1
-    value, grads = jax.value_and_grad(loss)(params, batch, kind)
-    updates, opt_state = opt.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, value
-  return init, step
-
-
-@cache
-def _eval_loss(kind: str):
-  import jax
-
-  @jax.jit
-  def f(params, batch: Batch):
-    _TRACES["eval"] += 1
-    return loss(params, batch, kind)
-  return f
-
-
-@cache
-def _predict_jit():
-  import jax
-
-  @jax.jit
-  def f(params, inv_scale, rows, seg, valid):
-    _TRACES["predict"] += 1
-    return packed_scores(params, rows * inv_scale, seg, valid.shape[0])
-  return f
-
-
-# ---------------------------------------------------------------------------------------------- numpy side
-
-def _pow2(n: int, lo: int) -> int:
-  return max(lo, 1 << max(0, int(n) - 1).bit_length())
-
-
-def _pack(rows: np.ndarray, lens: np.ndarray, n_rows: int, n_progs: int) -> tuple[np.ndarray, np.ndarray]:
-  """Pad ``rows`` (the programs' rows, stacked) to ``n_rows`` and build the sorted segment ids."""
-  out = np.zeros((n_rows, rows.shape[1]), np.float32)
-  out[:len(rows)] = rows
-  seg = np.full(n_rows, n_progs, np.int32)   # padding rows point past the last segment: dropped
-  seg[:len(rows)] = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
-  return out, seg
-
-
-def _gather_rows(flat: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-  """The rows of programs ``(starts[i], lens[i])`` of ``flat``, stacked, without a Python loop."""
-  total = int(lens.sum())
-  offs = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-  return flat[offs + np.arange(total)]
-
-
-def _chunks(lens: np.ndarray) -> Iterator[tuple[int, int]]:
-  """Greedy ``[a, b)`` ranges of at most _PROG_CHUNK programs and _ROW_CHUNK rows (a bigger program alone)."""
-  cum = np.concatenate([[0], np.cumsum(lens)])
-  a = 0
-  while a < len(lens):
-    b = min(a + _PROG_CHUNK, int(np.searchsorted(cum, cum[a] + _ROW_CHUNK, side="right")) - 1, len(lens))
-    b = max(b, a + 1)
-    yield a, b
-    a = b
-
+# ---------------------------------------------------------------------------------------------- labels and metrics
 
 def normalized_throughput(costs: Sequence[float | None], task_ids: Sequence[Hashable]) -> np.ndarray:
   """Ansor's label: ``min_cost_of_task / cost`` in (0, 1]; 0 for a failed program (cost None, NaN or inf)."""
@@ -378,24 +246,24 @@ class MLPCostModel:
     if self.loss == "rank" and not any(np.unique(y[tr][group[tr] == g]).size > 1 for g in np.unique(group[tr])):
       return {**stats, "skipped": "no pair of programs of one task with different costs"}
 
-    n_b = min(_pow2(min(self.batch, len(tr)), _MIN_PROGS), self.batch)   # a non-power-of-two batch is its own bucket
+    n_b = min(pow2_bucket(min(self.batch, len(tr)), MIN_PROGS), self.batch)   # a non-power-of-two batch is its own bucket
 
     # All shuffles up front, so one row bucket fits every batch of this fit: one compilation per fit, not one
     # per distinct batch size (each costs ~1 s on 2 cores; padding only the last batch costs far less).
     orders = [rng.permutation(tr) for _ in range(self.epochs)]
     n_rows = max(int(np.add.reduceat(lens[o], np.arange(0, len(o), n_b)).max()) for o in [*orders, val] if len(o))
-    n_rows = _pow2(n_rows, _MIN_ROWS)
+    n_rows = pow2_bucket(n_rows, MIN_ROWS)
 
     def batches(ids: np.ndarray) -> Iterator[tuple[Batch, int]]:
       for a in range(0, len(ids), n_b):
         b = ids[a:a + n_b]
-        rows, seg = _pack(_gather_rows(flat, starts[b], lens[b]), lens[b], n_rows, n_b)
+        rows, seg = pack(gather_rows(flat, starts[b], lens[b]), lens[b], n_rows, n_b)
         pad = n_b - len(b)
         yield Batch(rows, seg, np.pad(y[b], (0, pad)), np.pad(group[b], (0, pad), constant_values=-1),
                     np.pad(np.ones(len(b), bool), (0, pad))), len(b)
 
-    init, step = _train_fns(self.loss, self.lr, self.weight_decay, self.clip, self.n_features, self.hidden)
-    eval_loss = _eval_loss(self.loss)
+    init, step = train_fns(self.loss, self.lr, self.weight_decay, self.clip, self.n_features, self.hidden)
+    eval_loss = eval_loss_fn(self.loss)
     params, opt_state = init(jax.random.PRNGKey(self.seed))
     best, best_params, best_epoch, bad, train_loss = math.inf, params, 0, 0, math.nan
     epoch = 0
@@ -438,15 +306,15 @@ class MLPCostModel:
     if not self.fitted:
       out[nz] = _random_scores([progs[i] for i in nz], self.seed)
       return out
-    f = _predict_jit()
+    f = predict_fn()
     inv_scale = (1.0 / self.scale).astype(np.float32)
-    for a, b in _chunks(lens[nz]):
+    for a, b in chunks(lens[nz]):
       ids = nz[a:b]
       rows = np.concatenate([progs[i] for i in ids])
       if not np.all(np.isfinite(rows)):
         raise CostModelError("program features contain NaN or inf; the feature extractor must return finite rows")
-      n_b = _pow2(len(ids), _MIN_PROGS)
-      rows, seg = _pack(rows, lens[ids], _pow2(len(rows), _MIN_ROWS), n_b)
+      n_b = pow2_bucket(len(ids), MIN_PROGS)
+      rows, seg = pack(rows, lens[ids], pow2_bucket(len(rows), MIN_ROWS), n_b)
       out[ids] = np.asarray(f(self.params, inv_scale, rows, seg, np.zeros(n_b, bool)))[:len(ids)]
     return out
 
@@ -526,3 +394,7 @@ class MLPCostModel:
         params[k] = jnp.asarray(a, jnp.float32)
       model.params = params
     return model
+
+
+__all__ = ["FORMAT", "LOSSES", "Batch", "MLPCostModel", "Params", "ScoreFn", "evaluate", "init_params", "loss",
+           "normalized_throughput", "packed_scores", "program_score", "row_scores"]

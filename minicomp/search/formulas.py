@@ -25,7 +25,7 @@ from minicomp.ir.evaluate import fold_table
 from minicomp.ir.expr import Expr, const
 from minicomp.ir.ops import DTYPE_BYTES, Op
 from minicomp.ir.rewrite import fold
-from minicomp.search.sketch import Sketch
+from minicomp.search.sketch_types import Sketch
 from minicomp.target import Target
 
 UNROLL_COLUMN = "auto_unroll_max_step"

@@ -43,7 +43,7 @@ from collections.abc import Callable
 import numpy as np
 
 from minicomp.search.annotate import UNROLL_CHOICES
-from minicomp.search.sketch import Sketch
+from minicomp.search.sketch_types import Sketch
 from minicomp.target import Target
 
 UNROLL_MAX = math.log2(max(UNROLL_CHOICES) + 1)   # the unroll column's largest value (slog of 1024)
@@ -158,7 +158,7 @@ class SketchObjective:
     import jax
     import jax.numpy as jnp
 
-    from minicomp.search.cost_model import program_score
+    from minicomp.search.cost_model_mlp import program_score
     F = self.features(Y) * inv_scale
     mask = jnp.ones(self.shape[0], bool)
     score = jax.vmap(program_score, (None, 0, None))(params, F, mask)

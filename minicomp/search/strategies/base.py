@@ -17,7 +17,8 @@ import numpy as np
 
 from minicomp.ir.dag import ComputeDAG
 from minicomp.search.annotate import Candidate, sample_population
-from minicomp.search.sketch import Sketch, generate_sketches
+from minicomp.search.sketch import generate_sketches
+from minicomp.search.sketch_types import Sketch
 from minicomp.target import Target
 
 

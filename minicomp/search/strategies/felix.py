@@ -54,7 +54,7 @@ from minicomp.search.annotate import (
   factorizations,
   sample_population,
 )
-from minicomp.search.sketch import Sketch
+from minicomp.search.sketch_types import Sketch
 from minicomp.search.strategies.base import TuneTask
 from minicomp.search.strategies.learned import LearnedStrategy, Point
 from minicomp.target import Target

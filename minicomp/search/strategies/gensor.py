@@ -59,7 +59,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from minicomp.search.annotate import Candidate, check_values, make_candidate, prime_factors
-from minicomp.search.sketch import Sketch, TileGroup, generate_sketches
+from minicomp.search.sketch import generate_sketches
+from minicomp.search.sketch_types import Sketch, TileGroup
 from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel
 from minicomp.search.strategies.base import Strategy, TuneTask
 from minicomp.target import Target, as_target

@@ -28,9 +28,9 @@ minicomp's version, per task:
    point.
 4. **Update.** Mirrored (antithetic) samples, fitness ``-cost`` shaped by centred ranks (each sample's
    rank in its population mapped to [-0.5, 0.5], ties sharing their mean rank, ``inf`` ranking last),
-   then Algorithm 4's plain update of ``theta`` (no Adam, no momentum), kept inside the box of its
-   variables. ``restarts`` independent runs per sketch, from random valid points, step in lockstep
-   (one model call per iteration scores every run's population).
+   then Algorithm 4's plain update of ``theta`` (``evolution_strategies.py``; no Adam, no momentum), kept
+   inside the box of its variables. ``restarts`` independent runs per sketch, from random valid points,
+   step in lockstep (one model call per iteration scores every run's population).
 5. **Archive.** Every distinct valid point any run visits is kept with its analytic cost.
 
 ``propose`` searches a task on its first call (``iterations`` iterations, ``time_limit_s`` seconds per
@@ -76,99 +76,18 @@ from minicomp.search.annotate import (
   sample,
   sample_population,
 )
-from minicomp.search.sketch import Sketch
+from minicomp.search.sketch_types import Sketch
 from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel
 from minicomp.search.strategies.base import Strategy, TuneTask
+from minicomp.search.strategies.evolution_strategies import ALPHA, ITERATIONS, POPULATION, SIGMA, ESRun, evolve
 from minicomp.search.strategies.felix import round_values
 from minicomp.target import Target
 
 log = logging.getLogger("minicomp")
-POPULATION = 32          # samples per run and iteration (mirrored: 16 pairs)
-ITERATIONS = 40          # per run
-SIGMA = 0.3              # noise, natural-log units (a factor of 1.35 in a tile size)
-ALPHA = 1.0              # step size
 RESTARTS = 8             # independent runs per sketch
 TIME_LIMIT_S = 10.0      # one search of one task, all sketches
 START_DRAWS = 64         # random draws per try when looking for valid starts (8 tries)
 _LOG_UNROLL = np.log1p(np.array(UNROLL_CHOICES, np.float64))
-
-
-# ---------------------------------------------------------------------------------------------
-# evolution strategies (independent of sketches)
-
-def centered_ranks(fitness: np.ndarray) -> np.ndarray:
-  """Rank-shaped utilities of ``fitness`` (higher is better) along the last axis: rank / (n - 1) - 0.5,
-  so they lie in [-0.5, 0.5] and sum to 0; tied values share their mean rank; nan ranks last."""
-  f = np.where(np.isnan(fitness), -np.inf, np.asarray(fitness, np.float64))
-  out = np.zeros(f.shape)
-  n = f.shape[-1]
-  if n < 2: return out
-  for idx in np.ndindex(f.shape[:-1]):
-    row = f[idx]
-    order = np.argsort(row, kind="stable")
-    _, first, counts = np.unique(row[order], return_index=True, return_counts=True)
-    ranks = np.empty(n)
-    ranks[order] = np.repeat(first + (counts - 1) / 2, counts)
-    out[idx] = ranks / (n - 1) - 0.5
-  return out
-
-
-def es_step(theta: np.ndarray, eps: np.ndarray, fitness: np.ndarray, alpha: float, sigma: float,
-            shaping: bool = True) -> np.ndarray:
-  """Algorithm 4's update, ``theta + alpha / (n sigma) sum_i F_i eps_i``, for ``theta`` [..., d], ``eps``
-  [..., n, d] and ``fitness`` [..., n] (higher is better). ``F`` is ``centered_ranks(fitness)`` with
-  ``shaping``, else the fitness itself (non-finite values replaced by the worst finite one, 0 if none)."""
-  if shaping: F = centered_ranks(fitness)
-  else:
-    f = np.asarray(fitness, np.float64)
-    ok = np.isfinite(f)
-    worst = np.min(np.where(ok, f, np.inf), axis=-1, keepdims=True)
-    F = np.where(ok, f, np.where(np.isfinite(worst), worst, 0.0))
-  n = eps.shape[-2]
-  return theta + alpha / (n * sigma) * np.einsum("...n,...nd->...d", F, eps)
-
-
-@dataclass
-class ESRun:
-  """What :func:`evolve` did: the final means, the best sample per run, iterations and samples."""
-  theta: np.ndarray          # [R, d]
-  best: np.ndarray           # [R, d] best point scored per run (a sample or a mean)
-  best_cost: np.ndarray      # [R]
-  iterations: int
-  samples: int
-
-
-def evolve(cost, theta0: np.ndarray, rng: np.random.Generator, population: int = POPULATION,
-           iterations: int = ITERATIONS, sigma: float = SIGMA, alpha: float = ALPHA, lo=None, hi=None,
-           deadline: float | None = None, shaping: bool = True) -> ESRun:
-  """Minimise ``cost`` (``Y[m, d] -> costs[m]``, ``inf`` allowed) by ES from the means ``theta0`` [R, d],
-  R independent runs in lockstep: each iteration scores every run's ``population`` mirrored samples and
-  its mean in one ``cost`` call, then steps each mean (:func:`es_step` on fitness ``-cost``) and clips it
-  to [``lo``, ``hi``]. Stops after ``iterations`` or at ``deadline`` (``time.perf_counter()``)."""
-  theta = np.array(theta0, np.float64, ndmin=2)
-  R, d = theta.shape
-  half = max(1, population // 2)
-  n = 2 * half
-  best, best_cost = theta.copy(), np.full(R, np.inf)
-  done = samples = 0
-  for _ in range(iterations):
-    if deadline is not None and time.perf_counter() > deadline: break
-    e = rng.standard_normal((R, half, d))
-    eps = np.concatenate([e, -e], axis=1)
-    Y = theta[:, None, :] + sigma * eps
-    c = np.asarray(cost(np.concatenate([Y.reshape(-1, d), theta])), np.float64)
-    cs = c[:R * n].reshape(R, n)
-    pts = np.concatenate([Y, theta[:, None, :]], axis=1)
-    allc = np.concatenate([cs, c[R * n:, None]], axis=1)
-    i = np.argmin(allc, axis=1)
-    better = allc[np.arange(R), i] < best_cost
-    best[better] = pts[np.arange(R), i][better]
-    best_cost = np.where(better, allc[np.arange(R), i], best_cost)
-    theta = es_step(theta, eps, -cs, alpha, sigma, shaping)
-    if lo is not None or hi is not None: theta = np.clip(theta, lo, hi)
-    done += 1
-    samples += R * (n + 1)
-  return ESRun(theta, best, best_cost, done, samples)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,4 +351,5 @@ class TunaStrategy(Strategy):
     self.stats["failed"] += sum(c is None for c in costs)
 
 
-__all__ = ["ESRun", "SketchSearch", "TunaStrategy", "centered_ranks", "es_step", "evolve"]
+
+__all__ = ["SketchSearch", "TunaStrategy"]

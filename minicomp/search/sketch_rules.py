@@ -1,0 +1,390 @@
+"""Ansor's GPU sketch rules (REFERENCE.md 1.2), with the analysis and building blocks they share.
+
+The engine (``sketch.py``) tries them in this order (:data:`DEFAULT_RULES`):
+
+  add_cache_read -> always_inline -> cross_thread_reduction -> add_cache_write
+  -> multi_level_tiling_with_fusion -> multi_level_tiling -> skip_stage
+
+Where minicomp departs from Ansor (docs/search.md says why):
+
+* The multi-level tiling ("SSSRRSRS": spatial axes in 5 levels, reduce axes in 3) binds its
+  levels in the sketch (S0 -> blockIdx.x, S1 -> vthread, S2 -> threadIdx.x), and shared-memory
+  caches get their cooperative fetch in the sketch (fused, split by the thread tile sizes and a
+  vector width, bound to threadIdx.x): with sizes as variables, Ansor's InitThreadBind and
+  fetch rules have no random choice left, and Felix needs them in the symbolic program.
+* With fusion, the tiled stage is computed at the consumer's thread loop and split only in its
+  inner levels (S3, S4) there, so bound inference gives exact per-thread tiles.
+* Cross-thread reductions split by a *sampled* thread count (32 .. 1024, a multiple of 32)
+  instead of the warp size, and a reduction whose consumers all run in one output stage (softmax,
+  layer norm statistics) is computed inside that output's kernel, one block per row.
+* Root stages nothing else scheduled are fused and split by a sampled thread count (the engine's
+  post-pass, in ``sketch.py``).
+* Only reductions get multi-level tiling (Ansor also tiles a stage that reads two inputs
+  broadcast along different axes, e.g. a softmax output reading its row max and row sum).
+* The Winograd rules (special compute location, const-tensor simplification) are not
+  implemented: minicomp has no Winograd convolution.
+"""
+from __future__ import annotations
+
+import math
+
+from minicomp.ir.dag import has_data_reuse, is_injective, reads
+from minicomp.ir.expr import Expr, var
+from minicomp.ir.ops import Op
+from minicomp.ir.schedule import Schedule
+from minicomp.ir.state import BLOCK_TAGS, INLINE, ROOT, THREAD_TAGS
+from minicomp.search.sketch_types import Choice, Decision, SketchInfo, SketchRule, TileGroup
+
+TILE_STRUCTURE = "SSSRRSRS"        # Ansor's gpu_multi_level_tiling_structure
+SPATIAL_LEVELS, REDUCE_LEVELS = 5, 3
+THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)
+VECTOR_CHOICES = (1, 2, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis on a state (looks through inlined stages, as Ansor's GetConsumers does)
+
+def _stage(s: Schedule, i: int): return s.state.stages[i]
+
+
+def effective_consumers(s: Schedule, name: str) -> list[str]:
+  """Consumers of ``name``, replacing inlined ones by their own consumers."""
+  out, todo, seen = [], list(s.state.consumers(name)), set()
+  while todo:
+    c = todo.pop(0)
+    if c in seen: continue
+    seen.add(c)
+    if s.state.stage(c).attach == INLINE: todo.extend(s.state.consumers(c))
+    elif c not in out: out.append(c)
+  return out
+
+
+def needs_tiling(s: Schedule, name: str) -> bool:
+  """Ansor's NeedsMultiLevelTiling, restricted to reductions: a stage that only broadcasts row
+  statistics (a softmax or layer-norm output) gains nothing from register tiles, and tiling it
+  would split the statistics off into kernels of their own."""
+  st = s.state.stage(name)
+  return not st.is_placeholder and bool(st.tensor.reduce_axes) and has_data_reuse(st.tensor)
+
+
+def _matches_elementwise(consumer, producer) -> bool:
+  if consumer.shape != producer.shape or not is_injective(consumer): return False
+  names = [a.name for a in consumer.axes]
+  return all([e.arg if e.op is Op.VAR else None for e in idx] == names for idx in reads(consumer).get(producer, []))
+
+
+def fusible_consumer(s: Schedule, name: str) -> str | None:
+  """Ansor's HasSingleElementwiseMatchedConsumer: the one (effective) consumer, reached through
+  inlined stages that each read their producer elementwise, or None."""
+  cons = effective_consumers(s, name)
+  if len(cons) != 1: return None
+  target = cons[0]
+  cur = s.state.stage(name).tensor
+  while True:
+    direct = s.state.consumers(cur.name)
+    if len(direct) != 1: return None
+    c = s.state.stage(direct[0])
+    if not _matches_elementwise(c.tensor, cur): return None
+    if c.name == target:
+      tst = s.state.stage(target)
+      return target if tst.scope != "shared" and not (tst.tensor.reduce_axes and s.state.stage(name).tensor.reduce_axes) else None
+    if c.attach != INLINE: return None
+    cur = c.tensor
+
+
+def int_dims(shape) -> list[int]: return [int(getattr(d, "arg", d)) for d in shape]
+
+
+def is_bound(st) -> bool:
+  return any(a in BLOCK_TAGS or a in THREAD_TAGS for _, a in st.annotations)
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks
+
+def _tile_spatial(s: Schedule, info: SketchInfo, stage: str, levels: int, vars_of: dict | None = None):
+  """Split every spatial axis of ``stage`` into ``levels`` levels; returns per level the list of loops.
+  ``vars_of[axis]`` reuses given variables (a consumer following its producer's tiling)."""
+  st = s.state.stage(stage)
+  per_level = [[] for _ in range(levels)]
+  made = {}
+  for a, n in zip(st.tensor.axes, int_dims(st.tensor.shape)):
+    if vars_of is not None: vs = vars_of[a.name]
+    else:
+      vs = tuple(info.new_var(f"{stage}_{a.name}_{k}").arg for k in range(1, levels))
+      info.tiles.append(TileGroup(stage, a.name, n, vs, "spatial"))
+    made[a.name] = vs
+    parts = s.split(stage, a.name, [var(v) for v in vs])
+    for k, p in enumerate(parts): per_level[k].append(p)
+  return per_level, made
+
+
+def _fuse_bind(s: Schedule, stage: str, loops: list[str], tag: str) -> str | None:
+  if not loops: return None
+  f = s.fuse(stage, *loops) if len(loops) > 1 else loops[0]
+  s.bind(stage, f, tag)
+  return f
+
+
+def thread_choice(info: SketchInfo, stage: str, extent: int, what: str) -> Expr:
+  v = info.new_var(f"{stage}_threads")
+  cap = max(32, 1 << max(0, (extent - 1).bit_length()))
+  info.choices.append(Choice(v.arg, tuple(c for c in THREAD_CHOICES if c <= cap) or (32,), what))
+  return v
+
+
+# ---------------------------------------------------------------------------------------------
+# the rules
+
+class AddCacheRead(SketchRule):
+  """Stage shared-memory copies of a tiled consumer's inputs, one reduction tile at a time."""
+  name = "add_cache_read"
+
+  def condition(self, ctx, s, i, info):
+    st = _stage(s, i)
+    if st.attach == INLINE or st.scope == "shared": return Decision.SKIP
+    cons = effective_consumers(s, st.name)
+    if not cons: return Decision.SKIP
+    c = s.state.stage(cons[0])
+    if c.cross_thread or not needs_tiling(s, c.name) or c.attach == ROOT and not is_bound(c) and c.name not in info.threads:
+      return Decision.SKIP
+    if not any(u == c.name or s.state.stage(u).attach == INLINE for u in s.state.consumers(st.name)): return Decision.SKIP
+    return Decision.APPLY_AND_SKIP_REST if _reduce_tile_loop(s, c.name) else Decision.SKIP
+
+  def apply(self, ctx, s, i, info):
+    s, info = s.copy(), info.copy()
+    st = _stage(s, i)
+    c = effective_consumers(s, st.name)[0]
+    readers = [u for u in s.state.consumers(st.name)
+               if u == c or (s.state.stage(u).attach == INLINE and s.state.reaches(u, c))]
+    xs = s.cache_read(st.name, "shared", readers)
+    s.compute_at(xs, c, _reduce_tile_loop(s, c))
+    root = _root_of(s, c)
+    loops = s.loops(xs)
+    f = s.fuse(xs, *loops) if len(loops) > 1 else loops[0]
+    vec = info.new_var(f"{xs}_vec")
+    info.choices.append(Choice(vec.arg, VECTOR_CHOICES, f"vector width of the {xs} fetch"))
+    tvars = info.threads.get(root, [])
+    parts = s.split(xs, f, [var(v) for v in tvars] + [vec])
+    if tvars: _fuse_bind(s, xs, list(parts[1:-1]), "threadIdx.x")
+    s.vectorize(xs, parts[-1])
+    info.applied.append(f"{self.name}({st.name})")
+    return [(s, i, info)]
+
+
+def _reduce_tile_loop(s: Schedule, name: str) -> str | None:
+  """The last reduce loop of the outermost reduce tile (R0) of a tiled stage."""
+  st = s.state.stage(name)
+  r0 = [l for l in st.leaves if st.kind(l) == "reduce" and l.endswith(".0")]
+  return r0[-1] if r0 else None
+
+
+def _root_of(s: Schedule, name: str) -> str:
+  st = s.state.stage(name)
+  while st.attach.kind == "at": st = s.state.stage(st.attach.stage)
+  return st.name
+
+
+class AlwaysInline(SketchRule):
+  """On GPU every non-output stage without a reduction is inlined (Ansor)."""
+  name = "always_inline"
+
+  def condition(self, ctx, s, i, info):
+    st = _stage(s, i)
+    ok = (not st.is_placeholder and st.name not in s.state.outputs and not st.tensor.reduce_axes
+          and st.attach == ROOT and st.scope is None and not st.relations)
+    return Decision.APPLY_AND_SKIP_REST if ok else Decision.SKIP
+
+  def apply(self, ctx, s, i, info):
+    s, info = s.copy(), info.copy()
+    s.compute_inline(_stage(s, i).name)
+    info.applied.append(f"{self.name}({_stage(s, i).name})")
+    return [(s, i - 1, info)]
+
+
+class CrossThreadReduction(SketchRule):
+  """Reduce across the threads of a block when the reduction is long and the output small."""
+  name = "cross_thread_reduction"
+
+  def condition(self, ctx, s, i, info):
+    st = _stage(s, i)
+    if st.is_placeholder or not st.tensor.reduce_axes or st.attach != ROOT or st.relations: return Decision.SKIP
+    if st.scope is not None: return Decision.SKIP          # a cache_write stage (Ansor: HasCacheWriteStage)
+    space = math.prod(int_dims(st.tensor.shape))
+    red = math.prod(int(a.extent.arg) for a in st.tensor.reduce_axes)
+    if needs_tiling(s, st.name):
+      if space > ctx.target.max_threads_per_block: return Decision.SKIP
+      return Decision.APPLY if space < red else Decision.SKIP
+    return Decision.APPLY_AND_SKIP_REST if red > ctx.target.warp_size else Decision.SKIP
+
+  def apply(self, ctx, s, i, info):
+    s, info = s.copy(), info.copy()
+    st = _stage(s, i)
+    name = st.name
+    rd = s.reduce_axis(name)
+    r = s.fuse(name, *rd) if len(rd) > 1 else rd[0]
+    red = math.prod(int(a.extent.arg) for a in st.tensor.reduce_axes)
+    row = _row_target(s, name, info)
+    if row is not None:
+      out, k = row
+      if out not in info.rows:
+        sp = s.axis(out)
+        shape = int_dims(s.state.stage(out).tensor.shape)
+        blk = _fuse_bind(s, out, sp[:k], "blockIdx.x") if k else None
+        rest = s.fuse(out, *sp[k:]) if len(sp) - k > 1 else sp[k]
+        t = thread_choice(info, out, max(math.prod(shape[k:]), red), f"threads per row of {out}")
+        _, ti = s.split(out, rest, [t])
+        s.bind(out, ti, "threadIdx.x")
+        info.rows[out] = (blk, t.arg)
+        info.threads[out] = [t.arg]
+      blk, tv = info.rows[out]
+      if blk is not None: s.compute_at(name, out, blk)
+      t = var(tv)
+    else:
+      sp = s.axis(name)
+      _fuse_bind(s, name, sp, "blockIdx.x")
+      t = thread_choice(info, name, red, f"threads reducing {name}")
+      info.threads[name] = [t.arg]
+    _, ri = s.split(name, r, [t])
+    s.cross_thread_reduce(name, ri, "shuffle")
+    info.applied.append(f"{self.name}({name}{' in ' + row[0] if row else ''})")
+    return [(s, i - 1, info)]
+
+
+def _row_target(s: Schedule, name: str, info: SketchInfo) -> tuple[str, int] | None:
+  """An output stage all of ``name``'s consumers run in (directly, or already computed in it),
+  whose leading axes are ``name``'s axes: the reduction can run inside its kernel, per row."""
+  cons = effective_consumers(s, name)
+  outs = {c if s.state.stage(c).attach == ROOT else _root_of(s, c) for c in cons}
+  if len(outs) != 1: return None
+  out = outs.pop()
+  o = s.state.stage(out)
+  if o.tensor.reduce_axes or (o.relations and out not in info.rows) or any(
+      s.state.stage(c).attach != ROOT and s.state.stage(c).attach.stage != out for c in cons): return None
+  rs, os_ = int_dims(s.state.stage(name).tensor.shape), int_dims(o.tensor.shape)
+  while rs and rs[-1] == 1 and len(rs) > len(os_): rs.pop()
+  k = len(rs)
+  while k > 0 and rs[:k] != os_[:k]: k -= 1
+  if len(rs) == len(os_) and k < len(rs):       # keepdims: trailing ones stand for the reduced axes
+    k = len(rs) - len([d for d in reversed(rs) if d == 1])
+    if rs[:k] != os_[:k]: return None
+  if k == 0 or k >= len(os_): return None
+  if out in info.rows:
+    blk_k = info.rows[out]
+    if blk_k is None: return None
+  return out, k
+
+
+class AddCacheWrite(SketchRule):
+  """A tiled stage without a fusible consumer accumulates in registers (``cache_write`` local)."""
+  name = "add_cache_write"
+
+  def condition(self, ctx, s, i, info):
+    st = _stage(s, i)
+    if st.relations or st.attach != ROOT or st.scope is not None or not needs_tiling(s, st.name): return Decision.SKIP
+    return Decision.SKIP if fusible_consumer(s, st.name) else Decision.APPLY_AND_SKIP_REST
+
+  def apply(self, ctx, s, i, info):
+    s, info = s.copy(), info.copy()
+    name = _stage(s, i).name
+    s.cache_write(name, "local")
+    info.applied.append(f"{self.name}({name})")
+    return [(s, i, info)]
+
+
+def _tile_with_fusion(s: Schedule, info: SketchInfo, name: str, out: str) -> None:
+  """``out`` follows ``name``'s first levels and binds them; ``name`` is computed per thread."""
+  st = s.state.stage(name)
+  out_st = s.state.stage(out)
+  vars_of = {}
+  for a, n in zip(st.tensor.axes, int_dims(st.tensor.shape)):
+    vs = tuple(info.new_var(f"{name}_{a.name}_{k}").arg for k in range(1, SPATIAL_LEVELS))
+    info.tiles.append(TileGroup(name, a.name, n, vs, "spatial"))
+    vars_of[a.name] = vs
+  by_pos = {oa.name: vars_of[a.name] for oa, a in zip(out_st.tensor.axes, st.tensor.axes)}
+  levels, _ = _tile_spatial(s, info, out, SPATIAL_LEVELS, by_pos)
+  s.reorder(out, *[l for lv in levels for l in lv])
+  _fuse_bind(s, out, levels[0], "blockIdx.x")
+  _fuse_bind(s, out, levels[1], "vthread")
+  thr = _fuse_bind(s, out, levels[2], "threadIdx.x")
+  info.threads[out] = [vars_of[a.name][1] for a in st.tensor.axes]
+  info.vthreads[out] = [vars_of[a.name][0] for a in st.tensor.axes]
+  s.compute_at(name, out, thr)
+  inner = []                                   # S3, S4 of each spatial axis, inside the thread
+  for a in st.tensor.axes:
+    inner.append(s.split(name, a.name, [var(vars_of[a.name][3])]))
+  red = _tile_reduce(s, info, name)
+  order = list(red[0]) + list(red[1]) + [p[0] for p in inner] + list(red[2]) + [p[1] for p in inner]
+  s.reorder(name, *order)
+  lead = s.loops(name)[0]
+  info.unroll.append((name, lead))
+
+
+def _tile_reduce(s: Schedule, info: SketchInfo, name: str) -> list[list[str]]:
+  st = s.state.stage(name)
+  levels = [[] for _ in range(REDUCE_LEVELS)]
+  for a in st.tensor.reduce_axes:
+    vs = tuple(info.new_var(f"{name}_{a.name}_{k}").arg for k in range(1, REDUCE_LEVELS))
+    info.tiles.append(TileGroup(name, a.name, int(a.extent.arg), vs, "reduce"))
+    parts = s.split(name, a.name, [var(v) for v in vs])
+    for k, p in enumerate(parts): levels[k].append(p)
+  return levels
+
+
+class MultiLevelTilingWithFusion(SketchRule):
+  """Tile ("SSSRRSRS") a stage with data reuse together with its elementwise consumer."""
+  name = "multi_level_tiling_with_fusion"
+
+  def condition(self, ctx, s, i, info):
+    st = _stage(s, i)
+    if st.relations or st.attach != ROOT or not needs_tiling(s, st.name): return Decision.SKIP
+    out = fusible_consumer(s, st.name)
+    if out is None or s.state.stage(out).relations or s.state.stage(out).attach != ROOT: return Decision.SKIP
+    return Decision.APPLY_AND_SKIP_REST
+
+  def apply(self, ctx, s, i, info):
+    s, info = s.copy(), info.copy()
+    name = _stage(s, i).name
+    out = fusible_consumer(s, name)
+    _tile_with_fusion(s, info, name, out)
+    info.applied.append(f"{self.name}({name} -> {out})")
+    return [(s, i - 1, info)]
+
+
+class MultiLevelTiling(SketchRule):
+  """Tile ("SSSRRSRS") a stage with data reuse on its own (it writes its output directly)."""
+  name = "multi_level_tiling"
+
+  def condition(self, ctx, s, i, info):
+    st = _stage(s, i)
+    ok = not st.relations and st.attach == ROOT and needs_tiling(s, st.name)
+    return Decision.APPLY_AND_SKIP_REST if ok else Decision.SKIP
+
+  def apply(self, ctx, s, i, info):
+    s, info = s.copy(), info.copy()
+    name = _stage(s, i).name
+    levels, made = _tile_spatial(s, info, name, SPATIAL_LEVELS)
+    red = _tile_reduce(s, info, name)
+    order = levels[0] + levels[1] + levels[2] + red[0] + red[1] + levels[3] + red[2] + levels[4]
+    s.reorder(name, *order)
+    _fuse_bind(s, name, levels[0], "blockIdx.x")
+    _fuse_bind(s, name, levels[1], "vthread")
+    _fuse_bind(s, name, levels[2], "threadIdx.x")
+    st = s.state.stage(name)
+    info.threads[name] = [made[a.name][1] for a in st.tensor.axes]
+    info.vthreads[name] = [made[a.name][0] for a in st.tensor.axes]
+    rl = [l for l in s.loops(name) if st.kind(l) == "reduce"]
+    if rl: info.unroll.append((name, rl[0]))
+    info.applied.append(f"{self.name}({name})")
+    return [(s, i - 1, info)]
+
+
+class SkipStage(SketchRule):
+  name = "skip_stage"
+
+  def condition(self, ctx, s, i, info): return Decision.APPLY_AND_SKIP_REST
+  def apply(self, ctx, s, i, info): return [(s, i - 1, info)]
+
+
+DEFAULT_RULES: list[SketchRule] = [AddCacheRead(), AlwaysInline(), CrossThreadReduction(), AddCacheWrite(),
+                                   MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage()]
