@@ -1,7 +1,7 @@
 """Tuning models with a Gather (embedding lookups): an index that reads a tensor.
 
 The feature extractor reads every loaded index value as the position it is loaded from
-(``features._positions``), so the symbolic formulas that Ansor and Felix score and the concrete
+(``feature_sites._positions``), so the symbolic formulas that Ansor and Felix score and the concrete
 extractor agree on gather programs, and no formula holds a LOAD (issue #14: ``KeyError: Op.LOAD``
 in ``FormulaEval`` on every model with a Gather, for "ansor" at once and "felix" after one round).
 """

@@ -33,7 +33,7 @@ UNROLL_COLUMN = "auto_unroll_max_step"
 
 def _reads_tensor(env, n, k):     # the extractor reads a gather's loaded index by its position
   raise ExprError(f"a feature formula reads a tensor ({str(n)[:200]}); features.extract_program_exprs should have "
-                  "replaced every loaded value by its position (features._positions)")
+                  "replaced every loaded value by its position (feature_sites._positions)")
 
 
 _FORMULA_TABLE = fold_table(np, wide=True) | {Op.LOAD: _reads_tensor, Op.REDUCE: _reads_tensor}

@@ -46,9 +46,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from functools import partial
 
 from minicomp.errors import ExprError
-from minicomp.ir.expr import Expr, const, var, walk
+from minicomp.ir import arith
+from minicomp.ir.arith import call as fcall
+from minicomp.ir.arith import exp, neg, sqrt
+from minicomp.ir.arith import fl as c
+from minicomp.ir.arith import is_const as _k
+from minicomp.ir.expr import Expr, var, walk
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.poly import Polys
 from minicomp.ir.rewrite import Rules, fold, rewrite
@@ -67,62 +73,10 @@ SMOOTH_CALLS = {"exp", "log", "sqrt"}
 
 
 # ---------------------------------------------------------------------------------------------
-# float64 Expr kit: folds constants and the identities x+0, x*1, x*0 (so rule output stays small)
+# float64 Expr kit: minicomp.ir.arith's builders with ``finite=True`` (they also fold x+0, x*0, x-x and
+# divide by a constant as a multiplication by its reciprocal, so rule output stays small)
 
-def c(v: float) -> Expr:
-  return const(float(v), F64)
-
-
-def _k(e: Expr, v: float) -> bool: return e.op is Op.CONST and e.arg == v
-
-
-def add(a: Expr, b: Expr) -> Expr:
-  if a.op is Op.CONST and b.op is Op.CONST: return c(a.arg + b.arg)
-  if _k(a, 0.0): return b
-  if _k(b, 0.0): return a
-  return Expr.make(Op.ADD, F64, (a, b))
-
-
-def sub(a: Expr, b: Expr) -> Expr:
-  if a.op is Op.CONST and b.op is Op.CONST: return c(a.arg - b.arg)
-  if _k(b, 0.0): return a
-  if a is b: return c(0.0)
-  return Expr.make(Op.SUB, F64, (a, b))
-
-
-def mul(a: Expr, b: Expr) -> Expr:
-  if a.op is Op.CONST and b.op is Op.CONST: return c(a.arg * b.arg)
-  if _k(a, 1.0): return b
-  if _k(b, 1.0): return a
-  if _k(a, 0.0) or _k(b, 0.0): return c(0.0)     # the operands are finite by construction
-  return Expr.make(Op.MUL, F64, (a, b))
-
-
-def div(a: Expr, b: Expr) -> Expr:
-  """Plain a / b: only for denominators that are positive by construction (sqrt(x^2 + h^2), constants)."""
-  if b.op is Op.CONST:
-    if b.arg == 0.0: raise ExprError(f"division by the constant 0 in {a} / {b}")
-    return mul(a, c(1.0 / b.arg))
-  if a.op is Op.CONST and a.arg == 0.0: return a
-  return Expr.make(Op.DIV, F64, (a, b))
-
-
-def neg(a: Expr) -> Expr:
-  if a.op is Op.CONST: return c(-a.arg)
-  if a.op is Op.NEG: return a.src[0]
-  return Expr.make(Op.NEG, F64, (a,))
-
-
-_CALL_FOLD = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt}
-
-
-def fcall(name: str, a: Expr) -> Expr:
-  if a.op is Op.CONST: return c(_CALL_FOLD[name](a.arg))
-  return Expr.make(Op.CALL, F64, (a,), name)
-
-
-def sqrt(a: Expr) -> Expr: return fcall("sqrt", a)
-def exp(a: Expr) -> Expr: return fcall("exp", a)
+add, sub, mul, div = (partial(f, finite=True) for f in (arith.add, arith.sub, arith.mul, arith.div))
 
 
 def _hard_clamp01(x: Expr) -> Expr:
