@@ -1,8 +1,9 @@
 """The one way minicomp walks an expression: rule tables keyed by ``Op``, applied bottom-up, memoised.
 
-Every pass over the expression IR is one of two walks over its DAG, children before parents, each
-distinct node once (nodes are interned, so a dict keyed by node is an exact memo), iteratively (feature
-formulas nest thousands deep):
+Every pass over the expression IR is one of two walks over its DAG, children before parents (left to
+right), each distinct node once (nodes are interned, so a dict keyed by node is an exact memo); by
+recursion while the expression is shallow, iteratively past depth 128 (feature formulas nest thousands
+deep):
 
 ``rewrite(e, rules, ctx)``: Expr -> Expr.
     Each node is rebuilt on its rewritten children, then the rules for its ``Op`` are tried in order;
@@ -10,7 +11,7 @@ formulas nest thousands deep):
     replacement is rewritten again, children and all, until no rule fires. Substitution, load mapping
     and the simplifier are rewrites::
 
-        >>> rewrite((i + 0) * j, SUBSTITUTE, {"j": const(4)})     # (i + 0) * 4
+        rewrite((i + 0) * j, SUBSTITUTE, {"j": const(4)})     # -> (i + 0) * 4
 
 ``fold(e, table, ctx)``: Expr -> any value.
     ``table[op](ctx, node, values_of_children)`` computes a node's value from its children's: a string
