@@ -6,15 +6,14 @@ checks them against ``onnx.TensorProto``.
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from minicomp.errors import UnsupportedOpError
+from minicomp.ir.ops import np_type
 
 DTYPE_TO_ONNX = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9, "float16": 10, "bfloat16": 16}
 ONNX_TO_DTYPE = {v: k for k, v in DTYPE_TO_ONNX.items()}
-DTYPE_TO_NP = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32, "bool": np.bool_,
-               "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+DTYPE_TO_NP = {n: np_type(n) for n in DTYPE_TO_ONNX}     # from the one dtype table (minicomp.ir.ops)
 
 
 def onnx_to_dtype(elem_type: int, where: str = "") -> str:
