@@ -22,7 +22,8 @@ from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync
 from minicomp.ir.ops import C_TYPE, Op
-from minicomp.ir.simplify import bounds, build_linear, linear, multiple_of, simplify
+from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
+from minicomp.ir.simplify import simplify
 
 _PREC = {Op.OR: 1, Op.AND: 2, Op.EQ: 3, Op.NE: 3, Op.LT: 4, Op.LE: 4, Op.GT: 4, Op.GE: 4,
          Op.ADD: 5, Op.SUB: 5, Op.MUL: 6, Op.DIV: 6, Op.FLOORDIV: 6, Op.FLOORMOD: 6}

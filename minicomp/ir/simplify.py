@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from minicomp.ir.expr import Expr, Op, binary, const
 from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES
-from minicomp.ir.linear import (_MEMO_MAX, Ranges, _bounds, _ctx, _Ctx, _linear, _size, bounds, build_linear, clear_memo,
-                                linear, multiple_of)
+from minicomp.ir.linear import (_MEMO_MAX, Ranges, _bounds, _ctx, _Ctx, _linear, _size, build_linear, clear_memo,
+                                multiple_of)
 from minicomp.ir.rewrite import Rules, rewrite
 
 def _merge_divmod(terms: dict[Expr, int], cx: _Ctx) -> dict[Expr, int]:
@@ -257,5 +257,4 @@ def _divmod(n: Expr, x: Expr, d: int, cx: _Ctx) -> Expr:
   return Expr.make(Op.FLOORMOD, dt, (rest, const(d, dt)))
 
 
-__all__ = ["BOUNDS", "DIVMOD", "FOLD", "LINEAR", "LOGIC", "SIMPLIFY", "simplify", "clear_memo",
-           "bounds", "build_linear", "linear", "multiple_of"]   # the last four live in minicomp.ir.linear
+__all__ = ["BOUNDS", "DIVMOD", "FOLD", "LINEAR", "LOGIC", "SIMPLIFY", "simplify", "clear_memo"]

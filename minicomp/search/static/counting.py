@@ -24,7 +24,8 @@ from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, free_vars
 from minicomp.ir.loop import LoopKernel
 from minicomp.ir.ops import Op
-from minicomp.ir.simplify import bounds, build_linear, linear, simplify
+from minicomp.ir.linear import bounds, build_linear, linear
+from minicomp.ir.simplify import simplify
 from minicomp.search.static.enumeration import distinct_rows, enumerate_count, instances, kept_span, relevant
 from minicomp.search.static.isl_build import HW_TAGS, N_HW, AccessMap, hw_extent, isl_budgeted
 

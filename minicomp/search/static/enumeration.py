@@ -8,7 +8,7 @@ the conditions let through gives a column (kept hardware indices..., element), a
 columns are counted:
 
 - packed into one int64 each by a mixed radix (:func:`_radix`: the range of every kept index and of
-  the element offset, from :func:`~minicomp.ir.simplify.bounds`), then marked in a bitmap (small key
+  the element offset, from :func:`~minicomp.ir.linear.bounds`), then marked in a bitmap (small key
   spaces) or sorted and deduplicated chunk by chunk;
 - or, when the columns do not pack, deduplicated as rows (``np.unique(axis=1)``).
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from minicomp.errors import ExprError
 from minicomp.ir.evaluate import evaluate
-from minicomp.ir.simplify import bounds
+from minicomp.ir.linear import bounds
 from minicomp.search.static.isl_build import AccessMap
 
 ENUM_CHUNK = 1 << 20      # instances evaluated in one numpy chunk

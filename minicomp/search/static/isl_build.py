@@ -35,7 +35,7 @@ from minicomp.ir.expr import Expr, free_vars, var
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync
 from minicomp.ir.ops import INT_DTYPES, Op
-from minicomp.ir.simplify import linear
+from minicomp.ir.linear import linear
 from minicomp.search.static.isl_text import Digits, aff_text, cond_text, pieces_text
 
 

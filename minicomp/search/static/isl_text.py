@@ -25,7 +25,7 @@ import itertools
 from minicomp.ir.expr import Expr, var
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.rewrite import Rules, fold, rewrite, substitute
-from minicomp.ir.simplify import linear
+from minicomp.ir.linear import linear
 
 MAX_PIECES = 16                                       # select pieces kept before giving up on an index
 
