@@ -346,3 +346,24 @@ def test_exp_substitute_is_the_change_of_variables():
   a, b = np.array([1.0, 5.0, 12.0]), np.array([2.0, 2.0, 7.0])
   np.testing.assert_allclose(ev(y, a=np.log(a), b=np.log(b)), ev(e, a=a, b=b), rtol=1e-12)
   np.testing.assert_allclose(ev(exp_substitute(A // B, ["a", "b"]), a=np.log(a), b=np.log(b)), a // b)   # smooths first
+
+
+def test_the_tape_runs_the_evaluators_ops():
+  """The tape's op table is the evaluator's (minicomp.ir.evaluate.tape_table): on lanes where the op runs,
+  each op gives what evaluate gives (bools as 0.0 / 1.0)."""
+  import numpy as np
+
+  from minicomp.ir.evaluate import _intrinsics, _table, tape_table
+  from minicomp.ir.ops import Op
+  rng = np.random.default_rng(0)
+  a, b, c = (rng.uniform(0.5, 20.0, 32) for _ in range(3))
+  m = np.ones(32, bool)
+  for (name, variant), fn in tape_table().items():
+    if name == "CALL":
+      ref = _intrinsics(np)[variant](*((a, b) if variant == "pow" else (a,)))
+    elif name == "CAST" or name in ("AND", "OR", "NOT", "SELECT"):
+      continue
+    else:
+      op = Op[name]
+      ref = _table(np)[op](*((a,) if op is Op.NEG else (a, b))).astype(np.float64)
+    np.testing.assert_array_equal(fn(np, a, b, c, m), ref, err_msg=f"{name} {variant}")

@@ -95,3 +95,44 @@ def evaluate(e: Expr, env: dict[str, Any] | None = None, xp=np, loads: Callable 
       raise ExprError(f"cannot evaluate tensor read in {str(e)[:200]} without a `loads` callback") from None
     if "no value for variable" in str(err): raise ExprError(f"{err} in {str(e)[:200]}") from None
     raise
+
+
+# -- the third form: the tape (minicomp.search.tape), which runs many formulas as one JAX program. Every op
+# works on float lanes, bools are 0.0 / 1.0, and each op sees ``(xp, a, b, c, mask)``: a chunk of lanes runs
+# every op kind present and keeps each lane's own, so the inputs of the partial ops are masked where the
+# lane runs another op (a NaN there would leak into the gradient through ``where``).
+
+def _lanes(xp, x, m, fill): return xp.where(m, x, fill)
+
+
+_PARTIAL_CALLS = {"exp": 0.0, "exp2": 0.0, "log": 1.0, "log2": 1.0, "sqrt": 1.0, "rsqrt": 1.0}
+_TOTAL_CALLS = ("abs", "floor", "ceil", "round", "tanh", "sigmoid")
+
+
+@functools.cache
+def tape_table() -> dict[tuple, Callable]:
+  """``(op name, variant) -> fn(xp, a, b, c, mask)``: the ops of :func:`_table` and :func:`_intrinsics` on
+  float lanes. Variants: a CALL's intrinsic name; a CAST's ``"int"`` (float -> int: truncate) or
+  ``"bool"``."""
+  t: dict[tuple, Callable] = {
+    ("CAST", None): lambda xp, a, b, c, m: a,
+    ("CAST", "int"): lambda xp, a, b, c, m: xp.trunc(a),
+    ("CAST", "bool"): lambda xp, a, b, c, m: (a != 0).astype(a.dtype),
+    ("NEG", None): lambda xp, a, b, c, m: _table(xp)[Op.NEG](a),
+    ("AND", None): lambda xp, a, b, c, m: ((a != 0) & (b != 0)).astype(a.dtype),
+    ("OR", None): lambda xp, a, b, c, m: ((a != 0) | (b != 0)).astype(a.dtype),
+    ("NOT", None): lambda xp, a, b, c, m: (a == 0).astype(a.dtype),
+    ("SELECT", None): lambda xp, a, b, c, m: xp.where(a != 0, b, c),
+    ("CALL", "pow"): lambda xp, a, b, c, m: xp.power(_lanes(xp, a, m, 1.0), _lanes(xp, b, m, 1.0)),
+  }
+  for op in (Op.ADD, Op.SUB, Op.MUL, Op.MIN, Op.MAX):
+    t[(op.name, None)] = lambda xp, a, b, c, m, op=op: _table(xp)[op](a, b)
+  for op in (Op.DIV, Op.FLOORDIV, Op.FLOORMOD):            # the divisor masked to 1
+    t[(op.name, None)] = lambda xp, a, b, c, m, op=op: _table(xp)[op](a, _lanes(xp, b, m, 1.0))
+  for op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE):
+    t[(op.name, None)] = lambda xp, a, b, c, m, op=op: _table(xp)[op](a, b).astype(a.dtype)
+  for name, fill in _PARTIAL_CALLS.items():
+    t[("CALL", name)] = lambda xp, a, b, c, m, name=name, fill=fill: _intrinsics(xp)[name](_lanes(xp, a, m, fill))
+  for name in _TOTAL_CALLS:
+    t[("CALL", name)] = lambda xp, a, b, c, m, name=name: _intrinsics(xp)[name](a)
+  return t

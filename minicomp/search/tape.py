@@ -14,52 +14,12 @@ from collections.abc import Callable
 import numpy as np
 
 from minicomp.errors import ExprError
+from minicomp.ir.evaluate import tape_table
 from minicomp.ir.expr import Expr, walk
 from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES, Op
 
 
-# opcode -> (numpy/jax function of (xp, a, b, c, mask)); inputs of the partial ops are masked so that
-# lanes running another op stay finite (a NaN there would leak into the gradient through `where`)
-def _safe(xp, x, m, fill): return xp.where(m, x, fill)
-
-
-_TAPE_OPS: dict[tuple, Callable] = {
-  ("CAST", None): lambda xp, a, b, c, m: a,
-  ("CAST", "int"): lambda xp, a, b, c, m: xp.trunc(a),
-  ("CAST", "bool"): lambda xp, a, b, c, m: (a != 0).astype(a.dtype),
-  ("ADD", None): lambda xp, a, b, c, m: a + b,
-  ("SUB", None): lambda xp, a, b, c, m: a - b,
-  ("MUL", None): lambda xp, a, b, c, m: a * b,
-  ("DIV", None): lambda xp, a, b, c, m: a / _safe(xp, b, m, 1.0),
-  ("NEG", None): lambda xp, a, b, c, m: -a,
-  ("MIN", None): lambda xp, a, b, c, m: xp.minimum(a, b),
-  ("MAX", None): lambda xp, a, b, c, m: xp.maximum(a, b),
-  ("FLOORDIV", None): lambda xp, a, b, c, m: xp.floor_divide(a, _safe(xp, b, m, 1.0)),
-  ("FLOORMOD", None): lambda xp, a, b, c, m: xp.mod(a, _safe(xp, b, m, 1.0)),
-  ("LT", None): lambda xp, a, b, c, m: (a < b).astype(a.dtype),
-  ("LE", None): lambda xp, a, b, c, m: (a <= b).astype(a.dtype),
-  ("GT", None): lambda xp, a, b, c, m: (a > b).astype(a.dtype),
-  ("GE", None): lambda xp, a, b, c, m: (a >= b).astype(a.dtype),
-  ("EQ", None): lambda xp, a, b, c, m: (a == b).astype(a.dtype),
-  ("NE", None): lambda xp, a, b, c, m: (a != b).astype(a.dtype),
-  ("AND", None): lambda xp, a, b, c, m: ((a != 0) & (b != 0)).astype(a.dtype),
-  ("OR", None): lambda xp, a, b, c, m: ((a != 0) | (b != 0)).astype(a.dtype),
-  ("NOT", None): lambda xp, a, b, c, m: (a == 0).astype(a.dtype),
-  ("SELECT", None): lambda xp, a, b, c, m: xp.where(a != 0, b, c),
-  ("CALL", "exp"): lambda xp, a, b, c, m: xp.exp(_safe(xp, a, m, 0.0)),
-  ("CALL", "exp2"): lambda xp, a, b, c, m: xp.exp2(_safe(xp, a, m, 0.0)),
-  ("CALL", "log"): lambda xp, a, b, c, m: xp.log(_safe(xp, a, m, 1.0)),
-  ("CALL", "log2"): lambda xp, a, b, c, m: xp.log2(_safe(xp, a, m, 1.0)),
-  ("CALL", "sqrt"): lambda xp, a, b, c, m: xp.sqrt(_safe(xp, a, m, 1.0)),
-  ("CALL", "rsqrt"): lambda xp, a, b, c, m: 1.0 / xp.sqrt(_safe(xp, a, m, 1.0)),
-  ("CALL", "pow"): lambda xp, a, b, c, m: xp.power(_safe(xp, a, m, 1.0), _safe(xp, b, m, 1.0)),
-  ("CALL", "abs"): lambda xp, a, b, c, m: xp.abs(a),
-  ("CALL", "floor"): lambda xp, a, b, c, m: xp.floor(a),
-  ("CALL", "ceil"): lambda xp, a, b, c, m: xp.ceil(a),
-  ("CALL", "round"): lambda xp, a, b, c, m: xp.round(a),
-  ("CALL", "tanh"): lambda xp, a, b, c, m: xp.tanh(a),
-  ("CALL", "sigmoid"): lambda xp, a, b, c, m: 1.0 / (1.0 + xp.exp(-a)),
-}
+_TAPE_OPS = tape_table()     # the evaluator's tape form (minicomp.ir.evaluate)
 
 
 def _opkey(n: Expr) -> tuple:
