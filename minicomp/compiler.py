@@ -273,8 +273,8 @@ def nvrtc_tasks(st: CompileState) -> CompileState:
       except BUILD_ERRORS as e:
         _fall_back(b, e)
       else:
-        b.kernel = Kernel(LaunchPlan.from_program(b.program), b.source, binary, st.target, b.program)
-        b.kernel.timings = {"lower_emit_s": b.build_s, "nvrtc_s": time.perf_counter() - t0}
+        b.kernel = Kernel(LaunchPlan.from_program(b.program), b.source, binary, st.target, b.program,
+                          {"lower_emit_s": b.build_s, "nvrtc_s": time.perf_counter() - t0})
       st.stats.nvrtc += time.perf_counter() - t0
       shown.update()
   return st

@@ -89,12 +89,13 @@ class LaunchPlan:
 class Kernel:
   """A compiled schedule: CUDA source, NVRTC binary, resources, and a numpy call."""
 
-  def __init__(self, plan: LaunchPlan, source: str, binary: CudaBinary, target: Target, program: Program | None = None):
+  def __init__(self, plan: LaunchPlan, source: str, binary: CudaBinary, target: Target, program: Program | None = None,
+               timings: dict[str, float] | None = None):
     self.plan, self.source, self.binary, self.target, self.program = plan, source, binary, target, program
     self._sim = None
     self._gpu: dict[str, object] = {}     # backend name -> GpuModule
     self._lock = threading.Lock()
-    self.timings: dict[str, float] = {}   # build phases, seconds (set by build())
+    self.timings: dict[str, float] = dict(timings or {})   # build phases, seconds: lower_emit_s, nvrtc_s
 
   def __getstate__(self) -> dict:
     """Plain data only: the plan, source, binary, target, program and timings (no live handles)."""
@@ -205,6 +206,5 @@ def build(schedule, target: str | Target = "sm_86", name: str = "default", optio
   src = emit_cuda(prog)
   t1 = time.perf_counter()
   binary = compile_cuda(src, tgt, options)
-  k = Kernel(LaunchPlan.from_program(prog), src, binary, tgt, prog)
-  k.timings = {"lower_emit_s": t1 - t0, "nvrtc_s": time.perf_counter() - t1}
-  return k
+  return Kernel(LaunchPlan.from_program(prog), src, binary, tgt, prog,
+                {"lower_emit_s": t1 - t0, "nvrtc_s": time.perf_counter() - t1})
