@@ -134,14 +134,14 @@ def task_dag(name: str, smoke: bool = False):
 
 def make_strategy(name: str, seed: int, smoke: bool, pretrain=None):
   """The strategy with its defaults (smaller populations with ``smoke``, so CI stays fast).
-  ``felix-pre``: Felix whose cost model starts trained on ``pretrain()`` rows (features, cost, task);
+  ``felix-pre``: Felix whose cost model starts trained on ``pretrain()`` (a PretrainData);
   ``opevo-pre``: OpEvo with ``prescreen=True``."""
   from minicomp.search.tune import make_strategy as named
   if name == "felix-pre":
     from minicomp.search.strategies.felix import FelixStrategy
-    strat = FelixStrategy(seed=seed, n_seeds=4, n_steps=20) if smoke else FelixStrategy(seed=seed)
-    strat._data = list(pretrain())          # kept: every retraining fits them with the task's own results
-    if strat._data: strat._train()
+    kw = {"n_seeds": 4, "n_steps": 20} if smoke else {}
+    strat = FelixStrategy(seed=seed, pretrain=pretrain(), **kw)   # its rows stay in every retraining
+    strat.model  # noqa: B018 -- trained on the pre-training data now, before the clock starts
     return strat
   if name == "opevo-pre":
     from minicomp.search.strategies.opevo import OpEvoStrategy
@@ -210,7 +210,7 @@ def run_one(task: str, dag, strategy: str, seed: int, budget: int, args, meas: M
   tgt = as_target(args.target)
   tt = TuneTask(f"{task}", dag, tgt, 1, dag.flop_count(), "", task)
   tt.sketches  # noqa: B018 -- sketches are generated before the clock starts (the same for every strategy)
-  strat = make_strategy(strategy, seed, args.smoke, lambda: pretrain_rows(meas, task, args))   # before the clock
+  strat = make_strategy(strategy, seed, args.smoke, lambda: pretrain_data(meas, task, args))   # before the clock
   rounds = []
   spent0 = meas.spent
   t0 = time.perf_counter()
@@ -228,13 +228,14 @@ def run_one(task: str, dag, strategy: str, seed: int, budget: int, args, meas: M
 _FEATURES: dict[tuple[str, str], object] = {}     # (task, steps) -> features of the lowered program
 
 
-def pretrain_rows(meas: MemoMeasurer, task: str, args) -> list[tuple]:
+def pretrain_data(meas: MemoMeasurer, task: str, args):
   """Pre-training data for ``felix-pre`` on ``task``: up to ``PRETRAIN_PER_TASK`` measured programs of
-  every *other* task in the memo (a fixed random sample), as (features, static-model cost, task)."""
+  every *other* task in the memo (a fixed random sample), with their static-model costs."""
   import numpy as np
 
   from minicomp.ir.schedule import Schedule
   from minicomp.search.features import extract_features
+  from minicomp.search.pretrain import PretrainData
   builders = tasks(args.smoke)
   by_task: dict[str, list[tuple[str, float | None]]] = {}
   for (t, steps), (cost, _) in sorted(meas.memo.items()):
@@ -249,8 +250,8 @@ def pretrain_rows(meas: MemoMeasurer, task: str, args) -> list[tuple]:
         try: f = _FEATURES[(t, steps)] = extract_features(Schedule.from_json(dag, steps).lower())
         except Exception:  # noqa: BLE001 -- a program the extractor cannot take is left out
           continue
-      rows.append((f, cost, t))
-  return rows
+      rows.append((f, cost, t, steps))
+  return PretrainData(*(tuple(col) for col in zip(*rows)), {"labels": "static-model estimates"}) if rows else None
 
 
 def gensor_point(task: str, dag, args, meas: MemoMeasurer) -> dict:

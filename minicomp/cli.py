@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
   pt.add_argument("--target", default="sm_86", help="arch (sm_86) or device (rtx3090, a100, ...); default sm_86")
   pt.add_argument("--trials", type=int, required=True, help="measurements in total for this model (the log counts)")
   pt.add_argument("--log", required=True, help="JSON-lines tuning log to append to / resume from")
-  pt.add_argument("--strategy", default="ansor", help="ansor (default), felix, gensor, opevo, tuna or random")
+  pt.add_argument("--strategy", default="ansor", help="ansor (default), felix, felix-pre (Felix on the shipped "
+                                                      "pre-trained cost model), gensor, opevo, tuna or random")
   pt.add_argument("--seed", type=int, default=0)
   pt.add_argument("--per-round", type=int, default=64, help="measurements per round (default 64, Ansor's)")
   pt.add_argument("--time-budget", type=float, default=None, help="stop searching after this many seconds")

@@ -340,7 +340,7 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   estimates it faster than the rule-based schedule of ``graph/schedules.py``;
   ``schedules="rules"`` uses the rule-based schedules alone (faster to compile, slower kernels).
   With ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor",
-  "felix", "gensor" or "random") until the log holds N measurements for them in total (so
+  "felix", "felix-pre", "gensor", "opevo", "tuna" or "random", or a Strategy object) until the log holds N measurements for them in total (so
   re-running a killed command resumes it), then each task is compiled with its best measured
   schedule. With ``log_file`` and ``trials=0`` the best record per task is applied without any
   search. Tasks without a valid record keep the default schedule, and so do tasks whose default schedule

@@ -84,9 +84,9 @@ def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
   # felix-pre's pre-training rows: the memoised programs of the *other* tasks only, with their features
   from types import SimpleNamespace
   memo = B.MemoMeasurer(tmp_path / "measured_h100.jsonl", None)
-  rows = B.pretrain_rows(memo, "matmul64", SimpleNamespace(smoke=True))
-  assert rows and {t for _, _, t in rows} == {"softmax64"}
-  assert len(rows) <= B.PRETRAIN_PER_TASK and all(f.ndim == 2 and f.shape[0] > 0 for f, _, _ in rows)
+  data = B.pretrain_data(memo, "matmul64", SimpleNamespace(smoke=True))
+  assert data is not None and data.task_names() == ["softmax64"]
+  assert len(data) <= B.PRETRAIN_PER_TASK and all(f.ndim == 2 and f.shape[0] > 0 for f in data.features)
   # a second run finds every run saved and measures nothing again
   before = (tmp_path / "measured_h100.jsonl").read_text()
   assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "--budgets", "8"]) == 0

@@ -35,7 +35,7 @@ from minicomp.search.strategies.base import RandomStrategy, Strategy, TuneTask
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
-STRATEGIES = ("ansor", "felix", "gensor", "opevo", "tuna", "random")
+STRATEGIES = ("ansor", "felix", "felix-pre", "gensor", "opevo", "tuna", "random")
 MEASURERS = ("gpu", "static")     # measurer= by name: the measurement kind (and, with trials, the measurer)
 MAX_WARNINGS = 10                 # invalid records warned about one by one
 
@@ -73,6 +73,9 @@ def make_strategy(name: str | Strategy, seed: int = 0) -> Strategy:
   if name == "felix":
     from minicomp.search.strategies.felix import FelixStrategy
     return FelixStrategy(seed=seed)
+  if name == "felix-pre":             # Felix on the model pre-trained on the shipped data (search/pretrain.py)
+    from minicomp.search.strategies.felix import FelixStrategy
+    return FelixStrategy(seed=seed, pretrain=True)
   if name == "gensor":
     from minicomp.search.strategies.gensor import GensorStrategy
     return GensorStrategy(seed=seed)

@@ -70,8 +70,8 @@ class AnsorStrategy(LearnedStrategy):
 
   def __init__(self, seed: int = 0, population: int = 2048, generations: int = 4, mutation_prob: float = 0.85,
                eps_greedy: float = 0.05, use_measured_ratio: float = 0.2, model=None,
-               time_limit_s: float | None = EVOLUTION_TIME_S):
-    super().__init__(seed, model)
+               time_limit_s: float | None = EVOLUTION_TIME_S, pretrain=None):
+    super().__init__(seed, model, pretrain)
     self.population, self.generations, self.time_limit_s = population, generations, time_limit_s
     self.mutation_prob, self.eps_greedy, self.use_measured_ratio = mutation_prob, eps_greedy, use_measured_ratio
     self.stats.update({"mutations": 0, "crossovers": 0, "invalid_children": 0, "rejected_after_prefilter": 0,

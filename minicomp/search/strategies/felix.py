@@ -112,8 +112,8 @@ class FelixStrategy(LearnedStrategy):
   name = "felix"
 
   def __init__(self, seed: int = 0, n_seeds: int = 8, n_steps: int = 200, later_steps: int | None = None,
-               lr: float = 0.3, lam: float = 10.0, use_measured: float = 0.25, model=None):
-    super().__init__(seed, model)
+               lr: float = 0.3, lam: float = 10.0, use_measured: float = 0.25, model=None, pretrain=None):
+    super().__init__(seed, model, pretrain)
     self.n_seeds, self.n_steps = int(n_seeds), int(n_steps)
     self.later_steps = max(1, self.n_steps // 4) if later_steps is None else int(later_steps)
     self.lr, self.lam, self.use_measured = float(lr), float(lam), float(use_measured)

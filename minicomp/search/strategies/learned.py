@@ -12,6 +12,9 @@ noise).
   accuracy and recall@k on them are logged (INFO) and kept in ``accuracy``; then the model is
   retrained from scratch on every result so far (throughput normalised per task, failures count
   as zero throughput; ``cost_model.py``).
+* ``pretrain=`` (``pretrain.py``): programs of other tasks with their costs, kept in the training data
+  from the start, so the model is trained before the first round (Felix pre-trains on TenSet) and
+  the first round is already model-guided instead of random.
 * ``resume`` retrains from a log: logged programs carry no variable values, so their features come
   from lowering them.
 """
@@ -46,11 +49,18 @@ class Point:
 class LearnedStrategy(Strategy):
   """Base of the strategies that rank candidates with the learned cost model (``model``)."""
 
-  def __init__(self, seed: int = 0, model=None):
+  def __init__(self, seed: int = 0, model=None, pretrain=None):
+    from minicomp.search.pretrain import resolve
     self.seed = seed
     self._model = model
     self._features: dict[str, np.ndarray] = {}
+    self.pretrain = resolve(pretrain)                   # None, or the PretrainData the model starts from
     self._data: list[tuple[np.ndarray, float | None, str]] = []
+    if self.pretrain is not None:
+      from minicomp.search.features import N_FEATURES
+      self.name = f"{type(self).name}-pre"             # what records and reports call it: "felix-pre"
+      self._data = self.pretrain.rows(getattr(model, "n_features", N_FEATURES))
+    self._warm = False                                  # trained on the pre-training data already
     self.accuracy: list[tuple[str, float, float]] = []   # (task, pairwise accuracy, recall@k) on each new round
     self.stats: dict[str, int] = {"scored": 0, "trainings": 0}
     self._formula_cache: dict[tuple[str, int], object] = {}
@@ -64,11 +74,17 @@ class LearnedStrategy(Strategy):
     """The learned cost model, shared by all tasks (Ansor). Ranking loss, batches of 128: the
     cost-model tests found the MLP underfits the few hundred programs of early rounds with
     Ansor's batch of 512, and the weighted-MSE loss cannot rank programs whose statement rows
-    differ in number (minicomp's sketches vary in how many stores they have)."""
+    differ in number (minicomp's sketches vary in how many stores they have). With pre-training data,
+    the first use trains it on that data."""
     if self._model is None:
       from minicomp.search.cost_model import MLPCostModel
       from minicomp.search.features import N_FEATURES
       self._model = MLPCostModel(N_FEATURES, loss="rank", seed=self.seed, batch=128, lr=1e-3)
+    if not self._warm and self.pretrain is not None and self._data and not self._model.fitted:
+      self._warm = True
+      log.info("training the cost model on %d pre-training programs of %d tasks", len(self._data),
+               len({d[2] for d in self._data}))
+      self._train()
     return self._model
 
   # -- features

@@ -86,8 +86,8 @@ class OpEvoStrategy(LearnedStrategy):
   name = "opevo"
 
   def __init__(self, seed: int = 0, parents: int = 8, offspring: int = 8, q: float = 0.5, prescreen=None,
-               walk: str = "each", model=None, time_limit_s: float | None = POPULATION_TIME_S):
-    super().__init__(seed, model)
+               walk: str = "each", model=None, time_limit_s: float | None = POPULATION_TIME_S, pretrain=None):
+    super().__init__(seed, model, pretrain)
     if not (isinstance(parents, int) and parents >= 1):
       raise ValueError(f"parents must be an int >= 1, got {parents!r}")
     if not (isinstance(offspring, int) and offspring >= 1):
