@@ -16,57 +16,84 @@ import numpy as np
 
 from minicomp.ir.expr import Expr, free_vars, max_, min_, Op
 from minicomp.ir.linear import bounds, build_linear, linear
+from minicomp.ir.rewrite import fold
 from minicomp.ir.simplify import simplify
 
 SymRange = tuple[Expr, Expr]
 
 
 def relax(e: Expr, ranges: dict[str, SymRange]) -> Optional[SymRange]:
-  """Symbolic inclusive bounds of ``e`` over the relaxed variables, or None when unknown."""
-  if not (free_vars(e) & ranges.keys()): return (e, e)
-  op = e.op
-  if op is Op.VAR: return ranges[e.arg]
-  if op in (Op.ADD, Op.SUB):
-    a, b = relax(e.src[0], ranges), relax(e.src[1], ranges)
-    if a is None or b is None: return None
-    return (a[0] + b[0], a[1] + b[1]) if op is Op.ADD else (a[0] - b[1], a[1] - b[0])
-  if op is Op.NEG:
-    a = relax(e.src[0], ranges)
-    return None if a is None else (-a[1], -a[0])
-  if op is Op.MUL:
-    x, k = e.src
-    if free_vars(x) & ranges.keys() and free_vars(k) & ranges.keys(): return None
-    if free_vars(k) & ranges.keys(): x, k = k, x
-    a = relax(x, ranges)
-    if a is None: return None
-    if k.is_const: return (a[0] * k, a[1] * k) if k.arg >= 0 else (a[1] * k, a[0] * k)
-    return (a[0] * k, a[1] * k)   # symbolic factors are schedule parameters, always positive
-  if op is Op.FLOORDIV:
-    a = relax(e.src[0], ranges)
-    if a is None or free_vars(e.src[1]) & ranges.keys(): return None
-    return (a[0] // e.src[1], a[1] // e.src[1])
-  if op is Op.FLOORMOD:
-    a = relax(e.src[0], ranges)
-    if a is None or free_vars(e.src[1]) & ranges.keys(): return None
-    d = e.src[1]
-    # the sweep stays inside one period: the mod is monotone there
-    if d.is_const:
-      span = simplify(a[1] - a[0])
-      lo_q, hi_q = simplify(a[0] // d), simplify(a[1] // d)
-      if span.is_const and span.arg < d.arg and simplify(hi_q - lo_q).is_const and simplify(hi_q - lo_q).arg == 0:
-        return (a[0] % d, a[1] % d)
-    return (e.src[0] * 0, d - 1)
-  if op in (Op.MIN, Op.MAX):
-    a, b = relax(e.src[0], ranges), relax(e.src[1], ranges)
-    if a is None or b is None: return None
-    f = min_ if op is Op.MIN else max_
-    return (f(a[0], b[0]), f(a[1], b[1]))
-  if op is Op.SELECT:
-    a, b = relax(e.src[1], ranges), relax(e.src[2], ranges)
-    if a is None or b is None: return None
-    return (min_(a[0], b[0]), max_(a[1], b[1]))
-  if op is Op.CAST: return relax(e.src[0], ranges)
-  return None
+  """Symbolic inclusive bounds of ``e`` over the relaxed variables, or None when unknown. One fold
+  (``ir/rewrite.py``) over ``RELAX``; a subtree free of the relaxed variables is not entered: it is
+  its own bound."""
+  ctx = (ranges, {})
+  return fold(e, RELAX, ctx, what="relax", enter=lambda n: _relaxed(ctx, n))
+
+
+def _relaxed(ctx, n: Expr) -> bool:
+  """``n`` depends on a relaxed variable (memoised per call: ``free_vars`` walks the subtree)."""
+  ranges, seen = ctx
+  v = seen.get(n)
+  if v is None: v = seen[n] = bool(free_vars(n) & ranges.keys())
+  return v
+
+
+def _fixed(rule):
+  """``rule``, except on a node free of the relaxed variables (not entered: ``kids`` is empty), whose
+  bounds are the node itself, and where a child's bounds are unknown."""
+  def r(ctx, n: Expr, kids: tuple):
+    if not _relaxed(ctx, n): return (n, n)
+    if any(k is None for k in kids): return None
+    return rule(ctx, n, kids)
+  return r
+
+
+def _mul(ctx, n: Expr, kids: tuple) -> Optional[SymRange]:
+  (x, k), (a, b) = n.src, kids
+  if _relaxed(ctx, x) and _relaxed(ctx, k): return None
+  if _relaxed(ctx, k): x, k, a = k, x, b
+  if k.is_const: return (a[0] * k, a[1] * k) if k.arg >= 0 else (a[1] * k, a[0] * k)
+  return (a[0] * k, a[1] * k)      # symbolic factors are schedule parameters, always positive
+
+
+def _floordiv(ctx, n: Expr, kids: tuple) -> Optional[SymRange]:
+  if _relaxed(ctx, n.src[1]): return None
+  a, d = kids[0], n.src[1]
+  return (a[0] // d, a[1] // d)
+
+
+def _floormod(ctx, n: Expr, kids: tuple) -> Optional[SymRange]:
+  if _relaxed(ctx, n.src[1]): return None
+  a, d = kids[0], n.src[1]
+  if d.is_const:                   # the sweep stays inside one period: the mod is monotone there
+    span = simplify(a[1] - a[0])
+    lo_q, hi_q = simplify(a[0] // d), simplify(a[1] // d)
+    if span.is_const and span.arg < d.arg and simplify(hi_q - lo_q).is_const and simplify(hi_q - lo_q).arg == 0:
+      return (a[0] % d, a[1] % d)
+  return (n.src[0] * 0, d - 1)
+
+
+def _select(ctx, n: Expr, kids: tuple) -> Optional[SymRange]:
+  """Either branch's bounds, whatever the condition (whose own bounds are not needed)."""
+  if not _relaxed(ctx, n): return (n, n)
+  a, b = kids[1], kids[2]
+  return None if a is None or b is None else (min_(a[0], b[0]), max_(a[1], b[1]))
+
+
+RELAX = {op: _fixed(lambda ctx, n, kids: None) for op in Op}     # an op not below: bounds unknown
+RELAX.update({
+  Op.VAR: lambda ctx, n, kids: ctx[0][n.arg] if n.arg in ctx[0] else (n, n),
+  Op.ADD: _fixed(lambda ctx, n, k: (k[0][0] + k[1][0], k[0][1] + k[1][1])),
+  Op.SUB: _fixed(lambda ctx, n, k: (k[0][0] - k[1][1], k[0][1] - k[1][0])),
+  Op.NEG: _fixed(lambda ctx, n, k: (-k[0][1], -k[0][0])),
+  Op.MUL: _fixed(_mul),
+  Op.FLOORDIV: _fixed(_floordiv),
+  Op.FLOORMOD: _fixed(_floormod),
+  Op.MIN: _fixed(lambda ctx, n, k: (min_(k[0][0], k[1][0]), min_(k[0][1], k[1][1]))),
+  Op.MAX: _fixed(lambda ctx, n, k: (max_(k[0][0], k[1][0]), max_(k[0][1], k[1][1]))),
+  Op.SELECT: _select,
+  Op.CAST: _fixed(lambda ctx, n, k: k[0]),
+})
 
 
 def max_over(e: Expr, ranges: dict[str, tuple[int, int]], limit: int = 1 << 20) -> Optional[int]:
