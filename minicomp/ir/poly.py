@@ -38,6 +38,10 @@ class Polys:
     return {(i,): 1}
 
   def poly(self, e: Expr) -> Poly:
+    """``e`` as a polynomial. Its own walk, not ``rewrite.fold``: atoms are numbered in the order they
+    are met, and that order (right operand first) fixes the term order of every expression built
+    back from a polynomial, so Felix's smoothed formulas (and their rounding) depend on it. A fold
+    visits the left operand first and changes them (``tests/test_source_corpus.py``, matmul/felix)."""
     stack = [e]
     while stack:
       n = stack[-1]
