@@ -8,6 +8,13 @@ islpy and ptxas). A refactoring of the expression machinery (rewrite rules, simp
 evaluators, smoother) must leave every one of them byte-identical; floats are compared at 7 significant
 digits so that a reordered but equal sum does not count as a change.
 
+Felix's values are the exception: JAX computes them in float32 through XLA, whose exp / log / sqrt
+differ in the last bit from one CPU to another (the penalty ``16.57652`` recorded on one machine is
+``16.57651`` on another), so they are kept as values, not hashes, and compared to a relative 1e-5
+(:data:`FELIX_FIELDS`). They were re-recorded in that form on 2026-11-26 from a tree whose smoothed
+features still hashed to the values recorded before the restructuring, and whose penalties differed from
+them only in that one last digit.
+
 Re-record (only when a change of behaviour is intended, and say so in the commit):
 
     python tests/test_source_corpus.py --record
@@ -24,6 +31,8 @@ import pytest
 
 RECORD = Path(__file__).with_name("data") / "source_corpus.json"
 RANDOM_PER_WORKLOAD = 4
+FELIX_FIELDS = ("smoothed", "penalty")    # float32 values from XLA, compared to FELIX_RTOL
+FELIX_RTOL = 1e-5
 
 
 def _h(text: str) -> str:
@@ -99,7 +108,7 @@ def _felix_entries() -> dict:
     sk = generate_sketches(ComputeDAG(wl.outputs), "sm_86")[0]
     obj = SketchObjective(sk, as_target("sm_86"))
     Y = jnp.asarray(np.random.default_rng(1).uniform(0.0, 3.0, (3, obj.dim)))
-    out[f"{name}/felix"] = {"smoothed": _h(_floats(obj.features(Y))), "penalty": _h(_floats(obj.penalty(Y)))}
+    out[f"{name}/felix"] = {"smoothed": _floats(obj.features(Y)), "penalty": _floats(obj.penalty(Y))}
   return out
 
 
@@ -125,6 +134,26 @@ def corpus() -> dict:
   return out
 
 
+def _same(recorded: dict, current: dict) -> bool:
+  """Equal entries: every field byte for byte, but Felix's float32 values to FELIX_RTOL."""
+  if sorted(recorded) != sorted(current): return False
+  for f in recorded:
+    if f in FELIX_FIELDS:
+      a, b = (np.array(x.split(), np.float64) for x in (recorded[f], current[f]))
+      if a.shape != b.shape or not np.allclose(a, b, rtol=FELIX_RTOL, atol=FELIX_RTOL): return False
+    elif recorded[f] != current[f]: return False
+  return True
+
+
+def test_felix_values_compare_to_a_tolerance():
+  """A last-digit difference of XLA's float32 passes; a change in the fifth digit, or a missing value, does not."""
+  rec = {"smoothed": "1 16.57652 0", "penalty": "33.07602"}
+  assert _same(rec, {"smoothed": "1 16.57651 0", "penalty": "33.07602"})
+  assert not _same(rec, {"smoothed": "1 16.5767 0", "penalty": "33.07602"})
+  assert not _same(rec, {"smoothed": "1 16.57652", "penalty": "33.07602"})
+  assert not _same({"cuda": "ab12"}, {"cuda": "ab13"})
+
+
 @pytest.fixture(scope="module")
 def current():
   return corpus()
@@ -138,7 +167,7 @@ def test_corpus_is_recorded():
 def test_corpus_is_unchanged(current):
   recorded = json.loads(RECORD.read_text())
   assert sorted(current) == sorted(recorded)
-  changed = {k: (recorded[k], current[k]) for k in recorded if recorded[k] != current[k]}
+  changed = {k: (recorded[k], current[k]) for k in recorded if not _same(recorded[k], current[k])}
   assert not changed, f"{len(changed)} of {len(recorded)} entries changed: {changed}"
 
 
