@@ -26,14 +26,12 @@ from minicomp.search.annotate import draw_values, make_candidate
 from minicomp.search.features import extract_program_exprs, feature_names
 from minicomp.search.formulas import FormulaEval
 from minicomp.search.sketch import generate_sketches
+from minicomp.search.log_space import compile_features, exp_substitute, log_feature
 from minicomp.search.smooth import (
   RULES,
   Smoother,
   abs_tie,
-  compile_features,
-  exp_substitute,
   is_smooth,
-  log_feature,
   max_s,
   register_smoothing_rule,
   smooth,

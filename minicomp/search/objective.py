@@ -6,7 +6,7 @@ A sketch's variables x (tile sizes, thread counts, vector widths; ``Sketch.param
     O(y) = -score(features(y)) / s  +  lam * sum_j max(g_j(y), 0)^2          (Felix, eq. 4)
 
 * ``features(y)``: the sketch's feature rows (``SketchFormulas.rows``) smoothed, with x = exp(y), and
-  compiled (``smooth.compile_features``). The auto-unroll column is not a formula of the program:
+  compiled (``log_space.compile_features``). The auto-unroll column is not a formula of the program:
   ``SketchFormulas.features`` writes ``log2(1 + max unroll step)`` into every row, so here that column
   *is* ``u``, a continuous variable in ``[0, log2(1025)]`` (0 when the sketch marks no loop).
 * ``score``: the cost model's program score (``cost_model.program_score``: the MLP summed over rows,
@@ -112,7 +112,8 @@ class SketchObjective:
 
   def __init__(self, sketch: Sketch, target: Target, formulas=None):
     from minicomp.search.formulas import SketchFormulas
-    from minicomp.search.smooth import Smoother, compile_features, exp_substitute
+    from minicomp.search.log_space import compile_features, exp_substitute
+    from minicomp.search.smooth import Smoother
     from minicomp.search.tape import compile_formulas
     self.sketch, self.target = sketch, target
     self.formulas = formulas if formulas is not None else SketchFormulas(sketch)

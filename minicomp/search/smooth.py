@@ -1,4 +1,4 @@
-"""Felix's differentiable feature formulas: smoothing rules and the exp change of variables
+"""Felix's differentiable feature formulas: the smoothing rules
 (``docs/search.md``, "Smoothing (Felix)").
 
 A sketch's features are Exprs of its integer variables made of selects, comparisons, min/max and floor
@@ -39,8 +39,8 @@ and its smoothed children; ``register_smoothing_rule`` replaces or adds one):
   cast         identity (float -> int truncation dropped: off by < 1)
   log/sqrt     of pos(x) = max(x, eps) with a C^2 corner; log2, pow, exp2, ... through exp/log
 
-The exact rewrites' polynomial algebra is :mod:`minicomp.ir.poly`; ``compile_features`` smooths, substitutes
-and compiles feature rows into one JAX function through :mod:`minicomp.search.tape`.
+The exact rewrites' polynomial algebra is :mod:`minicomp.ir.poly`. Felix's change of variables ``x = exp(y)``
+and the compiled feature function of a sketch are :mod:`minicomp.search.log_space`.
 """
 from __future__ import annotations
 
@@ -57,8 +57,7 @@ from minicomp.ir.arith import is_const as _k
 from minicomp.ir.expr import Expr, var, walk
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.poly import Polys
-from minicomp.ir.rewrite import Rules, fold, rewrite
-from minicomp.search.tape import compile_formulas
+from minicomp.ir.rewrite import fold
 
 F64 = "float64"
 SENTINEL = 2.0 ** 30            # constants at least this large mean "absent" (features use 2^40)
@@ -396,64 +395,5 @@ def is_smooth(e: Expr) -> bool:
   return True
 
 
-# ---------------------------------------------------------------------------------------------
-# Felix's change of variables and feature transform
-
-class _NotSmooth(Exception):
-  pass
-
-
-def exp_substitute(e: Expr, names: Iterable[str], memo: dict[Expr, Expr] | None = None) -> Expr:
-  """``e`` with each size variable x in ``names`` replaced by ``exp(y_x)`` (Felix's x = e^y; the new
-  variables keep the names, float64). ``e`` is smoothed first unless it already is. Pass one ``memo``
-  dict for many expressions that share sub-DAGs (else each gets its own copy of the shared parts)."""
-  names = set(names)
-  memo = {} if memo is None else memo
-  try: return _exp_sub(e, names, memo)
-  except _NotSmooth: return _exp_sub(smooth(e), names, memo)
-
-
-def _smooth_only(n: Expr, names) -> None:
-  if n.dtype != F64 or (n.op not in SMOOTH_OPS and n.op not in (Op.MIN, Op.MAX)) or \
-     (n.op is Op.CALL and n.arg not in SMOOTH_CALLS):
-    raise _NotSmooth
-
-
-EXP_SUBSTITUTE = Rules("exp substitution")      # ctx: the names of the size variables
-EXP_SUBSTITUTE.add(_smooth_only)
-EXP_SUBSTITUTE.add(lambda n, names: exp(var(n.arg, F64)) if n.arg in names else None, Op.VAR)
-
-
-def _exp_sub(e: Expr, names: set[str], memo: dict[Expr, Expr]) -> Expr:
-  return rewrite(e, EXP_SUBSTITUTE, names, memo)
-
-
-def log_feature(e: Expr, h: float = 0.1) -> Expr:
-  """Ansor's ``slog(x) = sign(x) log2(|x| + 1)``, smooth: ``x/sqrt(x^2+h^2) * log2(x^2/sqrt(x^2+h^2) + 1)``.
-
-  Felix logs its features so products of variables become sums (linear in y). minicomp's rows are
-  already slog-ed where that matters (counts, bytes, extents, reuse); one-hots and the curve are not
-  and should not be. Use this on raw quantities (a formula of your own); exact at 0, within
-  ``h^2 / min(|x|, x^2)`` of slog elsewhere."""
-  if not is_smooth(e): e = smooth(e)
-  r = sqrt(add(mul(e, e), c(h * h)))
-  return mul(div(e, r), mul(fcall("log", add(div(mul(e, e), r), c(1.0))), c(1.0 / LN2)))
-
-
-def compile_features(rows: list[list[Expr]], names: list[str], **smoother_kw) -> Callable:
-  """Felix's feature function of a sketch: ``f(y[len(names)]) -> (len(rows), len(rows[0]))`` with the
-  rows smoothed (``Smoother(**smoother_kw)``, one memo), x = exp(y) substituted, and compiled."""
-  sm = Smoother(**smoother_kw)
-  memo: dict[Expr, Expr] = {}
-  flat = [exp_substitute(sm(e), names, memo) for row in rows for e in row]
-  g = compile_formulas(flat, names)
-  shape = (len(rows), len(rows[0]) if rows else 0)
-
-  def f(y):
-    return g(y).reshape(shape)
-  f.tape, f.smoother = g.tape, sm
-  return f
-
-
-__all__ = ["CALL_RULES", "RULES", "SENTINEL", "Smoother", "abs_tie", "compile_features", "exp_substitute", "hump_s", "is_smooth", "log_feature", "max_s", "min_s", "pos",
+__all__ = ["CALL_RULES", "RULES", "SENTINEL", "Smoother", "abs_tie", "hump_s", "is_smooth", "max_s", "min_s", "pos",
            "register_smoothing_rule", "safe_div", "smooth", "step_compact", "step_s"]
