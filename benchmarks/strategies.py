@@ -342,12 +342,13 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
   head = ["task", "strategy", "seeds"] + [f"meas@{int(x * 100)}%" for x in LEVELS] \
     + [f"search s@{int(x * 100)}%" for x in LEVELS] + ["final / best"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
-  finals: dict[str, list[float]] = {}
+  finals: dict[str, dict[str, float]] = {}     # strategy -> task -> final / best (geometric mean over seeds)
   reach95: dict[str, list[list[int]]] = {}      # strategy -> per task, measurements to 95% per seed
   censored95: set[str] = set()
   curves: dict[tuple[str, str], list[list[float]]] = {}
   bests: dict[str, float] = {}
   for t in names:
+    if not any((t, s) in by for s in strategies): continue     # no strategy has run this task at this budget yet
     costs = [c for s in strategies for r in by.get((t, s), {}).values() for c in r["costs"][:budget] if c is not None]
     costs += [c for r in by.get((t, "gensor"), {}).values() for c in r["costs"] if c is not None]
     if not costs: continue
@@ -368,20 +369,24 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
           if miss: censored95.add(s)
         cells_s.append(_cell([h[1] if h[1] is not None else search_at(r, budget) for h, r in zip(hits, rs)], miss, ".1f"))
       fin = [best_so_far(r["costs"][:budget] if s != "gensor" else r["costs"])[-1] / best for r in rs]
-      finals.setdefault(s, []).append(geomean(fin))
+      finals.setdefault(s, {})[t] = geomean(fin)
       label = "gensor@0" if s == "gensor" else s
       lines.append("| " + " | ".join([t, label, str(len(rs))] + cells_n + cells_s + [_cell(fin, False, ".2f")]) + " |")
       if s != "gensor": curves[(t, s)] = [[c / best for c in best_so_far(r["costs"][:budget])] for r in rs]
       else: curves[(t, s)] = [[fin[0]]]
-  lines += ["", "| strategy | tasks | final / best, geomean over tasks | meas@95%, geomean over tasks |", "|---|---:|---:|---:|"]
+  # a budget not yet run everywhere: the strategies compared on the tasks that every one of them has run
+  common = [t for t in names if all(t in finals[s] for s in finals)]
+  lines += ["", f"| strategy | tasks | final / best, geomean over tasks | meas@95%, geomean over tasks | "
+            f"final / best on the {len(common)} tasks all ran |", "|---|---:|---:|---:|---:|"]
   for s in strategies + ["gensor"]:
     if s not in finals: continue
     m95 = ["0" if s == "gensor" else None]
     if s != "gensor":
       per = [sum(m) / len(m) for m in reach95.get(s, [])]
       m95 = [(">" if s in censored95 else "") + f"{geomean(per):.0f}" if per else ""]
+    on_common = f"{geomean([finals[s][t] for t in common]):.2f}" if common else ""
     lines.append(f"| {'gensor@0' if s == 'gensor' else s} | {len(finals[s])} | "
-                 f"{geomean(finals[s]):.2f} | {m95[0]} |")
+                 f"{geomean(finals[s].values()):.2f} | {m95[0]} | {on_common} |")
   lines += efficiency(by, names, strategies, budget)
   return lines, {"curves": curves, "best": bests}
 

@@ -103,6 +103,26 @@ def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
     for t in names: assert f"| {t} | {s} | 1 |" in text
 
 
+def test_a_partly_run_budget_compares_the_strategies_on_the_tasks_all_ran():
+  """Budget 4 run on two tasks by random and on one by ansor: the summary's last column is over that one task,
+  and a task only Gensor's point has (no strategy ran it at this budget) gets no rows."""
+  def run(task, strategy, costs):
+    return {"task": task, "strategy": strategy, "seed": 0, "budget": 4, "costs": costs, "rounds": [(4, 1.0)],
+            "search_s": 1.0}
+  runs = [run("a", "random", [4.0, 4.0, 2.0, 2.0]), run("b", "random", [9.0, 9.0, 9.0, 9.0]),
+          run("a", "ansor", [4.0, 1.0, 1.0, 1.0]),
+          {**run("c", "gensor", [5.0]), "budget": 0}]
+  lines, data = B.table(runs, 4, ["a", "b", "c"], {})
+  text = "\n".join(lines)
+  assert "| c |" not in text and set(data["best"]) == {"a", "b"}
+  assert "final / best on the 1 tasks all ran" in text
+  summary = text.split("tasks all ran |")[1].split("\n\n")[0].splitlines()
+  row = {ln.split(" | ")[0].lstrip("| "): ln for ln in summary if ln.startswith("| ")}
+  # random: 2.00 on a and 1.00 on b (it is b's only run) -> geomean over its 2 tasks 1.41, on the common task a 2.00
+  assert row["random"].split(" | ")[1:3] == ["2", "1.41"] and row["random"].rstrip(" |").endswith("2.00")
+  assert row["ansor"].split(" | ")[1:3] == ["1", "1.00"] and row["ansor"].rstrip(" |").endswith("1.00")
+
+
 def test_reach_and_confidence_interval():
   run = {"costs": [5.0, None, 3.0, 2.0, 2.0, 1.0], "rounds": [(2, 0.5), (4, 1.5), (6, 3.0)], "search_s": 3.0}
   assert B.reach(run, 3.0, 6) == (3, 1.5)
