@@ -69,7 +69,8 @@ def table(runs: list[dict], budget: int) -> list[str]:
   per_strategy: dict[str, list[list[float]]] = {}
   for n in names:
     mine = [r for r in runs if r["task"] == n]
-    best = min(c for r in mine for c in r["costs"] if c is not None)
+    best = min((c for r in mine for c in r["costs"] if c is not None), default=None)
+    if best is None: continue                  # every program of every run failed: nothing to compare
     for s in STRATEGIES:
       rs = [r for r in mine if r["strategy"] == s]
       if not rs: continue
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(r))
             tmp.replace(path)                    # never a torn run file
-            print(f"# {name:14s} {s:9s} seed {seed}: best {min(c for c in r['costs'] if c) * 1e6:8.2f} us*, "
+            print(f"# {name:14s} {s:9s} seed {seed}: best {min((c for c in r['costs'] if c), default=float('inf')) * 1e6:8.2f} us*, "
                   f"search {r['search_s']:.0f} s", flush=True)
   runs = [json.loads(p.read_text()) for p in sorted(runs_dir.glob(f"{args.target}_r{args.per_round}_*_b{args.budget}.json"))]
   print("\n".join(["```", *header_lines(__file__, argv), "every latency is an ESTIMATE of the static model (no GPU)",

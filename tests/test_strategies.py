@@ -123,6 +123,23 @@ def test_a_partly_run_budget_compares_the_strategies_on_the_tasks_all_ran():
   assert row["ansor"].split(" | ")[1:3] == ["1", "1.00"] and row["ansor"].rstrip(" |").endswith("1.00")
 
 
+def test_pretrain_transfer_table():
+  """benchmarks/pretrain_transfer.py's table: best-so-far at 16 / 32 / 64 over the task's best, geometric mean over
+  seeds (min-max beside it) and over tasks; a task whose every program failed gets no rows."""
+  import pretrain_transfer as P
+
+  def run(task, strategy, seed, costs):
+    return {"task": task, "strategy": strategy, "seed": seed, "budget": 64, "costs": costs, "search_s": 2.0}
+  runs = [run("stem7x7s2", "ansor", 0, [4.0] * 16 + [2.0] * 48), run("stem7x7s2", "ansor", 1, [2.0] * 64),
+          run("stem7x7s2", "felix-pre", 0, [1.0] * 64), run("fc512x1000", "ansor", 0, [None] * 64)]
+  lines = P.table(runs, 64)
+  text = "\n".join(lines)
+  assert "| fc512x1000 |" not in text
+  # ansor at 16: seeds 4/1 and 2/1 -> geomean sqrt(8) = 2.83 (2.00-4.00); at 32 and 64 both 2.00
+  assert "| stem7x7s2 | ansor | 2 | 2.83 (2.00-4.00) | 2.00 (2.00-2.00) | 2.00 (2.00-2.00) | 2 |" in text
+  assert "| felix-pre | 1 | 1.00 | 1.00 | 1.00 |" in text
+
+
 def test_reach_and_confidence_interval():
   run = {"costs": [5.0, None, 3.0, 2.0, 2.0, 1.0], "rounds": [(2, 0.5), (4, 1.5), (6, 3.0)], "search_s": 3.0}
   assert B.reach(run, 3.0, 6) == (3, 1.5)
