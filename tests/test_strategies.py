@@ -140,6 +140,21 @@ def test_pretrain_transfer_table():
   assert "| felix-pre | 1 | 1.00 | 1.00 | 1.00 |" in text
 
 
+def test_round_size_table_compares_the_seeds_both_ran():
+  """benchmarks/round_size.py: best after N measurements in us*, over the seeds both round sizes ran (seed 1 ran only
+  at 16 and is left out), a longer run of a seed preferred, and the ratio of the two round sizes."""
+  import round_size as R
+
+  def run(seed, r, costs):
+    return {"task": "t", "strategy": "ansor", "seed": seed, "budget": len(costs), "costs": costs, "per_round": r}
+  runs = {16: [run(0, 16, [4e-6] * 4), run(0, 16, [4e-6] * 4 + [2e-6] * 4), run(1, 16, [1e-6] * 8)],
+          64: [run(0, 64, [8e-6] * 4 + [1e-6] * 4)]}
+  lines = R.table(runs, ["t"], "ansor", [4, 8])
+  assert lines[2] == "| t | 16 | 0 | 4.00 (4.00-4.00), 1 | 2.00 (2.00-2.00), 1 |"
+  assert lines[3] == "| t | 64 | 0 | 8.00 (8.00-8.00), 1 | 1.00 (1.00-1.00), 1 |"
+  assert lines[4] == "| t | 16 / 64 | | 0.50 | 2.00 |"
+
+
 def test_reach_and_confidence_interval():
   run = {"costs": [5.0, None, 3.0, 2.0, 2.0, 1.0], "rounds": [(2, 0.5), (4, 1.5), (6, 3.0)], "search_s": 3.0}
   assert B.reach(run, 3.0, 6) == (3, 1.5)
