@@ -243,6 +243,7 @@ def test_isl_only_counts_match_brute_force(name, monkeypatch):
   monkeypatch.setattr(C, "ENUM_CHEAP", 0)
   monkeypatch.setattr(C, "ENUM_HARD_LIMIT", 0)
   monkeypatch.setattr(C, "SUM_EXACT_LIMIT", 1 << 40)
+  monkeypatch.setattr(C, "SEPARABLE_MIN", 1 << 62)            # (no closed form either)
   prog = PROGRAMS[name]().lower()
   for k in prog.kernels:
     dm = check_against_brute_force(k)
@@ -258,6 +259,7 @@ def test_every_enumeration_path_matches_brute_force(name, path, monkeypatch):
   import minicomp.search.static.counting as C
   import minicomp.search.static.enumeration as E
   monkeypatch.setattr(C, "ENUM_CHEAP", 1 << 40)             # enumerate everything
+  monkeypatch.setattr(C, "SEPARABLE_MIN", 1 << 62)
   if path == "sorted":
     monkeypatch.setattr(E, "BITMAP_MIN", 0); monkeypatch.setattr(E, "BITMAP_PER_INSTANCE", 0)
   if path == "unpacked": monkeypatch.setattr(E, "_radix", lambda *a: None)
@@ -448,6 +450,7 @@ def test_sampled_counts_stay_near_exact(name, monkeypatch):
   monkeypatch.setattr(C, "ENUM_HARD_LIMIT", 0)
   monkeypatch.setattr(C, "ISL_BUDGETS", (1, 1))
   monkeypatch.setattr(C, "SAMPLE_LIMIT", 16)
+  monkeypatch.setattr(C, "SEPARABLE_MIN", 1 << 62)
   dm = data_movement(k)
   assert dict(dm.counts)["sampled"] > 0 and not dm.exact
   for e, b in zip(exact.buffers, dm.buffers):

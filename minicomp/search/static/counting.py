@@ -28,11 +28,13 @@ from minicomp.ir.linear import bounds, build_linear, linear
 from minicomp.ir.simplify import simplify
 from minicomp.search.static.enumeration import distinct_rows, enumerate_count, instances, kept_span, relevant
 from minicomp.search.static.isl_build import HW_TAGS, N_HW, AccessMap, hw_extent, isl_budgeted
+from minicomp.search.static.separable import separable_count
 
 SUM_EXACT_LIMIT = 512     # kept hardware-index combinations isl may scan for an exact per-block / per-thread sum
 ISL_BUDGETS = (3000, 30000)   # isl operations a count may take, first and second try
 INJECTIVE_BUDGET = 3000   # isl operations an injectivity test may take (a tenth with many digit variables)
 ENUM_CHEAP = 1 << 18      # sets of at most this many instances are enumerated with numpy (isl is slower there)
+SEPARABLE_MIN = 1 << 16   # sets of more instances are first counted in closed form when the index separates
 ENUM_LIMIT = 1 << 20      # instances enumerated in one go (sampled sums)
 ENUM_HARD_LIMIT = 1 << 25  # instances the numpy fallback enumerates at most (in chunks)
 # past the first isl budget, sets this small are enumerated rather than retried (isl's second budget can take seconds)
@@ -45,7 +47,9 @@ SUM_ENUM_LIMIT = 1 << 18  # instances a per-block / per-thread sum enumerates be
 class DistinctCounter:
   """Distinct-element counts of sets of accesses, memoised, with ``stats`` of how each was taken.
 
-  Sets of at most :data:`ENUM_CHEAP` instances are enumerated with numpy: isl's ``count_val``
+  A set of more than :data:`SEPARABLE_MIN` instances of one access is first counted in closed
+  form when its index separates into parts over disjoint variables (``separable.py``). Sets of
+  at most :data:`ENUM_CHEAP` instances are enumerated with numpy: isl's ``count_val``
   scans the points of a set with existential variables, and a few small ones with awkward
   lattices (fused loops split again by threads) take it seconds to minutes. Larger sets go to
   isl: its count within a small operation budget; for a single injective access, the count of
@@ -57,7 +61,7 @@ class DistinctCounter:
 
   def __init__(self, kernel: LoopKernel):
     self.kernel = kernel
-    self.stats = {"isl": 0, "enumerated": 0, "sampled": 0}
+    self.stats = {"separable": 0, "isl": 0, "enumerated": 0, "sampled": 0}
     self.memo: dict[tuple, int] = {}
 
   def __call__(self, ms, keep: int = 0, fixed: tuple[int, ...] = (), at: tuple[tuple[int, int], ...] = ()) -> int:
@@ -84,6 +88,11 @@ class DistinctCounter:
   def _count(self, items, keep: int) -> int:
     fixes = [(m, {**{p: 0 for p in fx}, **dict(at)}) for m, fx, at in items]
     n = sum(instances(m, keep, f) for m, f in fixes)
+    if n > SEPARABLE_MIN and len(fixes) == 1:
+      c = separable_count(*fixes[0], keep)
+      if c is not None:
+        self.stats["separable"] += 1
+        return c
     if n <= ENUM_CHEAP:
       self.stats["enumerated"] += 1
       return enumerate_count(fixes, keep)
