@@ -15,8 +15,14 @@ issue's two ratios: median estimate / median build (goal <= 0.15) and 90th-perce
 median build (goal <= 1.0). ``--model`` adds the time of ``mod.estimate()`` of a zoo model with
 default schedules (the issue's: ResNet-18 at 224x224), its cache cleared first.
 
+``--memo`` takes the schedules from the measurement memo of ``benchmarks/strategies.py`` instead:
+the programs the searches measured (larger tiles and deeper fetch loops than random samples, the
+static model's slow cases), a fixed random sample per task, and checks each estimate against the
+one the memo recorded (column ``= memo``: a change to the model that should not move an estimate).
+
   python benchmarks/estimate_speed.py                       # 16 schedules per workload
   python benchmarks/estimate_speed.py --per-workload 32 --model resnet18
+  python benchmarks/estimate_speed.py --memo benchmarks/results/strategies/measured_h100.jsonl
 """
 from __future__ import annotations
 
@@ -57,9 +63,9 @@ def _pct(xs, q):
   return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def _time_one(cand, dev) -> dict:
+def _time_one(schedule, dev) -> dict:
   t0 = time.perf_counter()
-  k = mc.build(cand.schedule, target=TARGET)
+  k = mc.build(schedule, target=TARGET)
   t1 = time.perf_counter()
   for l, kir in zip(k.plan.launches, k.program.kernels):
     analyze_ptx(k.binary.ptx, l.kernel, hints=ir_loop_extents(kir.body))
@@ -68,9 +74,29 @@ def _time_one(cand, dev) -> dict:
   t3 = time.perf_counter()
   analysis_cache.clear()
   t4 = time.perf_counter()
-  estimate(k, DEVICE)
+  est = estimate(k, DEVICE)
   t5 = time.perf_counter()
-  return {"build": t1 - t0, "ptx": t2 - t1, "footprint": t3 - t2, "estimate": t5 - t4}
+  return {"build": t1 - t0, "ptx": t2 - t1, "footprint": t3 - t2, "estimate": t5 - t4, "latency_s": est.latency_s}
+
+
+def _memo_schedules(path: str, per_task: int, seed: int) -> dict:
+  """A fixed random sample of the programs a strategies.py memo holds, per task: (schedule, recorded cost)."""
+  import json
+
+  import strategies
+  from minicomp.ir.schedule import Schedule
+  by_task: dict[str, list] = {}
+  for ln in open(path):
+    try: r = json.loads(ln)
+    except json.JSONDecodeError: continue      # a torn last line
+    if r.get("cost") is not None: by_task.setdefault(r["task"], []).append((r["steps"], r["cost"]))
+  out = {}
+  for task in sorted(by_task):
+    rows = by_task[task]
+    pick = np.random.default_rng(seed).permutation(len(rows))[:per_task]
+    dag = strategies.task_dag(task, smoke=task not in strategies.tasks())   # (the CI smoke tasks too)
+    out[f"{task} (searched)"] = [(Schedule.from_json(dag, rows[i][0]), rows[i][1]) for i in pick]
+  return out
 
 
 def _table(head, rows):
@@ -80,14 +106,15 @@ def _table(head, rows):
   return out
 
 
-def _row(label, per):
+def _row(label, per, memo: bool):
   col = lambda key: [t[key] for t in per]
   build_med = statistics.median(col("build"))
   est = col("estimate")
+  same = [f"{sum(t['latency_s'] == t['recorded'] for t in per)}/{len(per)}"] if memo else []
   return (label, str(len(per)), f"{build_med:.3f}", f"{statistics.median(col('ptx')) * 1e3:.1f}",
           f"{statistics.median(col('footprint')) * 1e3:.1f}", f"{statistics.median(est) * 1e3:.1f}",
           f"{_pct(est, 0.9) * 1e3:.1f}", f"{max(est) * 1e3:.0f}",
-          f"{statistics.median(est) / build_med:.3f}", f"{_pct(est, 0.9) / build_med:.3f}")
+          f"{statistics.median(est) / build_med:.3f}", f"{_pct(est, 0.9) / build_med:.3f}", *same)
 
 
 def main(argv=None) -> int:
@@ -96,26 +123,31 @@ def main(argv=None) -> int:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--model", default=None, help="also time mod.estimate() of this zoo model (e.g. resnet18)")
   ap.add_argument("--hw", type=int, default=224, help="input size of --model")
+  ap.add_argument("--memo", default=None, help="take the schedules from this strategies.py memo (measured_*.jsonl)")
   args = ap.parse_args(argv)
   dev = Target(DEVICE).device
   for line in header_lines(__file__, argv): print(line)
   print(f"target:   {TARGET}, estimates for {DEVICE} (static model: every latency it produces is an ESTIMATE); "
         "one process; NVRTC caches off\n")
+  if args.memo: sets = _memo_schedules(args.memo, args.per_workload, args.seed)
+  else:
+    sets = {}
+    for label, make in WORKLOADS.items():
+      sk = generate_sketches(mc.ComputeDAG(make().outputs), TARGET)
+      cands = sample_population(sk, args.per_workload, np.random.default_rng(args.seed), TARGET, time_limit_s=None)
+      sets[label] = [(c.schedule, None) for c in cands]
   rows, everything, slowest = [], [], []
-  for label, make in WORKLOADS.items():
-    wl = make()
-    sk = generate_sketches(mc.ComputeDAG(wl.outputs), TARGET)
-    cands = sample_population(sk, args.per_workload, np.random.default_rng(args.seed), TARGET, time_limit_s=None)
+  for label, scheds in sets.items():
     per = []
-    for c in cands:
-      t = _time_one(c, dev)
+    for sched, recorded in scheds:
+      t = _time_one(sched, dev) | {"recorded": recorded}
       per.append(t)
       slowest.append((t["estimate"], label))
     everything += per
-    rows.append(_row(label, per))
-  rows.append(_row("all", everything))
+    rows.append(_row(label, per, bool(args.memo)))
+  rows.append(_row("all", everything, bool(args.memo)))
   head = ("workload", "n", "build med s", "ptx med ms", "footprint med ms", "estimate med ms", "estimate p90 ms",
-          "estimate max ms", "med est / med build", "p90 est / med build")
+          "estimate max ms", "med est / med build", "p90 est / med build") + (("= memo",) if args.memo else ())
   for line in _table(head, rows): print(line)
   print("\ngoals (issue 14): median estimate <= 0.15x median build; 90th percentile <= 1.0x")
   print("slowest estimates: " + ", ".join(f"{w} {t * 1e3:.0f} ms" for t, w in sorted(slowest, reverse=True)[:3]))

@@ -23,6 +23,7 @@ def test_separable_counts_match_brute_force(name, monkeypatch):
   still equals the simulator's trace, and the closed form took some of the counts."""
   import minicomp.search.static.counting as C
   monkeypatch.setattr(C, "SEPARABLE_MIN", -1)
+  monkeypatch.setattr(SP, "MIN_SAVING", 0)
   prog = PROGRAMS[name]().lower()
   taken = 0
   for k in prog.kernels:
@@ -45,6 +46,7 @@ def test_separable_count_equals_enumeration_on_every_access(monkeypatch):
   where it applies, is the enumerated count; it applies to most, including accesses under
   conditions and accesses whose conditions tie a kept index to the element's variables."""
   keyed = []
+  monkeypatch.setattr(SP, "MIN_SAVING", 0)          # also where it saves nothing over enumeration
   real = SP._keyed_part
   monkeypatch.setattr(SP, "_keyed_part", lambda *a: keyed.append(1) or real(*a))
   tried = closed = guarded = 0

@@ -38,6 +38,7 @@ from minicomp.search.static.isl_build import AccessMap
 
 PART_LIMIT = 1 << 20      # grid points a part of the index is evaluated over at most
 PAIR_LIMIT = 1 << 20      # pairwise sums the explicit Minkowski sum forms at most
+MIN_SAVING = 2            # the parts' grids must hold at most 1/this of the instances' grid (else enumerate)
 KEPT_LIMIT = 1 << 10      # combinations of kept indices tied to element variables that are summed one by one
 
 
@@ -77,6 +78,13 @@ def separable_count(m: AccessMap, fix: dict[int, int], keep: int) -> int | None:
   for pc in pieces: by_root.setdefault(root(pc[3][0]), []).append(pc)
   members: dict[int, list[int]] = {}
   for p in dims: members.setdefault(root(p), []).append(p)
+  grid = lambda ps: math.prod(len(m.span(p)) for p in ps)
+  tied = [[p for p in ps if p < keep] for ps in members.values()]
+  tied = [k for k, ps in zip(tied, members.values()) if k and len(k) != len(ps)]
+  if math.prod(grid(k) for k in tied) > KEPT_LIMIT: return None
+  evaluated = sum(grid(ps) for r, ps in members.items() if r in by_root)
+  if MIN_SAVING * evaluated > math.prod(grid(ps) for ps in members.values()):
+    return None                                      # barely separates: as costly as enumerating the instances
   factor, value_sets, mixed = 1, [], []
   for r, ps in members.items():
     kept = [p for p in ps if p < keep]
@@ -93,7 +101,6 @@ def separable_count(m: AccessMap, fix: dict[int, int], keep: int) -> int | None:
   if not mixed:
     count = _minkowski_count(value_sets)
     return None if count is None else factor * count
-  if math.prod(len(g) for g in mixed) > KEPT_LIMIT: return None
   total, memo = 0, {}
   for combo in itertools.product(*mixed):          # one kept combination of every tied group: their sum
     if any(inside == 0 for inside, _ in combo): continue
