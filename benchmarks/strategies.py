@@ -378,17 +378,19 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
       lines.append("| " + " | ".join([t, label, str(len(rs))] + cells_n + cells_s + [_cell(fin, False, ".2f")]) + " |")
       if s != "gensor": curves[(t, s)] = [[c / best for c in best_so_far(r["costs"][:budget])] for r in rs]
       else: curves[(t, s)] = [[fin[0]]]
-  # a budget not yet run everywhere: the strategies compared on the tasks that every one of them has run
-  common = [t for t in names if all(t in finals[s] for s in finals)]
+  # a budget not yet run everywhere: the strategies compared on the tasks that every one of the five (and
+  # gensor) has run; a variant run on fewer tasks gets no cell there rather than shrinking the comparison
+  main = [s for s in finals if s not in VARIANTS]
+  common = [t for t in names if all(t in finals[s] for s in main)]
   lines += ["", f"| strategy | tasks | final / best, geomean over tasks | meas@95%, geomean over tasks | "
-            f"final / best on the {len(common)} tasks all ran |", "|---|---:|---:|---:|---:|"]
+            f"final / best on the {len(common)} tasks the five ran |", "|---|---:|---:|---:|---:|"]
   for s in strategies + ["gensor"]:
     if s not in finals: continue
     m95 = ["0" if s == "gensor" else None]
     if s != "gensor":
       per = [sum(m) / len(m) for m in reach95.get(s, [])]
       m95 = [(">" if s in censored95 else "") + f"{geomean(per):.0f}" if per else ""]
-    on_common = f"{geomean([finals[s][t] for t in common]):.2f}" if common else ""
+    on_common = f"{geomean([finals[s][t] for t in common]):.2f}" if common and all(t in finals[s] for t in common) else ""
     lines.append(f"| {'gensor@0' if s == 'gensor' else s} | {len(finals[s])} | "
                  f"{geomean(finals[s].values()):.2f} | {m95[0]} | {on_common} |")
   lines += efficiency(by, names, strategies, budget)

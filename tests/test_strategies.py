@@ -103,24 +103,28 @@ def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
     for t in names: assert f"| {t} | {s} | 1 |" in text
 
 
-def test_a_partly_run_budget_compares_the_strategies_on_the_tasks_all_ran():
+def test_a_partly_run_budget_compares_the_strategies_on_the_tasks_the_five_ran():
   """Budget 4 run on two tasks by random and on one by ansor: the summary's last column is over that one task,
   and a task only Gensor's point has (no strategy ran it at this budget) gets no rows."""
   def run(task, strategy, costs):
     return {"task": task, "strategy": strategy, "seed": 0, "budget": 4, "costs": costs, "rounds": [(4, 1.0)],
             "search_s": 1.0}
   runs = [run("a", "random", [4.0, 4.0, 2.0, 2.0]), run("b", "random", [9.0, 9.0, 9.0, 9.0]),
-          run("a", "ansor", [4.0, 1.0, 1.0, 1.0]),
+          run("a", "ansor", [4.0, 1.0, 1.0, 1.0]), run("b", "ansor", [9.0, 9.0, 9.0, 3.0]),
+          run("b", "felix-32", [9.0, 9.0, 9.0, 9.0]),     # a variant on one task: no cell, the common set stays
           {**run("c", "gensor", [5.0]), "budget": 0}]
   lines, data = B.table(runs, 4, ["a", "b", "c"], {})
   text = "\n".join(lines)
   assert "| c |" not in text and set(data["best"]) == {"a", "b"}
-  assert "final / best on the 1 tasks all ran" in text
-  summary = text.split("tasks all ran |")[1].split("\n\n")[0].splitlines()
+  assert "final / best on the 2 tasks the five ran" in text
+  summary = text.split("tasks the five ran |")[1].split("\n\n")[0].splitlines()
   row = {ln.split(" | ")[0].lstrip("| "): ln for ln in summary if ln.startswith("| ")}
-  # random: 2.00 on a and 1.00 on b (it is b's only run) -> geomean over its 2 tasks 1.41, on the common task a 2.00
-  assert row["random"].split(" | ")[1:3] == ["2", "1.41"] and row["random"].rstrip(" |").endswith("2.00")
-  assert row["ansor"].split(" | ")[1:3] == ["1", "1.00"] and row["ansor"].rstrip(" |").endswith("1.00")
+  # random: 2.00 on a, 3.00 on b -> 2.45 over both; ansor 1.00 on both; felix-32 3.00 on b only, no common cell
+  assert row["random"].split(" | ")[1:3] == ["2", "2.45"] and row["random"].rstrip(" |").endswith("2.45")
+  assert row["ansor"].split(" | ")[1:3] == ["2", "1.00"] and row["ansor"].rstrip(" |").endswith("1.00")
+  assert row["felix-32"].split(" | ")[1:3] == ["1", "3.00"] and row["felix-32"].endswith("|  |")
+  only_a = "\n".join(B.table(runs[:3] + runs[5:], 4, ["a", "b", "c"], {})[0])   # ansor on a only: the common set is a
+  assert "final / best on the 1 tasks the five ran" in only_a
 
 
 def test_pretrain_transfer_table():
