@@ -380,8 +380,8 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
       else: curves[(t, s)] = [[fin[0]]]
   # a budget not yet run everywhere: the strategies compared on the tasks that every one of the five (and
   # gensor) has run; a variant run on fewer tasks gets no cell there rather than shrinking the comparison
-  main = [s for s in finals if s not in VARIANTS]
-  common = [t for t in names if all(t in finals[s] for s in main)]
+  five = [s for s in finals if s not in VARIANTS]
+  common = [t for t in names if all(t in finals[s] for s in five)]
   lines += ["", f"| strategy | tasks | final / best, geomean over tasks | meas@95%, geomean over tasks | "
             f"final / best on the {len(common)} tasks the five ran |", "|---|---:|---:|---:|---:|"]
   for s in strategies + ["gensor"]:
