@@ -32,8 +32,6 @@ import statistics
 import sys
 import time
 
-os.environ["MINICOMP_NVRTC_CACHE"] = "0"           # every build compiles: the cost of a new candidate
-os.environ["MINICOMP_NVRTC_MEMORY_CACHE"] = "0"
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
@@ -118,6 +116,19 @@ def _row(label, per, memo: bool):
 
 
 def main(argv=None) -> int:
+  """The run, with NVRTC's caches off (every build compiles: the cost of a new candidate); the
+  environment is restored afterwards (the caches are read per call, so a caller is not affected)."""
+  keys = ("MINICOMP_NVRTC_CACHE", "MINICOMP_NVRTC_MEMORY_CACHE")
+  saved = {k: os.environ.get(k) for k in keys}
+  os.environ.update({k: "0" for k in keys})
+  try: return _main(argv)
+  finally:
+    for k, v in saved.items():
+      if v is None: os.environ.pop(k, None)
+      else: os.environ[k] = v
+
+
+def _main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--per-workload", type=int, default=16, help="random schedules per workload")
   ap.add_argument("--seed", type=int, default=0)
