@@ -79,15 +79,13 @@ def _time_one(schedule, dev) -> dict:
 
 def _memo_schedules(path: str, per_task: int, seed: int) -> dict:
   """A fixed random sample of the programs a strategies.py memo holds, per task: (schedule, recorded cost)."""
-  import json
+  from pathlib import Path
 
   import strategies
   from minicomp.ir.schedule import Schedule
   by_task: dict[str, list] = {}
-  for ln in open(path):
-    try: r = json.loads(ln)
-    except json.JSONDecodeError: continue      # a torn last line
-    if r.get("cost") is not None: by_task.setdefault(r["task"], []).append((r["steps"], r["cost"]))
+  for (task, steps), (cost, _) in strategies.MemoMeasurer(Path(path), None).memo.items():
+    if cost is not None: by_task.setdefault(task, []).append((steps, cost))
   out = {}
   for task in sorted(by_task):
     rows = by_task[task]

@@ -33,7 +33,7 @@ from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import free_vars
 from minicomp.ir.linear import linear
 from minicomp.ir.ops import Op
-from minicomp.search.static.enumeration import _sorted_unique, relevant
+from minicomp.search.static.enumeration import _sorted_unique, instances, relevant
 from minicomp.search.static.isl_build import AccessMap
 
 PART_LIMIT = 1 << 20      # grid points a part of the index is evaluated over at most
@@ -79,11 +79,10 @@ def separable_count(m: AccessMap, fix: dict[int, int], keep: int) -> int | None:
   members: dict[int, list[int]] = {}
   for p in dims: members.setdefault(root(p), []).append(p)
   grid = lambda ps: math.prod(len(m.span(p)) for p in ps)
-  tied = [[p for p in ps if p < keep] for ps in members.values()]
-  tied = [k for k, ps in zip(tied, members.values()) if k and len(k) != len(ps)]
-  if math.prod(grid(k) for k in tied) > KEPT_LIMIT: return None
+  tied = [p for ps in members.values() if ps[0] < keep <= ps[-1] for p in ps if p < keep]   # (ps ascend)
+  if grid(tied) > KEPT_LIMIT: return None
   evaluated = sum(grid(ps) for r, ps in members.items() if r in by_root)
-  if MIN_SAVING * evaluated > math.prod(grid(ps) for ps in members.values()):
+  if MIN_SAVING * evaluated > instances(m, keep, fix):
     return None                                      # barely separates: as costly as enumerating the instances
   factor, value_sets, mixed = 1, [], []
   for r, ps in members.items():
