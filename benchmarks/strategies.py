@@ -532,7 +532,8 @@ def main(argv=None) -> int:
       top = budgets[-1]
       for t in names:
         dag = None
-        todo = [(s, seed) for s in strategies for seed in range(args.seeds)
+        # seed-major: a run stopped part-way leaves every strategy the same seeds
+        todo = [(s, seed) for seed in range(args.seeds) for s in strategies
                 if longest_run(args.out, t, s, seed, args.target, args.per_round) < top]
         gpath = run_path(args.out, t, "gensor", 0, 0, args.target, args.per_round)
         if not todo and gpath.exists(): continue
