@@ -187,6 +187,7 @@ class MemoMeasurer:
           self.memo[(inp.key, inp.steps_json)] = (r.cost_s if r.ok else None, r.error.value)
           f.write(json.dumps({"task": inp.key, "steps": inp.steps_json, "cost": r.cost_s if r.ok else None,
                               "error": r.error.value}) + "\n")
+          f.flush()         # one write per line: runs in parallel processes append whole lines to one memo
       self.fresh += len(todo)
     self.spent += time.perf_counter() - t0
     for i, inp in enumerate(inputs):
