@@ -458,7 +458,7 @@ def plot(curves: dict, names: list[str], descr: dict, budget: int, path: Path, t
       ax.plot(x, np.exp(np.nanmean(np.log(a), 0)), color=colors[s], label=s, lw=1.4)
       if len(cs) > 1: ax.fill_between(x, np.nanmin(a, 0), np.nanmax(a, 0), color=colors[s], alpha=0.15, lw=0)
     g = curves.get((t, "gensor"))
-    if g and math.isfinite(g[0][0]): ax.axhline(g[0][0], color="tab:purple", ls="--", lw=1, label="gensor@0")
+    if g and math.isfinite(g[0][0]): ax.axhline(g[0][0], color="black", ls="--", lw=1, label="gensor@0")
     ax.set_xscale("log"); ax.set_yscale("log")
     ax.set_ylim(0.95, None)
     for axis in (ax.xaxis, ax.yaxis):
@@ -468,7 +468,10 @@ def plot(curves: dict, names: list[str], descr: dict, budget: int, path: Path, t
     ax.set_xlabel("measurements", fontsize=8); ax.set_ylabel("best / best of all", fontsize=8)
     ax.tick_params(labelsize=7)
   for ax in list(axes.flat)[len(shown):]: ax.axis("off")
-  axes.flat[0].legend(fontsize=7)
+  legend: dict = {}                      # every line any panel drew (a variant may run on a few tasks only)
+  for ax in axes.flat:
+    for h, lab in zip(*ax.get_legend_handles_labels()): legend.setdefault(lab, h)
+  axes.flat[0].legend(legend.values(), legend.keys(), fontsize=7)
   fig.suptitle(title, fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
