@@ -3,6 +3,7 @@ how many estimates equal the recorded ones (a recorded cost that is off is count
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -32,5 +33,4 @@ def test_memo_mode_checks_estimates_against_the_recorded_ones(tmp_path, capsys):
   line = next(ln for ln in out.splitlines() if ln.startswith("matmul64 (searched)"))
   assert line.split()[-1] == "1/2" and line.split()[2] == "2"
   assert "= memo" in out and "ESTIMATE" in out
-  import os
   assert "MINICOMP_NVRTC_MEMORY_CACHE" not in os.environ    # the benchmark's caches-off setting does not leak

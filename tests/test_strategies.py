@@ -104,8 +104,9 @@ def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
 
 
 def test_a_partly_run_budget_compares_the_strategies_on_the_tasks_the_five_ran():
-  """Budget 4 run on two tasks by random and on one by ansor: the summary's last column is over that one task,
-  and a task only Gensor's point has (no strategy ran it at this budget) gets no rows."""
+  """Budget 4 run on two tasks by random and ansor and on one by the variant felix-32: the summary's last column
+  is over both tasks (a variant does not shrink it), over one when ansor ran only that one, and a task only
+  Gensor's point has (no strategy ran it at this budget) gets no rows."""
   def run(task, strategy, costs):
     return {"task": task, "strategy": strategy, "seed": 0, "budget": 4, "costs": costs, "rounds": [(4, 1.0)],
             "search_s": 1.0}
