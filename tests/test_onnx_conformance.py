@@ -1,7 +1,8 @@
 """ONNX's backend node test cases (benchmarks/onnx_conformance.py) through minicomp: every case whose ops
 minicomp has matches the reference outputs or is refused with a MinicompError whose reason is listed
 (``REASONS``); none gives a wrong answer or another exception. By default a deterministic sample runs
-(every 4th case by name, plus the cases behind fixes); the slow test runs them all. The table is in
+(every 4th case by name, plus the cases behind fixes); the slow tests run the other three quarters, so
+with them every case runs, each once (bar the few cases behind fixes). The table is in
 benchmarks/README.md. Also here: the importer's opset handling (conversion of old opsets, newer op
 versions) that the cases exercise."""
 import functools
@@ -47,10 +48,21 @@ def _check(cases):
   return {r.case: r for r in results}
 
 
+SHARDS = 4
+# passes per quarter (case k is in quarter k % 4) with onnx 1.23.2, 2026-11-27: 200 199 196 200 of
+# 270 269 269 269 (795 of 1077); the floors leave room for a case or two that a newer onnx changes
+MIN_PASS = {1: 197, 2: 194, 3: 197}
+
+
+def _quarter(i: int) -> list:
+  return [c for k, c in enumerate(_runnable()) if k % SHARDS == i]
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")   # numpy's, from ONNX's reference evaluator folding log(0)
 def test_sample_of_onnx_node_cases_passes_or_is_refused_for_a_listed_reason():
-  cases = _runnable()
-  sample = [c for k, c in enumerate(cases) if k % 4 == 0 or c.name in ALWAYS]
+  sample = _quarter(0)
+  extra = set(ALWAYS) - {c.name for c in sample}
+  sample += [c for c in _runnable() if c.name in extra]
   res = _check(sample)
   assert set(ALWAYS) <= set(res), set(ALWAYS) - set(res)
   n_pass = sum(r.outcome == "pass" for r in res.values())
@@ -63,9 +75,11 @@ def test_sample_of_onnx_node_cases_passes_or_is_refused_for_a_listed_reason():
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_every_onnx_node_case_passes_or_is_refused_for_a_listed_reason():
-  res = _check(_runnable())
-  assert sum(r.outcome == "pass" for r in res.values()) >= 790
+@pytest.mark.parametrize("quarter", sorted(MIN_PASS))
+def test_the_other_onnx_node_cases_pass_or_are_refused_for_a_listed_reason(quarter):
+  res = _check(_quarter(quarter))
+  n_pass = sum(r.outcome == "pass" for r in res.values())
+  assert n_pass >= MIN_PASS[quarter], f"{n_pass} of {len(res)} pass"
 
 
 def test_refusal_reasons_are_recognised():
