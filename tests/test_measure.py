@@ -118,8 +118,11 @@ def test_gpu_measurer_reports_a_wrong_result(fake_gpu, monkeypatch):
 def test_a_timed_out_estimate_does_not_keep_its_worker():
   """A timeout stops the owned pool's worker and starts a fresh pool (``_restart``): the next round is
   measured by the new pool and close() returns promptly. (This estimate is fast, so the test checks the
-  restart path, not a minutes-long abandoned estimate.)"""
+  restart path, not a minutes-long abandoned estimate: the shared pool is stopped first, so the first
+  candidate waits for workers to start, seconds, far over the 0.01 s allowed.)"""
   import time
+  from minicomp.search.workers import shutdown_pools
+  shutdown_pools()
   inputs = _inputs()[:1]
   m = StaticMeasurer(workers=1, timeout_s=0.01)
   (res,) = m.measure(inputs)

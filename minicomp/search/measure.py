@@ -9,8 +9,9 @@ candidate never stops a tuning run. A failure of the machinery itself (workers t
 start, a lost GPU context) raises :class:`MeasureError` instead: recorded as candidate failures,
 it would use up the trial budget and tune nothing.
 
-Work runs through a ``concurrent.futures.Executor`` the caller may pass in (default: a local
-process pool with one worker per core, whose workers exit when this process dies), so a Dask
+Work runs through a ``concurrent.futures.Executor`` the caller may pass in (default: the process-wide
+pool of :mod:`minicomp.search.workers`, one worker per core, started once and shared by every measurer,
+whose workers exit when this process dies), so a Dask
 (``client.get_executor()``) or Ray executor drops in unchanged. ``measure`` returns results in
 input order, ``measure_iter`` as they finish; the static model is deterministic.
 """
@@ -18,12 +19,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import enum
-import os
 import time
 from dataclasses import dataclass, field
 from collections.abc import Iterator, Sequence
 
 from minicomp.errors import CompileError, LoweringError, MeasureError, MinicompError, RuntimeLaunchError, ScheduleError
+from minicomp.search.workers import ping, restart_pool, shared_pool
 
 
 class ErrorKind(enum.Enum):
@@ -67,23 +68,6 @@ class MeasureResult:
 
 MAIN_GUARD_FIX = ("Workers are started with 'spawn', which re-imports the main script: put the code that tunes "
                   "under `if __name__ == \"__main__\":`")
-
-
-def _process_pool(workers: int | None) -> cf.Executor:
-  """A local process pool; workers start fresh ("spawn": forking a process that runs JAX or
-  pycuda threads can deadlock) and exit when this process dies (no orphans after a kill)."""
-  import multiprocessing
-  return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
-                                mp_context=multiprocessing.get_context("spawn"),
-                                initializer=_worker_init, initargs=(os.getpid(),))
-
-
-def _worker_init(parent_pid: int) -> None:
-  from minicomp.codegen.nvrtc_worker import exit_with_parent
-  exit_with_parent(parent_pid)
-
-
-def _ping() -> int: return os.getpid()
 
 
 def _classify(e: BaseException) -> ErrorKind:
@@ -141,8 +125,9 @@ def measure_iter(measurer, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int
 class StaticMeasurer(Measurer):
   """Costs from the static model (no GPU needed). Deterministic; every cost is an estimate.
 
-  ``executor``: any ``concurrent.futures.Executor``; default a process pool of ``workers``
-  (one per core). ``timeout_s`` bounds each candidate (a timeout is a typed failure).
+  ``executor``: any ``concurrent.futures.Executor``; default the shared process pool of ``workers``
+  workers (one per core; :func:`minicomp.search.workers.shared_pool`, which outlives this measurer so
+  the next one starts warm). ``timeout_s`` bounds each candidate (a timeout is a typed failure).
 
   When the owned pool breaks (a worker died), it is restarted and checked with a no-op task: if
   that fails too, the workers die at start (typically a script without a ``__main__`` guard) and
@@ -151,7 +136,7 @@ class StaticMeasurer(Measurer):
 
   def __init__(self, executor: cf.Executor | None = None, workers: int | None = None, timeout_s: float = 120.0):
     self._own, self._workers = executor is None, workers
-    self.executor = executor or _process_pool(workers)
+    self.executor = executor or shared_pool(workers)
     self.timeout_s = timeout_s
 
   def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
@@ -161,31 +146,36 @@ class StaticMeasurer(Measurer):
 
   def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
     inputs = list(inputs)
+    if self._own: self.executor = shared_pool(self._workers)   # the shared pool may have been replaced since
     lost: list[int] = []                       # candidates whose pool broke under them
+    futs: dict = {}
     try:
-      futs = {self.executor.submit(_static_one, inp): i for i, inp in enumerate(inputs)}
-    except cf.process.BrokenProcessPool:
-      futs, lost = {}, list(range(len(inputs)))
-    while futs:
-      done, _ = cf.wait(futs, timeout=self.timeout_s, return_when=cf.FIRST_COMPLETED)
-      if not done:                             # no progress for timeout_s: the running ones are stuck
-        stuck = [f for f in futs if f.running()] or list(futs)
-        for f in stuck:
-          f.cancel()
-          yield futs.pop(f), MeasureResult(None, ErrorKind.TIMEOUT, f"no result within {self.timeout_s} s")
-        if self._own:                          # stop the stuck workers; measure the rest in a fresh pool
-          rest = sorted(futs.values())
-          self._restart()
-          futs = {self.executor.submit(_static_one, inputs[i]): i for i in rest}
-        continue
-      for f in done:
-        i = futs.pop(f)
-        try:
-          yield i, f.result()
-        except cf.process.BrokenProcessPool:
-          lost.append(i)
-        except Exception as e:   # e.g. an input that does not pickle
-          yield i, MeasureResult(None, ErrorKind.INTERNAL, f"worker failed: {type(e).__name__}: {e}")
+      try:
+        for i, inp in enumerate(inputs): futs[self.executor.submit(_static_one, inp)] = i
+      except cf.process.BrokenProcessPool:
+        lost = sorted(set(range(len(inputs))) - set(futs.values()))
+      while futs:
+        done, _ = cf.wait(futs, timeout=self.timeout_s, return_when=cf.FIRST_COMPLETED)
+        if not done:                             # no progress for timeout_s: the running ones are stuck
+          stuck = [f for f in futs if f.running()] or list(futs)
+          for f in stuck:
+            f.cancel()
+            yield futs.pop(f), MeasureResult(None, ErrorKind.TIMEOUT, f"no result within {self.timeout_s} s")
+          if self._own:                          # stop the stuck workers; measure the rest in a fresh pool
+            rest = sorted(futs.values())
+            self._restart()
+            futs = {self.executor.submit(_static_one, inputs[i]): i for i in rest}
+          continue
+        for f in done:
+          i = futs.pop(f)
+          try:
+            yield i, f.result()
+          except cf.process.BrokenProcessPool:
+            lost.append(i)
+          except Exception as e:   # e.g. an input that does not pickle
+            yield i, MeasureResult(None, ErrorKind.INTERNAL, f"worker failed: {type(e).__name__}: {e}")
+    finally:                                   # the caller stopped early: the shared pool must not build the rest
+      for f in futs: f.cancel()
     if lost: yield from self._after_break(inputs, sorted(lost))
 
   def _after_break(self, inputs, lost: list[int]) -> Iterator[tuple[int, MeasureResult]]:
@@ -206,24 +196,19 @@ class StaticMeasurer(Measurer):
       yield i, r
 
   def _restart(self, check: bool = False) -> None:
-    """Stop the pool's workers (a timed-out estimate keeps its worker busy, for minutes on the slow
-    static-model paths: later rounds would queue behind it and close() would wait for it) and start
-    a fresh pool; with ``check``, make sure its workers start (MeasureError if not)."""
-    procs = list((getattr(self.executor, "_processes", None) or {}).values())
-    self.executor.shutdown(wait=False, cancel_futures=True)
-    for p in procs:
-      if p.is_alive(): p.terminate()
-    for p in procs: p.join(timeout=5)
-    self.executor = _process_pool(self._workers)
+    """Kill the pool's workers (a timed-out estimate keeps its worker busy, for minutes on the slow
+    static-model paths: later rounds would queue behind it) and start a fresh shared pool; with
+    ``check``, make sure its workers start (MeasureError if not)."""
+    self.executor = restart_pool(self.executor, self._workers)
     if check:
       try:
-        self.executor.submit(_ping).result(timeout=max(60.0, self.timeout_s))
+        self.executor.submit(ping).result(timeout=max(60.0, self.timeout_s))
       except (cf.process.BrokenProcessPool, cf.TimeoutError) as e:
         raise MeasureError(f"StaticMeasurer: the measuring worker processes die at start ({type(e).__name__}). "
                            f"{MAIN_GUARD_FIX}. Nothing was logged for the candidates in flight") from None
 
   def close(self) -> None:
-    if self._own: self.executor.shutdown(wait=True, cancel_futures=True)
+    """Nothing to stop: the shared pool stays up for the next measurer (a passed executor is the caller's)."""
 
   def __enter__(self): return self
   def __exit__(self, *exc): self.close()
@@ -257,19 +242,23 @@ class GPUMeasurer(Measurer):
     except NoGPUError as e:
       raise NoGPUError(f"GPUMeasurer needs a GPU: {e}; use StaticMeasurer (the static model) instead") from None
     self._own = executor is None
-    self.executor = executor or _process_pool(None)
+    self.executor = executor or shared_pool()
     self.min_total_s, self.max_repeats, self.timeout_s, self.check_elements = min_total_s, max_repeats, timeout_s, check_elements
 
   def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
     return [r for _, r in self.measure_iter(inputs)]
 
   def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
+    if self._own: self.executor = shared_pool()     # the shared pool may have been replaced since
     try:
       futs = [self.executor.submit(build_plain, inp) for inp in inputs]
     except (cf.process.BrokenProcessPool, RuntimeError) as e:
       raise MeasureError(f"GPUMeasurer: the build workers cannot take work ({type(e).__name__}: {e}); if they die "
                          f"at start: {MAIN_GUARD_FIX}") from e
-    for i, (inp, f) in enumerate(zip(inputs, futs)): yield i, self._one(inp, f)
+    try:
+      for i, (inp, f) in enumerate(zip(inputs, futs)): yield i, self._one(inp, f)
+    finally:                                   # the caller stopped early: the shared pool must not build the rest
+      for f in futs: f.cancel()
 
   def _one(self, inp: MeasureInput, fut) -> MeasureResult:
     import numpy as np
@@ -314,7 +303,7 @@ class GPUMeasurer(Measurer):
       return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
 
   def close(self) -> None:
-    if self._own: self.executor.shutdown(wait=True, cancel_futures=True)
+    """Nothing to stop: the shared build pool stays up for the next measurer (a passed executor is the caller's)."""
 
   def __enter__(self): return self
   def __exit__(self, *exc): self.close()

@@ -1,0 +1,63 @@
+"""The shared measuring pool (minicomp/search/workers.py): started once, reused warm by every measurer
+without an executor, replaced when what its workers copied at start no longer holds or they died."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from minicomp.search import workers as WK
+from minicomp.search.measure import StaticMeasurer
+
+
+def _pids(pool, n: int = 4) -> set[int]:
+  return {f.result(timeout=120) for f in [pool.submit(WK.ping) for _ in range(n)]}
+
+
+@pytest.fixture
+def fresh_pools():
+  WK.shutdown_pools()
+  yield
+  WK.shutdown_pools()
+
+
+def test_measurers_without_an_executor_share_one_warm_pool(fresh_pools):
+  with StaticMeasurer(workers=1) as a:
+    first = _pids(a.executor)
+  with StaticMeasurer(workers=1) as b:       # a later measurer: the same pool, the same live worker
+    assert b.executor is a.executor
+    assert _pids(b.executor) == first
+  assert len(first) == 1 and os.getpid() not in first
+  assert StaticMeasurer(workers=2).executor is not a.executor     # another worker count, another pool
+
+
+def test_a_changed_environment_gets_a_new_pool_whose_workers_see_it(fresh_pools, monkeypatch):
+  old = WK.shared_pool(1)
+  assert old.submit(os.getenv, "MINICOMP_TEST_POOL_ENV").result(timeout=120) is None
+  monkeypatch.setenv("MINICOMP_TEST_POOL_ENV", "on")
+  new = WK.shared_pool(1)
+  assert new is not old
+  assert new.submit(os.getenv, "MINICOMP_TEST_POOL_ENV").result(timeout=120) == "on"
+  with pytest.raises(RuntimeError):          # the stale pool was stopped
+    old.submit(WK.ping)
+  monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test")     # pytest's own per-test variable: ignored
+  assert WK.shared_pool(1) is new
+
+
+def test_restart_kills_the_workers_and_the_next_measurer_uses_the_fresh_pool(fresh_pools):
+  pool = WK.shared_pool(1)
+  procs = list(pool._processes.values()) if _pids(pool) else []
+  fresh = WK.restart_pool(pool, 1)
+  assert fresh is not pool and not any(p.is_alive() for p in procs)
+  assert StaticMeasurer(workers=1).executor is fresh
+  assert _pids(fresh).isdisjoint({p.pid for p in procs})
+
+
+def test_a_pool_whose_workers_died_is_replaced(fresh_pools):
+  pool = WK.shared_pool(1)
+  _pids(pool)
+  for p in list(pool._processes.values()): p.kill()
+  with pytest.raises(Exception):             # the pool notices its dead worker: BrokenProcessPool
+    pool.submit(WK.ping).result(timeout=120)
+  again = WK.shared_pool(1)
+  assert again is not pool and len(_pids(again)) == 1
