@@ -302,3 +302,24 @@ def test_launches_from_several_python_threads():
 
   with ThreadPoolExecutor(4) as pool:
     assert all(pool.map(job, range(8)))
+
+
+def test_builds_use_the_precompiled_shim_and_fall_back_to_its_text(tmp_path, monkeypatch):
+  """With g++ the shim is precompiled once into the cache, and g++ takes the .gch (``-H`` marks a used one
+  with ``!``); a .gch g++ cannot use (here: garbage) makes it read the header's text, and the build is right."""
+  import subprocess
+  import minicomp.codegen.simulator as S
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  d = S._shim_dir("g++")
+  gch = d / "cuda_shim.h.gch"
+  assert d != S.SHIM_PATH.parent and gch.is_file() and (d / "cuda_shim.h").read_text() == S._shim_text()
+  src = tmp_path / "t.cpp"
+  src.write_text('#include "cuda_shim.h"\n' + ADD)
+  h = subprocess.run(["g++", *[f for f in S.FLAGS if f != "-shared"], "-Winvalid-pch", "-H", "-fsyntax-only", f"-I{d}", str(src)],
+                     capture_output=True, text=True)
+  assert h.returncode == 0 and f"! {gch}" in h.stderr, h.stderr[:2000]
+  gch.write_bytes(b"not a precompiled header")
+  mod = build_simulator(ADD + "// fresh source, fresh build\n", {"add": [CF, CF, F, I]})
+  a, b, c = _rand(300, seed=1), _rand(300, seed=2), np.zeros(300, np.float32)
+  mod.launch("add", (2, 1, 1), (256, 1, 1), [a, b, c, 300])
+  np.testing.assert_array_equal(c, a + b)
