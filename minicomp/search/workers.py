@@ -49,7 +49,9 @@ def _inherited() -> tuple:
   """What a spawned worker copies from this process when it starts."""
   main = getattr(sys.modules.get("__main__"), "__file__", None)
   env = tuple(sorted((k, v) for k, v in os.environ.items() if k not in _IGNORED_ENV))
-  return env, tuple(sys.path), os.getcwd(), main
+  try: cwd = os.getcwd()
+  except OSError: cwd = None                      # the working directory was deleted
+  return env, tuple(sys.path), cwd, main
 
 
 def _usable(pool: cf.ProcessPoolExecutor) -> bool:
