@@ -18,7 +18,7 @@ pointers, fiber stack overflow) and integer division by zero raise
 detected. Dynamic shared memory (``extern __shared__``) is not supported.
 
 With g++, ``cuda_shim.h`` is precompiled once per shim text, compiler and flags (a ``.gch`` under
-``cache_dir("sim")``), which takes about a third off each build; a compiler that cannot use it reads
+``cache_dir("sim")``), which takes about a quarter off each build; a compiler that cannot use it reads
 the header's text instead. Builds are cached on disk (``cache_dir("sim")``); the process keeps the
 :data:`LIBRARY_CACHE_SIZE` (256) most recently used of them loaded. An older one is unloaded
 (``dlclose``) once no :class:`SimModule` uses it any more; building it again reloads it.
@@ -259,6 +259,9 @@ def _pch_name(cxx: str) -> str | None:
   return f"pch-{cache_key(_shim_text(), version, ' '.join(FLAGS))[:24]}"
 
 
+_PCH_FAILED: set[Path] = set()     # precompiles that failed in this process: not retried on every build
+
+
 def _shim_dir(cxx: str) -> Path:
   """The folder to take ``cuda_shim.h`` from: with g++, a cache folder holding a copy of it and its
   precompiled form (``cuda_shim.h.gch``, built here once per shim, compiler and flags), which g++ uses
@@ -272,6 +275,8 @@ def _shim_dir(cxx: str) -> Path:
   gch = d / "cuda_shim.h.gch"
   if gch.exists():
     return d
+  if d in _PCH_FAILED:
+    return SHIM_PATH.parent
   try:
     d.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=d, prefix="build-") as tmp:
@@ -281,10 +286,12 @@ def _shim_dir(cxx: str) -> Path:
       r = subprocess.run([cxx, *flags, "-x", "c++-header", str(hdr), "-o", str(hdr) + ".gch"],
                          capture_output=True, text=True)
       if r.returncode != 0:
+        _PCH_FAILED.add(d)
         return SHIM_PATH.parent
       os.replace(hdr, d / "cuda_shim.h")              # the text first: a .gch is only looked for beside it
       os.replace(str(hdr) + ".gch", gch)
   except OSError:                                     # a read-only or full cache: build without it
+    _PCH_FAILED.add(d)
     return SHIM_PATH.parent
   return d
 
