@@ -46,7 +46,7 @@ import minicomp as mc  # noqa: E402
 from minicomp import workloads as W  # noqa: E402
 from minicomp.codegen import nvrtc  # noqa: E402
 from minicomp.codegen.cuda import emit_cuda  # noqa: E402
-from minicomp.codegen.kernel import Kernel  # noqa: E402
+from minicomp.codegen.kernel import Kernel, LaunchPlan  # noqa: E402
 from minicomp.codegen.simulator import build_simulator  # noqa: E402
 from minicomp.codegen.verify import check_resources  # noqa: E402
 from minicomp.ir.lower import lower  # noqa: E402
@@ -181,7 +181,7 @@ def measure(name: str, make, repeats: int) -> Row:
     row.spill_st = sum(r.spill_stores for r in res)
     row.spill_ld = sum(r.spill_loads for r in res)
 
-    kern = Kernel(prog, src, binary, tgt)
+    kern = Kernel(LaunchPlan.from_program(prog), src, binary, tgt, prog)
     t0 = time.perf_counter()
     kern.simulator()  # cold: this source was never built into MINICOMP_CACHE_DIR
     row.sim_build_ms = (time.perf_counter() - t0) * 1e3

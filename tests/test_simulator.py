@@ -323,3 +323,32 @@ def test_builds_use_the_precompiled_shim_and_fall_back_to_its_text(tmp_path, mon
   a, b, c = _rand(300, seed=1), _rand(300, seed=2), np.zeros(300, np.float32)
   mod.launch("add", (2, 1, 1), (256, 1, 1), [a, b, c, 300])
   np.testing.assert_array_equal(c, a + b)
+
+
+def test_builds_link_the_runtime_compiled_once_and_survive_a_damaged_one(tmp_path, monkeypatch):
+  """The shim's runtime is compiled once into the cache and linked by every build (the kernel's own
+  translation unit does not define it: alone it does not link); a damaged runtime object is dropped and
+  the build defines the runtime itself, still right."""
+  import subprocess
+  import minicomp.codegen.simulator as S
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  mod = build_simulator(WARP_SUM, {"warp_sum": [CF, F, F, "int*"]})
+  (rt,) = (tmp_path / "sim").glob("runtime-*.o")
+  stamp = rt.stat().st_mtime_ns
+  build_simulator(ADD + "// another build\n", {"add": [CF, CF, F, I]})
+  assert rt.stat().st_mtime_ns == stamp                  # reused, not rebuilt
+  tu = tmp_path / "k.cpp"
+  tu.write_text(S._translation_unit(ADD, {"add": S._parse_params(ADD, "add", [CF, CF, F, I])}))
+  alone = subprocess.run(["g++", *S.FLAGS, "-Wl,--no-undefined", f"-I{S.SHIM_PATH.parent}", "-o", str(tmp_path / "k.so"), str(tu)],
+                         capture_output=True, text=True)
+  assert alone.returncode != 0 and "undefined reference" in alone.stderr, alone.stderr[-2000:]
+  x = _rand(256, seed=3)
+  out, allsum, lanes = np.zeros(1, np.float32), np.zeros(32, np.float32), np.zeros(64, np.int32)
+  mod.launch("warp_sum", (1, 1, 1), (256, 1, 1), [x, out, allsum, lanes])
+  np.testing.assert_allclose(out, [x.sum()], rtol=1e-5, atol=1e-5)
+  rt.write_bytes(b"not an object file")
+  mod = build_simulator(ADD + "// built after the runtime object was damaged\n", {"add": [CF, CF, F, I]})
+  a, b, c = _rand(300, seed=1), _rand(300, seed=2), np.zeros(300, np.float32)
+  mod.launch("add", (2, 1, 1), (256, 1, 1), [a, b, c, 300])
+  np.testing.assert_array_equal(c, a + b)
+  assert not rt.exists()

@@ -5,7 +5,8 @@
 // Blocks run one after another; the threads of a block run as cooperative fibers (one
 // stack each, reused across the blocks of a launch) on the calling OS thread, so only
 // __syncthreads() and the warp functions switch threads; every other statement runs as
-// written. Include it in one translation unit only (it defines globals).
+// written. The runtime (fibers, barriers, launch) is the MC_SIM_IMPLEMENTATION part: compiled
+// once and linked into each build, or defined in exactly one translation unit of it.
 #pragma once
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 // Probe big stack frames page by page: a fiber overflowing its stack hits its own guard
@@ -48,11 +49,12 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 inline int2 make_int2(int x, int y) { return {x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
-// Plain (not static) globals, so the compiler reloads them after every fiber switch.
 #define MC_HIDDEN __attribute__((visibility("hidden")))
-MC_HIDDEN uint3 threadIdx;  // the running fiber's index, set on every switch
-MC_HIDDEN uint3 blockIdx;
-MC_HIDDEN dim3 blockDim, gridDim;
+// Plain (not static) globals, so the compiler reloads them after every fiber switch; defined by the
+// runtime (MC_SIM_IMPLEMENTATION below).
+extern MC_HIDDEN uint3 threadIdx;  // the running fiber's index, set on every switch
+extern MC_HIDDEN uint3 blockIdx;
+extern MC_HIDDEN dim3 blockDim, gridDim;
 constexpr int warpSize = 32;
 
 // ---- math: libm declarations instead of <math.h> (which costs ~0.2 s of compile time) ----
@@ -136,6 +138,27 @@ MC_ATOMIC(int) MC_ATOMIC(unsigned int) MC_ATOMIC(unsigned long long) MC_ATOMIC(f
   inline T atomicCAS(T* p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
 MC_ATOMIC_INT(int) MC_ATOMIC_INT(unsigned int) MC_ATOMIC_INT(unsigned long long)
 
+// ---- the runtime's interface: what kernel code calls (the definitions are below) ----------
+namespace mc_sim __attribute__((visibility("hidden"))) {
+constexpr int MAXT = 1024;
+struct Warp { unsigned live, arrived, mask; };  // lane bitmasks
+extern Warp warps[MAXT / 32];
+extern unsigned long long slots[MAXT];  // per-lane values exchanged by shuffles and votes
+extern int nthreads, cur;               // threads in the block; the running one
+void syncthreads(int line);
+void warp_sync(unsigned mask);
+unsigned ballot(unsigned mask, int p);
+int launch(const unsigned* cfg, void (*fn)(void**), void** a);
+}  // namespace mc_sim
+extern "C" const char* mc_sim_error();
+
+// ---- the runtime: fibers, barriers, launch. Compiled once per shim, compiler and flags with
+// MC_SIM_IMPLEMENTATION defined and linked into every build (simulator.py), so a kernel's build
+// compiles only the kernel; defining MC_SIM_IMPLEMENTATION in the kernel's own file also works.
+#ifdef MC_SIM_IMPLEMENTATION
+MC_HIDDEN uint3 threadIdx;
+MC_HIDDEN uint3 blockIdx;
+MC_HIDDEN dim3 blockDim, gridDim;
 // ---- fiber contexts ------------------------------------------------------------------------
 #ifndef MC_SIM_USE_UCONTEXT
 // x86-64 switch without swapcontext's sigprocmask system call: push the callee-saved
@@ -168,10 +191,8 @@ inline void ctx_switch(Ctx* from, Ctx* to) { mc_sim_switch(&from->sp, to->sp); }
 #endif
 
 // ---- the threads of one block: a FIFO of ready fibers, block and warp barriers -----------
-constexpr int MAXT = 1024;
 constexpr size_t GUARD = 4096;
 struct Fiber { Ctx ctx; uint3 tid; bool started; };
-struct Warp { unsigned live, arrived, mask; };  // lane bitmasks
 Fiber fib[MAXT];
 char* stacks[MAXT];  // mapped at the start of a launch, reused by its blocks, unmapped at its end
 Warp warps[MAXT / 32];
@@ -226,7 +247,7 @@ inline void release_warp(int w, int except) {
 inline bool warp_complete(const Warp& w) { return (w.arrived & w.mask & w.live) == (w.mask & w.live); }
 // A block barrier completes when every thread that has not exited arrived (as bar.sync on
 // sm_70+); the threads of one barrier instance must arrive at the same __syncthreads() line.
-inline void syncthreads(int line) {
+void syncthreads(int line) {
   if (arrived == 0) bar_line = line;
   else if (line != bar_line)
     fail("divergent __syncthreads(): reached the one on line %d while %d thread(s) wait at "
@@ -236,7 +257,7 @@ inline void syncthreads(int line) {
   for (int i = 0; i < arrived - 1; ++i) push(waiters[i]);  // the last arrival runs on
   arrived = 0;
 }
-inline void warp_sync(unsigned mask) {  // rendezvous of the live lanes in `mask`
+void warp_sync(unsigned mask) {  // rendezvous of the live lanes in `mask`
   Warp& w = warps[cur >> 5];
   if (!w.arrived) w.mask = mask;
   w.arrived |= 1u << (cur & 31);
@@ -258,26 +279,7 @@ inline void exit_fiber() {  // an exited thread counts as arrived at every barri
   else deadlock();
 }
 inline void entry() { body(args); exit_fiber(); }
-// PTX shfl.sync semantics: mode 0 idx, 1 up, 2 down, 3 bfly; c = clamp | segmask << 8.
-template <class T> inline T shfl(unsigned mask, T v, int mode, int b, int c) {
-  static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffle of a type over 8 bytes");
-  int me = cur, lane = me & 31, seg = (c >> 8) & 31, j;
-  int maxl = (lane & seg) | (c & 31 & ~seg), minl = lane & seg;
-  bool ok;
-  switch (mode) {
-    case 0: j = minl | (b & 31 & ~seg); ok = j <= maxl; break;
-    case 1: j = lane - b; ok = j >= maxl; break;
-    case 2: j = lane + b; ok = j <= maxl; break;
-    default: j = lane ^ b; ok = j <= maxl; break;
-  }
-  __builtin_memcpy(&slots[me], &v, sizeof v);
-  warp_sync(mask);
-  T r = v;
-  if (ok && (me & ~31) + j < nthreads) __builtin_memcpy(&r, &slots[(me & ~31) + j], sizeof r);
-  warp_sync(mask);  // no lane overwrites its slot before every lane has read
-  return r;
-}
-inline unsigned ballot(unsigned mask, int p) {
+unsigned ballot(unsigned mask, int p) {
   int me = cur;
   slots[me] = p != 0;
   warp_sync(mask);
@@ -326,7 +328,7 @@ inline int run_grid() {
   }
   return failed;
 }
-inline int launch(const unsigned* cfg, void (*fn)(void**), void** a) {
+int launch(const unsigned* cfg, void (*fn)(void**), void** a) {
   gridDim = {cfg[0], cfg[1], cfg[2]};
   blockDim = {cfg[3], cfg[4], cfg[5]};
   nthreads = (int)(cfg[3] * cfg[4] * cfg[5]);
@@ -363,6 +365,29 @@ inline int launch(const unsigned* cfg, void (*fn)(void**), void** a) {
 }  // namespace mc_sim
 
 extern "C" const char* mc_sim_error() { return mc_sim::errmsg; }
+#endif  // MC_SIM_IMPLEMENTATION
+
+namespace mc_sim __attribute__((visibility("hidden"))) {
+// PTX shfl.sync semantics: mode 0 idx, 1 up, 2 down, 3 bfly; c = clamp | segmask << 8.
+template <class T> inline T shfl(unsigned mask, T v, int mode, int b, int c) {
+  static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffle of a type over 8 bytes");
+  int me = cur, lane = me & 31, seg = (c >> 8) & 31, j;
+  int maxl = (lane & seg) | (c & 31 & ~seg), minl = lane & seg;
+  bool ok;
+  switch (mode) {
+    case 0: j = minl | (b & 31 & ~seg); ok = j <= maxl; break;
+    case 1: j = lane - b; ok = j >= maxl; break;
+    case 2: j = lane + b; ok = j <= maxl; break;
+    default: j = lane ^ b; ok = j <= maxl; break;
+  }
+  __builtin_memcpy(&slots[me], &v, sizeof v);
+  warp_sync(mask);
+  T r = v;
+  if (ok && (me & ~31) + j < nthreads) __builtin_memcpy(&r, &slots[(me & ~31) + j], sizeof r);
+  warp_sync(mask);  // no lane overwrites its slot before every lane has read
+  return r;
+}
+}  // namespace mc_sim
 
 // ---- CUDA synchronisation and warp functions on top of the fibers -------------------------
 #define __syncthreads() ::mc_sim::syncthreads(__LINE__)

@@ -17,9 +17,10 @@ pointers, fiber stack overflow) and integer division by zero raise
 :class:`SimulatorError`; an out-of-bounds access that lands in mapped memory is not
 detected. Dynamic shared memory (``extern __shared__``) is not supported.
 
-With g++, ``cuda_shim.h`` is precompiled once per shim text, compiler and flags (a ``.gch`` under
-``cache_dir("sim")``), which takes about a quarter off each build; a compiler that cannot use it reads
-the header's text instead. Builds are cached on disk (``cache_dir("sim")``); the process keeps the
+The shim's runtime (fibers, barriers, launch) is compiled once per shim text, compiler and flags into
+an object file under ``cache_dir("sim")`` that every build links, so a build compiles only the kernel
+and its launchers; with g++ the shim's declarations are also precompiled there (a ``.gch``; a compiler
+that cannot use it reads the header's text instead). Builds are cached on disk (``cache_dir("sim")``); the process keeps the
 :data:`LIBRARY_CACHE_SIZE` (256) most recently used of them loaded. An older one is unloaded
 (``dlclose``) once no :class:`SimModule` uses it any more; building it again reloads it.
 
@@ -153,12 +154,22 @@ def _translation_unit(source: str, params: Mapping[str, tuple[Param, ...]]) -> s
 
 
 def _compile(tu: str, source: str, cxx: str, out: Path) -> None:
-  """Compile ``tu`` in a temporary folder next to ``out``, then move the .so into place."""
+  """Compile ``tu`` in a temporary folder next to ``out``, linking the prebuilt runtime, then move the
+  .so into place. A build that fails with the runtime is tried once more defining the runtime itself:
+  if that one succeeds, the stored runtime object was the fault (damaged, or from another toolchain)
+  and is dropped; if not, the kernel source is, and its errors are raised."""
   with tempfile.TemporaryDirectory(dir=out.parent, prefix="build-") as tmp:
     cpp, so = Path(tmp) / "sim.cpp", Path(tmp) / "sim.so"
     cpp.write_text(tu)
-    cmd = [cxx, *FLAGS, f"-I{_shim_dir(cxx)}", "-o", str(so), str(cpp)]
-    r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+    base = [cxx, *FLAGS, f"-I{_shim_dir(cxx)}", "-o", str(so)]
+    runtime = _runtime_object(cxx)
+    r = subprocess.run([*base, str(cpp), str(runtime)] if runtime else [*base, "-DMC_SIM_IMPLEMENTATION", str(cpp)],
+                       cwd=tmp, capture_output=True, text=True)
+    if r.returncode != 0 and runtime:
+      r = subprocess.run([*base, "-DMC_SIM_IMPLEMENTATION", str(cpp)], cwd=tmp, capture_output=True, text=True)
+      if r.returncode == 0:
+        _RUNTIME_FAILED.add(runtime)
+        runtime.unlink(missing_ok=True)
     if r.returncode != 0:
       raise SimulatorCompileError(_compile_message(cxx, r.stderr + r.stdout, source), log=r.stderr + r.stdout, source=source)
     os.replace(so, out)
@@ -294,6 +305,35 @@ def _shim_dir(cxx: str) -> Path:
     _PCH_FAILED.add(d)
     return SHIM_PATH.parent
   return d
+
+
+_RUNTIME_FAILED: set[Path] = set()
+
+
+def _runtime_object(cxx: str) -> Path | None:
+  """The shim's runtime (fibers, barriers, launch: its ``MC_SIM_IMPLEMENTATION`` part) compiled once
+  per shim text, compiler and flags into an object file in the cache, which every build links. That
+  leaves a build only the kernel to compile, in 0.4 of the time the whole translation unit took
+  (``benchmarks/compile_speed.py``). None when it cannot be built or stored; the build then defines the runtime itself."""
+  out = cache_dir("sim") / f"runtime-{cache_key(_shim_text(), _compiler_version(cxx), ' '.join(FLAGS))[:24]}.o"
+  if out in _RUNTIME_FAILED:
+    return None
+  if out.exists():
+    return out
+  try:
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix="build-") as tmp:
+      (Path(tmp) / "cuda_shim.h").write_text(_shim_text())
+      (Path(tmp) / "runtime.cpp").write_text('#define MC_SIM_IMPLEMENTATION\n#include "cuda_shim.h"\n')
+      flags = [f for f in FLAGS if f != "-shared"]
+      r = subprocess.run([cxx, *flags, "-c", "runtime.cpp", "-o", "runtime.o"], cwd=tmp, capture_output=True, text=True)
+      if r.returncode != 0:
+        _RUNTIME_FAILED.add(out)
+        return None
+      os.replace(Path(tmp) / "runtime.o", out)
+  except OSError:                                     # a read-only or full cache: build without it
+    _RUNTIME_FAILED.add(out)
+    return None
+  return out
 
 
 def _load(path: Path, names: Sequence[str]) -> ctypes.CDLL:
