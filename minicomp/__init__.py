@@ -10,6 +10,8 @@ Tensor expressions and schedules (TVM-TE style)::
     kern = mc.build(s, target="sm_86")
     out = kern(a, b)
 """
+from minicomp.codegen.cache import use_jax_cache
+use_jax_cache()                     # before anything imports JAX: its compiled functions persist on disk
 from minicomp.errors import (AnnotationError, CodegenError, CompileError, CostModelError, DriverError, EstimateError,
                              ExprError, FeedError, FootprintError, InvalidRecord, LoweringError, MeasureError,
                              MinicompError, MissingDependencyError, ModelError, NoGPUError, NVRTCError, OccupancyError, PTXAnalysisError,

@@ -1,5 +1,6 @@
 """The process-wide caches stay bounded: NVRTC binaries in memory (LRU) and the loaded simulator
-builds (LRU; an evicted library is unloaded only once no SimModule uses it)."""
+builds (LRU; an evicted library is unloaded only once no SimModule uses it). And JAX's compiled
+functions persist across processes in minicomp's cache folder."""
 from __future__ import annotations
 
 import gc
@@ -121,3 +122,43 @@ def test_simulator_library_cache_is_bounded_and_unloads_unused_builds(monkeypatc
   _run(again, 1)
   _run(m3, 3)
   assert len(simulator._LIBS) == 2
+
+
+# ---- JAX's persistent compilation cache ---------------------------------------------------
+
+_FIT = """
+import os, jax, numpy as np
+hits = []
+jax.monitoring.register_event_listener(lambda e, **kw: hits.append(e) if e.endswith("cache_hits") else None)
+from minicomp.search.cost_model import MLPCostModel
+from minicomp.search.features import N_FEATURES
+rng = np.random.default_rng(0)
+feats = [rng.standard_normal((3, N_FEATURES)).astype(np.float32) for _ in range(24)]
+m = MLPCostModel(N_FEATURES, loss="rank", seed=0)
+m.fit(feats, list(rng.uniform(1, 2, 24)), ["t"] * 24)
+print(jax.config.jax_compilation_cache_dir, len(hits), float(np.sum(m.predict(feats))))
+"""
+
+
+def _fit_in_fresh_process(env: dict) -> tuple[str, int, float]:
+  import subprocess
+  code = "import minicomp\n" + _FIT
+  r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  d, hits, total = r.stdout.split()[-3:]
+  return d, int(hits), float(total)
+
+
+def test_jax_compiled_functions_persist_across_processes(tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "MINICOMP_JAX"))}
+  env["MINICOMP_CACHE_DIR"] = str(tmp_path)
+  d1, hits1, total1 = _fit_in_fresh_process(env)
+  assert Path(d1).parent == tmp_path / "jax" and hits1 == 0 and any(Path(d1).iterdir())
+  d2, hits2, total2 = _fit_in_fresh_process(env)
+  assert d2 == d1 and hits2 > 0
+  assert total2 == total1                       # the cached functions compute what fresh ones did
+  user = tmp_path / "mine"                      # the user's own setting wins
+  d3, _, _ = _fit_in_fresh_process({**env, "JAX_COMPILATION_CACHE_DIR": str(user)})
+  assert d3 == str(user)
+  d4, hits4, _ = _fit_in_fresh_process({**env, "MINICOMP_JAX_CACHE": "0"})
+  assert d4 == "None" and hits4 == 0

@@ -61,3 +61,23 @@ def test_a_pool_whose_workers_died_is_replaced(fresh_pools):
     pool.submit(WK.ping).result(timeout=120)
   again = WK.shared_pool(1)
   assert again is not pool and len(_pids(again)) == 1
+
+
+
+def test_a_session_that_measured_exits_quietly(tmp_path):
+  """The shared pool is stopped at exit, before Python tears its modules down: a pytest session (which
+  keeps the test's objects to the end) that compiled with trials once printed concurrent.futures'
+  ignored ``AttributeError: 'NoneType' object has no attribute 'util'`` as it ended."""
+  import subprocess
+  import sys
+  (tmp_path / "test_one_compile.py").write_text(
+    "import minicomp as mc\nfrom minicomp import zoo\n\n\n"
+    "def test_compile(tmp_path):\n"
+    "  model, _ = zoo.residual_block(c=4, hw=6)\n"
+    "  mc.compile(model, target='sm_86', trials=2, strategy='random', measurer='static', progress=False,\n"
+    "             log_file=str(tmp_path / 'log.jsonl'))\n")
+  r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_one_compile.py"],
+                     capture_output=True, text=True, timeout=300, cwd=tmp_path)
+  out = r.stdout + r.stderr
+  assert r.returncode == 0 and "1 passed" in out, out[-2000:]
+  assert "Exception ignored" not in out and "Traceback" not in out, out[-2000:]

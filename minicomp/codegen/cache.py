@@ -1,4 +1,4 @@
-"""On-disk cache for compiled artefacts (NVRTC output, simulator binaries).
+"""On-disk cache for compiled artefacts (NVRTC output, simulator binaries, JAX's compiled functions).
 
 Location: ``$MINICOMP_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/minicomp``, else
 ``~/.cache/minicomp``. Entries are keyed by a SHA-256 of everything that decides the
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
+import sys
 import tempfile
 from pathlib import Path
 
@@ -46,3 +48,37 @@ def atomic_write(path: Path, data: bytes) -> None:
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
+
+
+JAX_CACHE_MIN_COMPILE_S = "0.2"    # XLA compiles shorter than this are not worth a disk entry
+
+
+def use_jax_cache() -> None:
+  """Point JAX's persistent compilation cache at ``cache_dir("jax")/<host>``, unless JAX is already
+  imported (its settings are the user's then), ``JAX_COMPILATION_CACHE_DIR`` is set, or
+  ``MINICOMP_JAX_CACHE=0``. Called by ``import minicomp``: it only sets environment variables,
+  which JAX reads when it is first imported (minicomp imports it lazily).
+
+  The cost model's training and prediction and Felix's objectives are XLA-compiled in every process
+  that uses them: a measuring worker, a notebook kernel, each ``minicomp tune``. With the cache a fresh
+  process loads them from disk instead: fitting a small cost model in a new process went from 2.7 s
+  to 0.7 s (2026-11-27, 2 cores). XLA compiles for the host CPU, so the folder is keyed by the CPU
+  model and its feature flags: a cache shared between different machines never hands one the
+  other's code."""
+  if os.environ.get("MINICOMP_JAX_CACHE", "1") == "0" or "jax" in sys.modules or "JAX_COMPILATION_CACHE_DIR" in os.environ:
+    return
+  try:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache_dir("jax") / _host_key())
+  except OSError:                     # an unwritable cache folder: JAX compiles as it would without minicomp
+    return
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", JAX_CACHE_MIN_COMPILE_S)
+
+
+def _host_key() -> str:
+  """The machine and CPU features XLA's CPU code depends on, as a short digest."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      info = [line for line in f.read().splitlines() if line.startswith(("model name", "flags", "Features"))][:2]
+  except OSError:
+    info = [platform.processor()]
+  return f"{platform.machine()}-{cache_key(platform.machine(), *info)[:16]}"

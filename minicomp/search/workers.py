@@ -12,11 +12,13 @@ A spawned worker copies the parent's environment, ``sys.path``, working director
 when it starts, and never sees later changes. So a pool started under a different one of these is
 replaced, not reused (``PYTEST_CURRENT_TEST``, which pytest changes for every test, excepted). A
 pool whose workers died is replaced too, and :func:`restart_pool` replaces one on purpose (stuck
-workers). One pool per worker count lives at a time; :func:`shutdown_pools` stops them (at exit
-they stop on their own).
+workers). One pool per worker count lives at a time; :func:`shutdown_pools` stops them, and runs at
+exit (a pool still held when Python tears its modules down makes concurrent.futures print an ignored
+``AttributeError`` as the script ends).
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import os
 import sys
@@ -103,3 +105,6 @@ def _stop(pool: cf.ProcessPoolExecutor, kill: bool) -> None:
     for p in procs:
       if p.is_alive(): p.terminate()
     for p in procs: p.join(timeout=5)
+
+
+atexit.register(shutdown_pools)
