@@ -20,9 +20,9 @@ detected. Dynamic shared memory (``extern __shared__``) is not supported.
 The shim's runtime (fibers, barriers, launch) is compiled once per shim text, compiler and flags into
 an object file under ``cache_dir("sim")`` that every build links, so a build compiles only the kernel
 and its launchers; with g++ the shim's declarations are also precompiled there (a ``.gch``; a compiler
-that cannot use it reads the header's text instead). Builds are cached on disk (``cache_dir("sim")``); the process keeps the
-:data:`LIBRARY_CACHE_SIZE` (256) most recently used of them loaded. An older one is unloaded
-(``dlclose``) once no :class:`SimModule` uses it any more; building it again reloads it.
+that cannot use it reads the header's text instead). Builds are cached on disk (``cache_dir("sim")``);
+the process keeps the :data:`LIBRARY_CACHE_SIZE` (256) most recently used of them loaded. An older
+one is unloaded (``dlclose``) once no :class:`SimModule` uses it any more; building it again reloads it.
 
 Example::
 
@@ -314,7 +314,8 @@ def _runtime_object(cxx: str) -> Path | None:
   """The shim's runtime (fibers, barriers, launch: its ``MC_SIM_IMPLEMENTATION`` part) compiled once
   per shim text, compiler and flags into an object file in the cache, which every build links. That
   leaves a build only the kernel to compile, in 0.4 of the time the whole translation unit took
-  (``benchmarks/compile_speed.py``). None when it cannot be built or stored; the build then defines the runtime itself."""
+  (``benchmarks/compile_speed.py``). None when it cannot be built or stored; the build then defines
+  the runtime itself."""
   out = cache_dir("sim") / f"runtime-{cache_key(_shim_text(), _compiler_version(cxx), ' '.join(FLAGS))[:24]}.o"
   if out in _RUNTIME_FAILED:
     return None
