@@ -15,11 +15,16 @@ with the analytic model at the program's own unroll step, and prints per task:
 - ``rejected``: programs the full model rated that the analytic resource check rejects, and the best
   full cost among them over the best (1.00: the best program is one Tuna cannot reach).
 
+With ``--show-best K`` the K programs with the best full cost are always in the sample, and a second
+table gives each one's analytic cost and its rank under the analytic model among the programs compared
+(rank 1: Tuna's favourite). A best program ranked far down is one Tuna's search does not get to.
+
 Every latency is an ESTIMATE of the static model (no GPU).
 
   python benchmarks/strategies.py --budgets 64                 # first: fills the memo it reads
   python benchmarks/analytic_fidelity.py                       # all tasks in the memo
   python benchmarks/analytic_fidelity.py --tasks conv3x3,matmul --limit 500
+  python benchmarks/analytic_fidelity.py --tasks depthwise --limit 3000 --show-best 5
 """
 from __future__ import annotations
 
@@ -57,22 +62,26 @@ def task_rows(task: str, progs: list[tuple[str, float]], target: str) -> dict | 
       steps_used = set(unroll.values()) or {0}
       if len(steps_used) == 1: groups.setdefault((k, steps_used.pop()), []).append((values, cost))
       break
-  full, analytic = [], []
+  full, analytic, where = [], [], []
   for (k, step), rows in groups.items():
     try: model = SketchModel(tt.sketches[k], tgt, unroll=step)
     except Exception:  # noqa: BLE001 -- a sketch without an analytic model (Tuna falls back to random there)
       continue
     est = model([v for v, _ in rows])
-    full += [c for _, c in rows]; analytic += list(est)
+    full += [c for _, c in rows]; analytic += list(est); where += [(k, step)] * len(rows)
   if len(full) < 2: return None
   from static_model_fidelity import spearman    # ties share their mean rank; inf ranks last
   full_a, an_a = np.array(full), np.array(analytic)
   order = np.argsort(an_a, kind="stable")
   best = full_a.min()
   top = lambda k: full_a[order[:k]].min() / best   # noqa: E731
+  rank = np.empty(len(an_a), int)
+  rank[order] = np.arange(1, len(an_a) + 1)
+  best_rows = [(full_a[i], an_a[i], int(rank[i]), *where[i]) for i in np.argsort(full_a, kind="stable")]
   return {"task": task, "n": len(full), "spearman": spearman(an_a, full_a), "top1": top(1), "top8": top(8),
           "top32": top(32), "rejected": int(np.isinf(an_a).sum()),
-          "best_rejected": full_a[np.isinf(an_a)].min() / best if np.isinf(an_a).any() else math.inf}
+          "best_rejected": full_a[np.isinf(an_a)].min() / best if np.isinf(an_a).any() else math.inf,
+          "favourite_full": full_a[order[0]], "best_rows": best_rows}
 
 
 def main(argv=None) -> int:
@@ -81,6 +90,8 @@ def main(argv=None) -> int:
   ap.add_argument("--tasks", default=None, help="comma-separated task names (default: every task in the memo)")
   ap.add_argument("--limit", type=int, default=2000, help="programs per task at most (a fixed random sample)")
   ap.add_argument("--target", default="h100")
+  ap.add_argument("--show-best", type=int, default=0, metavar="K",
+                  help="keep the K best programs (full cost) in the sample and print their analytic ranks")
   args = ap.parse_args(argv)
   if not args.memo.exists():
     ap.error(f"{args.memo} does not exist: run benchmarks/strategies.py first (it measures the programs compared here)")
@@ -102,13 +113,24 @@ def main(argv=None) -> int:
   print("| task | n | spearman | top1 / best | best of top-8 / best | best of top-32 / best | rejected | best rejected / best |")
   print("|---|---:|---:|---:|---:|---:|---:|---:|")
   rng = np.random.default_rng(0)
+  shown = []
   for t in names:
     progs = sorted(by_task.get(t, []))
-    if len(progs) > args.limit: progs = [progs[int(i)] for i in sorted(rng.permutation(len(progs))[:args.limit])]
+    if len(progs) > args.limit:
+      keep = set(sorted(progs, key=lambda p: p[1])[:args.show_best])
+      progs = sorted(keep | {progs[int(i)] for i in rng.permutation(len(progs))[:args.limit - len(keep)]})
     r = task_rows(t, progs, args.target)
     if r is None:
       print(f"| {t} | {len(progs)} | (too few programs the analytic model takes) | | | | | |"); continue
     print(f"| {t} | {r['n']} | {r['spearman']:.2f} | {r['top1']:.2f} | {r['top8']:.2f} | {r['top32']:.2f} | {r['rejected']} | {r['best_rejected']:.2f} |")
+    shown.append(r)
+  if args.show_best:
+    print(f"\nThe {args.show_best} best programs by full cost, and where the analytic model ranks them:\n")
+    print("| task | full us* | analytic us* | analytic rank | of | sketch | unroll | full us* of the analytic favourite |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in shown:
+      for full, an, rk, k, step in r["best_rows"][:args.show_best]:
+        print(f"| {r['task']} | {full * 1e6:.3f} | {an * 1e6:.3f} | {rk} | {r['n']} | {k} | {step} | {r['favourite_full'] * 1e6:.3f} |")
   print("\n* every latency is an ESTIMATE of the static model, not measured on a GPU")
   return 0
 
