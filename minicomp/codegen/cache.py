@@ -76,9 +76,13 @@ def use_jax_cache() -> None:
 
 def _host_key() -> str:
   """The machine and CPU features XLA's CPU code depends on, as a short digest."""
+  wanted, info = ("model name", "flags", "Features"), {}
   try:
-    with open("/proc/cpuinfo") as f:
-      info = [line for line in f.read().splitlines() if line.startswith(("model name", "flags", "Features"))][:2]
+    with open("/proc/cpuinfo") as f:      # the first CPU's lines are enough: stop there, not at the end
+      for line in f:
+        if not line.strip() and info: break
+        if line.startswith(wanted): info.setdefault(line.split(":")[0].strip(), line.strip())
   except OSError:
-    info = [platform.processor()]
+    pass
+  info = list(info.values()) or [platform.processor()]
   return f"{platform.machine()}-{cache_key(platform.machine(), *info)[:16]}"

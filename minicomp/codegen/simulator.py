@@ -168,7 +168,7 @@ def _compile(tu: str, source: str, cxx: str, out: Path) -> None:
     if r.returncode != 0 and runtime:
       r = subprocess.run([*base, "-DMC_SIM_IMPLEMENTATION", str(cpp)], cwd=tmp, capture_output=True, text=True)
       if r.returncode == 0:
-        _RUNTIME_FAILED.add(runtime)
+        _BUILD_FAILED.add(runtime)
         runtime.unlink(missing_ok=True)
     if r.returncode != 0:
       raise SimulatorCompileError(_compile_message(cxx, r.stderr + r.stdout, source), log=r.stderr + r.stdout, source=source)
@@ -267,10 +267,17 @@ def _pch_name(cxx: str) -> str | None:
   version = _compiler_version(cxx)
   if "Free Software Foundation" not in version or "clang" in version.lower():
     return None
-  return f"pch-{cache_key(_shim_text(), version, ' '.join(FLAGS))[:24]}"
+  return f"pch-{_shim_key(cxx)}"
 
 
-_PCH_FAILED: set[Path] = set()     # precompiles that failed in this process: not retried on every build
+@functools.lru_cache(maxsize=None)
+def _shim_key(cxx: str) -> str:
+  """What the shim's prebuilt parts (precompiled header, runtime object) depend on, as a short digest."""
+  return cache_key(_shim_text(), _compiler_version(cxx), " ".join(FLAGS))[:24]
+
+
+OBJECT_FLAGS = tuple(f for f in FLAGS if f != "-shared")   # for the shim's parts built on their own
+_BUILD_FAILED: set[Path] = set()   # shim parts whose build failed in this process: not retried on every build
 
 
 def _shim_dir(cxx: str) -> Path:
@@ -286,28 +293,24 @@ def _shim_dir(cxx: str) -> Path:
   gch = d / "cuda_shim.h.gch"
   if gch.exists():
     return d
-  if d in _PCH_FAILED:
+  if d in _BUILD_FAILED:
     return SHIM_PATH.parent
   try:
     d.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=d, prefix="build-") as tmp:
       hdr = Path(tmp) / "cuda_shim.h"
       hdr.write_text(_shim_text())
-      flags = [f for f in FLAGS if f != "-shared"]
-      r = subprocess.run([cxx, *flags, "-x", "c++-header", str(hdr), "-o", str(hdr) + ".gch"],
+      r = subprocess.run([cxx, *OBJECT_FLAGS, "-x", "c++-header", str(hdr), "-o", str(hdr) + ".gch"],
                          capture_output=True, text=True)
       if r.returncode != 0:
-        _PCH_FAILED.add(d)
+        _BUILD_FAILED.add(d)
         return SHIM_PATH.parent
       os.replace(hdr, d / "cuda_shim.h")              # the text first: a .gch is only looked for beside it
       os.replace(str(hdr) + ".gch", gch)
   except OSError:                                     # a read-only or full cache: build without it
-    _PCH_FAILED.add(d)
+    _BUILD_FAILED.add(d)
     return SHIM_PATH.parent
   return d
-
-
-_RUNTIME_FAILED: set[Path] = set()
 
 
 def _runtime_object(cxx: str) -> Path | None:
@@ -316,8 +319,8 @@ def _runtime_object(cxx: str) -> Path | None:
   leaves a build only the kernel to compile, in 0.4 of the time the whole translation unit took
   (``benchmarks/compile_speed.py``). None when it cannot be built or stored; the build then defines
   the runtime itself."""
-  out = cache_dir("sim") / f"runtime-{cache_key(_shim_text(), _compiler_version(cxx), ' '.join(FLAGS))[:24]}.o"
-  if out in _RUNTIME_FAILED:
+  out = cache_dir("sim") / f"runtime-{_shim_key(cxx)}.o"
+  if out in _BUILD_FAILED:
     return None
   if out.exists():
     return out
@@ -325,14 +328,14 @@ def _runtime_object(cxx: str) -> Path | None:
     with tempfile.TemporaryDirectory(dir=out.parent, prefix="build-") as tmp:
       (Path(tmp) / "cuda_shim.h").write_text(_shim_text())
       (Path(tmp) / "runtime.cpp").write_text('#define MC_SIM_IMPLEMENTATION\n#include "cuda_shim.h"\n')
-      flags = [f for f in FLAGS if f != "-shared"]
-      r = subprocess.run([cxx, *flags, "-c", "runtime.cpp", "-o", "runtime.o"], cwd=tmp, capture_output=True, text=True)
+      r = subprocess.run([cxx, *OBJECT_FLAGS, "-c", "runtime.cpp", "-o", "runtime.o"], cwd=tmp, capture_output=True,
+                         text=True)
       if r.returncode != 0:
-        _RUNTIME_FAILED.add(out)
+        _BUILD_FAILED.add(out)
         return None
       os.replace(Path(tmp) / "runtime.o", out)
   except OSError:                                     # a read-only or full cache: build without it
-    _RUNTIME_FAILED.add(out)
+    _BUILD_FAILED.add(out)
     return None
   return out
 
