@@ -315,7 +315,7 @@ def test_builds_use_the_precompiled_shim_and_fall_back_to_its_text(tmp_path, mon
   assert d != S.SHIM_PATH.parent and gch.is_file() and (d / "cuda_shim.h").read_text() == S._shim_text()
   src = tmp_path / "t.cpp"
   src.write_text('#include "cuda_shim.h"\n' + ADD)
-  h = subprocess.run(["g++", *[f for f in S.FLAGS if f != "-shared"], "-Winvalid-pch", "-H", "-fsyntax-only", f"-I{d}", str(src)],
+  h = subprocess.run(["g++", *S.OBJECT_FLAGS, "-Winvalid-pch", "-H", "-fsyntax-only", f"-I{d}", str(src)],
                      capture_output=True, text=True)
   assert h.returncode == 0 and f"! {gch}" in h.stderr, h.stderr[:2000]
   gch.write_bytes(b"not a precompiled header")
