@@ -114,6 +114,46 @@ def test_the_analytic_model_ranks_like_the_full_static_model():
     assert _spearman(ana, full) > 0.6, (ana, full)
 
 
+def _facts_of_both(wl, seed: int):
+  """(analytic facts, full facts) of the first kernel of one random valid schedule of ``wl``."""
+  from minicomp.search.static.estimate import launch_facts
+  tgt = as_target("h100")
+  sk = generate_sketches(ComputeDAG(wl.outputs), tgt)[0]
+  rng = np.random.default_rng(seed)
+  while True:
+    c = sample(sk, rng, tgt)
+    if np.isfinite(SketchModel(sk, tgt)([c.values])[0]): break
+  ana = SketchModel(sk, tgt).facts([c.values])[0][0]
+  full = launch_facts(build(concretize(sk, c.values, unroll_of(sk)), tgt), tgt.device)[0]
+  return ana, full
+
+
+def test_the_analytic_shared_wavefronts_are_per_block_like_the_full_models():
+  """Both models count a block's shared-memory wavefronts. The analytic one divided its per-block
+  count by the number of blocks once more (until 2026-11-27), so shared memory never bound it."""
+  ratios = []
+  for seed in range(6):        # 4 to 512 blocks: dividing by them again puts the median near 0.15
+    ana, full = _facts_of_both(W.matmul(256, 256, 256), seed)
+    ratios.append(ana.shared_wavefronts_per_block / full.shared_wavefronts_per_block)
+  assert 0.5 < float(np.median(ratios)) < 5, ratios
+
+
+def test_divisions_of_thread_and_block_indices_alone_cost_nothing_per_element():
+  """A fetch index's divisions and modulos of thread / block indices are loop-invariant: the
+  compiler computes them once per thread. Counting them per element made the analytic model see
+  several times the integer instructions of the PTX on convolutions."""
+  from minicomp.ir.expr import var
+  from minicomp.search.static.analytic import _divmods
+  tx, k, b = var("threadIdx_x"), var("k"), var("blockIdx_x")
+  index = (tx // 4) % 4 * 58 + b // 14 % 14 * 4 + (k * 64 + tx) // 8
+  assert _divmods(index, {"k"}) == 1 and _divmods(index, set()) == 0
+  ratios = []
+  for seed in range(4):
+    ana, full = _facts_of_both(W.depthwise_conv2d(1, 32, 56, 56, 3, 1, 1), seed)
+    ratios.append(ana.per_thread["int"] / max(full.per_thread["int"], 1.0))
+  assert 0.25 < float(np.median(ratios)) < 4, ratios
+
+
 @pytest.mark.parametrize("name", sorted(zoo.TEST_MODELS))
 def test_zoo_default_compile_is_never_estimated_slower_than_the_rules(name):
   model, feeds = zoo.TEST_MODELS[name]()

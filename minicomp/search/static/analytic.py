@@ -18,12 +18,23 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   the CUDA emitter can prove its lanes contiguous and aligned; a lane under an integer division
   or modulo of the symbolic index counts as scalar (``VECTOR_STRICT``), each lane then paying its
   own index arithmetic (3 instructions per division or modulo);
+- **index arithmetic of a cooperative fetch**: per element copied, one integer instruction and
+  three per division or modulo of a loop variable; a division or modulo of thread and block
+  indices alone is loop-invariant, computed once per thread (the compiler hoists it), and free.
+  Counting those per element, as the model did until 2026-11-27, made it see 5-6 times the integer
+  instructions NVRTC's PTX has on the benchmark's convolutions and rank the depthwise's best
+  programs behind a thousand others (``benchmarks/analytic_fidelity.py``);
 - **bank conflicts** of shared accesses from the same step (a stride ``s`` in words conflicts
-  ``gcd(s, 32)``-way);
+  ``gcd(s, 32)``-way): a block's wavefronts are its warp requests times their conflict degree
+  (until 2026-11-27 they were divided by the number of blocks once more, so shared memory never
+  bound the analytic estimate);
 - **resources**: block and grid size, shared bytes, and registers per thread: the local
   (register) buffers, the shared values one unrolled body loads (ptxas hoists those loads and
   keeps the values live; at most ``OPERAND_CAP``) and a fixed overhead; past the register file the
-  excess spills (local memory traffic, as ptxas's spill figures are used by the full model);
+  excess spills (local memory traffic, as ptxas's spill figures are used by the full model). The
+  four constants are fitted to ptxas's registers on 600 programs of four benchmark tasks
+  (``benchmarks/analytic_calibration.py``; the earlier hand-set 24 + 1 x local + 1 x operands
+  overestimated them 1.4x at the median, and rejected 10-19% of the programs ptxas builds);
 - **register reuse**: a store's loop nest is unrolled from the inside while the unrolled steps
   stay within ``auto_unroll_max_step`` (vthread loops always are); a load inside the unrolled
   part is issued once per value of the unrolled loops its index uses (a register tile re-reads
@@ -55,11 +66,16 @@ from minicomp.search.static.model import LaunchFacts, launch_time
 from minicomp.search.static.ptx import LATENCY_CYCLES
 from minicomp.target import Target
 
-REG_OVERHEAD = 24           # registers a kernel needs besides its local buffers (indices, addresses, pointers)
-REG_PER_LOCAL = 1.0         # registers per element of a local (register) buffer
-OPERAND_REGS = 1.0          # registers per shared value an unrolled body loads (ptxas hoists the loads) ...
-OPERAND_CAP = 96            # ... up to this many
+# registers per thread: fitted to ptxas (sm_90, NVRTC 12.9) by benchmarks/analytic_calibration.py, rounded
+REG_OVERHEAD = 36           # registers a kernel needs besides its local buffers (indices, addresses, pointers)
+REG_PER_LOCAL = 0.75        # registers per element of a local (register) buffer
+OPERAND_REGS = 0.1          # registers per shared value an unrolled body loads (ptxas hoists the loads) ...
+OPERAND_CAP = 256           # ... up to this many
 VECTOR_STRICT = True        # a vector lane under a division / modulo counts as a scalar access
+INT_PER_ITERATION = 3.0      # integer instructions per executed (rolled) loop iteration of a store's nest
+INT_PER_FETCH_ELEMENT = 1.0  # ... per element a cooperative fetch copies (its index) ...
+INT_PER_DIVMOD = 3.0         # ... and per division / modulo in that index
+INT_PER_GLOBAL_ACCESS = 1.0  # ... per global load / store (its address)
 UNROLL_DEFAULT = 512        # the auto_unroll_max_step the construction gives every marked loop
 _ARITH = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.NEG, Op.SELECT, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ,
           Op.NE}
@@ -109,8 +125,10 @@ def _has_sync(st) -> bool:
   return any(isinstance(x, Sync) for x in walk_stmts(st))
 
 
-def _divmods(index: Expr) -> int:
-  return sum(1 for n in walk(index) if n.op in (Op.FLOORDIV, Op.FLOORMOD))
+def _divmods(index: Expr, varying: set[str]) -> int:
+  """Divisions and modulos in ``index`` that read one of the ``varying`` (loop) variables: the others
+  read only thread and block indices, which the compiler computes once per thread (hoisted)."""
+  return sum(1 for n in walk(index) if n.op in (Op.FLOORDIV, Op.FLOORMOD) and free_vars(n) & varying)
 
 
 def _prod(xs) -> Expr:
@@ -211,6 +229,7 @@ class SketchModel:
   def _site(self, buf, index, value: Expr, loops, width: Expr, vvar: str | None = None) -> _Site:
     pos = {v: i for i, (v, _, _) in enumerate(loops)}
     deps = lambda e: frozenset(pos[v] for v in free_vars(e) if v in pos)   # noqa: E731
+    varying = set(pos) | ({vvar} if vvar else set())
     accesses, counts, vector = [], {}, []
     fetch = buf.name if buf.scope == "shared" else None
     n_mul = n_add = 0
@@ -225,7 +244,7 @@ class SketchModel:
           accesses.append(_Access(scope, False, self._step(n.src[0]), width, DTYPE_BYTES.get(b.dtype, 4), d,
                                   fetch if scope == "global" else None, inner,
                                   self._along(n.src[0], loops[inner][0]) if inner is not None else None,
-                                  _divmods(n.src[0])))
+                                  _divmods(n.src[0], varying)))
           if vvar is not None and vvar in free_vars(n.src[0]): vector += self._vector_probes(n.src[0], vvar, width)
         elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES:
           counts["sfu"] = counts.get("sfu", const(0)) + width
@@ -239,7 +258,7 @@ class SketchModel:
       counts["fp32_arith"] = counts.get("fp32_arith", const(0)) + width * (n_mul + n_add - 2 * fma)
     if buf.scope != "local" and index is not None:
       accesses.append(_Access(buf.scope, True, self._step(index), width, DTYPE_BYTES.get(buf.dtype, 4), deps(index),
-                              divmods=_divmods(index)))
+                              divmods=_divmods(index, varying)))
       if vvar is not None: vector += self._vector_probes(index, vvar, width)
     return _Site([(x, kind) for _, x, kind in loops], accesses, counts, vector)
 
@@ -282,7 +301,7 @@ class SketchModel:
           fetch_rounds = np.prod([ext[i] for i in range(len(ext)) if i not in dst.deps] or [np.ones(P)], axis=0)
           fetch_req = fetch_rounds * np.ceil(size / (num(dst.width) * self.dev.warp_size))
         for c, n in s.counts.items(): add(c, num(n) * trip)
-        add("int", 3 * iters)
+        add("int", INT_PER_ITERATION * iters)
         lanes = np.ones(P)       # instructions per vector: 1 when the emitter writes float2 / float4, else one per lane
         if s.vector:
           w = num(s.accesses[0].width) if s.accesses else np.ones(P)
@@ -300,10 +319,10 @@ class SketchModel:
           if not a.store and a.scope == "shared": body_loads = body_loads + distinct
           cnt = iters * distinct
           add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt * lanes)
-          if fetch_req is not None: add("int", cnt * lanes * (1 + 3 * a.divmods))   # a fetch's index, per element
+          if fetch_req is not None: add("int", cnt * lanes * (INT_PER_FETCH_ELEMENT + INT_PER_DIVMOD * a.divmods))   # a fetch's index, per element
           step = np.abs(num(a.step))
           if a.scope == "global":
-            add("int", cnt)
+            add("int", INT_PER_GLOBAL_ACCESS * cnt)
             if not a.store and a.fetch is None: exposed += cnt * LATENCY_CYCLES["ld_global"]
             span, vec = step * a.nbytes, num(a.width) * a.nbytes
             sectors = np.where(span == 0, np.ceil(vec / 32),         # 32 threads, ``span`` bytes apart
@@ -338,9 +357,9 @@ class SketchModel:
           name=f"k{ki}", blocks=b, threads_per_block=int(threads[p]),
           per_thread={c: float(v[p]) for c, v in counts.items()}, active_warps_per_sm=active, blocks_per_sm=bps,
           dram_bytes=kf.dram_bytes, l2_bytes=max(float(l2[p]), kf.dram_bytes),
-          l1_cycles_per_block=float(l1[p]) / b, shared_wavefronts_per_block=float(shared[p]) / b,
+          l1_cycles_per_block=float(l1[p]) / b, shared_wavefronts_per_block=float(shared[p]),
           chain_cycles=float(chain[p]),
-          local_bytes_per_thread=float(spill[p])))
+          local_bytes_per_thread=float(spill[p]), registers=int(round(regs[p]))))
     return out
 
   def _whole(self, env: dict[str, np.ndarray], P: int) -> list[dict[str, np.ndarray]]:

@@ -62,7 +62,8 @@ def launch_facts(kernel, dev) -> list[LaunchFacts]:
       dram_bytes=dm.dram_bytes, l2_bytes=l2,
       l1_cycles_per_block=l1_cycles / max(blocks, 1),
       shared_wavefronts_per_block=shared_instr * max(dm.bank_conflict, 1.0),
-      chain_cycles=prof.chain_cycles, local_bytes_per_thread=_spill_traffic(prof, res)))
+      chain_cycles=prof.chain_cycles, local_bytes_per_thread=_spill_traffic(prof, res),
+      registers=res.registers if res else 0))
   cache.put(ck, tuple(out))
   return out
 

@@ -70,6 +70,7 @@ class LaunchFacts:
   shared_wavefronts_per_block: float      # shared-memory wavefronts (bank conflicts included), per block
   chain_cycles: float = 0.0               # one warp's latency-bound cycles (ptx.chain_cycles)
   local_bytes_per_thread: float = 0.0     # register-spill traffic per thread (bytes moved, dynamic)
+  registers: int = 0                      # per thread (ptxas's, or the analytic model's estimate); 0: unknown
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,48 @@
+"""benchmarks/analytic_calibration.py on a small memo: it builds the programs, reads ptxas's registers,
+fits the analytic register formula (never worse than the module's constants) and prints its tables."""
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+def test_calibration_fits_registers_to_ptxas_and_prints_the_tables(tmp_path, capsys):
+  import analytic_calibration as AC
+  import strategies as S
+  from minicomp.search.annotate import sample
+  from minicomp.search.sketch import generate_sketches
+  from minicomp.target import as_target
+  tgt = as_target("h100")
+  sketch = generate_sketches(S.task_dag("depthwise"), tgt)[0]
+  rng = np.random.default_rng(1)
+  keys = list(dict.fromkeys(sample(sketch, rng, tgt).key for _ in range(12)))[:8]
+  memo = tmp_path / "memo.jsonl"
+  memo.write_text("".join(json.dumps({"task": "depthwise", "steps": k, "cost": 1e-6}) + "\n" for k in keys))
+  assert AC.main(["--memo", str(memo), "--tasks", "depthwise", "--held-out", "", "--per-task", "8",
+                  "--baseline", "24,1,1,96"]) == 0
+  out = capsys.readouterr().out
+  (rms,) = re.findall(r"calibration tasks: baseline ([\d.]+), module ([\d.]+), fitted ([\d.]+)\.", out)
+  baseline, module, fitted = map(float, rms)
+  assert fitted <= module + 1e-9 and fitted <= baseline + 1e-9
+  (row,) = re.findall(r"^\| depthwise \| fit \| (\d+) \| (.*)$", out, re.M)
+  assert 6 <= int(row[0]) <= 8                          # programs the analytic model takes, all built
+  cells = [c.strip() for c in row[1].split("|") if c.strip()]
+  assert len(cells) == 5 and all(re.fullmatch(r"[\d.]+ / [\d.]+ / [\d.]+", c) for c in cells)
+  assert re.search(r"^\| REG_OVERHEAD \| 24 \| [\d.]+ \| [\d.]+ \|$", out, re.M)
+
+
+def test_calibration_refuses_a_missing_memo_and_bad_constants(tmp_path, capsys):
+  import analytic_calibration as AC
+  import pytest
+  with pytest.raises(SystemExit):
+    AC.main(["--memo", str(tmp_path / "none.jsonl")])
+  assert "run benchmarks/strategies.py first" in capsys.readouterr().err
+  memo = tmp_path / "memo.jsonl"
+  memo.write_text("")
+  with pytest.raises(SystemExit):
+    AC.main(["--memo", str(memo), "--baseline", "1,2"])
+  assert "--baseline takes four numbers" in capsys.readouterr().err
