@@ -25,9 +25,11 @@ def test_calibration_fits_registers_to_ptxas_and_prints_the_tables(tmp_path, cap
   assert AC.main(["--memo", str(memo), "--tasks", "depthwise", "--held-out", "", "--per-task", "8",
                   "--baseline", "24,1,1,96"]) == 0
   out = capsys.readouterr().out
-  (rms,) = re.findall(r"calibration tasks: baseline ([\d.]+), module ([\d.]+), fitted ([\d.]+)\.", out)
-  baseline, module, fitted = map(float, rms)
-  assert fitted <= module + 1e-9 and fitted <= baseline + 1e-9
+  (loss,) = re.findall(r"pinball loss at 0.8: baseline ([\d.]+), module ([\d.]+), fitted ([\d.]+);", out)
+  baseline, module, fitted = map(float, loss)
+  assert fitted <= module + 1e-3 and fitted <= baseline + 1e-3      # printed to 3 decimals
+  (under,) = re.findall(r"underestimates: baseline (\d+)%, module (\d+)%, fitted (\d+)%;", out)
+  assert all(0 <= int(u) <= 100 for u in under)
   (row,) = re.findall(r"^\| depthwise \| fit \| (\d+) \| (.*)$", out, re.M)
   assert 6 <= int(row[0]) <= 8                          # programs the analytic model takes, all built
   cells = [c.strip() for c in row[1].split("|") if c.strip()]
@@ -46,3 +48,6 @@ def test_calibration_refuses_a_missing_memo_and_bad_constants(tmp_path, capsys):
   with pytest.raises(SystemExit):
     AC.main(["--memo", str(memo), "--baseline", "1,2"])
   assert "--baseline takes four numbers" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    AC.main(["--memo", str(memo), "--quantile", "1.5"])
+  assert "--quantile must be between 0 and 1" in capsys.readouterr().err
