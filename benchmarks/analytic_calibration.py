@@ -139,6 +139,7 @@ def main(argv=None) -> int:
   ap.add_argument("--baseline", default=None, metavar="A,B,C,D",
                   help="other values of the four constants to show beside the module's (e.g. earlier ones)")
   args = ap.parse_args(argv)
+  if not 0 < args.quantile < 1: ap.error(f"--quantile must be between 0 and 1, got {args.quantile}")
   baseline = None
   if args.baseline:
     try: baseline = np.array([float(x) for x in args.baseline.split(",")])
@@ -170,7 +171,6 @@ def main(argv=None) -> int:
     return 1
   import minicomp.search.static.analytic as A
   current = np.array([getattr(A, k) for k in REG_NAMES], float)
-  if not 0 < args.quantile < 1: ap.error(f"--quantile must be between 0 and 1, got {args.quantile}")
   fitted = fit(train, args.quantile, start=current)
   from provenance import header_lines
   print("```")
