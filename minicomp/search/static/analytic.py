@@ -35,8 +35,8 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   four constants are fitted to ptxas's registers on 600 programs of four benchmark tasks
   (``benchmarks/analytic_calibration.py``) as their 80% quantile: an estimate under ptxas's count
   admits a block that ptxas then compiles with spills the model does not see, the costlier error.
-  The earlier hand-set 24 + 1 x local + 1 x operands had about the same share under ptxas but
-  scattered twice as wide (10%-90%: 0.8-3.1x ptxas's count, now 0.8-2.2x);
+  On 600 programs the earlier hand-set 24 + 1 x local + 1 x operands was under ptxas's count for 25%
+  and 0.5-3.8x it (10%-90% quantiles per task); the fitted formula is under for 21%, 0.6-2.4x;
 - **register reuse**: a store's loop nest is unrolled from the inside while the unrolled steps
   stay within ``auto_unroll_max_step`` (vthread loops always are); a load inside the unrolled
   part is issued once per value of the unrolled loops its index uses (a register tile re-reads
