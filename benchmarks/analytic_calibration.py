@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     progs = [progs[int(i)] for i in rng.permutation(len(progs))[:args.per_task]]
     rows[t] = collect(t, progs, args.target)
   train = [r for t in fit_tasks for r in rows[t]]
-  if len(train) < 8:
+  if len(train) < 5:                                 # four constants, and one program more
     print(f"too few programs to fit ({len(train)}): run benchmarks/strategies.py on {args.tasks} first")
     return 1
   import minicomp.search.static.analytic as A

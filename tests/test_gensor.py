@@ -132,7 +132,7 @@ def test_the_analytic_shared_wavefronts_are_per_block_like_the_full_models():
   """Both models count a block's shared-memory wavefronts. The analytic one divided its per-block
   count by the number of blocks once more (until 2026-11-27), so shared memory never bound it."""
   ratios = []
-  for seed in range(6):        # 4 to 512 blocks: dividing by them again puts the median near 0.15
+  for seed in range(4):        # 16 to 512 blocks: dividing by them again puts the median near 0.05
     ana, full = _facts_of_both(W.matmul(256, 256, 256), seed)
     ratios.append(ana.shared_wavefronts_per_block / full.shared_wavefronts_per_block)
   assert 0.5 < float(np.median(ratios)) < 5, ratios
@@ -148,7 +148,7 @@ def test_divisions_of_thread_and_block_indices_alone_cost_nothing_per_element():
   index = (tx // 4) % 4 * 58 + b // 14 % 14 * 4 + (k * 64 + tx) // 8
   assert _divmods(index, {"k"}) == 1 and _divmods(index, set()) == 0
   ratios = []
-  for seed in range(4):
+  for seed in range(3):        # charging them per element put the median at 5.6
     ana, full = _facts_of_both(W.depthwise_conv2d(1, 32, 56, 56, 3, 1, 1), seed)
     ratios.append(ana.per_thread["int"] / max(full.per_thread["int"], 1.0))
   assert 0.25 < float(np.median(ratios)) < 4, ratios
