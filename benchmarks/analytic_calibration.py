@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import sys
 from pathlib import Path
@@ -55,45 +54,34 @@ def constants(**values):
 
 
 def collect(task: str, progs: list[str], target: str) -> list[dict]:
-  """Per program (first kernel): ptxas registers, the PTX's and the analytic model's counts, and the
-  analytic register formula's two variable parts (local elements, operands) at the program's point."""
-  import strategies as S
+  """Per program the analytic model takes (first kernel): ptxas registers, the PTX's and the analytic
+  model's counts, and the analytic register formula's two variable parts (local elements, operands)
+  at the program's point."""
+  from analytic_fidelity import analytic_points
 
   from minicomp.search.measure import MeasureInput, build_candidate
   from minicomp.search.static.analytic import SketchModel
   from minicomp.search.static.estimate import launch_facts
-  from minicomp.search.strategies.base import TuneTask
-  from minicomp.search.strategies.opevo_space import read_point
   from minicomp.target import as_target
   tgt = as_target(target)
-  dag = S.task_dag(task)
-  tt = TuneTask(task, dag, tgt, 1, dag.flop_count(), "", task)
-  symbolic = [json.loads(sk.schedule.to_json()) for sk in tt.sketches]
+  dag, tt, points = analytic_points(task, progs, target)
   models: dict[tuple[int, int], SketchModel] = {}
   rows = []
-  for steps in progs:
-    for k, sk in enumerate(tt.sketches):
-      got = read_point(sk, steps, symbolic[k])
-      if got is None: continue
-      values, unroll = got
-      used = set(unroll.values()) or {0}
-      if len(used) != 1: break                     # the analytic model takes one unroll step
-      step = used.pop()
-      try:
-        model = models.setdefault((k, step), SketchModel(sk, tgt, unroll=step))
-        full = launch_facts(build_candidate(MeasureInput(dag, steps, target, "cal")), tgt.device)[0]
-      except Exception:   # noqa: BLE001 -- a program that no longer builds, or a sketch without a model
-        break
-      ana = model.facts([values])[0][0]
-      with constants(REG_OVERHEAD=0, REG_PER_LOCAL=1.0, OPERAND_REGS=0.0):
-        local = model.facts([values])[0][0].registers
-      with constants(REG_OVERHEAD=0, REG_PER_LOCAL=0.0, OPERAND_REGS=1.0, OPERAND_CAP=10**9):
-        operands = model.facts([values])[0][0].registers
-      if full.registers:
-        rows.append({"task": task, "ptxas": full.registers, "analytic": ana.registers, "local": local,
-                     "operands": operands, "int": (ana.per_thread.get("int", 0.0), full.per_thread.get("int", 0.0)),
-                     "ld_shared": (ana.per_thread.get("ld_shared", 0.0), full.per_thread.get("ld_shared", 0.0))})
-      break
+  for i, k, step, values in points:
+    try:
+      model = models.setdefault((k, step), SketchModel(tt.sketches[k], tgt, unroll=step))
+      full = launch_facts(build_candidate(MeasureInput(dag, progs[i], target, "cal")), tgt.device)[0]
+    except Exception:   # noqa: BLE001 -- a program that no longer builds, or a sketch without a model
+      continue
+    ana = model.facts([values])[0][0]
+    with constants(REG_OVERHEAD=0, REG_PER_LOCAL=1.0, OPERAND_REGS=0.0):
+      local = model.facts([values])[0][0].registers
+    with constants(REG_OVERHEAD=0, REG_PER_LOCAL=0.0, OPERAND_REGS=1.0, OPERAND_CAP=10**9):
+      operands = model.facts([values])[0][0].registers
+    if full.registers:
+      rows.append({"task": task, "ptxas": full.registers, "local": local, "operands": operands,
+                   "int": (ana.per_thread.get("int", 0.0), full.per_thread.get("int", 0.0)),
+                   "ld_shared": (ana.per_thread.get("ld_shared", 0.0), full.per_thread.get("ld_shared", 0.0))})
   return rows
 
 
@@ -153,16 +141,12 @@ def main(argv=None) -> int:
   held = [t for t in args.held_out.split(",") if t]
   unknown = [t for t in fit_tasks + held if t not in known]
   if unknown: ap.error(f"unknown task(s) {unknown}; known: {', '.join(known)}")
-  by_task: dict[str, set[str]] = {}
-  for ln in args.memo.read_text().splitlines():
-    try: r = json.loads(ln)
-    except json.JSONDecodeError: continue
-    if r.get("cost") is not None and math.isfinite(r["cost"]) and r.get("task") in fit_tasks + held:
-      by_task.setdefault(r["task"], set()).add(r["steps"])
+  from analytic_fidelity import read_memo
+  by_task = read_memo(args.memo, fit_tasks + held)
   rng = np.random.default_rng(0)
   rows: dict[str, list[dict]] = {}
   for t in fit_tasks + held:
-    progs = sorted(by_task.get(t, ()))
+    progs = sorted({steps for steps, _ in by_task.get(t, ())})
     progs = [progs[int(i)] for i in rng.permutation(len(progs))[:args.per_task]]
     rows[t] = collect(t, progs, args.target)
   train = [r for t in fit_tasks for r in rows[t]]

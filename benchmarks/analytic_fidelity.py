@@ -41,11 +41,24 @@ sys.path.insert(0, str(HERE))
 MEMO = HERE / "results" / "strategies" / "measured_h100.jsonl"
 
 
-def task_rows(task: str, progs: list[tuple[str, float]], target: str) -> dict | None:
-  """The analytic cost of every program of ``task`` the analytic model takes, beside its full cost."""
+def read_memo(path: Path, tasks) -> dict[str, list[tuple[str, float]]]:
+  """``strategies.py``'s memo: per task among ``tasks``, the (steps JSON, full cost) of every program
+  measured with a finite cost (unreadable lines skipped)."""
+  by_task: dict[str, list[tuple[str, float]]] = {}
+  for ln in path.read_text().splitlines():
+    try: r = json.loads(ln)
+    except json.JSONDecodeError: continue
+    if r.get("cost") is not None and math.isfinite(r["cost"]) and r.get("task") in tasks:
+      by_task.setdefault(r["task"], []).append((r["steps"], r["cost"]))
+  return by_task
+
+
+def analytic_points(task: str, programs: list[str], target: str):
+  """``(dag, tune task, points)`` of ``task``: for every program (steps JSON) the analytic model takes
+  (one sketch's point, with one unroll step on every marked loop), ``(index in programs, sketch index,
+  unroll step, the sketch's variable values)``."""
   import strategies as S
 
-  from minicomp.search.static.analytic import SketchModel
   from minicomp.search.strategies.base import TuneTask
   from minicomp.search.strategies.opevo_space import read_point
   from minicomp.target import as_target
@@ -53,15 +66,27 @@ def task_rows(task: str, progs: list[tuple[str, float]], target: str) -> dict | 
   dag = S.task_dag(task)
   tt = TuneTask(task, dag, tgt, 1, dag.flop_count(), "", task)
   symbolic = [json.loads(sk.schedule.to_json()) for sk in tt.sketches]
-  groups: dict[tuple[int, int], list[tuple[dict, float]]] = {}   # (sketch, unroll step) -> (values, full cost)
-  for steps, cost in progs:
+  points = []
+  for i, steps in enumerate(programs):
     for k, sk in enumerate(tt.sketches):
       got = read_point(sk, steps, symbolic[k])
       if got is None: continue
       values, unroll = got
       steps_used = set(unroll.values()) or {0}
-      if len(steps_used) == 1: groups.setdefault((k, steps_used.pop()), []).append((values, cost))
+      if len(steps_used) == 1: points.append((i, k, steps_used.pop(), values))
       break
+  return dag, tt, points
+
+
+def task_rows(task: str, progs: list[tuple[str, float]], target: str) -> dict | None:
+  """The analytic cost of every program of ``task`` the analytic model takes, beside its full cost."""
+  from minicomp.search.static.analytic import SketchModel
+  from minicomp.target import as_target
+  tgt = as_target(target)
+  _, tt, points = analytic_points(task, [steps for steps, _ in progs], target)
+  groups: dict[tuple[int, int], list[tuple[dict, float]]] = {}   # (sketch, unroll step) -> (values, full cost)
+  for i, k, step, values in points:
+    groups.setdefault((k, step), []).append((values, progs[i][1]))
   full, analytic, where = [], [], []
   for (k, step), rows in groups.items():
     try: model = SketchModel(tt.sketches[k], tgt, unroll=step)
@@ -97,12 +122,7 @@ def main(argv=None) -> int:
     ap.error(f"{args.memo} does not exist: run benchmarks/strategies.py first (it measures the programs compared here)")
   import strategies as S
   known = S.tasks()
-  by_task: dict[str, list[tuple[str, float]]] = {}
-  for ln in args.memo.read_text().splitlines():
-    try: r = json.loads(ln)
-    except json.JSONDecodeError: continue
-    if r.get("cost") is not None and math.isfinite(r["cost"]) and r["task"] in known:
-      by_task.setdefault(r["task"], []).append((r["steps"], r["cost"]))
+  by_task = read_memo(args.memo, known)
   names = args.tasks.split(",") if args.tasks else [t for t in known if t in by_task]
   unknown = [n for n in names if n not in known]
   if unknown: ap.error(f"unknown task(s) {unknown}; known: {', '.join(known)}")

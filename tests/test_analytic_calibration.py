@@ -1,27 +1,17 @@
 """benchmarks/analytic_calibration.py on a small memo: it builds the programs, reads ptxas's registers,
 fits the analytic register formula (never worse than the module's constants) and prints its tables."""
-import json
 import re
 import sys
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from memo_fixture import write_depthwise_memo  # noqa: E402
 
 
 def test_calibration_fits_registers_to_ptxas_and_prints_the_tables(tmp_path, capsys):
   import analytic_calibration as AC
-  import strategies as S
-  from minicomp.search.annotate import sample
-  from minicomp.search.sketch import generate_sketches
-  from minicomp.target import as_target
-  tgt = as_target("h100")
-  sketch = generate_sketches(S.task_dag("depthwise"), tgt)[0]
-  rng = np.random.default_rng(1)
-  keys = list(dict.fromkeys(sample(sketch, rng, tgt).key for _ in range(10)))[:7]
-  memo = tmp_path / "memo.jsonl"
-  memo.write_text("".join(json.dumps({"task": "depthwise", "steps": k, "cost": 1e-6}) + "\n" for k in keys))
+  memo = write_depthwise_memo(tmp_path / "memo.jsonl", draws=10, keep=7, seed=1, cost=lambda i: 1e-6)
   assert AC.main(["--memo", str(memo), "--tasks", "depthwise", "--held-out", "", "--per-task", "7",
                   "--baseline", "24,1,1,96"]) == 0
   out = capsys.readouterr().out

@@ -1,28 +1,17 @@
 """benchmarks/analytic_fidelity.py on a small memo: its tables, and with --show-best the best programs
 (by the memo's full cost) kept in the sample with their rank under the analytic model."""
-import json
 import re
 import sys
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from memo_fixture import write_depthwise_memo  # noqa: E402
 
 
 def test_show_best_keeps_the_best_programs_and_ranks_them(tmp_path, capsys):
   import analytic_fidelity as AF
-  import strategies as S
-  from minicomp.search.annotate import sample
-  from minicomp.search.sketch import generate_sketches
-  from minicomp.target import as_target
-  tgt = as_target("h100")
-  sketch = generate_sketches(S.task_dag("depthwise"), tgt)[0]
-  rng = np.random.default_rng(0)
-  keys = list(dict.fromkeys(sample(sketch, rng, tgt).key for _ in range(40)))[:30]
-  memo = tmp_path / "memo.jsonl"
-  memo.write_text("".join(json.dumps({"task": "depthwise", "steps": k, "cost": (i + 1) * 1e-6}) + "\n"
-                          for i, k in enumerate(keys)))
+  memo = write_depthwise_memo(tmp_path / "memo.jsonl", draws=40, keep=30, seed=0)
   assert AF.main(["--memo", str(memo), "--tasks", "depthwise", "--limit", "10", "--show-best", "3"]) == 0
   out = capsys.readouterr().out
   (n,) = [int(m) for m in re.findall(r"^\| depthwise \| (\d+) \| [-\d.]+ \|", out, re.M)]

@@ -119,11 +119,11 @@ def _facts_of_both(wl, seed: int):
   from minicomp.search.static.estimate import launch_facts
   tgt = as_target("h100")
   sk = generate_sketches(ComputeDAG(wl.outputs), tgt)[0]
-  rng = np.random.default_rng(seed)
+  model, rng = SketchModel(sk, tgt), np.random.default_rng(seed)
   while True:
     c = sample(sk, rng, tgt)
-    if np.isfinite(SketchModel(sk, tgt)([c.values])[0]): break
-  ana = SketchModel(sk, tgt).facts([c.values])[0][0]
+    if np.isfinite(model([c.values])[0]): break
+  ana = model.facts([c.values])[0][0]
   full = launch_facts(build(concretize(sk, c.values, unroll_of(sk)), tgt), tgt.device)[0]
   return ana, full
 
