@@ -163,7 +163,8 @@ def make_strategy(name: str, seed: int, smoke: bool, pretrain=None):
 # ------------------------------------------------------------------------------------------ measuring
 class MemoMeasurer:
   """The static measurer, memoised per (task, program) in a JSON-lines file: the static model is
-  deterministic, so a program another run measured already costs nothing. Counts the seconds spent
+  deterministic, so a program another run measured already costs nothing. A timeout (a build that took
+  over the measurer's limit, as happens on a loaded machine) is written but not read back. Counts the seconds spent
   measuring (``spent``), so a run can subtract them from its wall time."""
   is_estimate = True
 
@@ -174,6 +175,7 @@ class MemoMeasurer:
       for ln in path.read_text().splitlines():
         try: r = json.loads(ln)
         except json.JSONDecodeError: continue       # a torn last line
+        if r.get("error") == "timeout": continue    # the machine's load, not the program's: measured again
         self.memo[(r["task"], r["steps"])] = (r["cost"], r.get("error", "none"))
 
   def measure_iter(self, inputs):

@@ -214,3 +214,26 @@ def test_sample_efficiency_against_ansor():
   assert B.efficiency({("t", "fast"): by[("t", "fast")]}, ["t"], ["fast"], 8) == []   # no Ansor: no table
   empty = B.efficiency({**by, ("t", "none"): {0: run([])}}, ["t"], ["ansor", "none"], 8)   # proposed nothing
   assert any(ln.startswith("| none | 1 | <") for ln in empty), empty
+
+
+def test_memo_reads_back_costs_and_failures_but_not_timeouts(tmp_path):
+  """A timeout is the machine's load (a build over the measurer's limit), not the program's: a later run
+  measures it again instead of taking it as failed."""
+  from minicomp.search.measure import ErrorKind, MeasureInput, MeasureResult
+  path = tmp_path / "measured_h100.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in [
+    {"task": "t", "steps": "a", "cost": 1e-6, "error": "ok"},
+    {"task": "t", "steps": "b", "cost": None, "error": "invalid schedule"},
+    {"task": "t", "steps": "c", "cost": None, "error": "timeout"}]) + '{"task": "t", "ste')   # a torn last line
+
+  class Inner:
+    seen: list[str] = []
+
+    def measure(self, inputs):
+      self.seen += [i.steps_json for i in inputs]
+      return [MeasureResult(2e-6) for _ in inputs]
+  inner = Inner()
+  memo = B.MemoMeasurer(path, inner)
+  got = memo.measure([MeasureInput(None, s, "h100", key="t") for s in "abc"])
+  assert inner.seen == ["c"]
+  assert [r.cost_s for r in got] == [1e-6, None, 2e-6] and got[1].error is ErrorKind.SCHEDULE
