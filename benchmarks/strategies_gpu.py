@@ -344,7 +344,7 @@ def report(selection: list[dict], measured: list[dict], torch_s: dict, meta: dic
                 f"(rtol = atol = {RTOL}), {len(failed)} failed to build or run."]
   for m in (wrong + failed)[:10]:
     L.append(f"- {m['task']} #{m['i']}: {m.get('error') or 'max abs error %.3g' % m['max_err']}")
-  summary: dict[tuple[str, int], dict[str, list[float]]] = {}
+  summary: dict[tuple[str, int], dict[str, dict[str, float]]] = {}   # (strategy, budget) -> kind -> task -> ratio
   corr_rows = []
   tasks = list(dict.fromkeys(p["task"] for p in selection))
   for t in tasks:
@@ -377,9 +377,9 @@ def report(selection: list[dict], measured: list[dict], torch_s: dict, meta: dic
                f" | {S.geomean([r / (best_real * 1e6) for r in rs]):.2f} | "
                + (f"{S.geomean(es):.1f} | {S.geomean([e / (best_est * 1e6) for e in es]):.2f} |" if es else "- | - |"))
       if "@" in g and es:
-        s = summary.setdefault((g.split(" @")[0], int(g.split("@")[1])), {"real": [], "est": []})
-        s["real"].append(S.geomean([r / (best_real * 1e6) for r in rs]))
-        s["est"].append(S.geomean([e / (best_est * 1e6) for e in es]))
+        s = summary.setdefault((g.split(" @")[0], int(g.split("@")[1])), {"real": {}, "est": {}})
+        s["real"][t] = S.geomean([r / (best_real * 1e6) for r in rs])
+        s["est"][t] = S.geomean([e / (best_est * 1e6) for e in es])
     if t in torch_s:
       L.append(f"| PyTorch ({torch_s.get('_torch', '?')}) | 1 | {torch_s[t] * 1e6:.1f} | "
                f"{torch_s[t] / best_real:.2f} | - | - |")
@@ -394,10 +394,16 @@ def report(selection: list[dict], measured: list[dict], torch_s: dict, meta: dic
   if not summary: return "\n".join(L)
   L += ["", "### final / best over tasks (geometric mean), estimated and measured", "",
         "`estimate` is the benchmark's own view (best = the best estimate among these programs); `GPU` the "
-        "same programs timed (best = the fastest program measured for the task).", "",
-        "| strategy | budget | tasks | estimate | GPU |", "|---|---:|---:|---:|---:|"]
+        "same programs timed (best = the fastest program measured for the task). The last two columns are "
+        "over the tasks where each of the five strategies has a final best at that budget.", "",
+        "| strategy | budget | tasks | estimate | GPU | common tasks | estimate there | GPU there |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|"]
   for (s, b), v in sorted(summary.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-    L.append(f"| {s} | {b} | {len(v['real'])} | {S.geomean(v['est']):.2f} | {S.geomean(v['real']):.2f} |")
+    common = [t for t in v["real"] if all(t in summary.get((x, b), {"real": {}})["real"] for x in S.STRATEGIES)]
+    there = (f"{len(common)} | {S.geomean([v['est'][t] for t in common]):.2f} | "
+             f"{S.geomean([v['real'][t] for t in common]):.2f}" if common else "0 | - | -")
+    L.append(f"| {s} | {b} | {len(v['real'])} | {S.geomean(list(v['est'].values())):.2f} | "
+             f"{S.geomean(list(v['real'].values())):.2f} | {there} |")
   return "\n".join(L)
 
 
