@@ -8,8 +8,9 @@ ESTIMATES. This script takes the programs those runs ended with and times them o
   breaks a resource limit), and ``--sample`` programs of the memo spread evenly
   over the range of estimates (for the rank correlation of estimate and GPU time on every task). A
   strategy's final best is found in the memo by its cost; where programs tie on the estimate, the first
-  one the memo holds stands for all of them. Writes ``gpu_selection.jsonl`` (one line per distinct
-  program: its steps, its estimate and the roles it plays).
+  one the memo holds stands for all of them. With ``--trials K``, instead: every program of the first K
+  measurements of the random and Tuna runs (see ``select_trials``). Writes ``gpu_selection.jsonl.gz``
+  (one line per distinct program: its steps, its estimate and the roles it plays).
 - ``measure`` (on the GPU): builds every selected program (a process per core), runs it once and checks
   the result against the task's numpy reference, then times it like ``GPUMeasurer`` (CUDA events, the L2
   flushed before each run, the median); writes one JSON line per program to ``--out/gpu_measured.jsonl``
@@ -17,11 +18,14 @@ ESTIMATES. This script takes the programs those runs ended with and times them o
   operations through PyTorch (cuDNN / cuBLAS, fp32, TF32 off, ``cudnn.benchmark``) the same way.
 - ``report`` (anywhere): per task, the GPU time of each strategy's final best (mean over seeds, 95%
   confidence interval) next to what the estimate said, the rule-based schedule, Gensor and PyTorch;
-  Spearman's rank correlation of estimate and GPU time over the task's measured programs; and the
-  geometric means over tasks of final / best as the benchmark's tables give them, estimated and measured.
+  Spearman's rank correlation of estimate and GPU time over the task's measured programs; the
+  geometric means over tasks of final / best as the benchmark's tables give them, estimated and measured;
+  and, for a ``--trials`` selection, what each open-loop run keeps after k measurements when the static
+  model or the GPU measures.
 
-  python benchmarks/strategies_gpu.py select --budgets 64,256,1024 --sample 24 --selection DIR/gpu_selection.jsonl
-  python benchmarks/strategies_gpu.py measure --selection DIR/gpu_selection.jsonl --out DIR    # on the GPU machine
+  python benchmarks/strategies_gpu.py select --budgets 64,256,1024 --sample 24 --selection DIR/gpu_selection.jsonl.gz
+  python benchmarks/strategies_gpu.py select --trials 64 --selection DIR2/gpu_selection.jsonl.gz
+  python benchmarks/strategies_gpu.py measure --selection DIR/gpu_selection.jsonl.gz --out DIR  # on the GPU machine
   python benchmarks/strategies_gpu.py pytorch --out DIR                                        # on the same machine
   python benchmarks/strategies_gpu.py report --measured DIR --save DIR/report.md
 """
@@ -47,9 +51,9 @@ SELECTION = "gpu_selection.jsonl.gz"    # the programs' steps compress about 20x
 MEASURED = "gpu_measured.jsonl"
 PYTORCH = "gpu_pytorch.json"
 META = "gpu_meta.json"
-RTOL = ATOL = 2e-3
+RTOL = ATOL = 2e-3          # the tolerance of the shared H100 data and of the strategies' tests
 ROLE_NAMES = {"rules": "rule-based (no search)", "gensor": "gensor construction (no search)",
-              "default": "rule-based (no search)"}     # "default": the rules' name in the first selection files          # the tolerance of the shared H100 data and of the strategies' tests
+              "default": "rule-based (no search)"}     # "default": the rules' name in the first selection files
 
 
 def compact(steps: str) -> str:
@@ -147,16 +151,18 @@ def select_trials(out: Path, names: list[str], strategies: list[str], seeds: int
 
   from minicomp.search.measure import StaticMeasurer
   args = types.SimpleNamespace(target=target, per_round=per_round, smoke=any(_smoke(t) for t in names))
+  bad = [st for st in strategies if st not in OPEN_LOOP]
+  if bad: raise ValueError(f"{', '.join(bad)} adapt(s) to the measurements: their trials cannot be replayed")
   progs: dict[tuple[str, str], dict] = {}
+  runs = S.load_runs(out, target, per_round)
   with StaticMeasurer() as inner:
     meas = S.MemoMeasurer(out / f"measured_{target}.jsonl", inner)
     for t in names:
       for st in strategies:
-        if st not in OPEN_LOOP: raise ValueError(f"{st} adapts to its measurements: its trials cannot be replayed")
         for seed in range(seeds):
           hist = _history(t, st, seed, trials, args, meas)
-          saved = max((r for r in S.load_runs(out, target, per_round)
-                       if (r["task"], r["strategy"], r["seed"]) == (t, st, seed)), key=lambda r: r["budget"], default=None)
+          saved = max((r for r in runs if (r["task"], r["strategy"], r["seed"]) == (t, st, seed)),
+                      key=lambda r: r["budget"], default=None)
           if saved is not None and saved["costs"][:trials] != [c for _, c in hist][:len(saved["costs"][:trials])]:
             print(f"# {t} {st} seed {seed}: the re-made run differs from the saved one", file=sys.stderr)
           for pos, (steps, cost) in enumerate(hist):
@@ -222,6 +228,9 @@ def measure(selection: list[dict], out: Path, deadline_s: float, min_total_s: fl
                                       "max_repeats": max_repeats}))
   from minicomp.codegen.driver import get_driver
   drv = get_driver()
+  if drv.info().compute_capability[0] != 9:      # the benchmark's programs are built for the h100 target
+    raise SystemExit(f"strategies_gpu.py measure: the programs are built for sm_90 (the benchmark's h100 "
+                     f"target); this GPU is {drv.info().name} ({drv.info().arch}): use an H100 or H200")
   ex = executor or cf.ProcessPoolExecutor(workers or os.cpu_count(), mp_context=mp.get_context("spawn"))
   futs = [ex.submit(build_plain, MeasureInput(dag_of(p["task"]), p["steps"], "h100", key=p["task"]))
           for p in selection]
@@ -549,6 +558,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.cmd == "pytorch":
       names = args.tasks.split(",") if args.tasks else list(TORCH_OPS)
+      if any(n not in TORCH_OPS for n in names): ap.error(f"--tasks: known to pytorch: {', '.join(TORCH_OPS)}")
       print(json.dumps(pytorch(names, args.out, args.min_total_s, args.max_repeats)))
       return 0
     n = measure(_read_jsonl(args.selection), args.out, args.deadline_s, args.min_total_s, args.max_repeats,

@@ -162,7 +162,7 @@ def test_trials_replays_the_open_loop_runs_and_reports_what_each_measurer_keeps(
   assert sorted(k for k in pos if k[0] == "random") == [("random", j) for j in range(6)]
   assert [sel[pos[("random", j)]]["estimate"] for j in range(6)] == saved
   assert any(k[0] == "tuna" for k in pos)
-  with pytest.raises(ValueError, match="adapts"):
+  with pytest.raises(ValueError, match="adapt"):
     G.select_trials(tmp_path, [TASK], ["ansor"], 1, 2, "h100", 16)
   # GPU times: the reverse of the estimates' order, so the GPU keeps the program the estimate ranks last
   est = [p["estimate"] for p in sel]
@@ -200,3 +200,10 @@ def test_measure_stops_at_its_deadline_without_recording_a_failure(bench, tmp_pa
     assert G.measure(sel, tmp_path, deadline_s=0.0, min_total_s=0.0, max_repeats=1, executor=ex) == 0
   assert (tmp_path / G.MEASURED).read_text() == ""
   assert f"stopped after 0 of {len(sel)} programs" in capsys.readouterr().out
+
+
+def test_measure_refuses_a_gpu_the_programs_were_not_built_for(bench, tmp_path, monkeypatch):
+  import fake_gpu as fg
+  fg.install(monkeypatch, cc=(8, 6))
+  with pytest.raises(SystemExit, match="built for sm_90"):
+    G.measure([], tmp_path, deadline_s=1.0, min_total_s=0.0, max_repeats=1)
