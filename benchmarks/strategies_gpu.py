@@ -210,8 +210,9 @@ def _estimate(task: str, steps: str) -> float | None:
 def measure(selection: list[dict], out: Path, deadline_s: float, min_total_s: float, max_repeats: int,
             workers: int | None = None, executor=None) -> int:
   """Build, check and time every selected program on the GPU; one JSON line per program in
-  ``out/gpu_measured.jsonl`` (appended as each finishes). Builds run in ``executor`` (default: a spawn
-  process per core). Returns how many were timed."""
+  ``out/gpu_measured.jsonl`` (appended as each finishes; programs that file holds already are skipped,
+  so a run cut by its deadline resumes). Builds run in ``executor`` (default: a spawn process per core).
+  Returns how many were timed."""
   import concurrent.futures as cf
   import multiprocessing as mp
 
@@ -232,14 +233,18 @@ def measure(selection: list[dict], out: Path, deadline_s: float, min_total_s: fl
     raise SystemExit(f"strategies_gpu.py measure: the programs are built for sm_90 (the benchmark's h100 "
                      f"target); this GPU is {drv.info().name} ({drv.info().arch}): use an H100 or H200")
   ex = executor or cf.ProcessPoolExecutor(workers or os.cpu_count(), mp_context=mp.get_context("spawn"))
-  futs = [ex.submit(build_plain, MeasureInput(dag_of(p["task"]), p["steps"], "h100", key=p["task"]))
-          for p in selection]
+  have = {m["i"] for m in _read_jsonl(out / MEASURED)} if (out / MEASURED).exists() else set()
+  todo = [i for i in range(len(selection)) if i not in have]     # a folder measured before: resumed
+  if have: print(f"# {len(have)} programs measured before in {out}: {len(todo)} to go", flush=True)
+  futs = [ex.submit(build_plain, MeasureInput(dag_of(selection[i]["task"]), selection[i]["steps"], "h100",
+                                              key=selection[i]["task"])) for i in todo]
   refs: dict[str, tuple[dict, np.ndarray]] = {}
   done = 0
   with (out / MEASURED).open("a") as f:
-    for i, (p, fut) in enumerate(zip(selection, futs)):
+    for n_seen, (i, fut) in enumerate(zip(todo, futs), 1):
+      p = selection[i]
       if time.perf_counter() - t0 > deadline_s:
-        print(f"# deadline: stopped after {done} of {len(selection)} programs", flush=True)
+        print(f"# deadline: stopped after {done} of {len(todo)} programs", flush=True)
         break
       t = p["task"]
       if t not in refs:
@@ -252,7 +257,7 @@ def measure(selection: list[dict], out: Path, deadline_s: float, min_total_s: fl
         try:
           plan, _, binary, _ = fut.result(timeout=max(1.0, deadline_s - (time.perf_counter() - t0)))
         except cf.TimeoutError:           # the deadline came while this program was building
-          print(f"# deadline: stopped after {done} of {len(selection)} programs", flush=True)
+          print(f"# deadline: stopped after {done} of {len(todo)} programs", flush=True)
           break
         mod = GpuModule(binary, drv)
         args = [by_name[b.name] for b in plan.inputs]
@@ -268,8 +273,8 @@ def measure(selection: list[dict], out: Path, deadline_s: float, min_total_s: fl
         row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
       f.write(json.dumps(row) + "\n")
       f.flush()
-      if (i + 1) % 50 == 0:
-        print(f"# {i + 1}/{len(selection)} programs, {time.perf_counter() - t0:.0f} s", flush=True)
+      if n_seen % 50 == 0:
+        print(f"# {n_seen}/{len(todo)} programs, {time.perf_counter() - t0:.0f} s", flush=True)
   if executor is None: ex.shutdown(wait=False, cancel_futures=True)
   return done
 

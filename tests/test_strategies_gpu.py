@@ -207,3 +207,17 @@ def test_measure_refuses_a_gpu_the_programs_were_not_built_for(bench, tmp_path, 
   fg.install(monkeypatch, cc=(8, 6))
   with pytest.raises(SystemExit, match="built for sm_90"):
     G.measure([], tmp_path, deadline_s=1.0, min_total_s=0.0, max_repeats=1)
+
+
+def test_measure_resumes_a_folder_measured_before(bench, tmp_path, monkeypatch, capsys):
+  import fake_gpu as fg
+  fg.install(monkeypatch, cc=(9, 0))
+  out, _ = bench
+  sel = G.select(out, [TASK], [4], 0, "h100", 16, estimate=lambda t, s: 42e-6)
+  first = {"i": 0, "task": TASK, "digest": G.digest(sel[0]["steps"]), "correct": True, "median_s": 9.0}
+  (tmp_path / G.MEASURED).write_text(json.dumps(first) + "\n")
+  with ThreadPoolExecutor(2) as ex:
+    assert G.measure(sel, tmp_path, deadline_s=600, min_total_s=0.0, max_repeats=1, executor=ex) == len(sel) - 1
+  rows = G._read_jsonl(tmp_path / G.MEASURED)
+  assert rows[0] == first and sorted(r["i"] for r in rows) == list(range(len(sel)))
+  assert f"1 programs measured before in {tmp_path}: {len(sel) - 1} to go" in capsys.readouterr().out
