@@ -35,7 +35,6 @@ import argparse
 import gzip
 import hashlib
 import json
-import math
 import os
 import sys
 import time
@@ -184,19 +183,10 @@ def _history(task: str, strategy: str, seed: int, trials: int, args, meas) -> li
 
 def rules_schedule(task: str, target: str) -> str:
   """The steps of the rule-based schedule ``compile`` builds for the task without search, with the
-  compiler's back-offs (no shared-memory staging, then the simplest schedule) where a tile breaks a
-  resource limit of ``target``."""
-  from minicomp.codegen.kernel import build
-  from minicomp.errors import LoweringError, ScheduleError
-  from minicomp.graph.schedules import default_schedule
-  for opts in ({}, {"shared": False}, {"simple": True}):
-    sched = default_schedule(dag_of(task), target, **opts)
-    try:
-      build(sched, target)
-      return sched.to_json()
-    except (ScheduleError, LoweringError):
-      if opts.get("simple"): raise
-  raise AssertionError("unreachable")
+  compiler's back-offs where a tile breaks a resource limit of ``target``."""
+  from minicomp.compiler import build_rule_based
+  from minicomp.target import as_target
+  return build_rule_based(dag_of(task), as_target(target), "rules", task)[1].to_json()
 
 
 def _estimate(task: str, steps: str) -> float | None:
@@ -322,27 +312,10 @@ def pytorch(names: list[str], out: Path, min_total_s: float, max_repeats: int) -
 
 
 # --------------------------------------------------------------------------------------------- report
-def spearman(xs: list[float], ys: list[float]) -> float:
-  def ranks(v):
-    order = sorted(range(len(v)), key=v.__getitem__)
-    r = [0.0] * len(v)
-    i = 0
-    while i < len(v):
-      j = i
-      while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]: j += 1
-      for k in range(i, j + 1): r[order[k]] = (i + j) / 2
-      i = j + 1
-    return r
-  rx, ry = ranks(xs), ranks(ys)
-  mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-  cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-  sd = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-  return cov / sd if sd else float("nan")
-
-
 def report(selection: list[dict], measured: list[dict], torch_s: dict, meta: dict, descr: dict,
            header: list[str]) -> str:
   """The markdown report: per task a table of roles, and the summary over tasks."""
+  from static_model_fidelity import spearman      # ties share their mean rank (not at import: it needs islpy)
   by_i = {}
   for m in measured:
     p = selection[m["i"]]

@@ -64,16 +64,16 @@ def _account(stats: CompileStats, kern: Kernel, seconds: float) -> None:
   stats.nvrtc += kern.timings["nvrtc_s"]
 
 
-def _build_default(task: Task, tgt: Target, name: str) -> Built:
-  """The task's rule-based schedule, built. A tile may break a resource limit:
+def build_rule_based(dag, tgt: Target, name: str, key: str = "") -> Built:
+  """``dag``'s rule-based schedule, built. A tile may break a resource limit:
   back off to no shared-memory staging, then to the simplest schedule."""
   for opts in ({}, {"shared": False}, {"simple": True}):
-    sched = default_schedule(task.dag, tgt, **opts)
+    sched = default_schedule(dag, tgt, **opts)
     try:
       return build(sched, tgt, name=name), sched, "rules"
     except (ScheduleError, LoweringError) as e:
       if opts.get("simple"): raise
-      log.info("task %s: default schedule %s rejected (%s); backing off", task.key, opts or "(full)", e)
+      log.info("task %s: default schedule %s rejected (%s); backing off", key, opts or "(full)", e)
   raise AssertionError("unreachable")
 
 
@@ -211,7 +211,7 @@ def choose_schedules(st: CompileState) -> CompileState:
       shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
       b = st.builds[key] = TaskBuild(task, f"task{k}")
       t0 = time.perf_counter()
-      rules = _build_default(task, tgt, b.name)
+      rules = build_rule_based(task.dag, tgt, b.name, task.key)
       _account(stats, rules[0], time.perf_counter() - t0)
       b.keep(*(_construct(task, tgt, b.name, rules, stats) if opts.schedules == "gensor" else rules))
       b.fallback = (b.kernel, b.schedule, b.origin)

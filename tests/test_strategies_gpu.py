@@ -8,7 +8,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import minicomp as mc
@@ -16,30 +15,17 @@ import minicomp as mc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import strategies as S  # noqa: E402
 import strategies_gpu as G  # noqa: E402
+from memo_fixture import seeded_programs  # noqa: E402
 
 TASK = "matmul64"
-
-
-def _programs(n: int, seed: int = 0) -> list[str]:
-  """``n`` distinct seeded random programs of the smoke matmul (h100)."""
-  from minicomp.search.annotate import sample
-  from minicomp.search.sketch import generate_sketches
-  from minicomp.target import as_target
-  tgt = as_target("h100")
-  sketch = generate_sketches(G.dag_of(TASK), tgt)[0]
-  rng = np.random.default_rng(seed)
-  keys: list[str] = []
-  while len(keys) < n:
-    k = sample(sketch, rng, tgt).key
-    if k not in keys: keys.append(k)
-  return keys
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
   """A strategies-benchmark folder: a memo of 8 programs (program i costs (i+1) us) and three runs."""
   out = tmp_path_factory.mktemp("bench")
-  progs = _programs(8)
+  progs = seeded_programs(G.dag_of(TASK), draws=40, keep=8, seed=0)
+  assert len(progs) == 8
   cost = {p: (i + 1) * 1e-6 for i, p in enumerate(progs)}
   (out / "measured_h100.jsonl").write_text("".join(json.dumps({"task": TASK, "steps": p, "cost": c}) + "\n"
                                                    for p, c in cost.items()))
@@ -136,10 +122,11 @@ def test_reproducibility_pairs_programs_by_task_and_digest():
   assert G.reproducibility(a, []) == "no program was timed in both measurements"
 
 
-def test_spearman_against_known_values():
-  assert G.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-  assert G.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-  assert G.spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
+def test_spearman_the_report_uses_against_known_values():
+  from static_model_fidelity import spearman
+  assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+  assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+  assert spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
 
 
 def test_trials_replays_the_open_loop_runs_and_reports_what_each_measurer_keeps(tmp_path, capsys):
