@@ -208,23 +208,34 @@ class MemoMeasurer:
 
 
 # --------------------------------------------------------------------------------------------- a run
+def prepare_run(task: str, dag, strategy: str, seed: int, args, meas) -> tuple:
+  """The task (sketches generated) and the strategy (felix-pre's model pre-trained) of one run, made
+  before its clock starts: the same for every strategy. ``tune_run`` tunes them."""
+  from minicomp.search.strategies.base import TuneTask
+  from minicomp.target import as_target
+  tt = TuneTask(f"{task}", dag, as_target(args.target), 1, dag.flop_count(), "", task)
+  tt.sketches  # noqa: B018 -- generates them
+  return tt, make_strategy(strategy, seed, args.smoke, lambda: pretrain_data(meas, task, args))
+
+
+def tune_run(tt, strat, seed: int, budget: int, args, meas, on_round=None):
+  """Tune the one task ``tt`` alone for ``budget`` measurements; its ``history`` then holds each
+  measurement's steps and cost, in order."""
+  from minicomp.search.task_scheduler import tune
+  return tune([tt], strat, meas, budget, seed=seed, measures_per_round=args.per_round, on_round=on_round)
+
+
 def run_one(task: str, dag, strategy: str, seed: int, budget: int, args, meas: MemoMeasurer) -> dict:
   """One tuning run of one task: the cost of each measurement, and after each round the measurements
   so far and the strategy's own seconds so far (wall minus measuring)."""
-  from minicomp.search.strategies.base import TuneTask
-  from minicomp.search.task_scheduler import tune
-  from minicomp.target import as_target
-  tgt = as_target(args.target)
-  tt = TuneTask(f"{task}", dag, tgt, 1, dag.flop_count(), "", task)
-  tt.sketches  # noqa: B018 -- sketches are generated before the clock starts (the same for every strategy)
-  strat = make_strategy(strategy, seed, args.smoke, lambda: pretrain_data(meas, task, args))   # before the clock
+  tt, strat = prepare_run(task, dag, strategy, seed, args, meas)   # before the clock
   rounds = []
   spent0 = meas.spent
   t0 = time.perf_counter()
 
   def on_round(info):
     rounds.append((info.trials_used, time.perf_counter() - t0 - (meas.spent - spent0)))
-  res = tune([tt], strat, meas, budget, seed=seed, measures_per_round=args.per_round, on_round=on_round)
+  res = tune_run(tt, strat, seed, budget, args, meas, on_round)
   wall = time.perf_counter() - t0
   return {"task": task, "strategy": strategy, "seed": seed, "budget": budget, "target": args.target,
           "per_round": args.per_round, "costs": [c for _, c in tt.history], "rounds": rounds,

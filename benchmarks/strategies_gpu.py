@@ -172,12 +172,8 @@ def select_trials(out: Path, names: list[str], strategies: list[str], seeds: int
 
 def _history(task: str, strategy: str, seed: int, trials: int, args, meas) -> list[tuple[str, float | None]]:
   """(steps, estimate) of each measurement of one run, in order (``strategies.run_one``'s run)."""
-  from minicomp.search.strategies.base import TuneTask
-  from minicomp.search.task_scheduler import tune
-  from minicomp.target import as_target
-  dag = dag_of(task)
-  tt = TuneTask(task, dag, as_target(args.target), 1, dag.flop_count(), "", task)
-  tune([tt], S.make_strategy(strategy, seed, args.smoke), meas, trials, seed=seed, measures_per_round=args.per_round)
+  tt, strat = S.prepare_run(task, dag_of(task), strategy, seed, args, meas)
+  S.tune_run(tt, strat, seed, trials, args, meas)
   return list(tt.history)
 
 
