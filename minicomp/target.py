@@ -235,6 +235,9 @@ DEVICES: dict[str, DeviceSpec] = {d.name: d for d in (
   # NVIDIA H100 Tensor Core GPU Architecture whitepaper (SXM5: 132 SMs, 50 MB L2) and the H100
   # datasheet (SXM: 67 TFLOP/s FP32 -> 1980 MHz boost, 3.35 TB/s HBM3).
   _device("h100", "sm_90", 132, 1980, 50 * MiB, 3352),
+  # NVIDIA H200 Tensor Core GPU datasheet (SXM): the H100's GH100 (132 SMs, 50 MB L2, 67 TFLOP/s FP32
+  # -> 1980 MHz boost) with 141 GB of HBM3e at 4.8 TB/s. Not the sm_90 default: an H100 is the common one.
+  _device("h200", "sm_90", 132, 1980, 50 * MiB, 4800),
   # NVIDIA B200 (HGX / DGX B200, 180 GB HBM3e). NVIDIA's datasheets give no SM count or clock:
   # - 148 SMs: what the CUDA driver reports for a B200 (cudaDeviceProp.multiProcessorCount,
   #   e.g. the device query in pytorch/ao PR #4002); the full two-die GB100 has more, disabled;

@@ -91,3 +91,14 @@ def test_static_estimate_on_blackwell_devices(device):
   assert mc.estimate(kern, Target(device).arch).latency_s == e.latency_s     # the arch's default device
   occ, = kernel_occupancy(kern, device)
   assert occ.device == device and 0 < occ.occupancy <= 1 and occ.blocks_per_sm >= 1
+
+
+def test_an_h200_is_an_h100_with_more_memory_bandwidth_and_is_found_by_its_name():
+  from minicomp.target import device_for_gpu
+  h100, h200 = DEVICES["h100"], DEVICES["h200"]
+  assert h200.arch == "sm_90" and h200.dram_bandwidth_gbs == 4800 and DEFAULT_DEVICE["sm_90"] == "h100"
+  assert (h200.sm_count, h200.boost_clock_mhz, h200.l2_bytes) == (h100.sm_count, h100.boost_clock_mhz, h100.l2_bytes)
+  assert device_for_gpu("NVIDIA H200", "sm_90") == "h200" and device_for_gpu("NVIDIA H100 80GB HBM3", "sm_90") == "h100"
+  _, kern = _tiled_matmul("sm_90")
+  e100, e200 = estimate(kern, "h100"), estimate(kern, "h200")
+  assert e200.device == "h200" and 0 < e200.latency_s <= e100.latency_s   # the same SMs, faster DRAM
