@@ -1,0 +1,294 @@
+"""Why the static model's favourites are not the GPU's fastest: its terms against real GPU timings.
+
+``strategies_gpu.py`` timed on an H200 the programs the strategies benchmark ended with (and a sample
+spread over each task's estimates): the estimate ranks them well overall (Spearman 0.4-0.8) but its
+favourite runs 1.5-1.8x slower than the fastest program on most tasks. This script asks which part of
+the static model does that, without a GPU, in two steps:
+
+- ``facts``: every program those folders timed is built again (sm_90, NVRTC) and the static model's
+  analyses run once (``estimate.launch_facts``: PTX instruction counts, ptxas registers and occupancy,
+  islpy data movement, the latency chain); the facts are saved, one JSON line per program, gzipped
+  (``--facts``), next to the program's GPU time (the median over the folders that timed it). Resumes a
+  file written before. A process per core; most of the time is NVRTC (0.3-3 s a program).
+- ``report``: from the saved facts alone (no build, a second): the formula of ``static/model.py``
+  evaluated on them per task, as it is for an H100 (what the benchmark ranked by) and for an H200 (the
+  measured GPU: ``target.py``'s ``h200``, the H100's SMs, clock and L2 with 4.8 TB/s of HBM3e); what the estimate's ten favourites
+  and the GPU's ten fastest differ in (threads, registers, occupancy, the term the model says binds,
+  estimate over GPU time); and probes: the same formula with one constant or one rule changed
+  (``VARIANTS``), scored by Spearman's rho and by the GPU time of the estimate's top five over the
+  fastest five, with a leave-one-task-out choice among them (choose on seven tasks, score on the eighth),
+  which is what a calibration on this data could honestly claim. Every latency the model gives is an
+  ESTIMATE; every GPU time names its GPU and date (the folders' ``gpu_meta.json``).
+
+  python benchmarks/static_top_end.py facts                  # every h200_* folder under results/strategies/gpu
+  python benchmarks/static_top_end.py report --save benchmarks/results/strategies/gpu/top_end.md
+  python benchmarks/static_top_end.py facts --folders DIR1,DIR2 --facts /tmp/f.jsonl.gz --jobs 2
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import dataclasses
+import gzip
+import json
+import math
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import strategies_gpu as G  # noqa: E402
+
+FACTS = G.GPU_OUT / "facts_sm90.jsonl.gz"
+TOP = 10            # favourites compared per task
+PICK = 5            # the estimate's top-k whose GPU time scores a variant
+
+
+# ---------------------------------------------------------------------------------------------- facts
+def timed_programs(folders: list[Path]) -> dict[tuple[str, str], dict]:
+  """(task, digest) -> {"task", "steps", "gpu_s": [median time of each folder that timed it correctly],
+  "gpus": {gpu name}}; programs that failed or gave a wrong result anywhere are left out."""
+  out: dict[tuple[str, str], dict] = {}
+  bad: set[tuple[str, str]] = set()
+  for d in folders:
+    sel = G._read_jsonl(d / G.SELECTION)
+    meta = json.loads((d / G.META).read_text()) if (d / G.META).exists() else {}
+    for m in G._read_jsonl(d / G.MEASURED):
+      p = sel[m["i"]]
+      k = (p["task"], G.digest(p["steps"]))
+      if k[1] != m["digest"]: raise ValueError(f"{d}: measured line {m['i']} does not match its selection")
+      if not m.get("correct") or "median_s" not in m:
+        bad.add(k); continue
+      e = out.setdefault(k, {"task": p["task"], "steps": G.compact(p["steps"]), "estimate": p.get("estimate"),
+                             "gpu_s": [], "gpus": set()})
+      e["gpu_s"].append(m["median_s"]); e["gpus"].add(f"{meta.get('gpu', '?')}, {meta.get('date', '?')}")
+  return {k: v for k, v in out.items() if k not in bad}
+
+
+def facts_of(task: str, steps: str) -> list[dict]:
+  """The static model's facts of every launch of one program, built for sm_90 as the benchmark built it."""
+  from minicomp.search.measure import MeasureInput, build_candidate
+  from minicomp.search.static.estimate import launch_facts
+  from minicomp.target import get_device
+  kern = build_candidate(MeasureInput(G.dag_of(task), steps, "h100", key=task))
+  return [dataclasses.asdict(f) for f in launch_facts(kern, get_device("h100"))]
+
+
+def _read_facts(path: Path) -> list[dict]:
+  if not path.exists(): return []
+  with gzip.open(path, "rt") as f:
+    return [json.loads(ln) for ln in f if ln.strip()]
+
+
+def collect(folders: list[Path], path: Path, jobs: int, limit: int = 0) -> int:
+  """Compute and save the facts of every timed program ``path`` does not hold yet; returns how many
+  are new. Appends as each finishes (a gzip member per line), so a stopped run keeps its work."""
+  progs = timed_programs(folders)
+  have = {(r["task"], r["digest"]) for r in _read_facts(path)}
+  todo = [k for k in sorted(progs) if k not in have][:limit or None]
+  print(f"{len(progs)} timed programs, {len(have)} with facts already, {len(todo)} to do ({jobs} processes)",
+        file=sys.stderr)
+  t0, done = time.perf_counter(), 0
+  ctx = mp.get_context("spawn")     # fresh interpreters: nothing of this process's NVRTC / islpy state
+  with cf.ProcessPoolExecutor(jobs, mp_context=ctx) as ex:
+    futs = {ex.submit(facts_of, progs[k]["task"], progs[k]["steps"]): k for k in todo}
+    for f in cf.as_completed(futs):
+      task, dig = futs[f]
+      p = progs[(task, dig)]
+      row = {"task": task, "digest": dig, "gpu_s": statistics.median(p["gpu_s"]), "gpu": sorted(p["gpus"]),
+             "estimate": p["estimate"]}
+      try:
+        row["facts"] = f.result()
+      except Exception as e:  # noqa: BLE001 - a program the model cannot analyse now is reported, not fatal
+        row["error"] = f"{type(e).__name__}: {e}"
+      with gzip.open(path, "at") as out:
+        out.write(json.dumps(row) + "\n")
+      done += 1
+      if done % 25 == 0 or done == len(todo):
+        print(f"[{done}/{len(todo)} {time.perf_counter() - t0:6.0f} s]", file=sys.stderr, flush=True)
+  return done
+
+
+# --------------------------------------------------------------------------------------------- model
+def _device(name: str):
+  from minicomp.target import get_device
+  return get_device(name)
+
+
+def estimate(facts: list[dict], dev, variant: dict | None = None) -> float:
+  """The static model's latency (seconds, an ESTIMATE) of one program from its saved facts on ``dev``,
+  with ``variant``'s changes: ``consts`` (module constants of static/model.py), ``scale`` (a fact's field
+  multiplied), ``combine="sum"`` (SM time + memory time instead of their maximum)."""
+  from minicomp.search.static import model as M
+  variant = variant or {}
+  saved = {k: getattr(M, k) for k in variant.get("consts", {})}
+  try:
+    for k, v in variant.get("consts", {}).items(): setattr(M, k, v)
+    total = 0.0
+    for f in facts:
+      lf = M.LaunchFacts(**f)
+      for field, x in variant.get("scale", {}).items(): lf = dataclasses.replace(lf, **{field: getattr(lf, field) * x})
+      le = M.launch_time(lf, dev)
+      total += (le.sm_s + le.memory_s + M.LAUNCH_OVERHEAD_S) if variant.get("combine") == "sum" else le.latency_s
+    return total
+  finally:
+    for k, v in saved.items(): setattr(M, k, v)
+
+
+VARIANTS = {     # name -> (what changes, the change): one constant or one rule of static/model.py at a time
+  "as is": ("the model for an H100, as the benchmark ranked", {}),
+  "l2 x0.6": ("L2 -> SM bandwidth 1.5x DRAM instead of 2.5x", {"consts": {"L2_BW_FACTOR": 1.5}}),
+  "l2 x1.6": ("L2 -> SM bandwidth 4x DRAM", {"consts": {"L2_BW_FACTOR": 4.0}}),
+  "mlp 1": ("1 global load in flight per warp instead of 2 (more warps needed to hide DRAM)",
+            {"consts": {"MLP_LOADS_PER_WARP": 1}}),
+  "mlp 4": ("4 loads in flight per warp", {"consts": {"MLP_LOADS_PER_WARP": 4}}),
+  "latency x2": ("one warp's latency chain twice as long", {"scale": {"chain_cycles": 2.0}}),
+  "latency x0.5": ("the latency chain half as long", {"scale": {"chain_cycles": 0.5}}),
+  "l1 x2": ("L1 cycles of global requests doubled", {"scale": {"l1_cycles_per_block": 2.0}}),
+  "shared x2": ("shared-memory wavefronts doubled", {"scale": {"shared_wavefronts_per_block": 2.0}}),
+  "sum": ("SM time + memory time instead of their maximum (no overlap)", {"combine": "sum"}),
+}
+
+
+# -------------------------------------------------------------------------------------------- report
+def _score(rows: list[dict], est: list[float]) -> dict:
+  """Spearman's rho of estimate and GPU time; the GPU time of the estimate's favourite over the fastest
+  program's; the GPU times of its PICK favourites over those of the PICK fastest (geometric means: 1.00
+  when the estimate's top PICK are the fastest PICK); where the fastest program stands under the estimate."""
+  from static_model_fidelity import spearman
+  gpu = [r["gpu_s"] for r in rows]
+  order = sorted(range(len(rows)), key=lambda i: (est[i], gpu[i]))
+  fastest = sorted(gpu)
+  gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+  return {"rho": spearman(est, gpu), "pick": gpu[order[0]] / fastest[0],
+          "topk": gm([gpu[i] for i in order[:PICK]]) / gm(fastest[:PICK]),
+          "rank_fastest": 1 + order.index(min(range(len(rows)), key=lambda i: gpu[i]))}
+
+
+def _launch_view(facts: list[dict], dev) -> dict:
+  """The heaviest launch's shape and the term the model says binds it."""
+  from minicomp.search.static import model as M
+  les = [(M.launch_time(M.LaunchFacts(**f), dev), f) for f in facts]
+  le, f = max(les, key=lambda x: x[0].latency_s)
+  return {"threads": f["threads_per_block"], "blocks": f["blocks"], "regs": f["registers"],
+          "warps_sm": f["active_warps_per_sm"], "bound": le.bound}
+
+
+def _med(xs) -> str:
+  xs = [x for x in xs if x is not None]
+  return f"{statistics.median(xs):.3g}" if xs else "-"
+
+
+def report(rows: list[dict], header: list[str]) -> str:
+  rows = [r for r in rows if "facts" in r]
+  tasks = list(dict.fromkeys(r["task"] for r in rows))
+  by_task = {t: [r for r in rows if r["task"] == t] for t in tasks}
+  h100, h200 = _device("h100"), _device("h200")
+  gpus = sorted({g for r in rows for g in r["gpu"]})
+  L = header + ["", f"GPU times: {'; '.join(gpus)} (median of timed runs, L2 flushed). `us*` and every "
+                "estimate: the static model (an ESTIMATE, no GPU).", ""]
+  same = sum(1 for r in rows if r["estimate"] is not None
+             and abs(estimate(r["facts"], h100) - r["estimate"]) <= 1e-6 * r["estimate"])
+  L += [f"{len(rows)} programs with facts over {len(tasks)} tasks; the formula re-evaluated on the saved facts "
+        f"gives the benchmark's own estimate for {same} of them (the rest: the model changed since they were "
+        f"estimated, or several launches round differently).", "",
+        "### The estimate against the GPU, per task", "",
+        f"rho: Spearman's rank correlation of estimate and GPU time; pick: GPU time of the estimate's favourite "
+        f"over the fastest program's; top{PICK}: the GPU times of its {PICK} favourites over those of the {PICK} "
+        f"fastest programs (geometric means; 1.00: its top {PICK} are the fastest {PICK}); rank: where the fastest program stands under the estimate. `h200`: the same facts with the "
+        f"measured GPU's memory bandwidth ({h200.dram_bandwidth_gbs:g} GB/s; the H100's {h100.dram_bandwidth_gbs:g}).", "",
+        f"| task | programs | rho h100 | pick | top{PICK} | rank of fastest | rho h200 | pick | top{PICK} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for t, rs in by_task.items():
+    a = _score(rs, [estimate(r["facts"], h100) for r in rs])
+    b = _score(rs, [estimate(r["facts"], h200) for r in rs])
+    L.append(f"| {t} | {len(rs)} | {a['rho']:.2f} | {a['pick']:.2f} | {a['topk']:.2f} | {a['rank_fastest']} | "
+             f"{b['rho']:.2f} | {b['pick']:.2f} | {b['topk']:.2f} |")
+
+  L += ["", f"### The estimate's {TOP} favourites against the GPU's {TOP} fastest", "",
+        "Medians over each group (the heaviest launch of each program). est/GPU: estimate (h100) over GPU time "
+        "(below 1: the model thinks the program faster than it ran); bound: the term the model says sets its time "
+        "(count in the group).", "",
+        "| task | group | GPU us | est us* | est/GPU | threads | blocks | registers | warps/SM | bound |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+  for t, rs in by_task.items():
+    est = {id(r): estimate(r["facts"], h100) for r in rs}
+    groups = {"estimate's": sorted(rs, key=lambda r: (est[id(r)], r["gpu_s"]))[:TOP],
+              "GPU's": sorted(rs, key=lambda r: r["gpu_s"])[:TOP]}
+    for g, grp in groups.items():
+      v = [_launch_view(r["facts"], h100) for r in grp]
+      bounds = {}
+      for x in v: bounds[x["bound"]] = bounds.get(x["bound"], 0) + 1
+      L.append(f"| {t} | {g} | {_med([r['gpu_s'] * 1e6 for r in grp])} | {_med([est[id(r)] * 1e6 for r in grp])} | "
+               f"{_med([est[id(r)] / r['gpu_s'] for r in grp])} | {_med([x['threads'] for x in v])} | "
+               f"{_med([x['blocks'] for x in v])} | {_med([x['regs'] for x in v])} | {_med([x['warps_sm'] for x in v])} | "
+               + ", ".join(f"{k} {n}" for k, n in sorted(bounds.items(), key=lambda kv: -kv[1])) + " |")
+
+  scores = {name: {t: _score(rs, [estimate(r["facts"], h100, spec) for r in rs]) for t, rs in by_task.items()}
+            for name, (_, spec) in VARIANTS.items()}
+  gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+  L += ["", "### Probes: one constant or rule of the model changed", "",
+        f"Over the {len(tasks)} tasks: mean rho, and geometric means of pick and top{PICK} (lower is better; 1.00: "
+        "the estimate's favourites are the fastest programs).", "",
+        f"| variant | what changes | mean rho | pick | top{PICK} | tasks better / worse (top{PICK}) |",
+        "|---|---|---:|---:|---:|---:|"]
+  base = scores["as is"]
+  for name, (what, _) in VARIANTS.items():
+    s = scores[name]
+    better = sum(s[t]["topk"] < base[t]["topk"] - 1e-9 for t in tasks)
+    worse = sum(s[t]["topk"] > base[t]["topk"] + 1e-9 for t in tasks)
+    L.append(f"| {name} | {what} | {statistics.mean(x['rho'] for x in s.values()):.2f} | "
+             f"{gm([x['pick'] for x in s.values()]):.2f} | {gm([x['topk'] for x in s.values()]):.2f} | "
+             f"{better} / {worse} |")
+  if len(tasks) > 1:
+    held, chosen = [], []
+    for t in tasks:
+      others = [u for u in tasks if u != t]
+      pick = min(VARIANTS, key=lambda n: (gm([scores[n][u]["topk"] for u in others]), n != "as is"))
+      chosen.append(pick); held.append(scores[pick][t]["topk"])
+    L += ["", f"Leave one task out (the variant with the best top{PICK} on the other tasks, scored on the one left "
+          f"out): top{PICK} {gm(held):.2f} against {gm([base[t]['topk'] for t in tasks]):.2f} as is; chosen: "
+          + ", ".join(f"{t} {c}" for t, c in zip(tasks, chosen)) + "."]
+  return "\n".join(L)
+
+
+# ---------------------------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = ap.add_subparsers(dest="cmd", required=True)
+  f = sub.add_parser("facts", help="build every timed program and save the static model's facts (no GPU)")
+  f.add_argument("--folders", default="", help="comma-separated strategies_gpu folders (default: every h200_* one)")
+  f.add_argument("--facts", type=Path, default=FACTS)
+  f.add_argument("--jobs", type=int, default=2)
+  f.add_argument("--limit", type=int, default=0, help="at most this many new programs (0: all)")
+  r = sub.add_parser("report", help="the tables, from the saved facts alone")
+  r.add_argument("--facts", type=Path, default=FACTS)
+  r.add_argument("--save", type=Path, help="also write the report (markdown) here")
+  a = ap.parse_args(argv)
+  if a.cmd == "facts":
+    folders = [Path(x) for x in a.folders.split(",") if x] or sorted(G.GPU_OUT.glob("h200_*"))
+    missing = [str(d) for d in folders if not (d / G.SELECTION).exists() or not (d / G.MEASURED).exists()]
+    if missing:
+      print(f"error: not a strategies_gpu folder (needs {G.SELECTION} and {G.MEASURED}): {', '.join(missing)}",
+            file=sys.stderr)
+      return 2
+    collect(folders, a.facts, a.jobs, a.limit)
+    return 0
+  rows = _read_facts(a.facts)
+  if not rows:
+    print(f"error: no facts in {a.facts}; make them with `python benchmarks/static_top_end.py facts`", file=sys.stderr)
+    return 2
+  from provenance import header_lines
+  text = report(rows, header_lines(__file__, argv))
+  print(text)
+  if a.save: a.save.write_text(text + "\n")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
