@@ -1,27 +1,31 @@
 """Why the static model's favourites are not the GPU's fastest: its terms against real GPU timings.
 
 ``strategies_gpu.py`` timed on an H200 the programs the strategies benchmark ended with (and a sample
-spread over each task's estimates): the estimate ranks them well overall (Spearman 0.4-0.8) but its
+spread over each task's estimates): the estimate ranks them well overall (Spearman 0.5-0.9) but its
 favourite runs 1.5-1.8x slower than the fastest program on most tasks. This script asks which part of
 the static model does that, without a GPU, in two steps:
 
-- ``facts``: every program those folders timed is built again (sm_90, NVRTC) and the static model's
-  analyses run once (``estimate.launch_facts``: PTX instruction counts, ptxas registers and occupancy,
-  islpy data movement, the latency chain); the facts are saved, one JSON line per program, gzipped
-  (``--facts``), next to the program's GPU time (the median over the folders that timed it). Resumes a
-  file written before. A process per core; most of the time is NVRTC (0.3-3 s a program).
-- ``report``: from the saved facts alone (no build, a second): the formula of ``static/model.py``
-  evaluated on them per task, as it is for an H100 (what the benchmark ranked by) and for an H200 (the
-  measured GPU: ``target.py``'s ``h200``, the H100's SMs, clock and L2 with 4.8 TB/s of HBM3e); what the estimate's ten favourites
-  and the GPU's ten fastest differ in (threads, registers, occupancy, the term the model says binds,
-  estimate over GPU time); and probes: the same formula with one constant or one rule changed
-  (``VARIANTS``), scored by Spearman's rho and by the GPU time of the estimate's top five over the
-  fastest five, with a leave-one-task-out choice among them (choose on seven tasks, score on the eighth),
-  which is what a calibration on this data could honestly claim. Every latency the model gives is an
-  ESTIMATE; every GPU time names its GPU and date (the folders' ``gpu_meta.json``).
+- ``facts``: every program those folders timed (or, with ``--measured-data``, every record of a
+  ``measured.jsonl`` in the format of ``benchmarks/data/h100-2026-11-24``) is built again (sm_90, NVRTC)
+  and the static model's analyses run once (``estimate.launch_facts``: PTX instruction counts, ptxas
+  registers and occupancy, islpy data movement, the latency chain); the facts are saved, one JSON line
+  per program, gzipped (``--facts``), next to the program's GPU time (the median over the folders that
+  timed it). Resumes a file written before. A process per core; most of the time is NVRTC.
+- ``report``: from the saved facts alone (no build, seconds): the formula of ``static/model.py``
+  evaluated on them per task, as it is for an H100 (what the benchmark ranked by) and for the device
+  entry of the GPU that timed them (``target.py``'s ``h200`` for the H200: the H100's SMs, clock and L2
+  with 4.8 TB/s of HBM3e); what the estimate's ten favourites and the GPU's ten fastest differ in
+  (threads, registers, occupancy, the term the model says binds, estimate over GPU time); what the
+  estimate's error follows over all programs; and probes: the same formula with one constant or one
+  rule changed (``VARIANTS``), scored by Spearman's rho and by the GPU times of the estimate's top five
+  over those of the fastest five, with a leave-one-task-out choice among them (choose on the other
+  tasks, score on the one left out), which is what a calibration on this data could honestly claim.
+  Every latency the model gives is an ESTIMATE; every GPU time names its GPU and date.
 
   python benchmarks/static_top_end.py facts                  # every h200_* folder under results/strategies/gpu
-  python benchmarks/static_top_end.py report --save benchmarks/results/strategies/gpu/top_end.md
+  python benchmarks/static_top_end.py report --save benchmarks/results/static_top_end/report_h200_2026-11-27.md
+  python benchmarks/static_top_end.py facts --measured-data benchmarks/data/h100-2026-11-24/measured.jsonl \
+      --facts benchmarks/results/static_top_end/facts_h100_2026-11-24.jsonl.gz     # the random H100 schedules
   python benchmarks/static_top_end.py facts --folders DIR1,DIR2 --facts /tmp/f.jsonl.gz --jobs 2
 """
 from __future__ import annotations
@@ -43,7 +47,9 @@ sys.path.insert(0, str(HERE))
 
 import strategies_gpu as G  # noqa: E402
 
-FACTS = G.GPU_OUT / "facts_sm90.jsonl.gz"
+OUT = HERE / "results" / "static_top_end"
+FACTS = OUT / "facts_h200_2026-11-27.jsonl.gz"     # the strategies' programs timed on an H200 (the default)
+H100_GPU = "NVIDIA H100 80GB HBM3, 2026-11-24"     # the GPU of benchmarks/data/h100-2026-11-24
 TOP = 10            # favourites compared per task
 PICK = 5            # the estimate's top-k whose GPU time scores a variant
 
@@ -64,17 +70,36 @@ def timed_programs(folders: list[Path]) -> dict[tuple[str, str], dict]:
       if not m.get("correct") or "median_s" not in m:
         bad.add(k); continue
       e = out.setdefault(k, {"task": p["task"], "steps": G.compact(p["steps"]), "estimate": p.get("estimate"),
-                             "gpu_s": [], "gpus": set()})
+                             "gpu_s": [], "gpus": set(), "call": None})
       e["gpu_s"].append(m["median_s"]); e["gpus"].add(f"{meta.get('gpu', '?')}, {meta.get('date', '?')}")
   return {k: v for k, v in out.items() if k not in bad}
 
 
-def facts_of(task: str, steps: str) -> list[dict]:
-  """The static model's facts of every launch of one program, built for sm_90 as the benchmark built it."""
+def timed_records(path: Path, gpu: str) -> dict[tuple[str, str], dict]:
+  """The same for a ``measured.jsonl`` in the format of ``benchmarks/data/h100-2026-11-24`` (a workload
+  call, steps and a median time per line, timed on ``gpu``): its correct records, by workload and digest."""
+  from static_model_fidelity import load_measured
+  out = {}
+  for r in load_measured(path):
+    if not r.get("correct", True) or "median_s" not in r: continue
+    steps = G.compact(json.dumps(r["steps"]))
+    out[(r["workload"], G.digest(steps))] = {"task": r["workload"], "steps": steps, "estimate": None,
+                                              "gpu_s": [r["median_s"]], "gpus": {gpu}, "call": r["workload_call"]}
+  return out
+
+
+def facts_of(task: str, steps: str, call: str | None = None) -> list[dict]:
+  """The static model's facts of every launch of one program, built for sm_90 as it was timed: a task of
+  the strategies benchmark, or (``call``) the workload a ``minicomp.workloads`` call builds."""
   from minicomp.search.measure import MeasureInput, build_candidate
   from minicomp.search.static.estimate import launch_facts
   from minicomp.target import get_device
-  kern = build_candidate(MeasureInput(G.dag_of(task), steps, "h100", key=task))
+  if call is None:
+    kern = build_candidate(MeasureInput(G.dag_of(task), steps, "h100", key=task))
+  else:
+    import minicomp as mc
+    from static_model_fidelity import workload_from_call
+    kern = mc.build(mc.Schedule.from_json(workload_from_call(call).outputs, steps), target="sm_90")
   return [dataclasses.asdict(f) for f in launch_facts(kern, get_device("h100"))]
 
 
@@ -84,11 +109,10 @@ def _read_facts(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in f if ln.strip()]
 
 
-def collect(folders: list[Path], path: Path, jobs: int, limit: int = 0) -> int:
-  """Compute and save the facts of every timed program ``path`` does not hold yet; returns how many
-  are new. Appends as each finishes (a gzip member per line), so a stopped run keeps its work; at the end
-  the file is rewritten as one gzip stream."""
-  progs = timed_programs(folders)
+def collect(progs: dict[tuple[str, str], dict], path: Path, jobs: int, limit: int = 0) -> int:
+  """Compute and save the facts of every timed program (``timed_programs`` / ``timed_records``) that
+  ``path`` does not hold yet; returns how many are new. Appends as each finishes (a gzip member per
+  line), so a stopped run keeps its work; at the end the file is rewritten as one gzip stream."""
   have = {(r["task"], r["digest"]) for r in _read_facts(path)}
   todo = [k for k in sorted(progs) if k not in have][:limit or None]
   print(f"{len(progs)} timed programs, {len(have)} with facts already, {len(todo)} to do ({jobs} processes)",
@@ -96,7 +120,7 @@ def collect(folders: list[Path], path: Path, jobs: int, limit: int = 0) -> int:
   t0, done = time.perf_counter(), 0
   ctx = mp.get_context("spawn")     # fresh interpreters: nothing of this process's NVRTC / islpy state
   with cf.ProcessPoolExecutor(jobs, mp_context=ctx) as ex:
-    futs = {ex.submit(facts_of, progs[k]["task"], progs[k]["steps"]): k for k in todo}
+    futs = {ex.submit(facts_of, progs[k]["task"], progs[k]["steps"], progs[k]["call"]): k for k in todo}
     for f in cf.as_completed(futs):
       task, dig = futs[f]
       p = progs[(task, dig)]
@@ -122,6 +146,13 @@ def collect(folders: list[Path], path: Path, jobs: int, limit: int = 0) -> int:
 def _device(name: str):
   from minicomp.target import get_device
   return get_device(name)
+
+
+def _own_device(gpu: str) -> str:
+  """The device entry of a GPU named in a facts row ("NVIDIA H200 (sm_90, ...), 2026-11-27" -> "h200");
+  the sm_90 default where the table has none."""
+  from minicomp.target import device_for_gpu
+  return device_for_gpu(gpu.split(",")[0], "sm_90") or "h100"
 
 
 def estimate(facts: list[dict], dev, variant: dict | None = None) -> float:
@@ -248,25 +279,27 @@ def report(rows: list[dict], header: list[str]) -> str:
   rows = [r for r in rows if "facts" in r]
   tasks = list(dict.fromkeys(r["task"] for r in rows))
   by_task = {t: [r for r in rows if r["task"] == t] for t in tasks}
-  h100, h200 = _device("h100"), _device("h200")
-  gpus = sorted({g for r in rows for g in r["gpu"]})
+  h100 = _device("h100")
+  own = {g: _device(_own_device(g)) for r in rows for g in r["gpu"]}    # each GPU's own device entry
+  gpus = sorted(own)
   L = header + ["", f"GPU times: {'; '.join(gpus)} (median of timed runs, L2 flushed). `us*` and every "
                 "estimate: the static model (an ESTIMATE, no GPU).", ""]
-  same = sum(1 for r in rows if r["estimate"] is not None
-             and abs(estimate(r["facts"], h100) - r["estimate"]) <= 1e-6 * r["estimate"])
-  L += [f"{len(rows)} programs with facts over {len(tasks)} tasks; the formula re-evaluated on the saved facts "
-        f"gives the benchmark's own estimate for {same} of them (the rest: the model changed since they were "
-        f"estimated, or several launches round differently).", "",
+  carry = [r for r in rows if r["estimate"] is not None]
+  same = sum(1 for r in carry if abs(estimate(r["facts"], h100) - r["estimate"]) <= 1e-6 * r["estimate"])
+  L += [f"{len(rows)} programs with facts over {len(tasks)} tasks"
+        + (f"; the formula re-evaluated on the saved facts gives the benchmark's own estimate for {same} of the "
+           f"{len(carry)} that carry one (the rest: the model changed since they were estimated)." if carry else "."), "",
         "### The estimate against the GPU, per task", "",
         f"rho: Spearman's rank correlation of estimate and GPU time; pick: GPU time of the estimate's favourite "
         f"over the fastest program's; top{PICK}: the GPU times of its {PICK} favourites over those of the {PICK} "
-        f"fastest programs (geometric means; 1.00: its top {PICK} are the fastest {PICK}); rank: where the fastest program stands under the estimate. `h200`: the same facts with the "
-        f"measured GPU's memory bandwidth ({h200.dram_bandwidth_gbs:g} GB/s; the H100's {h100.dram_bandwidth_gbs:g}).", "",
-        f"| task | programs | rho h100 | pick | top{PICK} | rank of fastest | rho h200 | pick | top{PICK} |",
+        f"fastest programs (geometric means; 1.00: its top {PICK} are the fastest {PICK}); rank: where the fastest program stands under the estimate. `own`: the same facts on the device entry of "
+        f"the GPU that timed them (" + ", ".join(f"{d.name} for the {g.split(' (')[0].split(',')[0]}: "
+        f"{d.dram_bandwidth_gbs:g} GB/s" for g, d in own.items()) + f"; the h100's {h100.dram_bandwidth_gbs:g}).", "",
+        f"| task | programs | rho h100 | pick | top{PICK} | rank of fastest | rho own | pick | top{PICK} |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for t, rs in by_task.items():
     a = _score(rs, [estimate(r["facts"], h100) for r in rs])
-    b = _score(rs, [estimate(r["facts"], h200) for r in rs])
+    b = _score(rs, [estimate(r["facts"], own[r["gpu"][0]]) for r in rs])
     L.append(f"| {t} | {len(rs)} | {a['rho']:.2f} | {a['pick']:.2f} | {a['topk']:.2f} | {a['rank_fastest']} | "
              f"{b['rho']:.2f} | {b['pick']:.2f} | {b['topk']:.2f} |")
 
@@ -324,6 +357,9 @@ def main(argv=None) -> int:
   sub = ap.add_subparsers(dest="cmd", required=True)
   f = sub.add_parser("facts", help="build every timed program and save the static model's facts (no GPU)")
   f.add_argument("--folders", default="", help="comma-separated strategies_gpu folders (default: every h200_* one)")
+  f.add_argument("--measured-data", type=Path, help="instead: a measured.jsonl of benchmarks/data's format "
+                 "(e.g. benchmarks/data/h100-2026-11-24/measured.jsonl)")
+  f.add_argument("--gpu", default=H100_GPU, help="the GPU and date of --measured-data (default: %(default)s)")
   f.add_argument("--facts", type=Path, default=FACTS)
   f.add_argument("--jobs", type=int, default=2)
   f.add_argument("--limit", type=int, default=0, help="at most this many new programs (0: all)")
@@ -332,13 +368,21 @@ def main(argv=None) -> int:
   r.add_argument("--save", type=Path, help="also write the report (markdown) here")
   a = ap.parse_args(argv)
   if a.cmd == "facts":
-    folders = [Path(x) for x in a.folders.split(",") if x] or sorted(G.GPU_OUT.glob("h200_*"))
-    missing = [str(d) for d in folders if not (d / G.SELECTION).exists() or not (d / G.MEASURED).exists()]
-    if missing:
-      print(f"error: not a strategies_gpu folder (needs {G.SELECTION} and {G.MEASURED}): {', '.join(missing)}",
-            file=sys.stderr)
-      return 2
-    collect(folders, a.facts, a.jobs, a.limit)
+    if a.measured_data is not None:
+      if not a.measured_data.is_file():
+        print(f"error: no such file: {a.measured_data}", file=sys.stderr)
+        return 2
+      progs = timed_records(a.measured_data, a.gpu)
+    else:
+      folders = [Path(x) for x in a.folders.split(",") if x] or sorted(G.GPU_OUT.glob("h200_*"))
+      missing = [str(d) for d in folders if not (d / G.SELECTION).exists() or not (d / G.MEASURED).exists()]
+      if missing:
+        print(f"error: not a strategies_gpu folder (needs {G.SELECTION} and {G.MEASURED}): {', '.join(missing)}",
+              file=sys.stderr)
+        return 2
+      progs = timed_programs(folders)
+    a.facts.parent.mkdir(parents=True, exist_ok=True)
+    collect(progs, a.facts, a.jobs, a.limit)
     return 0
   rows = _read_facts(a.facts)
   if not rows:

@@ -36,7 +36,7 @@ def folder(tmp_path_factory):
   (d / G.MEASURED).write_text("".join(
     json.dumps({"i": i, "task": TASK, "digest": G.digest(p), "correct": i != 7, "max_err": 0.0 if i != 7 else 1.0,
                 "median_s": g}) + "\n" for i, (p, g) in enumerate(zip(progs, gpu))))
-  (d / G.META).write_text(json.dumps({"gpu": "Fake GPU (sm_90)", "date": "2026-11-27"}))
+  (d / G.META).write_text(json.dumps({"gpu": "NVIDIA H200 (sm_90, a fake)", "date": "2026-11-27"}))
   return d, progs, est
 
 
@@ -69,10 +69,33 @@ def test_report_scores_the_h200_view_as_the_gpu_ranked_and_probes_the_variants(f
   row = next(ln for ln in text.splitlines() if ln.startswith(f"| {TASK} | 7 |"))
   cells = [c.strip() for c in row.strip("|").split("|")]
   assert cells[6:9] == ["1.00", "1.00", "1.00"]         # rho, pick and top5 of the H200 view: the GPU's own order
-  assert "gives the benchmark's own estimate for 7 of them" in text
-  assert "Fake GPU (sm_90), 2026-11-27" in text
+  assert "gives the benchmark's own estimate for 7 of the 7 that carry one" in text
+  assert "NVIDIA H200 (sm_90, a fake), 2026-11-27" in text and "h200 for the NVIDIA H200: 4800 GB/s" in text
   for name in T.VARIANTS: assert f"| {name} |" in text
   assert "Leave one task out" not in text                # one task: nothing to leave out
+
+
+def test_facts_of_the_shared_h100_data_format(tmp_path, capsys):
+  """Records of benchmarks/data's measured.jsonl format (a workload call, steps, a median time): facts of
+  the correct ones, their estimate on the h100 equal to the static model's of the same schedule."""
+  import minicomp as mc
+  from minicomp import workloads as W
+  from minicomp.search.static.estimate import estimate
+  wl = W.matmul(64, 64, 64)
+  steps = seeded_programs(mc.ComputeDAG(wl.outputs), draws=20, keep=3, seed=1)
+  data = tmp_path / "measured.jsonl"
+  data.write_text("".join(json.dumps({"workload": "mm64", "workload_call": "minicomp.workloads.matmul(64, 64, 64)",
+                                      "target": "sm_90", "median_s": (i + 1) * 1e-5, "correct": i != 2,
+                                      "steps": json.loads(st)}) + "\n" for i, st in enumerate(steps)))
+  facts = tmp_path / "f.jsonl.gz"
+  assert T.main(["facts", "--measured-data", str(data), "--facts", str(facts), "--jobs", "1"]) == 0
+  rows = T._read_facts(facts)
+  assert len(rows) == 2 and {r["gpu"][0] for r in rows} == {T.H100_GPU}
+  for r, st in zip(sorted(rows, key=lambda r: r["gpu_s"]), steps):
+    want = estimate(mc.build(mc.Schedule.from_json(wl.outputs, st), target="sm_90"), "h100").latency_s
+    assert T.estimate(r["facts"], T._device("h100")) == pytest.approx(want, rel=1e-9)
+  assert T.main(["report", "--facts", str(facts)]) == 0
+  assert "| mm64 | 2 |" in capsys.readouterr().out
 
 
 def test_commands_refuse_missing_inputs_with_a_message(tmp_path, capsys):
@@ -80,3 +103,5 @@ def test_commands_refuse_missing_inputs_with_a_message(tmp_path, capsys):
   assert "no facts" in capsys.readouterr().err
   assert T.main(["facts", "--folders", str(tmp_path), "--facts", str(tmp_path / "f.gz")]) == 2
   assert "not a strategies_gpu folder" in capsys.readouterr().err
+  assert T.main(["facts", "--measured-data", str(tmp_path / "none.jsonl"), "--facts", str(tmp_path / "f.gz")]) == 2
+  assert "no such file" in capsys.readouterr().err
