@@ -288,7 +288,8 @@ def report(rows: list[dict], header: list[str]) -> str:
   same = sum(1 for r in carry if abs(estimate(r["facts"], h100) - r["estimate"]) <= 1e-6 * r["estimate"])
   L += [f"{len(rows)} programs with facts over {len(tasks)} tasks"
         + (f"; the formula re-evaluated on the saved facts gives the benchmark's own estimate for {same} of the "
-           f"{len(carry)} that carry one (the rest: the model changed since they were estimated)." if carry else "."), "",
+           f"{len(carry)} that carry one" + (" (the rest: the model changed since they were estimated)" if same < len(carry)
+                                              else "") + "." if carry else "."), "",
         "### The estimate against the GPU, per task", "",
         f"rho: Spearman's rank correlation of estimate and GPU time; pick: GPU time of the estimate's favourite "
         f"over the fastest program's; top{PICK}: the GPU times of its {PICK} favourites over those of the {PICK} "
