@@ -276,6 +276,7 @@ def _med(xs) -> str:
 
 
 def report(rows: list[dict], header: list[str]) -> str:
+  """The markdown report of a facts file's rows (rows whose build failed are left out)."""
   rows = [r for r in rows if "facts" in r]
   tasks = list(dict.fromkeys(r["task"] for r in rows))
   by_task = {t: [r for r in rows if r["task"] == t] for t in tasks}
