@@ -61,9 +61,9 @@ def timed_programs(folders: list[Path]) -> dict[tuple[str, str], dict]:
   out: dict[tuple[str, str], dict] = {}
   bad: set[tuple[str, str]] = set()
   for d in folders:
-    sel = G._read_jsonl(d / G.SELECTION)
+    sel = G.read_jsonl(d / G.SELECTION)
     meta = json.loads((d / G.META).read_text()) if (d / G.META).exists() else {}
-    for m in G._read_jsonl(d / G.MEASURED):
+    for m in G.read_jsonl(d / G.MEASURED):
       p = sel[m["i"]]
       k = (p["task"], G.digest(p["steps"]))
       if k[1] != m["digest"]: raise ValueError(f"{d}: measured line {m['i']} does not match its selection")
@@ -104,9 +104,7 @@ def facts_of(task: str, steps: str, call: str | None = None) -> list[dict]:
 
 
 def _read_facts(path: Path) -> list[dict]:
-  if not path.exists(): return []
-  with gzip.open(path, "rt") as f:
-    return [json.loads(ln) for ln in f if ln.strip()]
+  return G.read_jsonl(path) if path.exists() else []
 
 
 def collect(progs: dict[tuple[str, str], dict], path: Path, jobs: int, limit: int = 0) -> int:
@@ -135,10 +133,7 @@ def collect(progs: dict[tuple[str, str], dict], path: Path, jobs: int, limit: in
       done += 1
       if done % 25 == 0 or done == len(todo):
         print(f"[{done}/{len(todo)} {time.perf_counter() - t0:6.0f} s]", file=sys.stderr, flush=True)
-  if done:       # one gzip stream instead of a member per line: about five times smaller
-    rows = _read_facts(path)
-    with gzip.open(path, "wt") as out:
-      out.writelines(json.dumps(r) + "\n" for r in rows)
+  if done: G.write_jsonl(path, _read_facts(path))   # one gzip stream instead of a member per line: 5x smaller
   return done
 
 

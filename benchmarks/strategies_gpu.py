@@ -219,7 +219,7 @@ def measure(selection: list[dict], out: Path, deadline_s: float, min_total_s: fl
     raise SystemExit(f"strategies_gpu.py measure: the programs are built for sm_90 (the benchmark's h100 "
                      f"target); this GPU is {drv.info().name} ({drv.info().arch}): use an H100 or H200")
   ex = executor or cf.ProcessPoolExecutor(workers or os.cpu_count(), mp_context=mp.get_context("spawn"))
-  have = {m["i"] for m in _read_jsonl(out / MEASURED)} if (out / MEASURED).exists() else set()
+  have = {m["i"] for m in read_jsonl(out / MEASURED)} if (out / MEASURED).exists() else set()
   todo = [i for i in range(len(selection)) if i not in have]     # a folder measured before: resumed
   if have: print(f"# {len(have)} programs measured before in {out}: {len(todo)} to go", flush=True)
   futs = [ex.submit(build_plain, MeasureInput(dag_of(selection[i]["task"]), selection[i]["steps"], "h100",
@@ -461,13 +461,13 @@ def trials_section(selection: list[dict], by_i: dict, torch_s: dict, ks=(1, 4, 1
   return L
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
   """The JSON lines of ``path``, gzip-compressed when its name ends in ``.gz``."""
   text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
   return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
+def write_jsonl(path: Path, rows: list[dict]) -> None:
   text = "".join(json.dumps(r) + "\n" for r in rows)
   path.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode())
 
@@ -519,7 +519,7 @@ def main(argv=None) -> int:
     else:
       sel = select(args.out, names, budgets, args.sample, "h100", 16, extra_memos=args.memo)
     args.selection.parent.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(args.selection, sel)
+    write_jsonl(args.selection, sel)
     per = {t: sum(p["task"] == t for p in sel) for t in names}
     print(f"{len(sel)} programs -> {args.selection}: " + ", ".join(f"{t} {n}" for t, n in per.items()))
     return 0
@@ -535,20 +535,20 @@ def main(argv=None) -> int:
       if any(n not in TORCH_OPS for n in names): ap.error(f"--tasks: known to pytorch: {', '.join(TORCH_OPS)}")
       print(json.dumps(pytorch(names, args.out, args.min_total_s, args.max_repeats)))
       return 0
-    n = measure(_read_jsonl(args.selection), args.out, args.deadline_s, args.min_total_s, args.max_repeats,
+    n = measure(read_jsonl(args.selection), args.out, args.deadline_s, args.min_total_s, args.max_repeats,
                 args.workers)
     print(f"# timed {n} programs -> {args.out / MEASURED}")
     return 0
   d = args.measured
-  sel = _read_jsonl(args.selection or d / SELECTION)
+  sel = read_jsonl(args.selection or d / SELECTION)
   torch_s = json.loads((d / PYTORCH).read_text()) if (d / PYTORCH).exists() else {}
   meta = json.loads((d / META).read_text()) if (d / META).exists() else {}
-  measured = _read_jsonl(d / MEASURED)
+  measured = read_jsonl(d / MEASURED)
   descr = {k: v[0] for k, v in {**S.tasks(), **S.tasks(smoke=True)}.items()}
   text = report(sel, measured, torch_s, meta, descr, header_lines(__file__, argv))
   if args.also:
     text += f"\n\nRun to run (this folder against {args.also}): " + reproducibility(
-      _read_jsonl(args.also / MEASURED), measured)
+      read_jsonl(args.also / MEASURED), measured)
   print(text)
   if args.save: args.save.write_text(text + "\n")
   return 0

@@ -81,7 +81,7 @@ def test_measure_checks_against_numpy_and_times_then_reports(bench, tmp_path, mo
   fake_gpu.dtoh = corrupt
   with ThreadPoolExecutor(2) as ex:
     n = G.measure(sel, tmp_path, deadline_s=600, min_total_s=0.0, max_repeats=3, executor=ex)
-  rows = G._read_jsonl(tmp_path / G.MEASURED)
+  rows = G.read_jsonl(tmp_path / G.MEASURED)
   assert n == len(sel) == len(rows)
   assert [r["correct"] for r in rows] == [True] * (len(sel) - 1) + [False]
   assert all(r["repeats"] == 3 and r["median_s"] >= 0 for r in rows)
@@ -171,7 +171,7 @@ def test_select_command_writes_a_gzipped_selection_that_reads_back(bench, tmp_pa
   assert G.main(["select", "--tasks", TASK, "--budgets", "2,4", "--sample", "2", "--out", str(out),
                  "--selection", str(dest)]) == 0
   assert dest.read_bytes()[:2] == b"\x1f\x8b"                      # gzip
-  sel = G._read_jsonl(dest)
+  sel = G.read_jsonl(dest)
   assert f"{len(sel)} programs -> {dest}" in capsys.readouterr().out
   assert {G.digest(p) for p in progs[:1]} <= {G.digest(p["steps"]) for p in sel}   # the cheapest: a sample end
   with pytest.raises(SystemExit):
@@ -205,6 +205,6 @@ def test_measure_resumes_a_folder_measured_before(bench, tmp_path, monkeypatch, 
   (tmp_path / G.MEASURED).write_text(json.dumps(first) + "\n")
   with ThreadPoolExecutor(2) as ex:
     assert G.measure(sel, tmp_path, deadline_s=600, min_total_s=0.0, max_repeats=1, executor=ex) == len(sel) - 1
-  rows = G._read_jsonl(tmp_path / G.MEASURED)
+  rows = G.read_jsonl(tmp_path / G.MEASURED)
   assert rows[0] == first and sorted(r["i"] for r in rows) == list(range(len(sel)))
   assert f"1 programs measured before in {tmp_path}: {len(sel) - 1} to go" in capsys.readouterr().out
