@@ -138,11 +138,6 @@ def collect(progs: dict[tuple[str, str], dict], path: Path, jobs: int, limit: in
 
 
 # --------------------------------------------------------------------------------------------- model
-def _device(name: str):
-  from minicomp.target import get_device
-  return get_device(name)
-
-
 def _own_device(gpu: str) -> str:
   """The device entry of a GPU named in a facts row ("NVIDIA H200 (sm_90, ...), 2026-11-27" -> "h200");
   the sm_90 default where the table has none."""
@@ -223,11 +218,17 @@ def _score(rows: list[dict], est: list[float]) -> dict:
           "rank_fastest": 1 + order.index(min(range(len(rows)), key=lambda i: gpu[i]))}
 
 
-def _launch_view(facts: list[dict], dev) -> dict:
-  """The heaviest launch's shape and the term the model says binds it."""
+def _heaviest(facts: list[dict], dev) -> tuple:
+  """(its LaunchEstimate, its facts) of a program's longest launch, and the program's estimate."""
   from minicomp.search.static import model as M
   les = [(M.launch_time(M.LaunchFacts(**f), dev), f) for f in facts]
   le, f = max(les, key=lambda x: x[0].latency_s)
+  return le, f, sum(x[0].latency_s for x in les)
+
+
+def _launch_view(facts: list[dict], dev) -> dict:
+  """The heaviest launch's shape and the term the model says binds it."""
+  le, f, _ = _heaviest(facts, dev)
   return {"threads": f["threads_per_block"], "blocks": f["blocks"], "regs": f["registers"],
           "warps_sm": f["active_warps_per_sm"], "bound": le.bound}
 
@@ -246,7 +247,6 @@ TRACKS = {   # what the estimate's error may follow: a fact of the heaviest laun
 def error_tracks(by_task: dict, dev, min_programs: int = 50) -> list[str]:
   """Per task (with at least ``min_programs``), Spearman's rho between ln(estimate / GPU time) and each of
   ``TRACKS`` over its programs: what the model's error follows."""
-  from minicomp.search.static import model as M
   from static_model_fidelity import spearman
   L = ["", "### What the estimate's error follows", "",
        "Spearman's rho, over each task's programs, between ln(estimate / GPU time) and a fact of the program's "
@@ -257,9 +257,8 @@ def error_tracks(by_task: dict, dev, min_programs: int = 50) -> list[str]:
     if len(rs) < min_programs: continue
     err, cols = [], {k: [] for k in TRACKS}
     for r in rs:
-      les = [(M.launch_time(M.LaunchFacts(**f), dev), f) for f in r["facts"]]
-      le, f = max(les, key=lambda x: x[0].latency_s)
-      err.append(math.log(sum(x[0].latency_s for x in les) / r["gpu_s"]))
+      le, f, total = _heaviest(r["facts"], dev)
+      err.append(math.log(total / r["gpu_s"]))
       for k, fn in TRACKS.items(): cols[k].append(fn(f, le))
     L.append(f"| {t} | {len(rs)} | " + " | ".join(f"{spearman(cols[k], err):.2f}" for k in TRACKS) + " |")
   return L
@@ -275,8 +274,9 @@ def report(rows: list[dict], header: list[str]) -> str:
   rows = [r for r in rows if "facts" in r]
   tasks = list(dict.fromkeys(r["task"] for r in rows))
   by_task = {t: [r for r in rows if r["task"] == t] for t in tasks}
-  h100 = _device("h100")
-  own = {g: _device(_own_device(g)) for r in rows for g in r["gpu"]}    # each GPU's own device entry
+  from minicomp.target import get_device
+  h100 = get_device("h100")
+  own = {g: get_device(_own_device(g)) for r in rows for g in r["gpu"]}    # each GPU's own device entry
   gpus = sorted(own)
   L = header + ["", f"GPU times: {'; '.join(gpus)} (median of timed runs, L2 flushed). `us*` and every "
                 "estimate: the static model (an ESTIMATE, no GPU).", ""]

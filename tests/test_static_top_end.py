@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import static_top_end as T  # noqa: E402
+from minicomp.target import get_device  # noqa: E402
 import strategies_gpu as G  # noqa: E402
 from memo_fixture import seeded_programs  # noqa: E402
 
@@ -29,7 +30,7 @@ def folder(tmp_path_factory):
   with StaticMeasurer(workers=1) as m:
     est = [r.cost_s for r in m.measure([MeasureInput(G.dag_of(TASK), p, "h100", key=TASK) for p in progs])]
   assert all(e is not None for e in est)
-  h200 = T._device("h200")
+  h200 = get_device("h200")
   gpu = [T.estimate(T.facts_of(TASK, p), h200) for p in progs]
   with gzip.open(d / G.SELECTION, "wt") as f:
     for p, e in zip(progs, est): f.write(json.dumps({"task": TASK, "steps": p, "estimate": e, "roles": ["sample"]}) + "\n")
@@ -46,14 +47,14 @@ def test_facts_are_saved_once_and_give_the_measurers_estimate_back(folder, tmp_p
   assert T.main(["facts", "--folders", str(d), "--facts", str(facts), "--jobs", "1"]) == 0
   rows = T._read_facts(facts)
   assert sorted(r["digest"] for r in rows) == sorted(G.digest(p) for p in progs[:7])    # the wrong one left out
-  h100 = T._device("h100")
+  h100 = get_device("h100")
   by = {G.digest(p): e for p, e in zip(progs, est)}
   for r in rows:
     assert r["estimate"] == by[r["digest"]]
     assert T.estimate(r["facts"], h100) == pytest.approx(by[r["digest"]], rel=1e-9)
     # no overlap of SM and memory time can only make a program slower; an H200's bandwidth only faster
     assert T.estimate(r["facts"], h100, {"combine": "sum"}) >= T.estimate(r["facts"], h100) * (1 - 1e-12)
-    assert T.estimate(r["facts"], T._device("h200")) <= T.estimate(r["facts"], h100) * (1 + 1e-12)
+    assert T.estimate(r["facts"], get_device("h200")) <= T.estimate(r["facts"], h100) * (1 + 1e-12)
   assert T.main(["facts", "--folders", str(d), "--facts", str(facts), "--jobs", "1"]) == 0   # resumes: none new
   assert "0 to do" in capsys.readouterr().err
   assert len(T._read_facts(facts)) == 7
@@ -93,7 +94,7 @@ def test_facts_of_the_shared_h100_data_format(tmp_path, capsys):
   assert len(rows) == 2 and {r["gpu"][0] for r in rows} == {T.H100_GPU}
   for r, st in zip(sorted(rows, key=lambda r: r["gpu_s"]), steps):
     want = estimate(mc.build(mc.Schedule.from_json(wl.outputs, st), target="sm_90"), "h100").latency_s
-    assert T.estimate(r["facts"], T._device("h100")) == pytest.approx(want, rel=1e-9)
+    assert T.estimate(r["facts"], get_device("h100")) == pytest.approx(want, rel=1e-9)
   assert T.main(["report", "--facts", str(facts)]) == 0
   assert "| mm64 | 2 |" in capsys.readouterr().out
 
