@@ -349,13 +349,26 @@ def load_runs(out: Path, target: str, per_round: int) -> list[dict]:
   return runs
 
 
-def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple[list[str], dict]:
-  """The markdown table for one budget, and per (task, strategy) the mean best-so-far curves (for the plot)."""
+def select_runs(runs: list[dict], budget: int) -> dict[tuple[str, str], dict[int, dict]]:
+  """Per (task, strategy), per seed, the shortest saved run that covers ``budget`` (and Gensor's point)."""
   by: dict[tuple[str, str], dict[int, dict]] = {}
   for r in runs:
     if r["strategy"] == "gensor" or r["budget"] >= budget:
       cur = by.setdefault((r["task"], r["strategy"]), {}).get(r["seed"])
       if cur is None or r["budget"] < cur["budget"]: by[(r["task"], r["strategy"])][r["seed"]] = r
+  return by
+
+
+def task_best(by: dict, task: str, budget: int) -> float | None:
+  """The lowest cost any selected run of ``task`` measured within ``budget`` (Gensor's point included)."""
+  costs = [c for (t, s), seeds in by.items() if t == task for r in seeds.values()
+           for c in (r["costs"] if s == "gensor" else r["costs"][:budget]) if c is not None]
+  return min(costs, default=None)
+
+
+def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple[list[str], dict]:
+  """The markdown table for one budget, and per (task, strategy) the mean best-so-far curves (for the plot)."""
+  by = select_runs(runs, budget)
   strategies = [s for s in STRATEGIES + VARIANTS if any((t, s) in by for t in names)]
   head = ["task", "strategy", "seeds"] + [f"meas@{int(x * 100)}%" for x in LEVELS] \
     + [f"search s@{int(x * 100)}%" for x in LEVELS] + ["final / best"]
@@ -367,10 +380,9 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
   bests: dict[str, float] = {}
   for t in names:
     if not any((t, s) in by for s in strategies): continue     # no strategy has run this task at this budget yet
-    costs = [c for s in strategies for r in by.get((t, s), {}).values() for c in r["costs"][:budget] if c is not None]
-    costs += [c for r in by.get((t, "gensor"), {}).values() for c in r["costs"] if c is not None]
-    if not costs: continue
-    best = bests[t] = min(costs)
+    best = task_best(by, t, budget)
+    if best is None: continue
+    bests[t] = best
     for s in strategies + ["gensor"]:
       rs = list(by.get((t, s), {}).values())
       if not rs: continue
@@ -409,6 +421,45 @@ def table(runs: list[dict], budget: int, names: list[str], descr: dict) -> tuple
                  f"{geomean(finals[s].values()):.2f} | {m95[0]} | {on_common} |")
   lines += efficiency(by, names, strategies, budget)
   return lines, {"curves": curves, "best": bests}
+
+
+def _spread(ns: list[float], fmt: str = ".0f", median: bool = True) -> str:
+  """``lo-hi (median m)`` of some numbers (the median when there are more than two), or the one value."""
+  lo, hi = min(ns), max(ns)
+  if f"{lo:{fmt}}" == f"{hi:{fmt}}": return f"{lo:{fmt}}"
+  med = sorted(ns)[len(ns) // 2] if len(ns) % 2 else sum(sorted(ns)[len(ns) // 2 - 1:len(ns) // 2 + 1]) / 2
+  return f"{lo:{fmt}}-{hi:{fmt}}" + (f" (median {med:{fmt}})" if median and len(ns) > 2 else "")
+
+
+def seed_table(runs: list[dict], budget: int, names: list[str]) -> list[str]:
+  """Per task and strategy, what the seeds did within ``budget``: the range of their final bests (us*, and over
+  the task's best), how many ended at the best program, the measurements they took to come within 1.10x of it and
+  to reach it (range and median over the seeds that did; ``never`` for the others), and each run's search seconds
+  (strategy's own time, measuring excluded)."""
+  by = select_runs(runs, budget)
+  order = {s: i for i, s in enumerate(STRATEGIES + VARIANTS)}
+  out = ["", f"Per seed at budget {budget}: final best (us*, and over the task's best), seeds that ended at the best "
+         f"program, measurements to come within 1.10x of it and to reach it (range, median over the seeds that did), "
+         f"search seconds per run.", "",
+         "| task | best us* | strategy | seeds | final us* (/ best) | at the best | meas to 1.10x | meas to the best "
+         "| search s |", "|---|---:|---|---:|---|---:|---|---|---|"]
+  for t in names:
+    best = task_best(by, t, budget)
+    if best is None: continue
+    for s in sorted((s for (tt, s) in by if tt == t and s in order), key=order.get):
+      rs = [by[(t, s)][k] for k in sorted(by[(t, s)])]
+      fin = [best_so_far(r["costs"][:budget])[-1] for r in rs]
+      ok = [f for f in fin if math.isfinite(f)]
+      final = f"{_spread([f * 1e6 for f in ok], '.2f')} ({_spread([f / best for f in ok], '.2f', False)}x)" if ok else "none ran"
+      if len(ok) < len(fin): final += f", {len(fin) - len(ok)} with no program"
+      cells = []
+      for lvl in (1.10, 1.0 + 1e-9):
+        ns = [n for n, _ in (reach(r, best * lvl, budget) for r in rs) if n is not None]
+        cells.append((_spread(ns) if ns else "never") + (f"; {len(rs) - len(ns)} never" if ns and len(ns) < len(rs) else ""))
+      at = sum(f <= best * (1 + 1e-9) for f in ok)
+      out.append(f"| {t} | {best * 1e6:.2f} | {s} | {len(rs)} | {final} | {at} | {cells[0]} | {cells[1]} | "
+                 f"{_spread([search_at(r, budget) for r in rs])} |")
+  return out
 
 
 def efficiency(by: dict, names: list[str], strategies: list[str], budget: int) -> list[str]:
@@ -498,6 +549,7 @@ def report(out: Path, names: list[str], descr: dict, budgets: list[int], args, h
   for b in budgets:
     lines, data = table(runs, b, names, descr)
     if not data["best"]: continue
+    lines += seed_table(runs, b, names)
     png = out / f"strategies_{args.target}_r{args.per_round}_b{b}.png"
     plot(data["curves"], names, descr, b, png,
          f"budget {b}: best-so-far / best of all, geometric mean over seeds (band: min to max)\n"
