@@ -14,6 +14,10 @@ strategy the table gives the mean over seeds (with a 95% confidence interval, St
 - ``final``: the run's best after B measurements over the task's best (1.00 = the best any strategy
   found).
 
+A second table per budget gives each (task, strategy)'s seeds one by one: the range of their final bests,
+how many ended at the task's best program, and the measurements they took to come within 1.10x of it and
+to reach it.
+
 Gensor's construction (``compile(trials=0)``'s default, no measurement) is the zero-trial point:
 its first candidate, measured once, in the ``gensor@0`` row. The last rows are geometric means over
 tasks. No strategy reads the budget, so a budget-B result is the first B measurements of the
