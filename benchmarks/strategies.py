@@ -32,6 +32,7 @@ deterministic) in ``--out/measured.jsonl``.
   python benchmarks/strategies.py --budgets 64 --seeds 5            # the 64-trial table (an hour or two)
   python benchmarks/strategies.py --tasks matmul,softmax --strategies random,tuna --seeds 2 --budgets 64
   python benchmarks/strategies.py --report                           # tables and plots from the runs in --out
+  python benchmarks/strategies.py --todo --budgets 1024              # the runs still missing, and about how long they take
   python benchmarks/strategies.py --smoke --out /tmp/s               # what CI runs: tiny tasks, 1 seed, budget 8
 """
 from __future__ import annotations
@@ -503,6 +504,37 @@ def efficiency(by: dict, names: list[str], strategies: list[str], budget: int) -
   return out
 
 
+def missing_runs(out: Path, names: list[str], strategies: list[str], seeds: int, budget: int, target: str,
+         per_round: int) -> list[str]:
+  """The runs still missing for ``budget`` (seeds 0..seeds-1), with a rough wall-time estimate per run: the median
+  wall of the saved runs of that task and strategy at ``budget``, else at the largest smaller budget scaled by the
+  ratio of budgets (fresh NVRTC builds are most of a run; a longer run re-measures its prefix from the memo, so
+  the scaled figure is an upper bound)."""
+  runs = load_runs(out, target, per_round)
+  lines = [f"| task | strategy | seeds to run at {budget} | minutes per run (est.) | minutes |", "|---|---|---|---:|---:|"]
+  total, unknown = 0.0, 0
+  for t in names:
+    for s in strategies:
+      missing = [k for k in range(seeds) if longest_run(out, t, s, k, target, per_round) < budget]
+      if not missing: continue
+      walls: dict[int, list[float]] = {}
+      for r in runs:
+        if r["task"] == t and r["strategy"] == s and r["budget"] <= budget: walls.setdefault(r["budget"], []).append(r["wall_s"])
+      if walls:
+        b = max(walls)
+        per = sorted(walls[b])[len(walls[b]) // 2] * budget / b / 60
+        total += per * len(missing)
+        cells = [f"{per:.0f}" + ("" if b == budget else f" (from {b})"), f"{per * len(missing):.0f}"]
+      else:
+        unknown += len(missing)
+        cells = ["?", "?"]
+      lines.append(f"| {t} | {s} | {','.join(map(str, missing))} | " + " | ".join(cells) + " |")
+  if len(lines) == 2: return [f"every run of budget {budget} is saved in {out}"]
+  lines += ["", f"about {total / 60:.1f} run-hours (the saved runs' wall times; most of them ran two at a time on 2 cores)"
+            + (f", plus {unknown} runs with no saved run to go by" if unknown else "")]
+  return lines
+
+
 def plot(curves: dict, names: list[str], descr: dict, budget: int, path: Path, title: str) -> None:
   import matplotlib
   matplotlib.use("Agg")
@@ -579,6 +611,8 @@ def main(argv=None) -> int:
   ap.add_argument("--out", type=Path, default=OUT)
   ap.add_argument("--report", action="store_true", help="only make the tables and plots from the runs in --out")
   ap.add_argument("--smoke", action="store_true", help="tiny tasks and strategies (CI)")
+  ap.add_argument("--todo", action="store_true",
+                  help="only list the runs still missing for the largest budget, with their estimated wall time")
   args = ap.parse_args(argv)
   if args.smoke and args.per_round == 16: args.per_round = 4
   all_tasks = tasks(args.smoke)
@@ -594,6 +628,9 @@ def main(argv=None) -> int:
   if args.seeds < 1: ap.error("--seeds must be at least 1")
   descr = {k: v[0] for k, v in all_tasks.items()}
   (args.out / "runs").mkdir(parents=True, exist_ok=True)
+  if args.todo:
+    print("\n".join(missing_runs(args.out, names, strategies, args.seeds, budgets[-1], args.target, args.per_round)))
+    return 0
 
   from provenance import header_lines
   header = header_lines(__file__, argv)

@@ -191,6 +191,21 @@ def test_seed_table_counts_the_seeds_at_the_best_and_their_measurements():
   assert B._spread([5, 1, 3]) == "1-5 (median 3)" and B._spread([2, 2]) == "2" and B._spread([1, 2, 4, 9]) == "1-9 (median 3)"
 
 
+def test_missing_runs_lists_the_seeds_to_run_with_their_estimated_time(tmp_path):
+  """Seed 0 of ansor ran at 8 (6 minutes), seed 1 only at 4: seed 1 is missing at 8, estimated 6 minutes; tuna ran
+  only at 4 (2 and 4 minutes, median of an even count: the upper one), so its runs at 8 are scaled x2 from there;
+  random never ran: no estimate."""
+  (tmp_path / "runs").mkdir()
+  def save(strategy, seed, budget, minutes):
+    r = {"task": "t", "strategy": strategy, "seed": seed, "budget": budget, "costs": [1.0] * budget, "wall_s": minutes * 60}
+    B.run_path(tmp_path, "t", strategy, seed, budget, "h100", 16).write_text(json.dumps(r))
+  save("ansor", 0, 8, 6.0), save("ansor", 1, 4, 3.0), save("tuna", 0, 4, 2.0), save("tuna", 1, 4, 4.0)
+  lines = B.missing_runs(tmp_path, ["t"], ["ansor", "tuna", "random"], 2, 8, "h100", 16)
+  assert lines[2:5] == ["| t | ansor | 1 | 6 | 6 |", "| t | tuna | 0,1 | 8 (from 4) | 16 |", "| t | random | 0,1 | ? | ? |"]
+  assert lines[-1].startswith("about 0.4 run-hours") and "plus 2 runs with no saved run" in lines[-1]
+  assert B.missing_runs(tmp_path, ["t"], ["ansor"], 1, 8, "h100", 16) == [f"every run of budget 8 is saved in {tmp_path}"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["opevo", "tuna"])
 def test_cli_tune_with_the_new_strategies_logs_them_and_resumes(tmp_path, strategy):
