@@ -21,7 +21,9 @@ to reach it.
 Gensor's construction (``compile(trials=0)``'s default, no measurement) is the zero-trial point:
 its first candidate, measured once, in the ``gensor@0`` row. The last rows are geometric means over
 tasks. No strategy reads the budget, so a budget-B result is the first B measurements of the
-longest run of that task, strategy and seed (the same as a run of budget B).
+shortest saved run of at least B measurements of that task, strategy and seed (the same as a run of
+budget B made on the same machine: the learned models train in float32 XLA, whose last bits differ
+between CPUs, so a longer run made on another machine may differ from its second round on).
 
 Every run is saved in ``--out`` (one JSON file per task, strategy, seed and budget) and is skipped
 when it is there already, so a long benchmark can be run in pieces and resumed; the tables and plots
