@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -434,8 +435,7 @@ def _spread(ns: list[float], fmt: str = ".0f", median: bool = True) -> str:
   """``lo-hi (median m)`` of some numbers (the median when there are more than two), or the one value."""
   lo, hi = min(ns), max(ns)
   if f"{lo:{fmt}}" == f"{hi:{fmt}}": return f"{lo:{fmt}}"
-  med = sorted(ns)[len(ns) // 2] if len(ns) % 2 else sum(sorted(ns)[len(ns) // 2 - 1:len(ns) // 2 + 1]) / 2
-  return f"{lo:{fmt}}-{hi:{fmt}}" + (f" (median {med:{fmt}})" if median and len(ns) > 2 else "")
+  return f"{lo:{fmt}}-{hi:{fmt}}" + (f" (median {statistics.median(ns):{fmt}})" if median and len(ns) > 2 else "")
 
 
 def seed_table(runs: list[dict], budget: int, names: list[str]) -> list[str]:
@@ -507,7 +507,7 @@ def efficiency(by: dict, names: list[str], strategies: list[str], budget: int) -
 
 
 def missing_runs(out: Path, names: list[str], strategies: list[str], seeds: int, budget: int, target: str,
-         per_round: int) -> list[str]:
+                 per_round: int) -> list[str]:
   """The runs still missing for ``budget`` (seeds 0..seeds-1), with a rough wall-time estimate per run: the median
   wall of the saved runs of that task and strategy at ``budget``, else at the largest smaller budget scaled by the
   ratio of budgets (fresh NVRTC builds are most of a run; a longer run re-measures its prefix from the memo, so
