@@ -179,15 +179,16 @@ def test_reach_and_confidence_interval():
 def test_seed_table_counts_the_seeds_at_the_best_and_their_measurements():
   """The best within budget 4 is 1 us (ansor seed 0, at measurement 3; a budget-8 run of seed 1 is cut at 4 and its
   0.5 us at measurement 6 does not count). 1.10x of it is 1.1 us: ansor seed 1 gets within at 2 (1.05 us), seed 0
-  at 3; random never; a seed that measured nothing is named."""
+  at 3; random never; a seed that measured nothing is named; felix's 1.0005 us is within the tie of the best."""
   def run(strategy, seed, costs, budget=4):
     return {"task": "t", "strategy": strategy, "seed": seed, "budget": budget, "costs": [c and c * 1e-6 for c in costs],
             "rounds": [(len(costs), 2.0 + seed)], "search_s": 2.0 + seed}
   runs = [run("ansor", 0, [3.0, 2.0, 1.0, 1.0]), run("ansor", 1, [3.0, 1.05, 1.05, 1.05, 1.0, 0.5], budget=8),
-          run("random", 0, [4.0, 2.0, 2.0, 2.0]), run("random", 1, [None] * 4)]
+          run("random", 0, [4.0, 2.0, 2.0, 2.0]), run("random", 1, [None] * 4), run("felix", 0, [2.0, 1.0005, 1.0005, 1.0005])]
   rows = {ln.split(" | ")[2]: ln for ln in B.seed_table(runs, 4, ["t"]) if ln.startswith("| t |")}
   assert rows["ansor"] == "| t | 1.00 | ansor | 2 | 1.00-1.05 (1.00-1.05x) | 1 | 2-3 | 3; 1 never | 2-3 |"
   assert rows["random"] == "| t | 1.00 | random | 2 | 2.00 (2.00x), 1 with no program | 0 | never | never | 2-3 |"
+  assert rows["felix"] == "| t | 1.00 | felix | 1 | 1.00 (1.00x) | 1 | 2 | 2 | 2 |"  # 0.05% off: a tie, at the best
   assert B._spread([5, 1, 3]) == "1-5 (median 3)" and B._spread([2, 2]) == "2" and B._spread([1, 2, 4, 9]) == "1-9 (median 3)"
 
 
