@@ -450,8 +450,8 @@ def seed_table(runs: list[dict], budget: int, names: list[str]) -> list[str]:
   by = select_runs(runs, budget)
   order = {s: i for i, s in enumerate(STRATEGIES + VARIANTS)}
   out = ["", f"Per seed at budget {budget}: final best (us*, and over the task's best), seeds that ended at the best "
-         f"program (within {TIE:.1%}: a tie), measurements to come within 1.10x of it and to reach it (range, median over the seeds that did), "
-         f"search seconds per run.", "",
+         f"program (within {TIE:.1%}: a tie), measurements to come within 1.10x of it and to reach it (range, median "
+         f"over the seeds that did), search seconds per run.", "",
          "| task | best us* | strategy | seeds | final us* (/ best) | at the best | meas to 1.10x | meas to the best "
          "| search s |", "|---|---:|---|---:|---|---:|---|---|---|"]
   for t in names:
@@ -464,8 +464,8 @@ def seed_table(runs: list[dict], budget: int, names: list[str]) -> list[str]:
       final = f"{_spread([f * 1e6 for f in ok], '.2f')} ({_spread([f / best for f in ok], '.2f', False)}x)" if ok else "none ran"
       if len(ok) < len(fin): final += f", {len(fin) - len(ok)} with no program"
       cells = []
-      for lvl in (1.10, 1.0 + TIE):
-        ns = [n for n, _ in (reach(r, best * lvl, budget) for r in rs) if n is not None]
+      for level in (best * 1.10, best * (1 + TIE)):
+        ns = [n for n, _ in (reach(r, level, budget) for r in rs) if n is not None]
         cells.append((_spread(ns) if ns else "never") + (f"; {len(rs) - len(ns)} never" if ns and len(ns) < len(rs) else ""))
       at = sum(f <= best * (1 + TIE) for f in ok)
       out.append(f"| {t} | {best * 1e6:.2f} | {s} | {len(rs)} | {final} | {at} | {cells[0]} | {cells[1]} | "
