@@ -32,7 +32,7 @@ from minicomp.search.static.separable import separable_count
 
 SUM_EXACT_LIMIT = 512     # kept hardware-index combinations isl may scan for an exact per-block / per-thread sum
 ISL_BUDGETS = (3000, 30000)   # isl operations a count may take, first and second try
-INJECTIVE_BUDGET = 3000   # isl operations an injectivity test may take (a tenth with many digit variables)
+INJECTIVE_BUDGET = 3000   # isl operations an injectivity test may take
 ENUM_CHEAP = 1 << 18      # sets of at most this many instances are enumerated with numpy (isl is slower there)
 SEPARABLE_MIN = 1 << 16   # sets of more instances are first counted in closed form when the index separates
 ENUM_LIMIT = 1 << 20      # instances enumerated in one go (sampled sums)
