@@ -35,7 +35,9 @@ Two steps:
   python benchmarks/isl_injective.py compare --budget 3000 --cap 30 --save benchmarks/results/isl_injective/compare.md
   python benchmarks/isl_injective.py movement --per-task 40 --cap 150 --save benchmarks/results/isl_injective/movement.md
 
-No GPU and no latency here: only isl's answers and the CPU seconds it takes to give them.
+The memo grows while ``strategies.py`` runs, so a sample is of the memo as it stood on the table's
+date; ``compare`` reads the saved questions. No GPU and no latency here: only isl's answers, the data
+movement figures and the CPU seconds they take.
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import islpy as isl
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -127,28 +131,25 @@ def collect(a) -> None:
   print(f"saved {a.queries}")
 
 
+class Relation:
+  """An ``AccessMap`` stand-in holding one saved relation, for ``AccessMap.injective``: its first
+  ``instance_dims`` inputs are the instance, the rest digit variables."""
+
+  def __init__(self, text: str, instance_dims: int):
+    from minicomp.search.static.isl_build import isl_context
+    self.map, self.extents = isl.Map.read_from_str(isl_context(), text), (0,) * instance_dims
+
+  def isl_map(self, keep: int): return self.map
+
+
 def ask(q: dict, form: str, budget: int):
-  """``(answer, seconds)``: the question ``q`` asked in ``form``, within ``budget`` isl operations
-  (None: isl ran out). The map is built, fixed and reduced inside the timed part, as the model does."""
-  import islpy as isl
-  ctx = isl.Context()
+  """``(answer, seconds)``: the question ``q`` asked by ``AccessMap.injective`` (``projected``) or by
+  :func:`injective_with_digits` (``digits``, at the old budget), within ``budget`` isl operations
+  (None: isl ran out)."""
+  from minicomp.search.static.isl_build import AccessMap
   t0 = time.perf_counter()
-  m = isl.Map.read_from_str(ctx, q["map"])
-  for p, v in q["fix"]: m = m.fix_input_si(p, v)
-  n = q["instance_dims"]
-  digits = m.dim(isl.dim_type.in_) - n
-  if form == "projected":
-    ctx.set_max_operations(budget)
-    ctx.reset_operations()
-  try:
-    if form == "projected" and digits: m = m.project_out(isl.dim_type.in_, n, digits)
-    for p in sorted(q["drop"], reverse=True): m = m.project_out(isl.dim_type.in_, p, 1)
-    if form == "digits":
-      ctx.set_max_operations(budget if digits <= 2 else budget // 10)
-      ctx.reset_operations()
-    r = m.is_injective()
-  except isl.Error:
-    r = None
+  test = AccessMap.injective if form == "projected" else injective_with_digits
+  r = test(Relation(q["map"], q["instance_dims"]), q["keep"], dict(q["fix"]), frozenset(q["drop"]), budget)
   return r, time.perf_counter() - t0
 
 
@@ -176,8 +177,6 @@ def ask_capped(q: dict, form: str, budget: int, cap: float):
 def injective_with_digits(self, keep, fix, drop, budget):
   """``AccessMap.injective`` until 2026-11-28: the digit variables kept as inputs, a tenth of the
   budget past two of them."""
-  import islpy as isl
-
   from minicomp.search.static.isl_build import isl_budgeted
   m = self.isl_map(keep)
   for p, v in fix.items(): m = m.fix_input_si(p, v)

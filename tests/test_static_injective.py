@@ -10,7 +10,7 @@ import islpy as isl
 import pytest
 
 from minicomp.search.static.enumeration import relevant
-from minicomp.search.static.isl_build import AccessMap, access_map, collect_accesses
+from minicomp.search.static.isl_build import AccessMap, access_map, collect_accesses, isl_context
 from test_static_footprint import PROGRAMS, check_against_brute_force
 
 SLOW_MAPS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "strategies" / "slow_isl_maps.txt"
@@ -75,10 +75,11 @@ def test_sums_through_the_injectivity_test_match_the_trace(name, monkeypatch):
 
 
 class _Parsed:
-  """An AccessMap stand-in holding one saved relation (its first ``instance_dims`` inputs the instance)."""
+  """An AccessMap stand-in holding one saved relation (its first ``instance_dims`` inputs the
+  instance), in the thread's isl context as the model's maps are (the budget is that context's)."""
 
   def __init__(self, text: str, instance_dims: int):
-    self.map, self.extents = isl.Map(text), (0,) * instance_dims
+    self.map, self.extents = isl.Map.read_from_str(isl_context(), text), (0,) * instance_dims
 
   def isl_map(self, keep): return self.map
 
