@@ -35,8 +35,11 @@ Two steps:
   python benchmarks/isl_injective.py compare --budget 3000 --cap 30 --save benchmarks/results/isl_injective/compare.md
   python benchmarks/isl_injective.py movement --per-task 40 --cap 150 --save benchmarks/results/isl_injective/movement.md
 
-The memo grows while ``strategies.py`` runs, so a sample is of the memo as it stood on the table's
-date; ``compare`` reads the saved questions. No GPU and no latency here: only isl's answers, the data
+``collect`` and ``movement`` read the memo ``strategies.py`` writes (``results/strategies/measured_h100.jsonl``,
+not in git: 0.7 GB; run ``strategies.py`` first). It grows while ``strategies.py`` runs, so a sample is of
+the memo as it stood on the table's date, and another machine's memo gives another sample: those two
+tables reproduce in kind, not figure for figure. ``compare`` reads the saved questions
+(``results/isl_injective/queries.jsonl.gz``, in git) and reproduces exactly but for the seconds. No GPU and no latency here: only isl's answers, the data
 movement figures and the CPU seconds they take.
 """
 from __future__ import annotations
