@@ -97,7 +97,7 @@ def _answer(text, n, conn):
 
 
 def test_slow_conv3d_map_ends_within_its_budget():
-  """The saved Conv3d padded-input relation on which isl, asked with its 8 digit variables, ran
+  """The saved Conv3d padded-input relation on which isl, asked with its 12 digit variables, ran
   127 s past a 300-operation budget (one lattice compression): with them projected out the test
   ends within its 3000 operations in a fraction of a second; 20 s is the regression bound."""
   text, n = _slowest_saved_map()
