@@ -10,7 +10,7 @@ operation budget of 300 (its operations are coarse: one Hermite normal form took
 with the digits projected out (``projected``), the question is the same (the digits follow from
 the indices) and isl keeps them as existential variables.
 
-Two steps:
+Three steps:
 
 - ``collect``: programs of the strategies benchmark's memo (a seeded sample per task, and every
   program the static measurer timed out on), lowered (no NVRTC) and analysed by
@@ -23,7 +23,6 @@ Two steps:
   ``projected`` at ``--budget``. Per task: questions, answers of each (True / False / None: out of
   budget or capped), disagreements (two answers that differ; must be 0), answers only one form
   gives, and the seconds (median, 99th percentile, max; capped runs count as the cap).
-
 - ``movement``: what the change does to the model: the same programs' data movement
   (``analyze_program``, everything the static model takes from isl) with the test asked each way,
   each program in its own process with a wall cap. Per task: programs, those whose data movement
@@ -197,7 +196,9 @@ def _movement_child(task, steps, form, conn):
   from minicomp.search.static.footprint import analyze_program
   if form == "digits": isl_build.AccessMap.injective = injective_with_digits
   t0 = time.perf_counter()
-  dms = analyze_program(lower(Schedule.from_json(S.task_dag(task), steps).state, "q"))
+  try: dms = analyze_program(lower(Schedule.from_json(S.task_dag(task), steps).state, "q"))
+  except Exception as e:                # reported by the parent, not mistaken for a capped run
+    dms = f"{type(e).__name__}: {e}"
   conn.send((dms, time.perf_counter() - t0))
   conn.close()
 
@@ -213,6 +214,9 @@ def movement_capped(task: str, steps: str, form: str, cap: float):
   if recv.poll(cap):
     dms, s = recv.recv()
     p.join()
+    if isinstance(dms, str):
+      print(f"  {task} ({form}): the analysis failed: {dms}", flush=True)
+      return None, s, False
     return dms, s, False
   p.kill()
   p.join()
