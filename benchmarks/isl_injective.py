@@ -63,11 +63,13 @@ OUT = HERE / "results" / "isl_injective"
 OLD_BUDGET = 3000   # counting.INJECTIVE_BUDGET until 2026-11-28 (a tenth with more than two digits)
 
 
-def memo_programs(tasks, per_task: int, seed: int) -> list[tuple[str, str, bool]]:
-  """``(task, steps JSON, timed out)``: per task, ``per_task`` programs of the memo drawn with ``seed``
+def memo_programs(tasks, per_task: int, seed: int, memo: Path = MEMO) -> list[tuple[str, str, bool]]:
+  """``(task, steps JSON, timed out)``: per task, ``per_task`` programs of ``memo`` drawn with ``seed``
   and every program whose static measurement timed out."""
+  if not memo.exists():
+    raise SystemExit(f"no memo at {memo}: run benchmarks/strategies.py first (it writes one), or pass --memo")
   by_task: dict[str, list] = {}
-  for ln in MEMO.read_text().splitlines():
+  for ln in memo.read_text().splitlines():
     try: r = json.loads(ln)
     except json.JSONDecodeError: continue
     if r.get("task") in tasks: by_task.setdefault(r["task"], []).append(r)
@@ -114,10 +116,10 @@ def _collect_one(args):
 
 def collect(a) -> None:
   tasks = a.tasks.split(",")
-  progs = memo_programs(tasks, a.per_task, a.seed)
+  progs = memo_programs(tasks, a.per_task, a.seed, a.memo)
   seen, n_q, failed = set(), 0, 0
   a.queries.parent.mkdir(parents=True, exist_ok=True)
-  print(f"{len(progs)} programs ({sum(p[2] for p in progs)} that timed out) from {MEMO.name}; {a.jobs} processes")
+  print(f"{len(progs)} programs ({sum(p[2] for p in progs)} that timed out) from {a.memo.name}; {a.jobs} processes")
   ctx = mp.get_context("spawn")
   with ctx.Pool(a.jobs, maxtasksperchild=20) as pool, gzip.open(a.queries, "wt") as f:
     for i, (task, slow, qs, err, s) in enumerate(pool.imap_unordered(_collect_one, progs)):
@@ -252,8 +254,8 @@ def _estimated(dms) -> int:
 
 def movement(a) -> None:
   import concurrent.futures as cf
-  progs = memo_programs(a.tasks.split(","), a.per_task, a.seed)
-  print(f"{len(progs)} programs ({sum(p[2] for p in progs)} that timed out) from {MEMO.name}; cap {a.cap} s; "
+  progs = memo_programs(a.tasks.split(","), a.per_task, a.seed, a.memo)
+  print(f"{len(progs)} programs ({sum(p[2] for p in progs)} that timed out) from {a.memo.name}; cap {a.cap} s; "
         f"{a.jobs} at a time", flush=True)
   one = lambda p: (p, movement_capped(p[0], p[1], "digits", a.cap), movement_capped(p[0], p[1], "projected", a.cap))
   rows = []
@@ -369,6 +371,7 @@ def main(argv=None) -> None:
   c.add_argument("--per-task", type=int, default=40)
   c.add_argument("--seed", type=int, default=0)
   c.add_argument("--jobs", type=int, default=2)
+  c.add_argument("--memo", type=Path, default=MEMO, help="a strategies.py memo (measured_*.jsonl)")
   c.add_argument("--queries", type=Path, default=OUT / "queries.jsonl.gz")
   k = sub.add_parser("compare", help="ask every recorded question both ways")
   k.add_argument("--queries", type=Path, default=OUT / "queries.jsonl.gz")
@@ -383,6 +386,7 @@ def main(argv=None) -> None:
   v.add_argument("--seed", type=int, default=0)
   v.add_argument("--cap", type=float, default=150.0, help="wall seconds before a program's process is killed")
   v.add_argument("--jobs", type=int, default=2)
+  v.add_argument("--memo", type=Path, default=MEMO, help="a strategies.py memo (measured_*.jsonl)")
   v.add_argument("--save", type=Path)
   a = ap.parse_args(argv)
   {"collect": collect, "compare": compare, "movement": movement}[a.cmd](a)
