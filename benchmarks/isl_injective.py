@@ -61,6 +61,7 @@ sys.path.insert(0, str(HERE))
 MEMO = HERE / "results" / "strategies" / "measured_h100.jsonl"
 OUT = HERE / "results" / "isl_injective"
 OLD_BUDGET = 3000   # counting.INJECTIVE_BUDGET until 2026-11-28 (a tenth with more than two digits)
+START = "fork"      # how capped children start ("spawn" where threads are running, as in the tests: JAX's)
 
 
 def memo_programs(tasks, per_task: int, seed: int, memo: Path = MEMO) -> list[tuple[str, str, bool]]:
@@ -164,7 +165,7 @@ def _ask_child(q, form, budget, conn):
 
 def ask_capped(q: dict, form: str, budget: int, cap: float):
   """:func:`ask` in a child process killed after ``cap`` seconds: ``(answer, seconds, capped)``."""
-  ctx = mp.get_context("fork")
+  ctx = mp.get_context(START)
   recv, send = ctx.Pipe(duplex=False)
   p = ctx.Process(target=_ask_child, args=(q, form, budget, send))
   p.start()
@@ -208,7 +209,7 @@ def _movement_child(task, steps, form, conn):
 def movement_capped(task: str, steps: str, form: str, cap: float):
   """``(data movement of every kernel or None, seconds, capped)`` of one program, the injectivity
   test asked in ``form``, in a child process killed after ``cap`` seconds."""
-  ctx = mp.get_context("fork")
+  ctx = mp.get_context(START)
   recv, send = ctx.Pipe(duplex=False)
   p = ctx.Process(target=_movement_child, args=(task, steps, form, send))
   p.start()

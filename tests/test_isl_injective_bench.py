@@ -15,9 +15,10 @@ def _row(out: str, task: str) -> list[str]:
   return [c.strip() for c in line.strip("|").split("|")]
 
 
-def test_compare_on_the_saved_questions(tmp_path, capsys):
+def test_compare_on_the_saved_questions(tmp_path, capsys, monkeypatch):
   """The first saved questions: both forms agree where both answer, and the table says so."""
   import isl_injective as B
+  monkeypatch.setattr(B, "START", "spawn")       # (the pytest worker runs JAX's threads: no fork)
   B.main(["compare", "--limit", "6", "--cap", "60", "--jobs", "2", "--save", str(tmp_path / "c.md")])
   out = capsys.readouterr().out
   row = _row(out, "all")
@@ -25,8 +26,9 @@ def test_compare_on_the_saved_questions(tmp_path, capsys):
   assert (tmp_path / "c.md").read_text().startswith("### AccessMap.injective")
 
 
-def test_collect_and_movement_on_a_small_memo(tmp_path, capsys):
+def test_collect_and_movement_on_a_small_memo(tmp_path, capsys, monkeypatch):
   import isl_injective as B
+  monkeypatch.setattr(B, "START", "spawn")
   memo = write_depthwise_memo(tmp_path / "memo.jsonl", draws=30, keep=6, seed=1)
   qs = tmp_path / "q.jsonl.gz"
   B.main(["collect", "--memo", str(memo), "--tasks", "depthwise", "--per-task", "4", "--jobs", "1", "--queries", str(qs)])

@@ -102,7 +102,7 @@ def test_slow_conv3d_map_ends_within_its_budget():
   ends within its 3000 operations in a fraction of a second; 20 s is the regression bound."""
   text, n = _slowest_saved_map()
   assert isl.Map(text).dim(isl.dim_type.in_) - n >= 6        # the digit-heavy case
-  ctx = mp.get_context("fork")
+  ctx = mp.get_context("spawn")                # (the pytest worker runs JAX's threads: no fork)
   recv, send = ctx.Pipe(duplex=False)
   p = ctx.Process(target=_answer, args=(text, n, send))
   p.start()
