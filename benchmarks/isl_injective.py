@@ -163,11 +163,13 @@ def _ask_child(q, form, budget, conn):
   conn.close()
 
 
-def ask_capped(q: dict, form: str, budget: int, cap: float):
-  """:func:`ask` in a child process killed after ``cap`` seconds: ``(answer, seconds, capped)``."""
+def run_capped(target, args: tuple, cap: float):
+  """``target(*args, conn)`` in a child process (started by :data:`START`) that sends one
+  ``(result, seconds)`` on ``conn``: ``(result, seconds, False)``, or ``(None, cap, True)`` when it
+  sent nothing within ``cap`` seconds (it is killed)."""
   ctx = mp.get_context(START)
   recv, send = ctx.Pipe(duplex=False)
-  p = ctx.Process(target=_ask_child, args=(q, form, budget, send))
+  p = ctx.Process(target=target, args=(*args, send))
   p.start()
   send.close()
   if recv.poll(cap):
@@ -177,6 +179,11 @@ def ask_capped(q: dict, form: str, budget: int, cap: float):
   p.kill()
   p.join()
   return None, cap, True
+
+
+def ask_capped(q: dict, form: str, budget: int, cap: float):
+  """:func:`ask` in a child process killed after ``cap`` seconds: ``(answer, seconds, capped)``."""
+  return run_capped(_ask_child, (q, form, budget), cap)
 
 
 def injective_with_digits(self, keep, fix, drop, budget):
@@ -209,21 +216,11 @@ def _movement_child(task, steps, form, conn):
 def movement_capped(task: str, steps: str, form: str, cap: float):
   """``(data movement of every kernel or None, seconds, capped)`` of one program, the injectivity
   test asked in ``form``, in a child process killed after ``cap`` seconds."""
-  ctx = mp.get_context(START)
-  recv, send = ctx.Pipe(duplex=False)
-  p = ctx.Process(target=_movement_child, args=(task, steps, form, send))
-  p.start()
-  send.close()
-  if recv.poll(cap):
-    dms, s = recv.recv()
-    p.join()
-    if isinstance(dms, str):
-      print(f"  {task} ({form}): the analysis failed: {dms}", flush=True)
-      return None, s, False
-    return dms, s, False
-  p.kill()
-  p.join()
-  return None, cap, True
+  dms, s, capped = run_capped(_movement_child, (task, steps, form), cap)
+  if isinstance(dms, str):
+    print(f"  {task} ({form}): the analysis failed: {dms}", flush=True)
+    return None, s, False
+  return dms, s, capped
 
 
 def _figures(dms) -> list[tuple[str, float]]:
