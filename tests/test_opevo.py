@@ -109,6 +109,29 @@ def test_walk_steps_go_to_neighbours_and_ends_are_forced():
     assert y in sp and math.prod(y) == 56
 
 
+def test_neighbours_are_what_one_walk_step_reaches():
+  """Space.neighbours(p): every point one step of any parameter's walk reaches, and nothing else."""
+  space = Space(_task(W.conv2d(1, 16, 14, 14, 32, 3, 1, 1)).sketches)
+  rng = np.random.default_rng(5)
+  for _ in range(3):
+    p = space.random(rng)
+    nbrs = {q.key for q in space.neighbours(p)}
+    assert len(nbrs) == len(space.neighbours(p)) and p.key not in nbrs
+    reached = set()
+    for par in space.params[p.sketch_index]:
+      x = par.get(p.values, p.unroll)
+      for _ in range(400 if isinstance(par, FactorParam) else 50):
+        y = par.step(x, rng)
+        if y is None: continue
+        values, unroll = dict(p.values), dict(p.unroll)
+        par.put(values, unroll, y)
+        reached.add(Point(p.sketch_index, values, unroll).key)
+      if isinstance(par, FactorParam):                        # a neighbour keeps the product, one prime apart
+        assert all(math.prod(y) == par.group.extent and _one_prime_apart(x, y, par.space.primes)
+                   for y in par.neighbours(x))
+    assert reached == nbrs
+
+
 @pytest.mark.parametrize("walk", ["each", "one"])
 def test_mutation_steps_per_child(walk):
   """walk="one": one geometric walk per child; "each": one per parameter with a neighbour (their sum)."""

@@ -141,6 +141,8 @@ class FactorParam:
   def contains(self, x) -> bool: return x in self.space
   def draw(self, rng: np.random.Generator): return self.space.nodes[int(rng.integers(len(self.space.nodes)))]
 
+  def neighbours(self, x) -> tuple: return self.space.neighbours(x)
+
   def step(self, x, rng: np.random.Generator):
     """A uniformly chosen neighbour of ``x`` (None: ``x`` has none)."""
     nb = self.space.neighbours(x)
@@ -170,6 +172,11 @@ class DiscreteParam:
   def contains(self, x) -> bool: return x in self._index
   def draw(self, rng: np.random.Generator): return self.options[int(rng.integers(len(self.options)))]
 
+  def neighbours(self, x) -> tuple:
+    """The options next to ``x`` by index (``step`` moves to one of them, uniformly)."""
+    i = self._index[x]
+    return tuple(self.options[j] for j in (i - 1, i + 1) if 0 <= j < len(self.options))
+
   def step(self, x, rng: np.random.Generator):
     n = len(self.options)
     if n < 2: return None
@@ -187,6 +194,8 @@ class ChoiceParam(DiscreteParam):
     self.options, self.var, self.at = tuple(options), var, None
     self.key = ("choice", var, self.options)
     self._index = {o: i for i, o in enumerate(self.options)}
+
+  def neighbours(self, x) -> tuple: return tuple(o for o in self.options if o != x)
 
   def step(self, x, rng: np.random.Generator):
     n = len(self.options)
@@ -296,6 +305,17 @@ class Space:
         par.put(values, unroll, par.step(par.get(values, unroll), rng))
       steps += 1
     return Point(k, values, unroll), steps
+
+  def neighbours(self, p: Point) -> list[Point]:
+    """The points one walk step from ``p`` within its sketch: one parameter moved to a neighbour on its
+    graph (a sketch switch, which draws the parameters the sketches do not share, is not one step)."""
+    out = []
+    for par in self.params[p.sketch_index]:
+      for y in par.neighbours(par.get(p.values, p.unroll)):
+        values, unroll = dict(p.values), dict(p.unroll)
+        par.put(values, unroll, y)
+        out.append(Point(p.sketch_index, values, unroll))
+    return out
 
   def recover(self, steps_json: str | list) -> Point | None:
     """The point of a logged program (its steps), or None when it is no concretisation of a sketch within

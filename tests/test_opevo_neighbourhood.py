@@ -1,0 +1,78 @@
+"""benchmarks/opevo_neighbourhood.py on a hand-made memo: a program, three of its one-step neighbours
+and the runs that measured them; the tables must say where each sits."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+def _row(lines: list[str], prefix: str) -> list[str]:
+  (line,) = [ln for ln in lines if ln.startswith(prefix)]
+  return [c.strip() for c in line.strip("|").split("|")]
+
+
+def _world(tmp_path):
+  """A valid depthwise point p0, three valid neighbours of it (costs 1, 3, 4 us; p0 2 us) in a memo, an
+  OpEvo run that measured 4, 3, 2 (ends on p0) and an Ansor run that measured the 1 us neighbour."""
+  import opevo_neighbourhood as B
+  from minicomp.search.annotate import make_candidate
+  pl = B.Placed("depthwise", {})
+  rng = np.random.default_rng(3)
+  sk = pl.task.sketches
+
+  def prog(p):
+    c, _ = make_candidate(sk[p.sketch_index], p.values, p.unroll, pl.task.target, p.sketch_index)
+    return None if c is None else c.key
+
+  while True:
+    p0 = pl.space.random(rng)
+    if prog(p0) is None: continue
+    nbrs = [(q, prog(q)) for q in pl.space.neighbours(p0)]
+    nbrs = [(q, k) for q, k in nbrs if k is not None]
+    if len(nbrs) >= 3: break
+  progs = [prog(p0)] + [k for _, k in nbrs[:3]]
+  costs = [2e-6, 1e-6, 3e-6, 4e-6]
+  memo = tmp_path / "memo.jsonl"
+  memo.write_text("".join(json.dumps({"task": "depthwise", "steps": k, "cost": c}) + "\n" for k, c in zip(progs, costs)))
+  runs = tmp_path / "runs"
+  runs.mkdir()
+  for strat, cs in (("opevo", [4e-6, 3e-6, 2e-6]), ("ansor", [1e-6])):
+    (runs / f"h100_r16_depthwise_{strat}_s0_b8.json").write_text(json.dumps(
+      {"task": "depthwise", "strategy": strat, "seed": 0, "budget": 8, "costs": cs,
+       "stats": {"mutations": 2, "remutations": 2, "steps": 6} if strat == "opevo" else {}}))
+  return B, p0, nbrs, memo, tmp_path
+
+
+def test_finals_and_locality_on_a_hand_made_memo(tmp_path):
+  B, p0, nbrs, memo, out = _world(tmp_path)
+  lines = B.report(memo, out, ["depthwise"], ["opevo", "ansor"], 8)
+  row = _row(lines, "| depthwise | opevo | 0 |")
+  # final 2 us over the best 1 us; one program at that cost; the best is one walk step away
+  assert row[3] == "2.00 (2.00x)" and row[4] == "1" and row[5] == "1 / 1"
+  n, valid, measured, better = map(int, row[6:10])
+  assert n == len(B.Placed("depthwise", {}).space.neighbours(p0)) and valid >= 3
+  assert measured == 3 and better == 1
+  row = _row(lines, "| depthwise | ansor | 0 |")
+  assert row[3] == "1.00 (1.00x)" and row[5] == "0 / 0"
+  # locality, each program against the ones before it (round of 1): the run's last program, p0, is one
+  # parameter from either neighbour before it
+  pl = B.Placed("depthwise", B.load_memo(memo, "depthwise"))
+  by = B.S.select_runs(B.S.load_runs(out, "h100", 16), 8)
+  loc = [c.strip() for c in B.locality_row(pl, by, "depthwise", 8, "opevo", 1).strip("|").split("|")]
+  assert loc[3] == "2" and loc[4] == "0"                       # programs placed (after the first), not placed
+  q3, q2 = nbrs[2][0], nbrs[1][0]                               # the run's first two (4 us, 3 us)
+  first = 1 if pl.apart(q2, q3)[0] == 1 else 2
+  shares = [float(x) for x in loc[5:9]]
+  assert shares[0] == (1.0 if first == 1 else 0.5) and abs(sum(shares) - 1) < 1e-9
+  assert loc[9] == "1.5"                                        # walk steps per walk: 6 / (2 + 2)
+
+
+def test_a_tie_gives_no_neighbourhood(tmp_path):
+  B, p0, nbrs, memo, out = _world(tmp_path)
+  text = memo.read_text().replace('"cost": 3e-06', '"cost": 2e-06')   # a neighbour ties with p0
+  memo.write_text(text)
+  row = _row(B.report(memo, out, ["depthwise"], ["opevo"], 8), "| depthwise | opevo | 0 |")
+  assert row[4] == "2" and row[6] == "a tie"
