@@ -20,6 +20,10 @@ Two tables, per task:
   4 or more parameters apart (a program whose cost other programs share is left out). A model-free evolution that refines what it found shows many 1s. With
   OpEvo's runs, the walk steps its mutations took per walk (``stats``: steps / (mutations +
   remutations)).
+* **parents**: a run's 8 best programs (OpEvo's parents, whichever strategy ran) after a quarter, half
+  and all of the budget: the median number of parameters two of them differ in, and their costs'
+  spread (worst / best; fitness-proportional recombination draws each parameter from them in that
+  ratio at most).
 
     python benchmarks/opevo_neighbourhood.py --budget 1024 --tasks convT,conv3d --save results/opevo_neighbourhood/b1024.md
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import statistics
 import sys
@@ -162,6 +167,25 @@ def locality_row(pl: Placed, by: dict, task: str, budget: int, s: str, per_round
   return f"| {task} | {s} | {len(by[(task, s)])} | {placed} | {unplaced} | {share} | {steps} |"
 
 
+def parents_row(pl: Placed, by: dict, task: str, budget: int, s: str, parents: int = 8) -> str | None:
+  """How far apart a run's ``parents`` best programs are after a quarter, a half and all of ``budget``
+  (median over the placed pairs, then over seeds), and how far their costs spread (worst / best)."""
+  cells = []
+  for n in (budget // 4, budget // 2, budget):
+    apart, spread = [], []
+    for r in by.get((task, s), {}).values():
+      top = sorted(c for c in r["costs"][:n] if c is not None)[:parents]
+      if not top: continue
+      spread.append(top[-1] / top[0])
+      ps = [p for p in (pl.at_cost(c) for c in top) if p is not None]
+      d = [a[0] for x, y in itertools.combinations(ps, 2) for a in [pl.apart(x, y)] if a is not None]
+      if d: apart.append(statistics.median(d))
+    if not spread: return None
+    cells.append((f"{statistics.median(apart):.1f}" if apart else "?") + f" | {statistics.median(spread):.2f}")
+  movable = max(sum(par.size > 1 for par in ps) for ps in pl.space.params)
+  return f"| {task} | {s} | {movable} | " + " | ".join(cells) + " |"
+
+
 def report(memo_path: Path, runs_dir: Path, tasks: list[str], strategies: list[str], budget: int,
            target: str = "h100", per_round: int = 16) -> list[str]:
   by = S.select_runs(S.load_runs(runs_dir, target, per_round), budget)
@@ -171,13 +195,19 @@ def report(memo_path: Path, runs_dir: Path, tasks: list[str], strategies: list[s
   local = [f"### Locality at budget {budget}: each program against the nearest its run measured before", "",
            "| task | strategy | seeds | programs placed | not placed (ties, or outside the space) | 1 param | 2 | 3 | 4+ "
            "| walk steps per walk (median over seeds) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  q = [budget // 4, budget // 2, budget]
+  parents = [f"### The 8 best programs of a run (OpEvo's parents) after {q[0]}, {q[1]} and {q[2]} measurements", "",
+             "| task | strategy | movable params | " + " | ".join(f"params apart @{n} | cost spread @{n}" for n in q)
+             + " |", "|---|---|---:|" + "---:|" * 6]
   for task in tasks:
     pl = Placed(task, load_memo(memo_path, task))
     finals += finals_rows(pl, by, task, budget, strategies)
     for s in strategies:
       row = locality_row(pl, by, task, budget, s, per_round)
       if row: local.append(row)
-  return finals + [""] + local + ["", "* us*: the static model's ESTIMATE, not measured on a GPU"]
+      row = parents_row(pl, by, task, budget, s)
+      if row: parents.append(row)
+  return finals + [""] + local + [""] + parents + ["", "* us*: the static model's ESTIMATE, not measured on a GPU"]
 
 
 def main(argv=None) -> int:

@@ -55,8 +55,9 @@ STRATEGIES = ("random", "ansor", "felix", "opevo", "tuna")
 # the static model's labels of the other tasks' programs (Felix pre-trains on TenSet); OpEvo whose offspring
 # the learned cost model pre-screens (8 generated per proposed), OpEvo's operators with Ansor's kind of model;
 # Felix descending from 32 starts a round (its network-tuning script's setting) instead of the paper's 8;
-# OpEvo with one q-random walk per child (walk="one": about one step in all) instead of one per parameter
-VARIANTS = ("felix-pre", "opevo-pre", "felix-32", "opevo-one")
+# OpEvo with one q-random walk per child (walk="one": about one step in all) instead of one per parameter;
+# OpEvo with 2 parents (lambda) instead of 8
+VARIANTS = ("felix-pre", "opevo-pre", "felix-32", "opevo-one", "opevo-p2")
 PRETRAIN_PER_TASK = 256        # programs per other task that felix-pre's model is pre-trained on
 OUT = HERE / "results" / "strategies"
 # Student's t, 97.5% quantile, by degrees of freedom (a 95% two-sided interval of a mean)
@@ -146,7 +147,7 @@ def make_strategy(name: str, seed: int, smoke: bool, pretrain=None):
   """The strategy with its defaults (smaller populations with ``smoke``, so CI stays fast).
   ``felix-pre``: Felix whose cost model starts trained on ``pretrain()`` (a PretrainData);
   ``opevo-pre``: OpEvo with ``prescreen=True``; ``felix-32``: Felix with 32 starts per descent round;
-  ``opevo-one``: OpEvo with ``walk="one"``."""
+  ``opevo-one``: OpEvo with ``walk="one"``; ``opevo-p2``: OpEvo with 2 parents."""
   from minicomp.search.tune import make_strategy as named
   if name == "felix-pre":
     from minicomp.search.strategies.felix import FelixStrategy
@@ -157,9 +158,9 @@ def make_strategy(name: str, seed: int, smoke: bool, pretrain=None):
   if name == "opevo-pre":
     from minicomp.search.strategies.opevo import OpEvoStrategy
     return OpEvoStrategy(seed=seed, prescreen=True)
-  if name == "opevo-one":
+  if name in ("opevo-one", "opevo-p2"):
     from minicomp.search.strategies.opevo import OpEvoStrategy
-    return OpEvoStrategy(seed=seed, walk="one")
+    return OpEvoStrategy(seed=seed, walk="one") if name == "opevo-one" else OpEvoStrategy(seed=seed, parents=2)
   if name == "felix-32":
     from minicomp.search.strategies.felix import FelixStrategy
     return FelixStrategy(seed=seed, n_seeds=32, **({"n_steps": 20} if smoke else {}))
@@ -557,7 +558,7 @@ def plot(curves: dict, names: list[str], descr: dict, budget: int, path: Path, t
   rows = math.ceil(len(shown) / cols)
   fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
   colors = dict(zip(STRATEGIES + VARIANTS, ("tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:brown",
-                                           "tab:olive", "tab:purple", "tab:pink")))
+                                           "tab:olive", "tab:purple", "tab:pink", "tab:cyan")))
   for ax, t in zip(axes.flat, shown):
     for s in STRATEGIES + VARIANTS:
       cs = curves.get((t, s))

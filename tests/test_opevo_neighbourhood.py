@@ -68,6 +68,9 @@ def test_finals_and_locality_on_a_hand_made_memo(tmp_path):
   shares = [float(x) for x in loc[5:9]]
   assert shares[0] == (1.0 if first == 1 else 0.5) and abs(sum(shares) - 1) < 1e-9
   assert loc[9] == "1.5"                                        # walk steps per walk: 6 / (2 + 2)
+  # parents after 2, 4, 8 measurements: {4, 3 us} then {4, 3, 2 us}; p0 is one parameter from either
+  par = [c.strip() for c in B.parents_row(pl, by, "depthwise", 8, "opevo").strip("|").split("|")]
+  assert par[3:5] == [f"{first:.1f}", "1.33"] and par[7:9] == ["1.0", "2.00"]
 
 
 def test_a_tie_gives_no_neighbourhood(tmp_path):
