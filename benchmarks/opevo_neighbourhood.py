@@ -6,7 +6,7 @@ program is read back as a point of OpEvo's space (``opevo_space.Space.recover``)
 cost (the runs save costs, not programs; several programs may share a cost: a tie at the model's
 resolution).
 
-Two tables, per task:
+Three tables, a row per task and strategy (or run):
 
 * **finals**: for each run at ``--budget``, its final program: its cost over the task's best (the best
   any selected run found, as in the strategies report), how many parameters differ from the best
@@ -17,15 +17,16 @@ Two tables, per task:
   neighbourhood is not given (which of them the run measured, its costs do not say).
 * **locality**: for each strategy, every measured program after the run's first round against the
   nearest program (fewest parameters apart) its own run had measured before it: the share 1, 2, 3 and
-  4 or more parameters apart (a program whose cost other programs share is left out). A model-free evolution that refines what it found shows many 1s. With
-  OpEvo's runs, the walk steps its mutations took per walk (``stats``: steps / (mutations +
-  remutations)).
+  4 or more parameters apart (a program whose cost other programs share is left out). A model-free
+  evolution that refines what it found shows many 1s. With OpEvo's runs, the walk steps its mutations
+  took per walk (``stats``: steps / (mutations + remutations)).
 * **parents**: a run's 8 best programs (OpEvo's parents, whichever strategy ran) after a quarter, half
   and all of the budget: the median number of parameters two of them differ in, and their costs'
   spread (worst / best; fitness-proportional recombination draws each parameter from them in that
-  ratio at most).
+  ratio at most). One task at a time: "movable params" counts its sketch's parameters with more than
+  one value.
 
-    python benchmarks/opevo_neighbourhood.py --budget 1024 --tasks convT,conv3d --save results/opevo_neighbourhood/b1024.md
+    python benchmarks/opevo_neighbourhood.py --budget 1024 --save benchmarks/results/opevo_neighbourhood/b1024.md
 
 Reproduces exactly only with the memo the runs were made with (gitignored, 0.7 GB).
 """
@@ -43,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import strategies as S  # noqa: E402
 
-LOCAL_STRATEGIES = ("random", "ansor", "felix", "opevo", "opevo-one", "tuna")
+LOCAL_STRATEGIES = ("random", "ansor", "felix", "tuna", "opevo", "opevo-pre", "opevo-one", "opevo-p2")
 
 
 def load_memo(path: Path, task: str) -> dict[str, float]:
@@ -135,7 +136,7 @@ def finals_rows(pl: Placed, by: dict, task: str, budget: int, strategies: list[s
       ps = pl.all_at_cost(final)
       head = f"| {task} | {s} | {seed} | " + (f"{final * 1e6:.2f} ({final / best:.2f}x)" if final else "failed")
       if not ps:
-        rows.append(head + " | outside OpEvo's space | | | | | |"); continue
+        rows.append(head + (" | outside OpEvo's space" if final else " |") + " | | | | | |"); continue
       aparts = [a for p in ps for b in best_ps for a in [pl.apart(p, b)] if a is not None]
       ap = min(aparts, key=lambda a: (a[1], a[0])) if aparts else None
       where = f" | {len(ps)} | " + (f"{ap[0]} / {ap[1]}" if ap else "other sketch")
