@@ -77,12 +77,12 @@ def _steps_apart(par, x, y) -> int:
 class Placed:
   """The task's memo programs as points of OpEvo's space, looked up by cost."""
 
-  def __init__(self, task: str, memo: dict[str, float]):
+  def __init__(self, task: str, memo: dict[str, float], target: str = "h100"):
     from minicomp.search.strategies.base import TuneTask
     from minicomp.search.strategies.opevo_space import Space
     from minicomp.target import as_target
     dag = S.task_dag(task)
-    self.task = TuneTask(task, dag, as_target("h100"), 1, dag.flop_count(), "", task)
+    self.task = TuneTask(task, dag, as_target(target), 1, dag.flop_count(), "", task)
     self.space = Space(self.task.sketches)
     self.by_cost: dict[float, list[str]] = collections.defaultdict(list)
     for steps, c in memo.items(): self.by_cost[c].append(steps)
@@ -201,7 +201,7 @@ def report(memo_path: Path, runs_dir: Path, tasks: list[str], strategies: list[s
              "| task | strategy | movable params | " + " | ".join(f"params apart @{n} | cost spread @{n}" for n in q)
              + " |", "|---|---|---:|" + "---:|" * 6]
   for task in tasks:
-    pl = Placed(task, load_memo(memo_path, task))
+    pl = Placed(task, load_memo(memo_path, task), target)
     finals += finals_rows(pl, by, task, budget, strategies)
     for s in strategies:
       row = locality_row(pl, by, task, budget, s, per_round)
