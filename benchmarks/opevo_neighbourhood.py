@@ -6,7 +6,7 @@ program is read back as a point of OpEvo's space (``opevo_space.Space.recover``)
 cost (the runs save costs, not programs; several programs may share a cost: a tie at the model's
 resolution).
 
-Three tables, a row per task and strategy (or run):
+Four tables, a row per task and strategy (or run):
 
 * **finals**: for each run at ``--budget``, its final program: its cost over the task's best (the best
   any selected run found, as in the strategies report), how many parameters differ from the best
@@ -25,6 +25,15 @@ Three tables, a row per task and strategy (or run):
   spread (worst / best; fitness-proportional recombination draws each parameter from them in that
   ratio at most). One task at a time: "movable params" counts its sketch's parameters with more than
   one value.
+* **landscape**: a row per task. How rare good programs are: the share of random sampling's programs
+  (every saved random run, its longest budget per seed) within 1.5, 2, 3 and 5x of the task's best.
+  What a program's cost says about where it is: the fitness-distance correlation (Jones and Forrest),
+  over every memo program in the best program's sketch, of its log cost over the best against its walk
+  steps to the nearest best program (high: the closer, the cheaper, which an evolution follows). How
+  alike one-step neighbours are: the correlation of log cost over the pairs of memo programs one walk
+  step apart (low: a rugged landscape). And where OpEvo's runs ended (median final / best). The memo's
+  programs are the ones the searches chose, not a uniform sample: its correlations describe the
+  regions the strategies visited.
 
     python benchmarks/opevo_neighbourhood.py --budget 1024 --save benchmarks/results/opevo_neighbourhood/b1024.md
 
@@ -36,6 +45,7 @@ import argparse
 import collections
 import itertools
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -187,6 +197,72 @@ def parents_row(pl: Placed, by: dict, task: str, budget: int, s: str, parents: i
   return f"| {task} | {s} | {movable} | " + " | ".join(cells) + " |"
 
 
+def _walk_distances(par, x) -> dict:
+  """Walk steps from value ``x`` to every value of the parameter's graph that it reaches."""
+  dist, frontier = {x: 0}, [x]
+  while frontier:
+    nxt = []
+    for v in frontier:
+      for w in par.neighbours(v):
+        if w not in dist: dist[w] = dist[v] + 1; nxt.append(w)
+    frontier = nxt
+  return dist
+
+
+def _pearson(xs, ys) -> float | None:
+  import numpy as np
+  if len(xs) < 3 or np.std(xs) == 0 or np.std(ys) == 0: return None
+  return float(np.corrcoef(xs, ys)[0, 1])
+
+
+def random_costs(runs_dir: Path, task: str, target: str = "h100", per_round: int = 16) -> list[float]:
+  """Every cost random sampling measured on ``task``: the longest saved run of each seed, whatever its
+  budget (a uniform sample of the sketches' space, as Ansor's sampler draws it)."""
+  longest: dict[int, dict] = {}
+  for r in S.load_runs(runs_dir, target, per_round):
+    if r["task"] == task and r["strategy"] == "random" and r["budget"] > longest.get(r["seed"], {}).get("budget", 0):
+      longest[r["seed"]] = r
+  return [c for r in longest.values() for c in r["costs"] if c is not None]
+
+
+LANDSCAPE_RATIOS = (1.5, 2.0, 3.0, 5.0)
+
+
+def landscape_row(pl: Placed, by: dict, task: str, budget: int, randoms: list[float]) -> str:
+  """How rare good programs are (random sampling's programs within 1.5-5x of the task's best), how much
+  a program's cost says about its distance from the best (fitness-distance correlation over every
+  memo program in the best's sketch: log cost over the best against walk steps to the nearest best
+  program), how alike one-step neighbours are (correlation of log cost over the pairs of memo programs
+  one walk step apart), and where OpEvo's runs ended (median final / best over seeds)."""
+  best = S.task_best(by, task, budget)
+  cells = [f"{len(randoms)}"]
+  cells += [f"{100 * sum(c <= q * best for c in randoms) / len(randoms):.2f}%" if randoms and best else ""
+            for q in LANDSCAPE_RATIOS]
+  pts = {}
+  for steps, p in pl._points.items():
+    if p is not None and p.key in pl.cost_of_point: pts[p.key] = p
+  best_ps = pl.all_at_cost(best)
+  tables = [(b.sketch_index, [(par, _walk_distances(par, par.get(b.values, b.unroll)))
+                              for par in pl.space.params[b.sketch_index]]) for b in best_ps]
+  ds, cs = [], []
+  for k, p in pts.items():
+    d = [sum(dist.get(par.get(p.values, p.unroll), 10 ** 6) for par, dist in t) for sk, t in tables
+         if sk == p.sketch_index]
+    if d and min(d) < 10 ** 6: ds.append(min(d)); cs.append(math.log(pl.cost_of_point[k] / best))
+  a, b = [], []
+  for k, p in pts.items():
+    for q in pl.space.neighbours(p):
+      if q.key in pl.cost_of_point and k < q.key:
+        x, y = math.log(pl.cost_of_point[k]), math.log(pl.cost_of_point[q.key])
+        a += [x, y]; b += [y, x]
+  fdc, r1 = _pearson(ds, cs), _pearson(a, b)
+  cells += [f"{len(ds)}", f"{fdc:.2f}" if fdc is not None else "", f"{len(a) // 2}", f"{r1:.2f}" if r1 is not None else ""]
+  finals = [min((c for c in r["costs"][:budget] if c is not None), default=None) for r in by.get((task, "opevo"), {}).values()]
+  finals = [c / best for c in finals if c]
+  cells.append(f"{statistics.median(finals):.2f}x ({len(finals)})" if finals else "")
+  return f"| {task} | " + " | ".join(cells) + " |"
+
+
 def report(memo_path: Path, runs_dir: Path, tasks: list[str], strategies: list[str], budget: int,
            target: str = "h100", per_round: int = 16) -> list[str]:
   by = S.select_runs(S.load_runs(runs_dir, target, per_round), budget)
@@ -200,15 +276,20 @@ def report(memo_path: Path, runs_dir: Path, tasks: list[str], strategies: list[s
   parents = [f"### The 8 best programs of a run (OpEvo's parents) after {q[0]}, {q[1]} and {q[2]} measurements", "",
              "| task | strategy | movable params | " + " | ".join(f"params apart @{n} | cost spread @{n}" for n in q)
              + " |", "|---|---|---:|" + "---:|" * 6]
+  land = [f"### The landscape at budget {budget}: how rare good programs are, and what cost says about distance", "",
+          "| task | random programs | " + " | ".join(f"within {q:g}x of the best" for q in LANDSCAPE_RATIOS)
+          + " | memo programs in the best's sketch | fitness-distance correlation | neighbour pairs measured "
+          "| neighbours' log-cost correlation | OpEvo final / best (seeds) |", "|---|" + "---:|" * 10]
   for task in tasks:
     pl = Placed(task, load_memo(memo_path, task), target)
+    land.append(landscape_row(pl, by, task, budget, random_costs(runs_dir, task, target, per_round)))
     finals += finals_rows(pl, by, task, budget, strategies)
     for s in strategies:
       row = locality_row(pl, by, task, budget, s, per_round)
       if row: local.append(row)
       row = parents_row(pl, by, task, budget, s)
       if row: parents.append(row)
-  return finals + [""] + local + [""] + parents + ["", "* us*: the static model's ESTIMATE, not measured on a GPU"]
+  return finals + [""] + local + [""] + parents + [""] + land + ["", "* us*: the static model's ESTIMATE, not measured on a GPU"]
 
 
 def main(argv=None) -> int:

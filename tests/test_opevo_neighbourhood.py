@@ -79,3 +79,29 @@ def test_a_tie_gives_no_neighbourhood(tmp_path):
   memo.write_text(text)
   row = _row(B.report(memo, out, ["depthwise"], ["opevo"], 8), "| depthwise | opevo | 0 |")
   assert row[4] == "2" and row[6] == "a tie"
+
+
+def test_landscape_on_a_hand_made_memo(tmp_path):
+  """Random sampling's share near the best, the fitness-distance correlation and the neighbours'
+  correlation, recomputed here from the hand-made memo's four programs."""
+  B, p0, nbrs, memo, out = _world(tmp_path)
+  (out / "runs" / "h100_r16_depthwise_random_s0_b4.json").write_text(json.dumps(
+    {"task": "depthwise", "strategy": "random", "seed": 0, "budget": 4, "costs": [1.4e-6, 2.5e-6, 9e-6, None]}))
+  (out / "runs" / "h100_r16_depthwise_random_s0_b2.json").write_text(json.dumps(   # shorter: not counted
+    {"task": "depthwise", "strategy": "random", "seed": 0, "budget": 2, "costs": [1.4e-6, 2.5e-6]}))
+  lines = B.report(memo, out, ["depthwise"], ["opevo", "ansor", "random"], 8)
+  row = _row(lines, "| depthwise | 3 |")
+  # the best is the 1 us neighbour (Ansor's); random's 1.4, 2.5 and 9 us: 1 within 1.5x and 2x, 2 within 3 and 5x
+  assert row[2:6] == ["33.33%", "33.33%", "66.67%", "66.67%"]
+  pl = B.Placed("depthwise", B.load_memo(memo, "depthwise"))
+  pts = [p0] + [q for q, _ in nbrs[:3]]
+  costs = [2e-6, 1e-6, 3e-6, 4e-6]
+  dist = [pl.apart(p, pts[1])[1] for p in pts]
+  assert dist[0] == 1 and dist[1] == 0
+  assert row[6] == "4" and float(row[7]) == round(float(np.corrcoef(dist, np.log(costs))[0, 1]), 2)
+  pairs = [(i, j) for i in range(4) for j in range(i + 1, 4) if pl.apart(pts[i], pts[j])[1] == 1]
+  assert int(row[8]) == len(pairs) >= 3
+  x = [np.log(costs[i]) for i, j in pairs] + [np.log(costs[j]) for i, j in pairs]
+  y = [np.log(costs[j]) for i, j in pairs] + [np.log(costs[i]) for i, j in pairs]
+  assert float(row[9]) == round(float(np.corrcoef(x, y)[0, 1]), 2)
+  assert row[10] == "2.00x (1)"                                  # OpEvo ended on p0, 2 us over the best's 1
