@@ -1,10 +1,11 @@
 """Where the strategies' programs sit in OpEvo's space: does a run look around what it found?
 
-Reads the strategies benchmark's memo (``results/strategies/measured_h100.jsonl``: every program any run
-measured, with its static-model cost) and its saved runs; builds nothing and measures nothing. Each
+Reads the strategies benchmark's memo (``results/strategies/measured_h100.jsonl``: the programs the runs
+measured, with their static-model costs) and its saved runs; builds nothing and measures nothing. Each
 program is read back as a point of OpEvo's space (``opevo_space.Space.recover``) and found from a run's
 cost (the runs save costs, not programs; several programs may share a cost: a tie at the model's
-resolution).
+resolution). The memo lacks some runs' programs (it was started afresh at some point; the runs' costs
+are still the measurer's, re-measuring gives them again): such a program is "not in the memo".
 
 Four tables, a row per task and strategy (or run):
 
@@ -146,7 +147,8 @@ def finals_rows(pl: Placed, by: dict, task: str, budget: int, strategies: list[s
       ps = pl.all_at_cost(final)
       head = f"| {task} | {s} | {seed} | " + (f"{final * 1e6:.2f} ({final / best:.2f}x)" if final else "failed")
       if not ps:
-        rows.append(head + (" | outside OpEvo's space" if final else " |") + " | | | | | |"); continue
+        why = "" if not final else " | outside OpEvo's space" if final in pl.by_cost else " | not in the memo"
+        rows.append(head + (why or " |") + " | | | | | |"); continue
       aparts = [a for p in ps for b in best_ps for a in [pl.apart(p, b)] if a is not None]
       ap = min(aparts, key=lambda a: (a[1], a[0])) if aparts else None
       where = f" | {len(ps)} | " + (f"{ap[0]} / {ap[1]}" if ap else "other sketch")
@@ -270,7 +272,7 @@ def report(memo_path: Path, runs_dir: Path, tasks: list[str], strategies: list[s
             "| task | strategy | seed | final us* (/ best) | programs at that cost | params / walk steps from the best "
             "| neighbours | valid | measured | better |", "|---|---|---:|---|---:|---|---:|---:|---:|---:|"]
   local = [f"### Locality at budget {budget}: each program against the nearest its run measured before", "",
-           "| task | strategy | seeds | programs placed | not placed (ties, or outside the space) | 1 param | 2 | 3 | 4+ "
+           "| task | strategy | seeds | programs placed | not placed (ties, outside the space, or not in the memo) | 1 param | 2 | 3 | 4+ "
            "| walk steps per walk (median over seeds) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   q = [budget // 4, budget // 2, budget]
   parents = [f"### The 8 best programs of a run (OpEvo's parents) after {q[0]}, {q[1]} and {q[2]} measurements", "",

@@ -105,3 +105,11 @@ def test_landscape_on_a_hand_made_memo(tmp_path):
   y = [np.log(costs[j]) for i, j in pairs] + [np.log(costs[i]) for i, j in pairs]
   assert float(row[9]) == round(float(np.corrcoef(x, y)[0, 1]), 2)
   assert row[10] == "2.00x (1)"                                  # OpEvo ended on p0, 2 us over the best's 1
+
+
+def test_a_final_the_memo_lacks_is_said_so(tmp_path):
+  B, p0, nbrs, memo, out = _world(tmp_path)
+  (out / "runs" / "h100_r16_depthwise_random_s0_b8.json").write_text(json.dumps(
+    {"task": "depthwise", "strategy": "random", "seed": 0, "budget": 8, "costs": [7e-6, 5e-6]}))
+  row = _row(B.report(memo, out, ["depthwise"], ["random"], 8), "| depthwise | random | 0 |")
+  assert row[3] == "5.00 (5.00x)" and row[4] == "not in the memo"
