@@ -70,19 +70,17 @@ def load_memo(path: Path, task: str) -> dict[str, float]:
   return out
 
 
-def _steps_apart(par, x, y) -> int:
-  """Walk steps from value ``x`` to ``y`` on the parameter's graph (breadth-first over its neighbours)."""
-  if x == y: return 0
-  seen, frontier, d = {x}, [x], 0
+def _walk_distances(par, x) -> dict:
+  """Walk steps from value ``x`` to every value of the parameter's graph that it reaches (breadth-first
+  over its neighbours)."""
+  dist, frontier = {x: 0}, [x]
   while frontier:
-    d += 1
     nxt = []
     for v in frontier:
       for w in par.neighbours(v):
-        if w == y: return d
-        if w not in seen: seen.add(w); nxt.append(w)
+        if w not in dist: dist[w] = dist[v] + 1; nxt.append(w)
     frontier = nxt
-  raise ValueError(f"{y} is not reachable from {x}")
+  return dist
 
 
 class Placed:
@@ -98,6 +96,7 @@ class Placed:
     self.by_cost: dict[float, list[str]] = collections.defaultdict(list)
     for steps, c in memo.items(): self.by_cost[c].append(steps)
     self._points: dict[str, object] = {}
+    self._dist: dict[tuple[int, object], dict] = {}      # (id of a parameter of self.space, value) -> distances
     self.cost_of_point: dict[tuple, float] = {}
     for steps, c in memo.items():
       p = self.point(steps)
@@ -125,7 +124,18 @@ class Placed:
     if p.sketch_index != q.sketch_index: return None
     pars = self.space.params[p.sketch_index]
     xs = [(par, par.get(p.values, p.unroll), par.get(q.values, q.unroll)) for par in pars]
-    return sum(x != y for _, x, y in xs), sum(_steps_apart(par, x, y) for par, x, y in xs)
+    return sum(x != y for _, x, y in xs), sum(self.steps_apart(par, x, y) for par, x, y in xs)
+
+  def distances(self, par, x) -> dict:
+    """Walk steps from value ``x`` of ``par`` (a parameter of this space) to every value it reaches."""
+    k = (id(par), x)
+    if k not in self._dist: self._dist[k] = _walk_distances(par, x)
+    return self._dist[k]
+
+  def steps_apart(self, par, x, y) -> int:
+    d = self.distances(par, x).get(y)
+    if d is None: raise ValueError(f"{y} is not reachable from {x}")
+    return d
 
   def neighbourhood(self, p, cost: float) -> tuple[int, int, int, int]:
     """(neighbours, valid ones, measured ones, better ones) of the point ``p``."""
@@ -199,18 +209,6 @@ def parents_row(pl: Placed, by: dict, task: str, budget: int, s: str, parents: i
   return f"| {task} | {s} | {movable} | " + " | ".join(cells) + " |"
 
 
-def _walk_distances(par, x) -> dict:
-  """Walk steps from value ``x`` to every value of the parameter's graph that it reaches."""
-  dist, frontier = {x: 0}, [x]
-  while frontier:
-    nxt = []
-    for v in frontier:
-      for w in par.neighbours(v):
-        if w not in dist: dist[w] = dist[v] + 1; nxt.append(w)
-    frontier = nxt
-  return dist
-
-
 def _pearson(xs, ys) -> float | None:
   import numpy as np
   if len(xs) < 3 or np.std(xs) == 0 or np.std(ys) == 0: return None
@@ -244,7 +242,7 @@ def landscape_row(pl: Placed, by: dict, task: str, budget: int, randoms: list[fl
   for steps, p in pl._points.items():
     if p is not None and p.key in pl.cost_of_point: pts[p.key] = p
   best_ps = pl.all_at_cost(best)
-  tables = [(b.sketch_index, [(par, _walk_distances(par, par.get(b.values, b.unroll)))
+  tables = [(b.sketch_index, [(par, pl.distances(par, par.get(b.values, b.unroll)))
                               for par in pl.space.params[b.sketch_index]]) for b in best_ps]
   ds, cs = [], []
   for k, p in pts.items():
