@@ -33,6 +33,7 @@ deterministic) in ``--out/measured.jsonl``.
   python benchmarks/strategies.py                                   # 8 tasks x 5 strategies x 5 seeds, budgets 64,256,1024 (a day)
   python benchmarks/strategies.py --budgets 64 --seeds 5            # the 64-trial table (an hour or two)
   python benchmarks/strategies.py --tasks matmul,softmax --strategies random,tuna --seeds 2 --budgets 64
+  python benchmarks/strategies.py --tasks conv3d --strategies random --seeds 5 --first-seed 3   # seeds 3, 4 only
   python benchmarks/strategies.py --report                           # tables and plots from the runs in --out
   python benchmarks/strategies.py --todo --budgets 1024              # the runs still missing, and about how long they take
   python benchmarks/strategies.py --smoke --out /tmp/s               # what CI runs: tiny tasks, 1 seed, budget 8
@@ -617,6 +618,8 @@ def main(argv=None) -> int:
   ap.add_argument("--strategies", default=",".join(STRATEGIES))
   ap.add_argument("--budgets", default="64,256,1024")
   ap.add_argument("--seeds", type=int, default=5)
+  ap.add_argument("--first-seed", type=int, default=0,
+                  help="run seeds FIRST_SEED..SEEDS-1 only: two processes can share one task and strategy")
   ap.add_argument("--per-round", type=int, default=16,
                   help="measurements per round (16: a budget of 64 is four rounds, so the learned strategies learn)")
   ap.add_argument("--target", default="h100")
@@ -638,6 +641,7 @@ def main(argv=None) -> int:
   except ValueError: ap.error(f"--budgets must be comma-separated integers, got {args.budgets!r}")
   if not budgets or budgets[0] < 1: ap.error("--budgets must be positive")
   if args.seeds < 1: ap.error("--seeds must be at least 1")
+  if not 0 <= args.first_seed < args.seeds: ap.error(f"--first-seed must be in 0..{args.seeds - 1}")
   descr = {k: v[0] for k, v in all_tasks.items()}
   (args.out / "runs").mkdir(parents=True, exist_ok=True)
   if args.todo:
@@ -655,7 +659,7 @@ def main(argv=None) -> int:
       for t in names:
         dag = None
         # seed-major: a run stopped part-way leaves every strategy the same seeds
-        todo = [(s, seed) for seed in range(args.seeds) for s in strategies
+        todo = [(s, seed) for seed in range(args.first_seed, args.seeds) for s in strategies
                 if longest_run(args.out, t, s, seed, args.target, args.per_round) < top]
         gpath = run_path(args.out, t, "gensor", 0, 0, args.target, args.per_round)
         if not todo and gpath.exists(): continue

@@ -105,6 +105,13 @@ def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
     assert sorted(r["task"] for r in got) == sorted(names), s
     assert all(0 < len(r["costs"]) <= 8 for r in got)
     for t in names: assert f"| {t} | {s} | 1 |" in text
+  # --first-seed: seeds 2..2 only, so a second process can take other seeds of the same task and strategy
+  assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "3", "--first-seed", "2", "--budgets", "8",
+                 "--tasks", "matmul64", "--strategies", "random"]) == 0
+  assert sorted(p.name for p in (tmp_path / "runs").glob("*matmul64_random_s*_b8.json")) == \
+    ["h100_r4_matmul64_random_s0_b8.json", "h100_r4_matmul64_random_s2_b8.json"]
+  with pytest.raises(SystemExit):
+    B.main(["--smoke", "--out", str(tmp_path), "--seeds", "2", "--first-seed", "2"])
 
 
 def test_a_partly_run_budget_compares_the_strategies_on_the_tasks_the_five_ran():
