@@ -215,11 +215,11 @@ def _pearson(xs, ys) -> float | None:
   return float(np.corrcoef(xs, ys)[0, 1])
 
 
-def random_costs(runs_dir: Path, task: str, target: str = "h100", per_round: int = 16) -> list[float]:
-  """Every cost random sampling measured on ``task``: the longest saved run of each seed, whatever its
-  budget (a uniform sample of the sketches' space, as Ansor's sampler draws it)."""
+def random_costs(runs: list[dict], task: str) -> list[float]:
+  """Every cost random sampling measured on ``task`` among the saved ``runs``: the longest run of each
+  seed, whatever its budget (a uniform sample of the sketches' space, as Ansor's sampler draws it)."""
   longest: dict[int, dict] = {}
-  for r in S.load_runs(runs_dir, target, per_round):
+  for r in runs:
     if r["task"] == task and r["strategy"] == "random" and r["budget"] > longest.get(r["seed"], {}).get("budget", 0):
       longest[r["seed"]] = r
   return [c for r in longest.values() for c in r["costs"] if c is not None]
@@ -265,7 +265,8 @@ def landscape_row(pl: Placed, by: dict, task: str, budget: int, randoms: list[fl
 
 def report(memo_path: Path, runs_dir: Path, tasks: list[str], strategies: list[str], budget: int,
            target: str = "h100", per_round: int = 16) -> list[str]:
-  by = S.select_runs(S.load_runs(runs_dir, target, per_round), budget)
+  runs = S.load_runs(runs_dir, target, per_round)
+  by = S.select_runs(runs, budget)
   finals = [f"### The runs' final programs at budget {budget} and their neighbourhoods", "",
             "| task | strategy | seed | final us* (/ best) | programs at that cost | params / walk steps from the best "
             "| neighbours | valid | measured | better |", "|---|---|---:|---|---:|---|---:|---:|---:|---:|"]
@@ -282,7 +283,7 @@ def report(memo_path: Path, runs_dir: Path, tasks: list[str], strategies: list[s
           "| neighbours' log-cost correlation | OpEvo final / best (seeds) |", "|---|" + "---:|" * 10]
   for task in tasks:
     pl = Placed(task, load_memo(memo_path, task), target)
-    land.append(landscape_row(pl, by, task, budget, random_costs(runs_dir, task, target, per_round)))
+    land.append(landscape_row(pl, by, task, budget, random_costs(runs, task)))
     finals += finals_rows(pl, by, task, budget, strategies)
     for s in strategies:
       row = locality_row(pl, by, task, budget, s, per_round)
