@@ -6,7 +6,7 @@ from onnx import helper
 
 import minicomp as mc
 from minicomp.errors import UnsupportedOpError
-from onnx_harness import check_model, check_node, make_model
+from onnx_harness import check_model, check_node, make_model, run_ort
 
 rng = np.random.default_rng(0)
 
@@ -210,6 +210,46 @@ def test_resize(case):
 def test_resize_cubic():
   check_node("Resize", {"x": f32(1, 2, 3, 5)}, {"mode": "cubic"}, {"scales": f32a(1, 1, 2, 1.6)},
              input_order=["x", "", "scales"])
+
+
+# ONNX's coordinate rule for every coordinate_transformation_mode, scales and sizes, down- and upsampling
+# by non-integer factors (no output index lands on a nearest-rounding tie: float32 and ONNX's float64
+# reference would round a tie apart). ONNX's reference evaluator is the oracle; onnxruntime agrees except
+# where it uses the rounded output length (align_corners and pytorch_half_pixel with a fractional one).
+RESIZE_FORMS = {"down": ("scales", f32a(1, 1, 0.6, 0.45)), "up": ("scales", f32a(1, 1, 1.7, 2.35)),
+                "sizes": ("sizes", i64(1, 2, 3, 11)), "to_one": ("scales", f32a(1, 1, 0.3, 0.2))}
+ORT_ROUNDS_LENGTH = {("align_corners", "down"), ("align_corners", "up"), ("pytorch_half_pixel", "to_one")}
+
+
+@pytest.mark.parametrize("form", list(RESIZE_FORMS))
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("ctm", ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                                 "asymmetric", "tf_half_pixel_for_nn"])
+def test_resize_coordinate_rule(ctm, mode, form):
+  from onnx.reference import ReferenceEvaluator
+  kind, value = RESIZE_FORMS[form]
+  x = f32(1, 2, 5, 7)
+  node = helper.make_node("Resize", ["x", "", "scales"] if kind == "scales" else ["x", "", "", "sizes"], ["y"],
+                          mode=mode, coordinate_transformation_mode=ctm)
+  m = make_model([node], {"x": x}, ["y"], {kind: value}, 19)
+  got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0]
+  if ctm != "tf_half_pixel_for_nn":        # (ONNX's reference evaluator lacks the deprecated mode)
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  if (ctm, form) not in ORT_ROUNDS_LENGTH:
+    np.testing.assert_allclose(got, run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_resize_align_corners_divides_by_the_unrounded_length():
+  """ONNX's test_resize_downsample_scales_linear_align_corners: 4 x 0.6 = 2.4 columns, so column 1 reads
+  input coordinate 1 * 3 / 1.4 = 2.142857 (onnxruntime divides by 2 - 1 and returns 4)."""
+  x = np.array([[[[1, 2, 3, 4], [5, 6, 7, 8]]]], np.float32)
+  node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear",
+                          coordinate_transformation_mode="align_corners")
+  m = make_model([node], {"x": x}, ["y"], {"scales": f32a(1, 1, 0.6, 0.6)}, 13)
+  got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0]
+  np.testing.assert_allclose(got, [[[[1, 3.142857]]]], rtol=1e-6)
 
 
 def test_resize_runtime_scales_is_unsupported():

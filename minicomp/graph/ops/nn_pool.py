@@ -157,16 +157,20 @@ _CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corne
         "tf_half_pixel_for_nn")
 
 
-def _coord(ctm: str, x, scale: np.float32, n_in: int, n_out: int):
-  """The source coordinate (float32 Expr) of output index ``x``, written like onnxruntime's float math."""
+def _coord(ctm: str, x, scale: np.float32, n_in: int, n_out: int, length: np.float32):
+  """The source coordinate (float32 Expr) of output index ``x``, written like onnxruntime's float math.
+  ``length`` is ONNX's ``output_width``: the resized length before rounding (``n_in * scale`` when the
+  scale is given, the size when a size is), which align_corners, pytorch_half_pixel and
+  half_pixel_symmetric divide by or compare with; onnxruntime uses the rounded length there, and differs
+  from ONNX's reference where the scale gives a fractional length (minicomp follows ONNX)."""
   f = lambda v: const(float(v), "float32")
   xf = cast(x, "float32")
   if ctm == "asymmetric": return xf / f(scale)
   if ctm == "tf_half_pixel_for_nn": return (xf + f(0.5)) / f(scale)
-  if ctm == "align_corners": return f(0.0) if n_out == 1 else xf * f(n_in - 1) / f(n_out - 1)
-  if ctm == "pytorch_half_pixel": return (xf + f(0.5)) / f(scale) - f(0.5) if n_out > 1 else f(0.0)
+  if ctm == "align_corners": return f(0.0) if length == 1 else xf * f(n_in - 1) / f(length - np.float32(1))
+  if ctm == "pytorch_half_pixel": return (xf + f(0.5)) / f(scale) - f(0.5) if length > 1 else f(0.0)
   if ctm == "half_pixel_symmetric":
-    adj = np.float32(n_out) / (scale * np.float32(n_in))
+    adj = np.float32(n_out) / length
     off = np.float32(n_in) / np.float32(2) * (np.float32(1) - adj)
     return f(off) + (xf + f(0.5)) / f(scale) - f(0.5)
   return (xf + f(0.5)) / f(scale) - f(0.5)
@@ -207,19 +211,23 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
     raise ModelError(f"{_where(ctx)}: scales/sizes need {len(ax)} entries")
   scale = [np.float32(1.0)] * r
   out = list(X.shape)
+  length = [np.float32(n) for n in X.shape]          # ONNX's output_width: the length before rounding
   if sz is not None:
     policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
     if policy == "stretch":
-      for a, s in zip(ax, sz): out[a], scale[a] = int(s), np.float32(s) / np.float32(X.shape[a])
+      for a, s in zip(ax, sz): out[a], scale[a], length[a] = int(s), np.float32(s) / np.float32(X.shape[a]), np.float32(s)
     elif policy in ("not_larger", "not_smaller"):
       ratios = [np.float32(s) / np.float32(X.shape[a]) for a, s in zip(ax, sz)]
       k = min(ratios) if policy == "not_larger" else max(ratios)
-      for a in ax: out[a], scale[a] = int(np.floor(np.float32(X.shape[a]) * k + np.float32(0.5))), k
+      for a in ax:
+        length[a] = np.float32(X.shape[a]) * k
+        out[a], scale[a] = int(np.floor(length[a] + np.float32(0.5))), k
     else: raise ctx.error(f"keep_aspect_ratio_policy {policy!r}")
   else:
     for a, s in zip(ax, sc):
       if not np.isfinite(s) or s <= 0: raise ModelError(f"{_where(ctx)}: scales must be positive and finite, got {sc.tolist()}")
-      out[a], scale[a] = int(np.floor(np.float32(X.shape[a]) * s)), np.float32(s)
+      length[a] = np.float32(X.shape[a]) * s
+      out[a], scale[a] = int(np.floor(length[a])), np.float32(s)
   if any(o <= 0 for o in out): raise ShapeError(f"{_where(ctx)}: empty output shape {out}")
   moved = [d for d in range(r) if not (scale[d] == 1 and out[d] == X.shape[d])]
   if mode == "linear" and len(moved) > 3: raise ctx.error(f"linear resize of {len(moved)} dims (at most 3)")
@@ -229,7 +237,7 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
   def src(d: int, i):
     """The taps of dim d for output index i: [(input index, weight)] (nearest: the index alone)."""
     n = X.shape[d]
-    c = _coord(ctm, i, scale[d], n, out[d])
+    c = _coord(ctm, i, scale[d], n, out[d], length[d])
     if mode == "nearest": return max_(min_(_nearest(nmode, c), n - 1), 0)
     if mode == "cubic": return _cubic_taps(c, n, A, exclude, X.dtype)
     c = max_(min_(c, const(float(n - 1))), const(0.0))
