@@ -100,8 +100,11 @@ def _reduce(ctx, x, axes, kind: str):
     if dt not in _FLOATS:
       raise ctx.error(f"integer ReduceLogSumExp ({dt}) is not supported: its rounding is runtime-specific")
     m = _stage(ctx, x, ax, keep, "max", X, "max")
-    s = _stage(ctx, x, ax, keep, "sum", lambda i, o: exp(x[i] - m[o]), "sumexp")
-    return [ctx.compute(s.shape, lambda *o: log(s[o]) + m[o])]
+    # shifting by an infinite maximum would compute inf - inf = NaN: shift by 0 there instead, so the
+    # sum is inf (a +inf element) or 0 (all -inf) and its log the right +-inf
+    shift = lambda o: select(abs_(m[o]) < const(math.inf, dt), m[o], const(0.0, dt))
+    s = _stage(ctx, x, ax, keep, "sum", lambda i, o: exp(x[i] - shift(o)), "sumexp")
+    return [ctx.compute(s.shape, lambda *o: log(s[o]) + shift(o))]
   raise AssertionError(kind)
 
 
@@ -198,7 +201,10 @@ def layer_norm(ctx, x, scale, bias=None):
     d = x[i] - mean[o]
     return d * d * (1.0 / n)
   var = _stage(ctx, x, ax, True, "sum", sq, "var")
-  inv = ctx.compute(var.shape, lambda *o: rsqrt(var[o] + eps), "invstd")
+  # a variance past the type's range (|x| near 1e38) would give rsqrt(inf) = 0 and outputs of 0: NaN
+  # instead, as onnxruntime and ONNX's reference give (their float math overflows too)
+  inv = ctx.compute(var.shape, lambda *o: select(var[o] < const(math.inf, x.dtype), rsqrt(var[o] + eps),
+                                                 const(math.nan, x.dtype)), "invstd")
   red = lambda i: tuple(0 if d >= a0 else v for d, v in enumerate(i))
 
   def y(*i):

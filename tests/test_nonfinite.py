@@ -1,0 +1,94 @@
+"""Every reduction and normalisation op on rows holding +-Inf, NaN, denormals and values near 1e38,
+against onnxruntime. Where onnxruntime's own float math departs from the op's definition (an overflow
+it does not need, a NaN its running window leaks, the lowest float as the max of -Inf) the row is
+checked against the definition computed in float64 instead; each such row says why."""
+import numpy as np
+import pytest
+from onnx import helper
+
+import minicomp as mc
+from onnx_harness import make_model, run_ort
+
+ROWS = {
+  "pinf": [1.0, np.inf, 2.0, 3.0], "ninf": [1.0, -np.inf, 2.0, 3.0], "all_ninf": [-np.inf] * 4,
+  "all_pinf": [np.inf] * 4, "mixed_inf": [np.inf, -np.inf, 1.0, 0.0], "nan": [1.0, np.nan, 2.0, 3.0],
+  "denormal": [1e-40, -1e-41, 2e-45, 0.0], "big": [1e38, 3e38, -3e38, 1e38], "big_pos": [3e38] * 4,
+}
+X = np.array(list(ROWS.values()), np.float32)        # one row per kind, reduced along the last axis
+
+
+def _mean64(r): return np.float32(np.mean(np.asarray(r, np.float64)))
+
+
+# (op, row) -> what minicomp computes where onnxruntime differs, and why
+DEFINITION = {
+  # onnxruntime sums in float32 first and overflows to inf; minicomp scales each term by 1/n first
+  **{(op, row): _mean64 for op in ("ReduceMean", "GlobalAveragePool") for row in ("big", "big_pos")},
+  # onnxruntime starts its max at the lowest finite float, so a row of -inf gives -3.4e38
+  ("GlobalMaxPool", "all_ninf"): lambda r: np.float32(-np.inf),
+  # max reductions skip a NaN (C's fmaxf); onnxruntime returns an arbitrary element (2 here)
+  ("ReduceMax", "nan"): lambda r: np.float32(np.nanmax(r)),
+}
+
+
+def _lrn64(x, size=3, alpha=1e-4, beta=0.75, bias=1.0):
+  """ONNX's LRN over channels (axis 1), in float64: onnxruntime keeps a running window sum, so one inf
+  makes inf - inf = NaN in channels outside its window."""
+  x = np.asarray(x, np.float64)
+  sq, c = np.zeros_like(x), x.shape[1]
+  for k in range(c):
+    lo, hi = max(0, k - (size - 1) // 2), min(c, k + (size - 1) // 2 + (size - 1) % 2 + 1)
+    sq[:, k] = (x[:, lo:hi] ** 2).sum(axis=1)
+  with np.errstate(all="ignore"):
+    return (x / (bias + alpha / size * sq) ** beta).astype(np.float32)
+
+
+# op -> (attributes, opset, input shape from X, constant inputs)
+OPS = {
+  "ReduceLogSumExp": ({"axes": [1]}, 13, X, {}), "ReduceMax": ({"axes": [1]}, 13, X, {}),
+  "ReduceMin": ({"axes": [1]}, 13, X, {}), "ReduceSum": ({}, 13, X, {"axes": np.array([1], np.int64)}),
+  "ReduceMean": ({"axes": [1]}, 13, X, {}), "ReduceProd": ({"axes": [1]}, 13, X, {}),
+  "ReduceL1": ({"axes": [1]}, 13, X, {}), "ReduceL2": ({"axes": [1]}, 13, X, {}),
+  "ReduceSumSquare": ({"axes": [1]}, 13, X, {}), "Softmax": ({"axis": -1}, 13, X, {}),
+  "LogSoftmax": ({"axis": -1}, 13, X, {}), "ArgMax": ({"axis": 1}, 13, X, {}), "ArgMin": ({"axis": 1}, 13, X, {}),
+  "LayerNormalization": ({"axis": -1}, 17, X, {"scale": np.ones(4, np.float32), "bias": np.zeros(4, np.float32)}),
+  "InstanceNormalization": ({}, 13, X[:, None, :], {"scale": np.ones(1, np.float32), "bias": np.zeros(1, np.float32)}),
+  "GlobalMaxPool": ({}, 13, X[:, None, :], {}), "GlobalAveragePool": ({}, 13, X[:, None, :], {}),
+  "LRN": ({"size": 3}, 13, X[:, :, None, None], {}),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("op", list(OPS))
+def test_non_finite_rows_match_onnxruntime_or_the_definition(op):
+  attrs, opset, x, consts = OPS[op]
+  node = helper.make_node(op, ["x", *consts], ["y"], **attrs)
+  m = make_model([node], {"x": x}, ["y"], consts, opset)
+  got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0].reshape(len(ROWS), -1)
+  want = (_lrn64(x) if op == "LRN" else run_ort(m, {"x": x})[0]).reshape(len(ROWS), -1)
+  # LRN squares 1e38 past float32's range, so it gives 0 where float64 gives 4e-17
+  atol = 1e-15 if op == "LRN" else 1e-30
+  for k, row in enumerate(ROWS):
+    expect = DEFINITION[op, row](ROWS[row]) if (op, row) in DEFINITION else want[k]
+    np.testing.assert_allclose(got[k], np.broadcast_to(expect, got[k].shape), rtol=1e-5, atol=atol,
+                               equal_nan=True, err_msg=f"{op} on row {row} {ROWS[row]}")
+
+
+@pytest.mark.parametrize("row, want", [("pinf", np.inf), ("all_ninf", -np.inf), ("all_pinf", np.inf),
+                                       ("mixed_inf", np.inf), ("nan", np.nan)])
+def test_logsumexp_of_infinities_is_infinite_not_nan(row, want):
+  """The max-shift computed inf - inf = NaN for these rows before 2026-11-28."""
+  x = np.array([ROWS[row]], np.float32)
+  m = make_model([helper.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[1])], {"x": x}, ["y"], opset=13)
+  got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0]
+  np.testing.assert_equal(got, np.array([[want]], np.float32))
+
+
+def test_layer_norm_whose_variance_overflows_is_nan_not_zero():
+  """Rows near 1e38 have a float32 variance of inf; rsqrt(inf) = 0 gave outputs of 0 before."""
+  x = np.array([ROWS["big"], ROWS["big_pos"], [1.0, 2.0, 3.0, 4.0]], np.float32)
+  node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1)
+  m = make_model([node], {"x": x}, ["y"], {"s": np.ones(4, np.float32)}, 17)
+  got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0]
+  assert np.isnan(got[0]).all()
+  np.testing.assert_allclose(got[1:], run_ort(m, {"x": x})[0][1:], rtol=1e-5, atol=1e-6)
