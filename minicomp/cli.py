@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -32,20 +33,71 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]] | None:
   return out
 
 
-def _load_feeds(items: list[str] | None) -> dict[str, np.ndarray]:
-  """``NAME=FILE.npy`` pairs -> arrays; a missing, unreadable or non-.npy file is a UsageError."""
-  feeds = {}
+def _npy_header(path: str, what: str) -> tuple[tuple[int, ...], np.dtype]:
+  """The shape and dtype an .npy file declares, read from its header alone (nothing allocated)."""
+  try:
+    with open(path, "rb") as f:
+      major, _ = np.lib.format.read_magic(f)
+      read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+      shape, _, dtype = read(f)
+  except (OSError, ValueError, EOFError, SyntaxError) as e:
+    raise UsageError(f"{what}: {path!r} is not a readable .npy file ({e})") from None
+  return tuple(shape), dtype
+
+
+def _feed_paths(items: list[str] | None) -> list[tuple[str, str, tuple, np.dtype]]:
+  """``NAME=FILE.npy`` items -> (name, path, shape, dtype), each FILE a regular .npy file (a FIFO or a
+  device is refused, never waited on) whose shape and dtype are read from its header alone."""
+  pairs = []
   for it in items or []:
     name, _, path = it.partition("=")
     if not name or not path: raise UsageError(f"--input expects NAME=FILE.npy, got {it!r}")
-    if not Path(path).is_file(): raise UsageError(f"--input {name}: no file {path!r}")
+    if not Path(path).exists(): raise UsageError(f"--input {name}: no file {path!r}")
+    if not Path(path).is_file(): raise UsageError(f"--input {name}: {path!r} is not a regular file")
+    pairs.append((name, path, *_npy_header(path, f"--input {name}")))
+  return pairs
+
+
+def _load_feeds(pairs: list[tuple[str, str, tuple, np.dtype]], inputs) -> dict[str, np.ndarray]:
+  """The arrays of :func:`_feed_paths`' files. Each file's header is checked against the model's input
+  (``inputs``: its IOSpecs) before the array is read, so a header claiming 2^40 elements allocates
+  nothing; an unreadable or non-.npy file is a UsageError, a name, shape or dtype mismatch a FeedError."""
+  from minicomp.codegen.kernel import NP_DTYPE
+  from minicomp.errors import FeedError
+  specs = {i.name: i for i in inputs}
+  feeds = {}
+  for name, path, shape, dtype in pairs:
+    if name not in specs:
+      raise FeedError(f"--input {name}: the model has no input {name!r}; its inputs are "
+                      + ", ".join(f"{i.name} {list(i.shape)} {i.dtype}" for i in specs.values()))
+    spec = specs[name]
+    if shape != tuple(spec.shape): raise FeedError(f"input {name!r}: expected shape {list(spec.shape)}, {path!r} holds {list(shape)}")
+    if dtype != np.dtype(NP_DTYPE[spec.dtype]): raise FeedError(f"input {name!r}: expected dtype {spec.dtype}, {path!r} holds {dtype}")
     try:
-      arr = np.load(path, allow_pickle=False)
+      feeds[name] = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
       raise UsageError(f"--input {name}: {path!r} is not a readable .npy file ({e})") from None
-    if not isinstance(arr, np.ndarray): raise UsageError(f"--input {name}: {path!r} is an .npz archive, not one .npy array")
-    feeds[name] = arr
   return feeds
+
+
+def _check_output_paths(paths: list[str]) -> None:
+  """Refuse, before any work, an --output that is a folder or whose folder does not exist."""
+  for p in map(Path, paths):
+    if p.is_dir(): raise UsageError(f"--output {str(p)!r} is a folder; give a file name")
+    if not p.parent.is_dir(): raise UsageError(f"--output {str(p)!r}: no folder {str(p.parent)!r}")
+
+
+def _save_npy(path: str, arr: np.ndarray) -> None:
+  """Write ``arr`` to exactly ``path`` (np.save appends .npy to a name without it, and the user would
+  read a stale file), through a temporary file in the same folder renamed into place."""
+  p = Path(path)
+  tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+  try:
+    with open(tmp, "wb") as f: np.save(f, arr)
+    os.replace(tmp, p)
+  except OSError as e:
+    tmp.unlink(missing_ok=True)
+    raise UsageError(f"--output {path!r}: {e.strerror or e}") from None
 
 
 def cmd_info(a) -> int:
@@ -105,17 +157,15 @@ def cmd_report(a) -> int:
 
 def cmd_run(a) -> int:
   from minicomp.saved_model_load import load
-  feeds = _load_feeds(a.input)
+  paths, inputs = a.output or [], _feed_paths(a.input)
+  _check_output_paths(paths)
   cm = load(a.compiled)
-  outs = cm.run(feeds, device=a.device)
-  paths = a.output or []
-  if len(paths) > len(outs): raise UsageError(f"{len(paths)} --output files given for {len(outs)} output(s)")
+  if len(paths) > len(cm.output_names):
+    raise UsageError(f"{len(paths)} --output files given for {len(cm.output_names)} output(s)")
+  outs = cm.run(_load_feeds(inputs, cm.inputs), device=a.device)
   for k, (name, arr) in enumerate(zip(cm.output_names, outs)):
     if k < len(paths):
-      try:
-        np.save(paths[k], arr)
-      except OSError as e:
-        raise UsageError(f"--output {paths[k]!r}: {e.strerror or e}") from None
+      _save_npy(paths[k], arr)
       print(f"{name}: {list(arr.shape)} {arr.dtype} -> {paths[k]}")
     else:
       print(f"{name}: {list(arr.shape)} {arr.dtype} min={arr.min() if arr.size else 0:.6g} max={arr.max() if arr.size else 0:.6g}")
@@ -133,8 +183,9 @@ def _load_or_compile(path: str, target: str, shapes):
 
 def cmd_bench(a) -> int:
   from minicomp.codegen.driver import NoGPUError
-  shapes, feeds = _parse_shapes(a.input_shape), _load_feeds(a.input) or None
-  cm = _load_or_compile(a.model, a.target, shapes)
+  pairs = _feed_paths(a.input)
+  cm = _load_or_compile(a.model, a.target, _parse_shapes(a.input_shape))
+  feeds = _load_feeds(pairs, cm.inputs) or None
   try:
     print(cm.benchmark(feeds, repeat=a.repeat, warmup=a.warmup, flush_l2=not a.no_flush, cuda_graph=a.cuda_graph,
                        device=a.device))
@@ -213,8 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
                       description="Run a compiled model folder: on the GPU when one is usable, else on the CPU simulator.")
   pr.add_argument("compiled", help="folder written by `minicomp compile`")
   pr.add_argument("--input", action="append", help="NAME=FILE.npy for each model input (repeatable)")
-  pr.add_argument("--output", action="append", help="FILE.npy for each output, in graph order (repeatable); "
-                                                    "without it outputs are summarised")
+  pr.add_argument("-o", "--output", action="append", help="FILE for each output, in graph order (repeatable; written "
+                                                          "as .npy to exactly that name); without it outputs are summarised")
   pr.add_argument("--device", choices=["cpu", "gpu", "cuda", "pycuda"], default=None,
                   help="cpu (the simulator), gpu (the default GPU backend), or a backend: cuda (driver API, "
                        "the default) or pycuda; default: the GPU when one is usable, else cpu")
