@@ -74,3 +74,69 @@ def test_special_files_as_inputs_are_refused_not_read(saved, tmp_path, capsys, s
     path = special
   assert main(["run", str(saved[1]), "--input", f"x={path}"]) == 2
   _one_error_line(capsys, "not a regular file")
+
+
+# ---- names: the model's names never reach the CUDA source; TE names are mangled to safe identifiers
+HOSTILE_NAMES = ["int", "float", "return", "class", "asm", "nullptr", "and", "max", "expf", "float4", "threadIdx",
+                 "__global__", "__restrict__", "x__attribute__y", "_Pragma", "INFINITY", "FLT_MAX", "NAN", "stdin",
+                 "SIGINT", "mc_floordiv", "a/b:c", "0start", "naïve", "/* c */", "line\\", "#include <x>"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_hostile_names_for_inputs_outputs_nodes_and_initializers_compile_save_and_load(tmp_path, name):
+  """The name of an input, an output, every node and an initializer; run, then saved and loaded (a name
+  with ``__attribute`` made the saved kernel fail the load-time check), against onnxruntime."""
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
+  nodes = [helper.make_node("MatMul", [name, name + "_w"], [name + "_t"], name=name),
+           helper.make_node("Relu", [name + "_t"], [name + "_y"], name=name + "2")]
+  m = make_model(nodes, {name: x}, [name + "_y"], {name + "_w": w})
+  want = run_ort(m, {name: x})[0]
+  cm = mc.compile(m, target="sm_80", schedules="rules", progress=False)
+  np.testing.assert_allclose(cm.run({name: x}, device="cpu")[0], want, rtol=1e-5, atol=1e-6)
+  assert all(name not in k.source for k in cm.kernels if len(name) > 3 and not name.isidentifier())
+  loaded = mc.load(cm.save(tmp_path / "m"))
+  assert loaded.output_names == [name + "_y"]
+  np.testing.assert_allclose(loaded.run({name: x}, device="cpu")[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["int", "NAN", "x__attribute__y", "_Pragma", "stdin", "expf", "mc_v"])
+def test_tensor_expression_names_that_are_not_c_identifiers_build_and_run(name):
+  A = mc.placeholder((8, 6), name=name)
+  B = mc.compute((8, 6), lambda i, j: A[i, j] * 2.0 + 1.0, name=name + "out")
+  s = mc.Schedule([B])
+  i, j = s.axis(B)
+  s.bind(B, i, "blockIdx.x"); s.bind(B, j, "threadIdx.x")
+  a = np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32)
+  np.testing.assert_allclose(mc.build(s, target="sm_80")(a, device="cpu"), a * 2 + 1, rtol=1e-6)
+
+
+def test_two_names_that_mangle_to_one_identifier_are_refused():
+  A = mc.placeholder((4,), name="a b")
+  B = mc.placeholder((4,), name="a_b")
+  C = mc.compute((4,), lambda i: A[i] + B[i], name="c")
+  with pytest.raises(mc.LoweringError, match="'a b' and 'a_b' both become the C identifier 'a_b'"):
+    mc.build(mc.Schedule([C]), target="sm_80")
+
+
+def test_every_macro_of_the_simulators_translation_unit_is_reserved():
+  """c_macros.txt lists what g++ defines after cuda_shim.h; a compiler or libc that adds a macro fails here
+  (regenerate the file with the command at its top)."""
+  import shutil
+  import subprocess
+  from importlib import resources
+
+  from minicomp.ir.names import RESERVED
+  if shutil.which("g++") is None: pytest.skip("no g++ on this machine (the CPU simulator needs one)")
+  shim = resources.files("minicomp.codegen").joinpath("cuda_shim.h")
+  out = subprocess.run(["g++", "-std=c++17", "-dM", "-E", "-x", "c++", str(shim)], capture_output=True, text=True,
+                       check=True).stdout
+  macros = {line.split()[1].split("(")[0] for line in out.splitlines() if line.startswith("#define ")}
+  assert {m for m in macros if not m.startswith("_")} - RESERVED == set()
+
+
+def test_every_function_the_emitter_calls_is_reserved():
+  from minicomp.codegen import cuda
+  from minicomp.ir.names import RESERVED
+  called = set(cuda._F32_CALL) | set(cuda._F32_CALL.values()) | {"fmaxf", "fminf", "max", "min", "fabs"}
+  assert called - RESERVED == set()

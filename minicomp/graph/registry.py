@@ -20,7 +20,6 @@ old lowering.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -136,11 +135,6 @@ def _load_library() -> None:
     importlib.import_module(f"{pkg.__name__}.{m.name}")
 
 
-def c_name(s: str) -> str:
-  s = re.sub(r"[^0-9A-Za-z_]", "_", s)
-  return s if s and not s[0].isdigit() else "t_" + s
-
-
 @dataclass
 class OpCtx:
   """What an op function may ask: attributes, opset, fresh tensor names, constants."""
@@ -168,14 +162,16 @@ class OpCtx:
     return UnsupportedOpError(f"{self.node.op_type} node {self.node.name!r}: {msg}", [(self.node.op_type, self.node.name)])
 
   def fresh(self, suffix: str = "") -> str:
-    base = c_name(self.node.name or self.node.op_type) + (f"_{suffix}" if suffix else "")
+    """A tensor name not taken yet, made from the op type (never from the model's names, which reach
+    the CUDA source as identifiers: see :mod:`minicomp.ir.names`)."""
+    base = self.node.op_type.lower() + (f"_{suffix}" if suffix else "")
     name, k = base, 1
     while name in self.names: name, k = f"{base}_{k}", k + 1
     self.names.add(name)
     return name
 
   def compute(self, shape, fcompute, suffix: str = "") -> Tensor:
-    """``te.compute`` with a fresh name derived from the node's name."""
+    """``te.compute`` with a fresh name made from the op type (:meth:`fresh`)."""
     return te.compute(tuple(int(d) for d in shape), fcompute, name=self.fresh(suffix))
 
   def reduce_axis(self, extent: int, name: str = "r") -> te.IterVar:

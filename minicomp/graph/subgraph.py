@@ -8,7 +8,7 @@ import numpy as np
 
 from minicomp.errors import ModelError, ShapeError
 from minicomp.frontend.graph import Graph, Node
-from minicomp.graph.registry import OpCtx, c_name, lookup
+from minicomp.graph.registry import OpCtx, lookup
 from minicomp.ir import te
 from minicomp.ir.te import Tensor
 
@@ -40,7 +40,7 @@ def nodes_to_te(g: Graph, nodes: Sequence[Node], outputs: Sequence[str] | None =
       if v is not None and v.is_const: args.append(v.const); continue
       if i in produced: raise ModelError(f"node {n.name!r} reads {i!r} before it is produced")
       if v is None or v.shape is None: raise ShapeError(f"no static shape for value {i!r} entering node {n.name!r}")
-      ph = te.placeholder(v.shape, v.dtype, name=_unique(c_name(i), names))
+      ph = te.placeholder(v.shape, v.dtype, name=_unique("x", names))   # the model's name stays in the graph
       inputs[i] = ph
       env[i] = ph
       args.append(ph)

@@ -30,7 +30,8 @@ from minicomp.ir.ops import Op
 from minicomp.ir.linear import _bounds, _ctx
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
-from minicomp.ir.nest import NestBuilder, _is_one, _step_of, c_ident
+from minicomp.ir.names import c_ident, check_distinct
+from minicomp.ir.nest import NestBuilder, _is_one, _step_of
 
 @dataclass
 class _Info:
@@ -70,6 +71,7 @@ class _Lowerer(NestBuilder):
         if t.attach == INLINE: raise ScheduleError(f"compute_at {st.name} -> {t.name}: the target stage is inlined")
         if st.attach.iter not in t.leaves:
           raise ScheduleError(f"compute_at {st.name} -> {t.name}.{st.attach.iter}: that loop no longer exists")
+    check_distinct([st.name for st in s.stages], "stages", LoweringError)
     for st in s.stages:
       if st.is_placeholder:
         self.in_buffers[st.name] = Buffer(c_ident(st.name), st.tensor.dtype, "global", const(math.prod(st.tensor.shape)), "input")

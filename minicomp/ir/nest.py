@@ -13,18 +13,12 @@ from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync, stmt_parts,
                               walk_stmts)
 from minicomp.ir.ops import Op
+from minicomp.ir.names import c_ident
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, THREAD_TAGS, State
 from minicomp.ir.te import reduce_identity
 
 _COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": max_, "min": min_}
-
-
-def c_ident(s: str) -> str:
-  """A C identifier for a stage / loop name ("A.shared" -> "A_shared")."""
-  import re
-  s = re.sub(r"[^0-9A-Za-z_]", "_", s)
-  return s if not s[0].isdigit() else "_" + s
 
 
 class NestBuilder:
