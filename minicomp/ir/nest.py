@@ -56,7 +56,7 @@ class NestBuilder:
     order = [b for b in self.in_buffers.values()] + [i.buffer for i in self.info.values()]
     params = [b for b in order if b.name in params_seen]
     n_roots = len([x for x in self.info.values() if x.st.attach.kind == "root"])
-    kname = f"{c_ident(self.name)}_{c_ident(root)}" if n_roots > 1 else f"{c_ident(self.name)}_kernel"
+    kname = c_ident(f"{self.name}_{root}" if n_roots > 1 else f"{self.name}_kernel")
     return LoopKernel(kname, params, allocs, bindings, _dims(grid), _dims(block), body, members,
                       max((self.info[m].st.auto_unroll_max_step for m in members if m in self.info), default=0),
                       written={b.name for b, w in params_seen.values() if w})
@@ -143,10 +143,10 @@ class NestBuilder:
     if any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
       raise ScheduleError(f"{_step_of(self.s, name, list(ct)[0])}: with a cross-thread reduction, every spatial loop of "
                           f"{name!r} must be outside its reduction loops; order is {list(leaves)}")
-    acc = Buffer(c_ident(name) + "_red", t.dtype, "local", const(1))
+    acc = Buffer(c_ident(name + "_red"), t.dtype, "local", const(1))
     init_v = reduce_identity(red.combiner, t.dtype)
     inner = Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value))
-    scratch = Buffer(c_ident(name) + "_red_buf", t.dtype, "shared", simplify(self.block[0] * self.block[1] * self.block[2]))
+    scratch = Buffer(c_ident(name + "_red_buf"), t.dtype, "shared", simplify(self.block[0] * self.block[1] * self.block[2]))
     self._scratch.setdefault(i.kernel, []).extend([acc, scratch])
     it_ct = list(ct)[0]
     tx_is = var(i.cvar[it_ct])
