@@ -140,3 +140,70 @@ def test_every_function_the_emitter_calls_is_reserved():
   from minicomp.ir.names import RESERVED
   called = set(cuda._F32_CALL) | set(cuda._F32_CALL.values()) | {"fmaxf", "fminf", "max", "min", "fabs"}
   assert called - RESERVED == set()
+
+
+# ---- deep and wide elementwise chains: the CUDA text grows with the distinct nodes, walks are iterative
+def _chain(n: int, op: str = "Relu"):
+  nodes = [helper.make_node(op, ["x" if k == 0 else f"v{k - 1}"], [f"v{k}"]) for k in range(n)]
+  x = (np.random.default_rng(0).random((4, 8)) - 0.5).astype(np.float32)
+  return make_model(nodes, {"x": x}, [f"v{n - 1}"]), x
+
+
+@pytest.mark.parametrize("n", [16, 40, 300])
+def test_chained_activations_make_linear_cuda_text(n):
+  """Relu reads its input twice (select(v < 0, 0, v)): 16 made 34 KB of CUDA, 40 never left NVRTC."""
+  m, x = _chain(n)
+  cm = mc.compile(m, target="sm_80", schedules="rules", progress=False)
+  assert max(len(k.source) for k in cm.kernels) < 100 * min(n, 64) + 1000   # (a kernel takes 64 nodes at most)
+  np.testing.assert_allclose(cm.run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0], atol=1e-6)
+
+
+def test_written_out_tanh_gelus_make_linear_cuda_text():
+  """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as eight nodes, seven in a row: 2.8 MB of CUDA before."""
+  c = {"c3": np.float32(0.044715), "k": np.float32(np.sqrt(2 / np.pi)), "one": np.float32(1), "half": np.float32(0.5),
+       "three": np.float32(3)}
+  nodes, prev = [], "x"
+  for k in range(7):
+    p = f"g{k}_"
+    nodes += [helper.make_node("Pow", [prev, "three"], [p + "p"]), helper.make_node("Mul", [p + "p", "c3"], [p + "m"]),
+              helper.make_node("Add", [prev, p + "m"], [p + "a"]), helper.make_node("Mul", [p + "a", "k"], [p + "b"]),
+              helper.make_node("Tanh", [p + "b"], [p + "t"]), helper.make_node("Add", [p + "t", "one"], [p + "u"]),
+              helper.make_node("Mul", [prev, p + "u"], [p + "v"]), helper.make_node("Mul", [p + "v", "half"], [p + "y"])]
+    prev = p + "y"
+  x = (np.random.default_rng(0).random((4, 8)) - 0.5).astype(np.float32)
+  m = make_model(nodes, {"x": x}, [prev], c)
+  cm = mc.compile(m, target="sm_80", schedules="rules", progress=False)
+  assert len(cm.kernels) == 1 and len(cm.kernels[0].source) < 4000
+  np.testing.assert_allclose(cm.run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0], atol=1e-6)
+
+
+def test_a_chain_of_3000_nodes_compiles_in_kernels_of_bounded_size():
+  """3,000 nodes hit Python's recursion limit; fusion now stops at MAX_GROUP_NODES nodes a kernel."""
+  from minicomp.graph.partition import MAX_GROUP_NODES
+  m, x = _chain(3000)
+  cm = mc.compile(m, target="sm_80", schedules="rules", progress=False)
+  assert len(cm.calls) == -(-3000 // MAX_GROUP_NODES)
+  np.testing.assert_allclose(cm.run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0], atol=1e-6)
+
+
+def test_a_tensor_expression_chain_of_3000_stages_builds_its_dag():
+  A = mc.placeholder((4,), name="A")
+  t = A
+  for k in range(3000): t = mc.compute((4,), lambda i, t=t: t[i] + 1.0, name=f"s{k}")
+  dag = mc.ComputeDAG([t])
+  assert len(dag.tensors) == 3001 and dag.tensors[0] is A and dag.tensors[-1] is t
+
+
+def test_shared_subexpressions_are_named_only_where_computing_them_first_is_safe():
+  from minicomp.codegen.cse import shared_subexpressions
+  from minicomp.ir.expr import exp, select, var
+  X = mc.placeholder((100,), name="X")
+  i = var("i")
+  big = exp(exp(exp(exp(i * 1.5 + 2.0) * 3.0 + 1.0)))      # pure arithmetic, 14 nodes
+  guarded_load = X[i * 3 + 2] * X[i * 3 + 2] * 2.0           # a load a guard keeps in bounds
+  e = select(i < 30, guarded_load * guarded_load + big * big, big * big * 2.0)
+  named = shared_subexpressions([e], min_repeat=8)
+  assert big in named                                        # read in both branches: safe to compute first
+  assert all(n.op.name != "LOAD" for n in named) and guarded_load not in named
+  loaded = X[i] * X[i] * X[i] + 1.0
+  assert any(n.op.name == "LOAD" for n in shared_subexpressions([loaded * loaded], min_repeat=4))   # unguarded

@@ -14,9 +14,11 @@ loop and thread variables, casts and int32 loads inside indices, integer min / m
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
+from minicomp.codegen.cse import shared_subexpressions
 from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
@@ -70,6 +72,7 @@ class CUDARenderer:
     self.uses_floor_helpers = self.uses_floor_helpers64 = False
     self.i64, self.itype = False, "int"   # the kernel being rendered indexes with long long / int (kernel() sets)
     self._idx = 0      # > 0 while rendering an index (or a guard)
+    self._named = 0    # locals declared for shared subexpressions in this kernel (mc_e0, mc_e1, ...)
     self._forget()
 
   @property
@@ -123,6 +126,28 @@ class CUDARenderer:
     else: self.uses_floor_helpers = True
     return ("mc_floordiv" if e.op is Op.FLOORDIV else "mc_floormod") + ("64" if wide else "")
 
+  @contextlib.contextmanager
+  def _shared(self, roots: Sequence[Expr], depth: int, out: list[str]):
+    """Within the block: the subexpressions of ``roots`` that :func:`shared_subexpressions` picks are
+    declared once before the statement (``const T mc_eK = ...;``) and printed by name. The names live in
+    the statement's C block, so the renderings that use them are forgotten after it."""
+    named = shared_subexpressions(roots)
+    if not named:
+      yield
+      return
+    saved = self._memo, self._imemo
+    self._memo = dict(self._memo)
+    self._imemo = self._memo if not self.i64 else self._imemo
+    try:
+      for n in named:
+        name = f"mc_e{self._named}"
+        self._named += 1
+        out.append(f"{self.indent * depth}const {C_TYPE[n.dtype]} {name} = {self.expr(n)};")
+        self._memo[n] = (name, _ATOM)
+      yield
+    finally:
+      self._memo, self._imemo = saved
+
   # -- statements
   def stmt(self, s, depth: int, out: list[str]) -> None:
     """Append the lines of statement ``s``, indented ``depth`` levels, to ``out``."""
@@ -158,7 +183,8 @@ class CUDARenderer:
     out.append(f"{self.indent * depth}}}")
 
   def _store(self, s: Store, depth: int, out: list[str]) -> None:
-    out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {self.expr(s.value)};")
+    with self._shared([s.value], depth, out):
+      out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {self.expr(s.value)};")
 
   def _sync(self, s: Sync, depth: int, out: list[str]) -> None:
     out.append(f"{self.indent * depth}__syncthreads();")
@@ -197,7 +223,8 @@ class CUDARenderer:
       comp = "xyzw"[lane]
       val = map_loads(st.value, lambda x: var(f"mc_v{vec_loads[x]}.{comp}", "float32") if x in vec_loads else x)
       val = simplify(substitute(val, {v: const(lane)}), self.ranges)
-      out.append(f"{ind2}mc_r.{comp} = {self.expr(val)};")
+      with self._shared([val], depth + 1, out):
+        out.append(f"{ind2}mc_r.{comp} = {self.expr(val)};")
     out.append(f"{ind2}{dst} = mc_r;")
     out.append(f"{ind}}}")
     return True
@@ -213,7 +240,8 @@ class CUDARenderer:
     out.append(f"{ind}{{  // cross-thread {s.combiner} over threadIdx.x ({s.method})")
     if s.method == "shuffle" and bx % 32 == 0:
       nw = bx // 32
-      out.append(f"{ind2}{t} mc_v = {self.expr(s.value)};")
+      with self._shared([s.value], depth + 1, out):
+        out.append(f"{ind2}{t} mc_v = {self.expr(s.value)};")
       out.append(f"{ind2}for (int mc_off = 16; mc_off > 0; mc_off >>= 1) mc_v = {comb('mc_v', '__shfl_down_sync(0xffffffffu, mc_v, mc_off, 32)')};")
       out.append(f"{ind2}if (({tx} & 31) == 0) {s.scratch.name}[{row} * {nw} + ({tx} >> 5)] = mc_v;")
       out.append(f"{ind2}__syncthreads();")
@@ -224,7 +252,8 @@ class CUDARenderer:
       out.append(f"{ind2}}}")
     else:
       p2 = 1 << max(0, (bx - 1).bit_length())
-      out.append(f"{ind2}{s.scratch.name}[{row} * {bx} + {tx}] = {self.expr(s.value)};")
+      with self._shared([s.value], depth + 1, out):
+        out.append(f"{ind2}{s.scratch.name}[{row} * {bx} + {tx}] = {self.expr(s.value)};")
       out.append(f"{ind2}__syncthreads();")
       out.append(f"{ind2}for (int mc_s = {p2 // 2}; mc_s > 0; mc_s >>= 1) {{")
       a, b = f"{s.scratch.name}[{row} * {bx} + {tx}]", f"{s.scratch.name}[{row} * {bx} + {tx} + mc_s]"
@@ -243,6 +272,7 @@ class CUDARenderer:
     self.i64 = k.index_dtype == "int64"
     self.itype = "long long" if self.i64 else "int"
     self.ranges = {}   # (forgets the renderings of the previous kernel)
+    self._named = 0
     for v, tag in k.bindings:
       d = "xyz".index(tag[-1])
       self.ranges[v] = (0, (k.grid if tag.startswith("block") else k.block)[d] - 1)

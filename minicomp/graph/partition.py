@@ -11,7 +11,10 @@ Rules, in terms of the op kinds of the registry:
   a group with no anchor yet (elementwise chains become one kernel);
 - an ``injective`` op (pad, transpose, slice, ...) or elementwise op whose only consumer is in
   one group is pulled into that group as a prologue (inlined into the reads);
-- everything else starts its own group.
+- everything else starts its own group;
+- a group takes no node past ``MAX_GROUP_NODES``: its kernel inlines every node into one expression,
+  whose depth and CUDA text grow with them (3,000 chained activations made one kernel no compiler pass
+  could walk), so a longer chain continues in the next kernel.
 
 A group's outputs are the values it produces that are read outside it or are graph outputs.
 """
@@ -23,6 +26,7 @@ from minicomp.frontend.graph import Graph, Node
 from minicomp.graph.registry import lookup
 
 ANCHORS = ("data_reuse", "reduction", "opaque")
+MAX_GROUP_NODES = 64
 EPILOGUE = ("elementwise", "broadcast")
 
 
@@ -74,6 +78,7 @@ def partition(g: Graph) -> Partition:
         ready = all(step_of.get(j, -1) <= at for j in rt_in)   # every other input exists when grp runs
         # a pure elementwise group takes any pointwise reader (diamonds fuse; a value read outside
         # becomes one more output); an anchored group only takes the single reader of its value
+        if len(grp.nodes) >= MAX_GROUP_NODES: continue
         if ready and (grp.anchor is None or (single and _kind(g, grp.anchor) in ("data_reuse", "reduction"))):
           target = grp
           break
@@ -100,7 +105,7 @@ def partition(g: Graph) -> Partition:
       c = next(iter(cons))
       if c not in group_of or c in views: continue
       dst = group_of[c]
-      if dst is grp: continue
+      if dst is grp or len(dst.nodes) >= MAX_GROUP_NODES: continue
       dst.nodes.insert(0, n)
       group_of[n.name] = dst
       order.remove(grp)

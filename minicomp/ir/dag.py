@@ -14,6 +14,7 @@ The analysis answers what the sketch rules ask (Ansor's ``AccessAnalyzer``):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Sequence
 
 from minicomp.errors import TEError
@@ -31,16 +32,22 @@ class ComputeDAG:
     for t in self.outputs:
       if not isinstance(t, Tensor): raise TEError(f"ComputeDAG outputs must be Tensors, got {t!r}")
     order: list[Tensor] = []
-    seen: set[int] = set()
-
-    def visit(t: Tensor, stack: tuple[int, ...] = ()):
-      if id(t) in seen: return
-      if id(t) in stack: raise TEError(f"cycle through tensor {t.name!r}")
-      for i in t.inputs: visit(i, stack + (id(t),))
-      seen.add(id(t)); order.append(t)
-    for t in self.outputs: visit(t)
-    names = [t.name for t in order]
-    dup = {n for n in names if names.count(n) > 1}
+    state: dict[int, int] = {}        # id -> 1 while its inputs are visited (on the path), 2 when placed
+    for root in self.outputs:         # depth-first, inputs in order, iteratively (chains may be thousands deep)
+      stack = [(root, False)]
+      while stack:
+        t, placed = stack.pop()
+        if placed:
+          state[id(t)] = 2; order.append(t)
+          continue
+        if state.get(id(t)) == 2: continue
+        if state.get(id(t)) == 1: raise TEError(f"cycle through tensor {t.name!r}")
+        state[id(t)] = 1
+        stack.append((t, True))
+        for i in reversed(t.inputs):
+          if state.get(id(i)) == 1: raise TEError(f"cycle through tensor {i.name!r}")
+          if state.get(id(i)) != 2: stack.append((i, False))
+    dup = {n for n, c in Counter(t.name for t in order).items() if c > 1}
     if dup: raise TEError(f"tensor names must be unique in a DAG; repeated: {sorted(dup)}")
     self.tensors = order
 
