@@ -206,7 +206,7 @@ def measure(selection: list[dict], out: Path, deadline_s: float, min_total_s: fl
 
   import minicomp as mc
   from minicomp.codegen.gpu_runtime import GpuModule, run_plan, time_plan
-  from minicomp.codegen.kernel import NP_DTYPE
+  from minicomp.ir.ops import NP_DTYPE
   from minicomp.search.measure import MeasureInput, build_plain
   t0 = time.perf_counter()
   out.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,7 @@ def _load_feeds(pairs: list[tuple[str, str, tuple, np.dtype]], inputs) -> dict[s
   """The arrays of :func:`_feed_paths`' files. Each file's header is checked against the model's input
   (``inputs``: its IOSpecs) before the array is read, so a header claiming 2^40 elements allocates
   nothing; an unreadable or non-.npy file is a UsageError, a name, shape or dtype mismatch a FeedError."""
-  from minicomp.codegen.kernel import NP_DTYPE
+  from minicomp.ir.ops import NP_DTYPE
   from minicomp.errors import FeedError
   specs = {i.name: i for i in inputs}
   feeds = {}

@@ -17,31 +17,15 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from minicomp.codegen.kernel import NP_DTYPE, Kernel, host_zeros, random_input
+from minicomp.codegen.kernel import Kernel, host_zeros, random_input
 from minicomp.errors import FeedError, RuntimeLaunchError
+from minicomp.ir.ops import NP_DTYPE
 from minicomp.target import Target, as_target
+
+from minicomp.model_parts import CompileStats, IndexCheck, IOSpec, KernelCall, ViewStep
 
 if TYPE_CHECKING:
   from minicomp.graph.tasks import Task
-  from minicomp.pipeline import CompileStats
-
-
-@dataclass
-class KernelCall:
-  kernel: int                     # index into CompiledModel.kernels
-  inputs: list[tuple[str, str]]   # ("value", graph value name) or ("const", weight name), in the kernel's input order
-  outputs: list[str]              # graph value names, in the kernel's output order
-  task: str = ""                  # workload key
-  ops: list[str] = field(default_factory=list)
-  flops: int = 0
-
-
-@dataclass
-class ViewStep:
-  src: str
-  dst: str
-  shape: tuple[int, ...]
-  op: str = "Reshape"
 
 
 @dataclass
@@ -61,23 +45,6 @@ class ModelEstimate:
       bound = "/".join(l.bound for l in e.launches)
       rows.append(f"  {k:3d} {'+'.join(c.ops):<32s} ~{e.latency_s * 1e6:9.2f} us  ({bound}-bound)")
     return "\n".join(rows)
-
-
-@dataclass
-class IOSpec:
-  name: str
-  shape: tuple[int, ...]
-  dtype: str                      # what the user feeds (float16 / bfloat16 for a half model: see ``boundary``)
-
-
-@dataclass(frozen=True)
-class IndexCheck:
-  """Graph input ``input`` holds indices into an axis of ``size`` (``op`` node ``node``): ``run``
-  raises FeedError on an index outside [-size, size), as onnxruntime does."""
-  input: str
-  size: int
-  node: str
-  op: str = "Gather"
 
 
 class CompiledModel:

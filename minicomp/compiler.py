@@ -20,7 +20,7 @@ from minicomp.codegen.cuda import emit_cuda
 from minicomp.codegen.kernel import Kernel, LaunchPlan, build
 from minicomp.codegen.nvrtc import compile_cuda
 from minicomp.codegen.verify import check_resources
-from minicomp.compiled_model import CompiledModel, IndexCheck, IOSpec, KernelCall, ViewStep
+from minicomp.compiled_model import CompiledModel
 from minicomp.errors import CompileError, LoweringError, MinicompError, MissingDependencyError, ScheduleError
 from minicomp.graph.fold import fold_batchnorm
 from minicomp.graph.partition import partition
@@ -31,7 +31,8 @@ from minicomp.ir.dag import ComputeDAG
 from minicomp.ir.lower import lower
 from minicomp.ir.schedule import Schedule
 from minicomp.ir.te import Tensor
-from minicomp.pipeline import (CompileOptions, CompileState, CompileStats, Dumper, Phase, TaskBuild, dump_phases,
+from minicomp.model_parts import CompileStats, IndexCheck, IOSpec, KernelCall, ViewStep
+from minicomp.pipeline import (CompileOptions, CompileState, Dumper, Phase, TaskBuild, dump_phases,
                                emit_text, graph_text, link_text, lower_text, nvrtc_text, partition_text, run_phases,
                                schedule_text, tasks_text)
 from minicomp.progress import bar

@@ -20,42 +20,17 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from minicomp.errors import CompileError
+from minicomp.model_parts import CompileStats, KernelCall
 from minicomp.target import Target
 
 if TYPE_CHECKING:
   from minicomp.codegen.kernel import Kernel
-  from minicomp.compiled_model import CompiledModel, KernelCall
+  from minicomp.compiled_model import CompiledModel
   from minicomp.frontend.graph import Graph
   from minicomp.graph.partition import Partition
   from minicomp.graph.tasks import Task
   from minicomp.ir.loop import Program
   from minicomp.ir.schedule import Schedule
-
-
-@dataclass
-class CompileStats:
-  """Seconds spent per phase: frontend (import + folding), partition (+ tensor expressions),
-  construct (Gensor's walks), estimate (the static model choosing between schedules),
-  build (rule-based schedules + lowering + CUDA emission), nvrtc; ``constructed``: tasks whose
-  schedule is Gensor's. ``build`` and ``nvrtc`` count every kernel built, also the candidates the
-  schedule phase builds to compare them; ``phases`` is the wall time of each phase of
-  ``minicomp.compiler.PHASES``, by name, in order."""
-  frontend: float = 0.0
-  partition: float = 0.0
-  construct: float = 0.0
-  estimate: float = 0.0
-  build: float = 0.0
-  nvrtc: float = 0.0
-  tasks: int = 0
-  calls: int = 0
-  constructed: int = 0
-  phases: dict[str, float] = field(default_factory=dict)
-
-  def add_phase(self, name: str, seconds: float) -> None:
-    """Record a phase's wall time; import and fold count as frontend, partition and tasks as partition."""
-    self.phases[name] = self.phases.get(name, 0.0) + seconds
-    if name in ("import", "fold"): self.frontend += seconds
-    elif name in ("partition", "tasks"): self.partition += seconds
 
 
 @dataclass(frozen=True)

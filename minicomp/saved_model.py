@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from minicomp.compiled_model import CompiledModel, IOSpec, ViewStep
-from minicomp.frontend.half import HALF
 from minicomp.errors import SaveFormatError
+from minicomp.frontend.half import HALF
+from minicomp.model_parts import IOSpec, ViewStep
 
 FORMAT = "minicomp-compiled-model"
 FORMAT_VERSION = 2       # 2: sha256 of every file and of the manifest, output specs, strict schema
@@ -40,8 +40,8 @@ def manifest_digest(manifest: dict) -> str:
 
 
 # -- save
-def save(model: CompiledModel, path: str | Path) -> Path:
-  """Write ``model`` to folder ``path``: built in a temp folder beside it, then renamed into place
+def save(model, path: str | Path) -> Path:
+  """Write ``model`` (a :class:`~minicomp.compiled_model.CompiledModel`) to folder ``path``: built in a temp folder beside it, then renamed into place
   (an existing saved model there is renamed aside first and deleted last). Refuses to replace a
   file or a non-empty folder that is not a saved model."""
   work = Path(path).resolve()
@@ -89,7 +89,7 @@ def _swap_in(tmp: Path, p: Path) -> None:
   shutil.rmtree(old, ignore_errors=True)
 
 
-def _write(model: CompiledModel, d: Path) -> None:
+def _write(model, d: Path) -> None:
   (d / "kernels").mkdir()
   files: dict[str, str] = {}
 

@@ -29,10 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from minicomp.codegen.cuda import C_TYPE
-from minicomp.codegen.kernel import NP_DTYPE, BufferSpec, Kernel, Launch, LaunchPlan
+from minicomp.codegen.kernel import BufferSpec, Kernel, Launch, LaunchPlan
 from minicomp.codegen.nvrtc import CudaBinary, parse_ptxas_log
-from minicomp.compiled_model import CompiledModel, IndexCheck, IOSpec, KernelCall, ViewStep
+from minicomp.compiled_model import CompiledModel
 from minicomp.errors import SaveFormatError
+from minicomp.ir.ops import NP_DTYPE
+from minicomp.model_parts import IndexCheck, IOSpec, KernelCall, ViewStep
 from minicomp.saved_model import (
   FORMAT,
   FORMAT_VERSION,

@@ -2,9 +2,9 @@
 import ml_dtypes
 import numpy as np
 
-from minicomp.codegen import cuda, kernel, verify
+from minicomp.codegen import cuda, verify
 from minicomp.ir import evaluate
-from minicomp.ir.ops import C_TYPE, DTYPE_BYTES, DTYPE_INFO, DTYPES, np_type
+from minicomp.ir.ops import C_TYPE, DTYPE_BYTES, DTYPE_INFO, DTYPES, NP_DTYPE, np_type
 from minicomp.search import features
 from minicomp.search.static import footprint
 
@@ -19,9 +19,9 @@ def test_values_are_the_ones_the_emitter_and_models_always_used():
   assert C_TYPE == {"float32": "float", "float64": "double", "float16": "half", "int32": "int", "int64": "long long",
                     "bool": "bool"}
   assert DTYPE_BYTES == {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "bool": 1}
-  assert list(kernel.NP_DTYPE) == ["float32", "float64", "int32", "int64", "bool", "float16", "bfloat16"]
-  assert kernel.NP_DTYPE["bool"] is np.bool_ and kernel.NP_DTYPE["bfloat16"] is ml_dtypes.bfloat16
-  assert evaluate._NP_DT == {n: kernel.NP_DTYPE[n] for n in DTYPES}
+  assert list(NP_DTYPE) == ["float32", "float64", "int32", "int64", "bool", "float16", "bfloat16"]
+  assert NP_DTYPE["bool"] is np.bool_ and NP_DTYPE["bfloat16"] is ml_dtypes.bfloat16
+  assert evaluate._NP_DT == {n: NP_DTYPE[n] for n in DTYPES}
 
 
 def test_one_source_of_truth():

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import minicomp as mc
 from minicomp.codegen.kernel import build
-from minicomp.compiled_model import ViewStep
+from minicomp.model_parts import ViewStep
 from minicomp.errors import ShapeError, UnsupportedOpError
 from minicomp.frontend.graph import Node
 from minicomp.frontend.onnx_import import load_onnx

@@ -10,7 +10,7 @@ import pytest
 import minicomp as mc
 from minicomp import zoo
 from minicomp.compiler import PHASE_NAMES, PHASES
-from minicomp.pipeline import CompileStats
+from minicomp.model_parts import CompileStats
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_TASK = ("schedule", "lower", "emit", "nvrtc")

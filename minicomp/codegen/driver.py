@@ -1,7 +1,8 @@
-"""The GPU driver interface minicomp runs kernels through, and which backend serves it.
+"""Which GPU backend minicomp runs kernels through, opened once per process.
 
-Everything that touches a GPU goes through a :class:`Driver`: a dozen calls on raw device
-pointers (plain ``int``), streams, events and CUDA graphs. Two backends implement it:
+Everything that touches a GPU goes through a :class:`~minicomp.codegen.driver_api.Driver`: a dozen calls
+on raw device pointers (plain ``int``), streams, events and CUDA graphs. Two backends implement it, each
+registering itself into :mod:`minicomp.codegen.driver_api` when its module is first asked for:
 
 * ``"cuda"`` (the default): NVIDIA's driver API from ``cuda-bindings`` (``cuda.bindings.driver``),
   already a dependency for NVRTC, so ``pip install minicomp`` alone runs kernels on a GPU
@@ -22,67 +23,12 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
 
-import numpy as np
+from minicomp.codegen.driver_api import BACKEND_MODULES, DeviceInfo, DevicePtr, Driver, factory  # noqa: F401 (API)
+from minicomp.errors import DriverError, NoGPUError, RuntimeLaunchError  # noqa: F401 (API)
 
-from minicomp.errors import DriverError, NoGPUError, RuntimeLaunchError  # noqa: F401 (backends import DriverError here)
-
-BACKENDS = ("cuda", "pycuda")
+BACKENDS = tuple(BACKEND_MODULES)
 ENV_BACKEND = "MINICOMP_GPU_BACKEND"
-
-class DevicePtr(int):
-  """A device address (an ``int``): where a numpy-level call takes both, tells a pointer from an int scalar."""
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-  """What the backend reports about GPU 0."""
-  name: str
-  compute_capability: tuple[int, int]
-  driver_version: int          # as cuDriverGetVersion: 1000 * major + 10 * minor (12080 = CUDA 12.8)
-  total_bytes: int
-  backend: str
-
-  @property
-  def arch(self) -> str: return "sm_%d%d" % self.compute_capability
-
-  @property
-  def driver_cuda(self) -> tuple[int, int]:
-    """The newest CUDA version the driver supports, e.g. (12, 8)."""
-    return self.driver_version // 1000, (self.driver_version % 1000) // 10
-
-  def __str__(self) -> str:
-    return f"{self.name} ({self.arch}, driver CUDA {'%d.%d' % self.driver_cuda}, via {self.backend})"
-
-
-class Driver(Protocol):
-  """What a GPU backend implements. Device memory is addressed by plain ``int`` pointers; a
-  ``stream`` argument of ``None`` means the backend's default stream for minicomp."""
-  name: str
-
-  def info(self) -> DeviceInfo: ...
-  def module_load(self, image: bytes) -> Any: ...           # a CUBIN, or NUL-terminated PTX (JIT-compiled)
-  def module_unload(self, module: Any) -> None: ...
-  def function(self, module: Any, name: str) -> Any: ...
-  def alloc(self, nbytes: int) -> int: ...
-  def free(self, ptr: int) -> None: ...
-  def htod(self, ptr: int, src: np.ndarray, stream: Any = None) -> None: ...   # src C-contiguous
-  def dtoh(self, dst: np.ndarray, ptr: int, stream: Any = None) -> None: ...   # dst C-contiguous
-  def memset(self, ptr: int, nbytes: int, stream: Any = None) -> None: ...     # zero bytes
-  def launch(self, fn: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int,
-             args: Sequence[int | np.generic], stream: Any = None) -> None: ...  # ints are device pointers
-  def stream(self) -> Any: ...
-  def sync(self, stream: Any = None) -> None: ...
-  def event(self) -> Any: ...
-  def record(self, event: Any, stream: Any = None) -> None: ...
-  def elapsed_s(self, start: Any, end: Any) -> float: ...
-  def capture_begin(self, stream: Any) -> None: ...
-  def capture_end(self, stream: Any) -> Any: ...            # an instantiated graph
-  def graph_launch(self, graph: Any, stream: Any) -> None: ...
-  def graph_destroy(self, graph: Any) -> None: ...
-
 
 _lock = threading.RLock()
 _drivers: dict[str, Driver] = {}
@@ -109,14 +55,6 @@ def backend_for(device: str | None) -> str | None:
   raise RuntimeLaunchError(f"device must be None, 'cpu', 'gpu', 'cuda' or 'pycuda', got {device!r}")
 
 
-def _open(name: str) -> Driver:
-  if name == "cuda":
-    from minicomp.codegen.driver_cuda import CudaDriver
-    return CudaDriver()
-  from minicomp.codegen.driver_pycuda import PycudaDriver
-  return PycudaDriver()
-
-
 def get_driver(name: str | None = None) -> Driver:
   """The driver of backend ``name`` (default: :func:`default_backend`), opened once per process.
 
@@ -126,7 +64,7 @@ def get_driver(name: str | None = None) -> Driver:
     if name in _drivers: return _drivers[name]
     if name in _failures: raise NoGPUError(_failures[name])
     try:
-      drv = _open(name)
+      drv = factory(name)()
       drv.info()
     except Exception as e:   # ImportError, no libcuda, CUDA_ERROR_NO_DEVICE, ...
       hint = " (pip install minicomp[gpu])" if name == "pycuda" and isinstance(e, ImportError) else ""

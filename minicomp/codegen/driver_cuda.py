@@ -13,11 +13,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from minicomp.codegen.driver import DeviceInfo, DriverError
+from minicomp.codegen.driver_api import DeviceInfo, DriverError, register
 
 
+@register("cuda")
 class CudaDriver:
-  """:class:`minicomp.codegen.driver.Driver` over ``cuda.bindings.driver`` (GPU 0, primary context)."""
+  """:class:`minicomp.codegen.driver_api.Driver` over ``cuda.bindings.driver`` (GPU 0, primary context)."""
   name = "cuda"
 
   def __init__(self, ordinal: int = 0):

@@ -13,13 +13,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from minicomp.codegen.driver import DeviceInfo, DriverError
+from minicomp.codegen.driver_api import DeviceInfo, DriverError, register
 
 _CODE_RE = re.compile(r"CUDA_ERROR_[A-Z_]+")
 
 
+@register("pycuda")
 class PycudaDriver:
-  """:class:`minicomp.codegen.driver.Driver` over pycuda (GPU 0, primary context)."""
+  """:class:`minicomp.codegen.driver_api.Driver` over pycuda (GPU 0, primary context)."""
   name = "pycuda"
 
   def __init__(self):

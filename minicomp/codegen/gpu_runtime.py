@@ -183,7 +183,7 @@ def free_all(drv: Driver, ptrs) -> None:
 
 
 def nbytes(shape: Sequence[int], dtype: str) -> int:
-  from minicomp.codegen.kernel import NP_DTYPE
+  from minicomp.ir.ops import NP_DTYPE
   return int(np.prod(shape, dtype=np.int64)) * np.dtype(NP_DTYPE[dtype]).itemsize
 
 

@@ -23,11 +23,8 @@ from minicomp.codegen.verify import check_resources
 from minicomp.errors import RuntimeLaunchError
 from minicomp.ir.loop import Program
 from minicomp.ir.lower import lower
-from minicomp.ir.ops import DTYPE_INFO, np_type
+from minicomp.ir.ops import NP_DTYPE
 from minicomp.target import Target, as_target
-
-NP_DTYPE = {n: np_type(n) for n in DTYPE_INFO}   # dtype name -> numpy scalar type (bfloat16 too, for boundaries)
-
 
 def random_input(rng: np.random.Generator, shape: Sequence[int], dtype: str) -> np.ndarray:
   """A test input: N(0, 1) for float dtypes, zeros for integers and bools (always valid indices)."""

@@ -27,7 +27,8 @@ import numpy as np
 
 from minicomp.codegen.driver import Driver, DriverError
 from minicomp.codegen.gpu_runtime import L2Flush, free_all, launch_failed, nbytes
-from minicomp.codegen.kernel import NP_DTYPE
+from minicomp.ir.ops import NP_DTYPE
+from minicomp.model_parts import ViewStep
 
 
 def _release(driver: Driver, ptrs: list[int], graphs: list) -> None:
@@ -79,7 +80,6 @@ class DeviceSession:
     return p
 
   def _build(self, m) -> None:
-    from minicomp.compiled_model import ViewStep
     drv = self.driver
     weights = {n: self._upload(w) for n, w in m.weights.items()}
     addr: dict[str, int] = {n: self._upload(c) for n, c in m.consts.items()}     # value -> device pointer

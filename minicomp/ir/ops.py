@@ -68,3 +68,6 @@ def np_type(dtype: str) -> type:
   """The numpy scalar type of ``dtype`` (``np.float32``, ``np.bool_``, ``ml_dtypes.bfloat16``), imported here."""
   module, _, name = DTYPE_INFO[dtype].numpy.rpartition(".")
   return getattr(importlib.import_module(module), name)
+
+
+NP_DTYPE = {n: np_type(n) for n in DTYPE_INFO}   # dtype name -> numpy scalar type (bfloat16 too, for boundaries)

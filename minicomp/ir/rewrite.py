@@ -34,11 +34,21 @@ smoother's settings); the engine only passes it on.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from minicomp.errors import ExprError
-from minicomp.ir.expr import Expr
 from minicomp.ir.ops import Op
+
+
+class Expr(Protocol):
+  """What the engine needs of a node (``minicomp.ir.expr.Expr`` is the one it rewrites): an op, its
+  children, and a copy with other children. Nothing here builds nodes, so the engine sits below the
+  expression language and its printers."""
+  op: Op
+  src: tuple
+
+  def replace(self, **changes) -> "Expr": ...
+
 
 Rule = Callable[[Expr, Any], "Expr | None"]
 FoldRule = Callable[[Any, Expr, tuple], Any]

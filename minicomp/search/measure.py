@@ -264,7 +264,8 @@ class GPUMeasurer(Measurer):
     import numpy as np
     from minicomp.codegen.driver import DriverError
     from minicomp.codegen.gpu_runtime import GpuModule, run_plan, time_plan
-    from minicomp.codegen.kernel import NP_DTYPE, Kernel, random_input
+    from minicomp.codegen.kernel import Kernel, random_input
+    from minicomp.ir.ops import NP_DTYPE
     from minicomp.target import as_target
     t0 = time.perf_counter()
     try:
