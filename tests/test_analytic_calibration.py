@@ -1,11 +1,11 @@
-"""benchmarks/analytic_calibration.py on a small memo: it builds the programs, reads ptxas's registers,
+"""research/analytic_calibration.py on a small memo: it builds the programs, reads ptxas's registers,
 fits the analytic register formula (never worse than the module's constants) and prints its tables."""
 import re
 import sys
 from pathlib import Path
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("research", "benchmarks")]
 from memo_fixture import write_depthwise_memo  # noqa: E402
 
 

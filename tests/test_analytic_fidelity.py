@@ -1,11 +1,11 @@
-"""benchmarks/analytic_fidelity.py on a small memo: its tables, and with --show-best the best programs
+"""research/analytic_fidelity.py on a small memo: its tables, and with --show-best the best programs
 (by the memo's full cost) kept in the sample with their rank under the analytic model."""
 import re
 import sys
 from pathlib import Path
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("research", "benchmarks")]
 from memo_fixture import write_depthwise_memo  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/estimate_speed.py on a strategies.py memo: it re-estimates the memo's programs and says
+"""research/estimate_speed.py on a strategies.py memo: it re-estimates the memo's programs and says
 how many estimates equal the recorded ones (a recorded cost that is off is counted as different)."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from minicomp.search.annotate import sample_population
 from minicomp.search.sketch import generate_sketches
 from minicomp.search.static.estimate import estimate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("research", "benchmarks")]
 import estimate_speed as ES  # noqa: E402
 import strategies as B  # noqa: E402
 

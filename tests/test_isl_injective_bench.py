@@ -1,4 +1,4 @@
-"""benchmarks/isl_injective.py on small inputs: the saved questions asked both ways, and the three
+"""research/isl_injective.py on small inputs: the saved questions asked both ways, and the three
 steps on a small depthwise memo (the questions it poses, then its data movement each way)."""
 import gzip
 import json
@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("research", "benchmarks")]
 from memo_fixture import write_depthwise_memo  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/opevo_neighbourhood.py on a hand-made memo: a program, three of its one-step neighbours
+"""research/opevo_neighbourhood.py on a hand-made memo: a program, three of its one-step neighbours
 and the runs that measured them; the tables must say where each sits."""
 import json
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("research", "benchmarks")]
 
 
 def _row(lines: list[str], prefix: str) -> list[str]:

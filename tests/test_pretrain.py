@@ -37,7 +37,7 @@ def test_the_shipped_data_covers_the_benchmark_tasks_with_static_labels():
 
 def test_the_shipped_features_are_what_the_feature_extractor_gives_now():
   """Stale features (a changed feature definition) would train the model on one definition and query it
-  with another: rebuild with benchmarks/pretrain_data.py when this fails."""
+  with another: rebuild with research/pretrain_data.py when this fails."""
   dags = {t: B.task_dag(t) for t in B.tasks()}
   assert stale(shipped(), dags, sample=3) == []
 

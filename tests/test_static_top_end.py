@@ -1,4 +1,4 @@
-"""benchmarks/static_top_end.py: the static model's facts of GPU-timed programs, saved once and re-evaluated
+"""research/static_top_end.py: the static model's facts of GPU-timed programs, saved once and re-evaluated
 (as they are, for an H200, with one constant or rule changed) against the GPU times, with no build."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("research", "benchmarks")]
 import static_top_end as T  # noqa: E402
 from minicomp.target import get_device  # noqa: E402
 import strategies_gpu as G  # noqa: E402

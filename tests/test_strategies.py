@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / d) for d in ("research", "benchmarks")]
 import strategies as B  # noqa: E402
 
 import minicomp as mc  # noqa: E402
@@ -140,7 +140,7 @@ def test_a_partly_run_budget_compares_the_strategies_on_the_tasks_the_five_ran()
 
 
 def test_pretrain_transfer_table():
-  """benchmarks/pretrain_transfer.py's table: best-so-far at 16 / 32 / 64 over the task's best, geometric mean over
+  """research/pretrain_transfer.py's table: best-so-far at 16 / 32 / 64 over the task's best, geometric mean over
   seeds (min-max beside it) and over tasks; a task whose every program failed gets no rows."""
   import pretrain_transfer as P
 
@@ -157,7 +157,7 @@ def test_pretrain_transfer_table():
 
 
 def test_round_size_table_compares_the_seeds_both_ran():
-  """benchmarks/round_size.py: best after N measurements in us*, over the seeds both round sizes ran (seed 1 ran only
+  """research/round_size.py: best after N measurements in us*, over the seeds both round sizes ran (seed 1 ran only
   at 16 and is left out), a longer run of a seed preferred, and the ratio of the two round sizes."""
   import round_size as R
 

@@ -12,8 +12,8 @@ the sketch marks gets ``auto_unroll_max_step`` from Ansor's GPU list {0, 16, 64,
    threads; ``codegen.verify``), without compiling.
 
 So nothing invalid is ever measured (Ansor's users lost whole runs to invalid GPU samples,
-REFERENCE.md 6.2). A sketch that yields no valid draw in ``max_tries`` raises
-:class:`AnnotationError` instead of looping forever (REFERENCE.md 6.3).
+apache/tvm#6713). A sketch that yields no valid draw in ``max_tries`` raises
+:class:`AnnotationError` instead of looping forever (as MetaSchedule once did, apache/tvm#12330).
 
 Every loop here is bounded by time as well as by tries (``SAMPLE_TIME_S`` per ``sample``,
 ``POPULATION_TIME_S`` per ``sample_population``): a draw that passes the value checks is lowered

@@ -18,7 +18,7 @@ tuned ones never mix their scales.
 minicomp ships one set, :func:`shipped`: 256 programs of each of the eight tasks of the strategies
 benchmark (conv 3x3, conv 512, depthwise, matmul, batch matmul, softmax, ConvTranspose, Conv3d),
 drawn from the programs the benchmark's strategies measured, with the **static model's estimates for
-an H100** as costs (no GPU was used). ``benchmarks/pretrain_data.py`` rebuilds it, or builds one from
+an H100** as costs (no GPU was used). ``research/pretrain_data.py`` rebuilds it, or builds one from
 your own measurements. What the labels are, and which commit made them, is in :attr:`PretrainData.
 meta`. If the feature definition changes, the shipped features go stale:
 ``tests/test_pretrain.py`` re-derives a sample of them from their steps and fails when they differ.
@@ -85,7 +85,7 @@ class PretrainData:
     if n_features is not None and self.n_features not in (None, n_features):
       raise CostModelError(f"pre-training data has {self.n_features} features per row, the cost model "
                            f"expects {n_features}: the data was made with another feature definition; "
-                           "rebuild it (benchmarks/pretrain_data.py)")
+                           "rebuild it (research/pretrain_data.py)")
     return [(f, c, TASK_PREFIX + t) for f, c, t in zip(self.features, self.costs, self.tasks)]
 
   # -- files

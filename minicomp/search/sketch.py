@@ -6,7 +6,7 @@ minicomp writes those sizes as expression variables in the split steps, so a ske
 symbolic :class:`~minicomp.ir.schedule.Schedule`: annotation (``annotate.py``) substitutes
 sampled values, and the Felix strategy lowers the same sketch to a symbolic program.
 
-The engine follows Ansor (REFERENCE.md 1.1-1.2): states ``(schedule, stage index)`` start at
+The engine follows Ansor (TVM's ``sketch_policy.cc`` and ``sketch_policy_rules.cc``): states ``(schedule, stage index)`` start at
 the last stage; for each state the rules are tried in order, and each answers SKIP, APPLY
 (its results are added and the next rules still see the unchanged state) or
 APPLY_AND_SKIP_REST; a rule returns successor states with the index to visit next. A state

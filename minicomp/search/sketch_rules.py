@@ -1,4 +1,4 @@
-"""Ansor's GPU sketch rules (REFERENCE.md 1.2), with the analysis and building blocks they share.
+"""Ansor's GPU sketch rules (TVM's ``sketch_policy_rules.cc``; docs/design.md, Sources), with the analysis and building blocks they share.
 
 The engine (``sketch.py``) tries them in this order (:data:`DEFAULT_RULES`):
 

@@ -1,6 +1,6 @@
 """The task scheduler: which task to tune next, and the tuning loop around the strategies.
 
-Allocation follows Ansor's gradient scheduler (REFERENCE.md 1.7; the objective is the
+Allocation follows Ansor's gradient scheduler (TVM's ``auto_scheduler/task_scheduler.py``; the objective is the
 end-to-end latency ``sum_i w_i * c_i``, ``w_i`` the number of times task ``i`` runs in the
 model, ``c_i`` its best latency so far). After one round-robin warm-up round, each round goes
 to the task with the most negative

@@ -23,7 +23,7 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   indices alone is loop-invariant, computed once per thread (the compiler hoists it), and free.
   Counting those per element, as the model did until 2026-11-27, made it see 5-6 times the integer
   instructions NVRTC's PTX has on the benchmark's convolutions and rank the depthwise's best
-  programs behind a thousand others (``benchmarks/analytic_fidelity.py``);
+  programs behind a thousand others (``research/analytic_fidelity.py``);
 - **bank conflicts** of shared accesses from the same step (a stride ``s`` in words conflicts
   ``gcd(s, 32)``-way): a block's wavefronts are its warp requests times their conflict degree
   (until 2026-11-27 they were divided by the number of blocks once more, so shared memory never
@@ -33,7 +33,7 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   keeps the values live; at most ``OPERAND_CAP``) and a fixed overhead; past the register file the
   excess spills (local memory traffic, as ptxas's spill figures are used by the full model). The
   four constants are fitted to ptxas's registers on 600 programs of four benchmark tasks
-  (``benchmarks/analytic_calibration.py``) as their 80% quantile: an estimate under ptxas's count
+  (``research/analytic_calibration.py``) as their 80% quantile: an estimate under ptxas's count
   admits a block that ptxas then compiles with spills the model does not see, the costlier error.
   On 600 programs the earlier hand-set 24 + 1 x local + 1 x operands was under ptxas's count for 25%
   and 0.5-3.8x it (10%-90% quantiles per task); the fitted formula is under for 21%, 0.6-2.4x;
@@ -68,7 +68,7 @@ from minicomp.search.static.model import LaunchFacts, launch_time
 from minicomp.search.static.ptx import LATENCY_CYCLES
 from minicomp.target import Target
 
-# registers per thread: the 80% quantile of ptxas's (sm_90, NVRTC 12.9), benchmarks/analytic_calibration.py
+# registers per thread: the 80% quantile of ptxas's (sm_90, NVRTC 12.9), research/analytic_calibration.py
 REG_OVERHEAD = 43           # registers a kernel needs besides its local buffers (indices, addresses, pointers)
 REG_PER_LOCAL = 1.13        # registers per element of a local (register) buffer
 OPERAND_REGS = 0.23         # registers per shared value an unrolled body loads (ptxas hoists the loads) ...

@@ -210,7 +210,7 @@ class AccessMap:
     isl first compresses the lattice of their equalities, and on padded Conv3d inputs one such
     operation took seconds (2-128 s past a budget of 300); projected out, the test answered 63 of
     the 354 questions the strategies benchmark's programs pose (the other form 2), none slower than
-    0.3 s (``benchmarks/isl_injective.py``)."""
+    0.3 s (``research/isl_injective.py``)."""
     m = self.isl_map(keep)
     for p, v in fix.items(): m = m.fix_input_si(p, v)
     n = len(self.extents)

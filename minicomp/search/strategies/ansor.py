@@ -1,6 +1,7 @@
 """Ansor's search: evolutionary search over annotated sketches, guided by a learned cost model.
 
-Per round for a task (REFERENCE.md 1.3-1.5; defaults are Ansor's):
+Per round for a task (TVM's ``sketch_policy.cc``: initial population, mutations, evolutionary search;
+defaults are Ansor's):
 
 1. an initial population of ``population`` valid random annotations of the task's sketches
    (never a program already measured), plus the best measured programs of the task

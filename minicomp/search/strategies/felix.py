@@ -1,6 +1,6 @@
 """Felix's search: gradient descent on the sketches' smoothed feature formulas, through the cost model.
 
-Per round for a task (Felix, ASPLOS'24, Algorithm 1; REFERENCE.md 3.4):
+Per round for a task (Felix, ASPLOS'24, Algorithm 1; its optimiser, ``python/tvm/felix/optim.py``):
 
 1. per sketch, ``n_seeds`` starting points: random valid annotations (rejection sampling with the
    value checks and the resource formulas), ``use_measured`` of them replaced by the task's best

@@ -1,6 +1,6 @@
 """Gensor: construct a schedule by a Markov walk over construction states (no measurement).
 
-Gensor (papers/gensor.txt) builds a tensor program the way an expert tiles one by hand: start
+Gensor ("Gensor: A Graph-based Construction Tensor Compilation Method for Deep Learning", 2025) builds a tensor program the way an expert tiles one by hand: start
 from the unscheduled loop nest, tile it for the outer memory level, cache to the next level, tile
 again, and stop; each step picks among the possible actions at random, with probabilities from
 the *benefit* each action promises. minicomp runs that walk on a sketch (``sketch.py``), whose

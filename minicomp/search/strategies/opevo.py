@@ -1,6 +1,6 @@
 """OpEvo: evolution with topology-aware mutation (q-random walks), and no cost model.
 
-OpEvo (Gao et al., AAAI'21; papers/opevo.txt; REFERENCE.md 4) evolves a population of measured
+OpEvo (Gao et al., AAAI'21; its code in Microsoft NNI, ``opevo/src/algorithms/opevo.py``) evolves a population of measured
 configurations. Fitness is throughput, here ``1 / cost``; a failed trial has fitness 0. The top
 ``parents`` (lambda) configurations by fitness recombine: each parameter of a child comes from a
 parent drawn in proportion to fitness, independently per parameter, so failed trials never pass
@@ -48,8 +48,8 @@ Departures from OpEvo's code (NNI ``opevo.py``):
   parents yet" means best fitness 0, not < 1e-3.
 * invalid configurations are never measured. OpEvo measures them and gives them fitness 0.
 * a random reset that is invalid, or already measured, is replaced by another draw. OpEvo mutates
-  a duplicate reset. REFERENCE.md says resets are always mutated, but the code mutates a reset
-  only while it is a duplicate, and so does this.
+  a duplicate reset: NNI's tuner reads as if resets are always mutated, but its code mutates a
+  reset only while it is a duplicate, and so does this.
 * re-mutation is bounded (``REMUTATIONS``). OpEvo loops until the child is new.
 * a parameter with one value, or a factor of extent 1, ends its walk at once. OpEvo's factor step
   fails on a product of 1.

@@ -1,6 +1,6 @@
 """Tuna's search: evolution strategies on the static model, then the top-k programs measured.
 
-Tuna (papers/tuna.txt) optimises tensor programs with compile-time analysis only: a static cost
+Tuna ("Tuna: A Static Analysis Approach to Optimizing Deep Neural Networks", 2021) optimises tensor programs with compile-time analysis only: a static cost
 model scores a program from its code, and the search is Evolution Strategies (Algorithm 4), a
 black-box optimiser over real parameters ``theta``::
 

@@ -6,8 +6,8 @@ estimated with the full static model, as ``compile`` does. Use it to compare a c
 walk or to the analytic model (same machine, one run each): the geomean is what ``compile``
 gives those tasks, and the construction time is what it costs. Every latency is an ESTIMATE.
 
-  python benchmarks/gensor_quality.py
-  python benchmarks/gensor_quality.py --target sm_86 --builds 5
+  python research/gensor_quality.py
+  python research/gensor_quality.py --target sm_86 --builds 5
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import argparse
 import math
 import sys
 import time
+from pathlib import Path
 
 MODELS = [("resnet18", {"hw": 64}), ("generator", {"z": 100, "c": 64}), ("conv3d_block", {"c": 32, "d": 8}),
           ("inverted_residual", {"c": 32, "hw": 28, "expand": 6}),
@@ -28,7 +29,7 @@ def main(argv=None) -> int:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("-v", "--verbose", action="store_true", help="a line per task")
   args = ap.parse_args(argv)
-  sys.path.insert(0, __file__.rsplit("/", 1)[0])
+  sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))   # provenance.py
   from provenance import header_lines
 
   import minicomp as mc

@@ -7,9 +7,9 @@ no GPU), through ``minicomp.compile(..., trials=N)``. Printed: the estimated end
 schedules after each checkpoint of trials, the wall time, and for reference the estimates of the
 rule-based schedules and of ``compile``'s default (trials=0: Gensor's construction where faster).
 
-  python benchmarks/tune_search.py                                   # residual block, 96 trials
-  python benchmarks/tune_search.py --trials 256 --per-round 32
-  python benchmarks/tune_search.py --model inverted_residual
+  python research/tune_search.py                                   # residual block, 96 trials
+  python research/tune_search.py --trials 256 --per-round 32
+  python research/tune_search.py --model inverted_residual
 
 Ansor's evolution runs with Ansor's defaults (population 2048, 4 generations); candidates are
 scored through the sketches' feature formulas (docs/search.md).
@@ -22,6 +22,9 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))   # provenance.py
 
 
 def main(argv=None) -> int:

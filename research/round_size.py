@@ -9,7 +9,7 @@ other. Every latency is an ESTIMATE of the static model (no GPU).
 
   python benchmarks/strategies.py --tasks depthwise --strategies ansor --budgets 1024 --seeds 3 --per-round 64
   python benchmarks/strategies.py --tasks depthwise --strategies ansor --budgets 1024 --seeds 3 --per-round 16
-  python benchmarks/round_size.py --tasks depthwise --strategy ansor --at 64,256,1024
+  python research/round_size.py --tasks depthwise --strategy ansor --at 64,256,1024
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
 
 from provenance import header_lines  # noqa: E402
 from strategies import OUT, best_so_far, geomean, load_runs  # noqa: E402

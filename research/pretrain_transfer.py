@@ -12,8 +12,8 @@ Per task, "best" is the lowest estimate any run found; a cell is the run's best-
 measurements over that best, as the geometric mean over seeds (min-max over seeds beside it); the
 last rows are geometric means over tasks. Runs are saved in ``--out`` and skipped when present.
 
-  python benchmarks/pretrain_transfer.py                           # 4 tasks x 3 strategies x 3 seeds x 64 (about 40 min on 2 cores)
-  python benchmarks/pretrain_transfer.py --report                  # the table from the saved runs
+  python research/pretrain_transfer.py                           # 4 tasks x 3 strategies x 3 seeds x 64 (about 40 min on 2 cores)
+  python research/pretrain_transfer.py --report                  # the table from the saved runs
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
 
 from provenance import header_lines  # noqa: E402
 from strategies import MemoMeasurer, best_so_far, geomean  # noqa: E402

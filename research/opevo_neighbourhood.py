@@ -36,7 +36,7 @@ Four tables, a row per task and strategy (or run):
   programs are the ones the searches chose, not a uniform sample: its correlations describe the
   regions the strategies visited.
 
-    python benchmarks/opevo_neighbourhood.py --budget 1024 --save benchmarks/results/opevo_neighbourhood/b1024.md
+    python research/opevo_neighbourhood.py --budget 1024 --save research/results/opevo_neighbourhood/b1024.md
 
 Reproduces exactly only with the memo the runs were made with (gitignored, 0.7 GB).
 """
@@ -52,7 +52,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
 import strategies as S  # noqa: E402
 
 LOCAL_STRATEGIES = ("random", "ansor", "felix", "tuna", "opevo", "opevo-pre", "opevo-one", "opevo-p2")
@@ -309,7 +310,7 @@ def main(argv=None) -> int:
   lines = report(args.memo, args.runs, tasks, [s for s in args.strategies.split(",") if s], args.budget)
   print("\n".join(lines))
   if args.save:
-    cmd = "python benchmarks/opevo_neighbourhood.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python research/opevo_neighbourhood.py " + " ".join(argv if argv is not None else sys.argv[1:])
     args.save.parent.mkdir(parents=True, exist_ok=True)
     args.save.write_text("\n".join([f"`{cmd}`", ""] + lines) + "\n")
   return 0

@@ -22,9 +22,9 @@ table gives each one's analytic cost and its rank under the analytic model among
 Every latency is an ESTIMATE of the static model (no GPU).
 
   python benchmarks/strategies.py --budgets 64                 # first: fills the memo it reads
-  python benchmarks/analytic_fidelity.py                       # all tasks in the memo
-  python benchmarks/analytic_fidelity.py --tasks conv3x3,matmul --limit 500
-  python benchmarks/analytic_fidelity.py --tasks depthwise --limit 3000 --show-best 5
+  python research/analytic_fidelity.py                       # all tasks in the memo
+  python research/analytic_fidelity.py --tasks conv3x3,matmul --limit 500
+  python research/analytic_fidelity.py --tasks depthwise --limit 3000 --show-best 5
 """
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-MEMO = HERE / "results" / "strategies" / "measured_h100.jsonl"
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
+MEMO = BENCH / "results" / "strategies" / "measured_h100.jsonl"
 
 
 def read_memo(path: Path, tasks) -> dict[str, list[tuple[str, float]]]:

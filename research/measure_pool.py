@@ -8,7 +8,7 @@ the difference is the pool: ``cold`` stops the shared pool before every call
 (``minicomp.search.workers.shutdown_pools``), ``warm`` keeps it. The modes alternate call by call, so
 load on the machine hits both alike; the table gives the median and min-max wall seconds per call.
 
-  python benchmarks/measure_pool.py [--calls 6] [--trials 8]
+  python research/measure_pool.py [--calls 6] [--trials 8]
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
 
 from provenance import header_lines  # noqa: E402
 

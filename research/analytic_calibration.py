@@ -21,8 +21,8 @@ dynamic instruction counts. Then:
 Every figure is from the static model's analyses (ptxas, PTX), no GPU.
 
   python benchmarks/strategies.py --budgets 64             # first: fills the memo it reads
-  python benchmarks/analytic_calibration.py                # 150 programs of each calibration task
-  python benchmarks/analytic_calibration.py --per-task 40 --tasks depthwise --held-out matmul
+  python research/analytic_calibration.py                # 150 programs of each calibration task
+  python research/analytic_calibration.py --per-task 40 --tasks depthwise --held-out matmul
 """
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-MEMO = HERE / "results" / "strategies" / "measured_h100.jsonl"
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
+MEMO = BENCH / "results" / "strategies" / "measured_h100.jsonl"
 REG_NAMES = ("REG_OVERHEAD", "REG_PER_LOCAL", "OPERAND_REGS", "OPERAND_CAP")
 MAX_REGS = 255        # ptxas's ceiling per thread
 

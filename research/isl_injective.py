@@ -30,9 +30,9 @@ Three steps:
   an exactness flag is not a figure), the figures that are estimates each way (sampled distinct
   counts, and block / thread sums taken from the first and last blocks), and the seconds.
 
-  python benchmarks/isl_injective.py collect --per-task 40          # a few minutes on 2 cores
-  python benchmarks/isl_injective.py compare --budget 3000 --cap 30 --save benchmarks/results/isl_injective/compare.md
-  python benchmarks/isl_injective.py movement --per-task 40 --cap 150 --save benchmarks/results/isl_injective/movement.md
+  python research/isl_injective.py collect --per-task 40          # a few minutes on 2 cores
+  python research/isl_injective.py compare --budget 3000 --cap 30 --save research/results/isl_injective/compare.md
+  python research/isl_injective.py movement --per-task 40 --cap 150 --save research/results/isl_injective/movement.md
 
 ``collect`` and ``movement`` read the memo ``strategies.py`` writes (``results/strategies/measured_h100.jsonl``,
 not in git: 0.7 GB; run ``strategies.py`` first). It grows while ``strategies.py`` runs, so a sample is of
@@ -57,8 +57,9 @@ from pathlib import Path
 import islpy as isl
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-MEMO = HERE / "results" / "strategies" / "measured_h100.jsonl"
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
+MEMO = BENCH / "results" / "strategies" / "measured_h100.jsonl"
 OUT = HERE / "results" / "isl_injective"
 OLD_BUDGET = 3000   # counting.INJECTIVE_BUDGET until 2026-11-28 (a tenth with more than two digits)
 START = "fork"      # how capped children start ("spawn" where threads are running, as in the tests: JAX's)
@@ -300,7 +301,7 @@ def movement(a) -> None:
 
 def _header(title: str, a) -> list[str]:
   import platform
-  return [title, "", "```", "command: python benchmarks/isl_injective.py " + " ".join(sys.argv[1:]),
+  return [title, "", "```", "command: python research/isl_injective.py " + " ".join(sys.argv[1:]),
           f"date:    {time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
           f"machine: nproc={mp.cpu_count()}, {platform.processor() or platform.machine()}, islpy "
           f"{__import__('islpy').version.VERSION_TEXT}; each in its own process, cap {a.cap} s, {a.jobs} at a time",

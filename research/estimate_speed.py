@@ -20,9 +20,9 @@ the programs the searches measured (larger tiles and deeper fetch loops than ran
 static model's slow cases), a fixed random sample per task, and checks each estimate against the
 one the memo recorded (column ``= memo``: a change to the model that should not move an estimate).
 
-  python benchmarks/estimate_speed.py                       # 16 schedules per workload
-  python benchmarks/estimate_speed.py --per-workload 32 --model resnet18
-  python benchmarks/estimate_speed.py --memo benchmarks/results/strategies/measured_h100.jsonl
+  python research/estimate_speed.py                       # 16 schedules per workload
+  python research/estimate_speed.py --per-workload 32 --model resnet18
+  python research/estimate_speed.py --memo benchmarks/results/strategies/measured_h100.jsonl
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "benchmarks")]   # provenance.py
 
 import numpy as np
 

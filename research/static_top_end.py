@@ -22,11 +22,11 @@ the static model does that, without a GPU, in two steps:
   tasks, score on the one left out), which is what a calibration on this data could honestly claim.
   Every latency the model gives is an ESTIMATE; every GPU time names its GPU and date.
 
-  python benchmarks/static_top_end.py facts                  # every h200_* folder under results/strategies/gpu
-  python benchmarks/static_top_end.py report --save benchmarks/results/static_top_end/report_h200_2026-11-27.md
-  python benchmarks/static_top_end.py facts --measured-data benchmarks/data/h100-2026-11-24/measured.jsonl \
-      --facts benchmarks/results/static_top_end/facts_h100_2026-11-24.jsonl.gz     # the random H100 schedules
-  python benchmarks/static_top_end.py facts --folders DIR1,DIR2 --facts /tmp/f.jsonl.gz --jobs 2
+  python research/static_top_end.py facts                  # every h200_* folder under results/strategies/gpu
+  python research/static_top_end.py report --save research/results/static_top_end/report_h200_2026-11-27.md
+  python research/static_top_end.py facts --measured-data benchmarks/data/h100-2026-11-24/measured.jsonl \
+      --facts research/results/static_top_end/facts_h100_2026-11-24.jsonl.gz     # the random H100 schedules
+  python research/static_top_end.py facts --folders DIR1,DIR2 --facts /tmp/f.jsonl.gz --jobs 2
 """
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
 
 import strategies_gpu as G  # noqa: E402
 
@@ -383,7 +384,7 @@ def main(argv=None) -> int:
     return 0
   rows = _read_facts(a.facts)
   if not rows:
-    print(f"error: no facts in {a.facts}; make them with `python benchmarks/static_top_end.py facts`", file=sys.stderr)
+    print(f"error: no facts in {a.facts}; make them with `python research/static_top_end.py facts`", file=sys.stderr)
     return 2
   from provenance import header_lines
   text = report(rows, header_lines(__file__, argv))

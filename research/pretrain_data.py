@@ -14,8 +14,8 @@ Two sources of labelled programs:
 The tasks are the strategies benchmark's eight (``strategies.tasks()``). The meta data (labels, target,
 source, command, commit, date) is stored in the file and printed.
 
-  python benchmarks/pretrain_data.py                                   # rebuild the shipped file from the memo
-  python benchmarks/pretrain_data.py --fresh --per-task 64 --out /tmp/mine.npz --target h100
+  python research/pretrain_data.py                                   # rebuild the shipped file from the memo
+  python research/pretrain_data.py --fresh --per-task 64 --out /tmp/mine.npz --target h100
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = HERE.parent / "benchmarks"   # strategies.py, provenance.py and their results
+sys.path[:0] = [str(HERE), str(BENCH)]
 
 from provenance import header_lines, revision  # noqa: E402
 from strategies import OUT, task_dag, tasks  # noqa: E402

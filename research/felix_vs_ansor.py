@@ -10,8 +10,8 @@ tuning time (Ansor: candidates scored; Felix: candidates scored plus gradient-st
 start per step), and the mean final best. The last line is the geometric mean over tasks of
 ``ansor measurements-to-95% / felix measurements-to-95%`` (Felix's paper reports 2.8-3.4x to 90-95%).
 
-  python benchmarks/felix_vs_ansor.py                          # 4 tasks, 3 seeds, 96 trials, 16 per round
-  python benchmarks/felix_vs_ansor.py --tasks dense,bmm --seeds 2 --trials 64
+  python research/felix_vs_ansor.py                          # 4 tasks, 3 seeds, 96 trials, 16 per round
+  python research/felix_vs_ansor.py --tasks dense,bmm --seeds 2 --trials 64
 """
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ import argparse
 import math
 import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))   # provenance.py
 LEVELS = (0.90, 0.95, 0.99)
 
 
