@@ -12,8 +12,8 @@ defaults are Ansor's):
    (probability ``mutation_prob``: tile size 0.90 -- move a prime factor between two levels of
    one split; annotation 0.10 -- redraw one auto-unroll step, thread count or vector width)
    or else a node-based crossover of two parents of the same sketch (each stage's variables
-   from one parent), and is kept only if it is valid; the best unmeasured programs seen are
-   kept (``2 x n``);
+   from one parent), and is kept only if it is valid; every unmeasured program seen is kept
+   with its score;
 3. the ``n`` to measure: the best ``n - n_random`` by score and ``n_random = eps_greedy x n``
    random programs of the initial population (epsilon-greedy).
 
