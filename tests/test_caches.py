@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from minicomp.codegen import nvrtc, simulator
 from minicomp.codegen.nvrtc import compile_cuda
 from minicomp.codegen.simulator import build_simulator
+from minicomp.lru import LRU
 
 
 # ---- NVRTC binaries in memory ------------------------------------------------------------
@@ -105,7 +105,7 @@ def _mapped(path: Path) -> bool:
 def test_simulator_library_cache_is_bounded_and_unloads_unused_builds(monkeypatch, tmp_path):
   monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
   monkeypatch.setattr(simulator, "LIBRARY_CACHE_SIZE", 2)
-  monkeypatch.setattr(simulator, "_LIBS", OrderedDict())
+  monkeypatch.setattr(simulator, "_LIBS", LRU(lambda: simulator.LIBRARY_CACHE_SIZE, simulator._unload))
   m1, m2, m3 = _build(1), _build(2), _build(3)
   assert list(simulator._LIBS) == [str(m2.path), str(m3.path)]    # 1, the least recently used, left
   _run(m1, 1)                                                      # evicted, but m1 keeps it loaded
@@ -162,3 +162,20 @@ def test_jax_compiled_functions_persist_across_processes(tmp_path):
   assert d3 == str(user)
   d4, hits4, _ = _fit_in_fresh_process({**env, "MINICOMP_JAX_CACHE": "0"})
   assert d4 == "None" and hits4 == 0
+
+
+# ---- the one LRU ---------------------------------------------------------------------------
+def test_lru_keeps_the_most_recently_used_and_shares_the_first_value_stored():
+  evicted = []
+  size = [3]
+  c = LRU(lambda: size[0], lambda k, v: evicted.append(k))
+  for k in "abc": c.put(k, k.upper())
+  assert c.get("a") == "A"                     # a is now the most recent
+  c.put("d", "D")
+  assert list(c) == ["c", "a", "d"] and evicted == ["b"]
+  assert c.put("a", "other") == "A"            # a racing second value is not stored: the first is shared (and used)
+  size[0] = 1
+  c.put("e", "E")                              # a lowered limit trims on the next insertion
+  assert list(c) == ["e"] and evicted == ["b", "c", "d", "a"]
+  size[0] = 0
+  assert c.put("f", "F") == "F" and len(c) == 0 and c.get("f") is None

@@ -14,14 +14,13 @@ import functools
 import logging
 import os
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from minicomp.codegen import nvrtc_worker
 from minicomp.codegen.cache import atomic_write, cache_dir, cache_key
 from minicomp.errors import NVRTCError
+from minicomp.lru import LRU
 from minicomp.target import Target, TargetError, as_target
 
 _logger = logging.getLogger("minicomp")
@@ -209,14 +208,6 @@ def _arch_hint(arch: str) -> str:
 # ---- caching -----------------------------------------------------------------------------
 
 MEMORY_CACHE_SIZE = 512         # binaries kept in memory (LRU); MINICOMP_NVRTC_MEMORY_CACHE overrides, 0: none
-_memory: OrderedDict[str, CudaBinary] = OrderedDict()   # least recently used first
-_memory_lock = threading.Lock()
-
-
-def clear_memory_cache() -> None:
-  """Forget every in-memory result (the disk cache is untouched)."""
-  with _memory_lock:
-    _memory.clear()
 
 
 def _memory_limit() -> int:
@@ -234,27 +225,12 @@ def _parse_limit(raw: str) -> int:
     return MEMORY_CACHE_SIZE
 
 
-def _memory_get(key: str) -> CudaBinary | None:
-  with _memory_lock:
-    hit = _memory.get(key)
-    if hit is not None:
-      _memory.move_to_end(key)
-    return hit
+_memory: LRU[str, CudaBinary] = LRU(_memory_limit)   # (put: keeps the binary another thread stored first)
 
 
-def _memory_put(key: str, binary: CudaBinary) -> CudaBinary:
-  """Keep ``binary`` (or the one another thread stored first, so callers share one object)."""
-  limit = _memory_limit()
-  with _memory_lock:
-    kept = _memory.get(key)
-    if kept is not None:
-      _memory.move_to_end(key)
-      return kept
-    if limit > 0:
-      _memory[key] = binary
-    while len(_memory) > limit:   # also shrinks a cache whose limit was lowered
-      _memory.popitem(last=False)
-  return binary
+def clear_memory_cache() -> None:
+  """Forget every in-memory result (the disk cache is untouched)."""
+  _memory.clear()
 
 
 def _disk_enabled() -> bool:
@@ -311,7 +287,7 @@ def compile_cuda(source: str, arch: str | Target, options: Sequence[str] = ()) -
     raise TargetError(f"pass the arch as compile_cuda(arch=...), not in options {options}")
   version = "%d.%d" % nvrtc_version()
   key = cache_key(source, arch, "\0".join(options), version)
-  hit = _memory_get(key)
+  hit = _memory.get(key)
   if hit is not None:
     return hit
   disk = _disk_enabled()
@@ -319,4 +295,4 @@ def compile_cuda(source: str, arch: str | Target, options: Sequence[str] = ()) -
   ptx, cubin, log = found if found is not None else _compile(source, arch, options)
   if disk and found is None:
     _disk_store(key, ptx, cubin, log)
-  return _memory_put(key, CudaBinary(arch, ptx, cubin, log, parse_ptxas_log(log), options, source))
+  return _memory.put(key, CudaBinary(arch, ptx, cubin, log, parse_ptxas_log(log), options, source))

@@ -40,7 +40,6 @@ import subprocess
 import tempfile
 import threading
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -49,6 +48,7 @@ import numpy as np
 
 from minicomp.codegen.cache import cache_dir, cache_key
 from minicomp.errors import SimulatorCompileError, SimulatorError
+from minicomp.lru import LRU
 
 SHIM_PATH = Path(__file__).with_name("cuda_shim.h")
 FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-fno-strict-aliasing", "-w")
@@ -74,8 +74,15 @@ _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
 # handlers it installs during a launch are process-wide.
 _LAUNCH_LOCK = threading.Lock()
 LIBRARY_CACHE_SIZE = 256   # simulator builds kept loaded (LRU); older ones are dlclose'd once unused
-_LIBS: OrderedDict[str, ctypes.CDLL] = OrderedDict()   # by path, least recently used first
 _DLCLOSE = getattr(_ctypes, "dlclose", None) or getattr(_ctypes, "FreeLibrary", None)
+
+
+def _unload(path: str, lib: ctypes.CDLL) -> None:
+  """An evicted build is dlclose'd when the last SimModule (and function pointer) using it is gone."""
+  if _DLCLOSE is not None: weakref.finalize(lib, _DLCLOSE, lib._handle).atexit = False   # exit unloads everything anyway
+
+
+_LIBS: LRU[str, ctypes.CDLL] = LRU(lambda: LIBRARY_CACHE_SIZE, _unload)   # by path
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,19 +352,13 @@ def _load(path: Path, names: Sequence[str]) -> ctypes.CDLL:
   used builds) and declare its launcher signatures."""
   with _LAUNCH_LOCK:
     lib = _LIBS.get(str(path))
-    if lib is not None:
-      _LIBS.move_to_end(str(path))
-    else:
+    if lib is None:
       try:
         lib = ctypes.CDLL(str(path))
       except OSError as e:
         raise SimulatorError(f"cannot load simulator build {path} (delete it to rebuild): {e}") from e
       lib.mc_sim_error.restype = ctypes.c_char_p
-      _LIBS[str(path)] = lib
-      while len(_LIBS) > LIBRARY_CACHE_SIZE:
-        _, old = _LIBS.popitem(last=False)
-        if _DLCLOSE is not None:   # when the last SimModule (and function pointer) using it is gone
-          weakref.finalize(old, _DLCLOSE, old._handle).atexit = False   # exit unloads everything anyway
+      lib = _LIBS.put(str(path), lib)
     for n in names:
       fn = getattr(lib, f"mc_sim_launch_{n}")
       fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int

@@ -11,12 +11,11 @@ only a speed-up: a hit returns the facts the analyses would compute again.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
+
+from minicomp.lru import LRU
 
 CACHE_SIZE = 4096
-_facts: OrderedDict[tuple, list] = OrderedDict()
-_lock = threading.Lock()
+_facts: LRU[tuple, list] = LRU(lambda: CACHE_SIZE)
 stats = {"hits": 0, "misses": 0}
 
 
@@ -27,25 +26,16 @@ def key(kernel, dev) -> tuple:
 
 
 def get(k: tuple):
-  with _lock:
-    v = _facts.get(k)
-    if v is None:
-      stats["misses"] += 1
-      return None
-    _facts.move_to_end(k)
-    stats["hits"] += 1
-    return v
+  v = _facts.get(k)
+  stats["misses" if v is None else "hits"] += 1
+  return v
 
 
 def put(k: tuple, facts: list) -> None:
-  with _lock:
-    _facts[k] = facts
-    _facts.move_to_end(k)
-    while len(_facts) > CACHE_SIZE: _facts.popitem(last=False)
+  _facts.put(k, facts)
 
 
 def clear() -> None:
   """Forget every cached analysis (and the hit counts)."""
-  with _lock:
-    _facts.clear()
-    stats.update(hits=0, misses=0)
+  _facts.clear()
+  stats.update(hits=0, misses=0)
