@@ -180,7 +180,7 @@ def test_conv_models_get_constructed_kernels_much_faster_than_the_rules():
 
 def test_fallback_to_the_rules_is_logged(caplog, monkeypatch):
   import minicomp.search.strategies.gensor as G
-  monkeypatch.setattr(G, "SketchWalker", lambda *a, **k: (_ for _ in ()).throw(ValueError("no model")))
+  monkeypatch.setattr(G, "SketchWalker", lambda *a, **k: (_ for _ in ()).throw(mc.EstimateError("no model")))
   model, feeds = zoo.residual_block()
   with caplog.at_level(logging.INFO, logger="minicomp"):
     cm = mc.compile(model, target="sm_86")

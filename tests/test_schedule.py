@@ -304,3 +304,13 @@ def test_storage_align_of_a_root_stage_is_refused():
   s.storage_align(B, 0, 32, 1)
   with pytest.raises(mc.ScheduleError, match="storage_align B: a root stage"):
     s.lower()
+
+
+@pytest.mark.parametrize("text, match", [("not json", "not JSON"), ('{"step": "split"}', "must be a JSON list"),
+                                         ('[3]', "step 0 is not a JSON object"),
+                                         ('[{"step": "split", "stage": "C"}]', "step 0 .*missing or malformed field")])
+def test_malformed_steps_are_a_schedule_error(text, match):
+  A = mc.placeholder((8,), name="A")
+  C = mc.compute((8,), lambda i: A[i] + 1.0, name="C")
+  with pytest.raises(mc.ScheduleError, match=match):
+    mc.Schedule.from_json([C], text)

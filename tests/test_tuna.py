@@ -158,7 +158,7 @@ def test_a_small_space_is_exhausted_without_repeats():
 def test_sketches_without_an_analytic_model_get_random_programs(monkeypatch):
   import minicomp.search.strategies.tuna as T
 
-  def broken(*a, **k): raise ValueError("cannot model this")
+  def broken(*a, **k): raise mc.EstimateError("cannot model this")
   monkeypatch.setattr(T, "SketchModel", broken)
   task = _task(W.matmul(64, 64, 64))
   strat = TunaStrategy(iterations=5, restarts=2)
@@ -166,6 +166,17 @@ def test_sketches_without_an_analytic_model_get_random_programs(monkeypatch):
   assert len(cands) == 4 and len({c.key for c in cands}) == 4
   assert all(validate(c.schedule, TGT)[1] is None for c in cands)
   assert strat.stats["fallback_sketches"] == 1 and strat.stats["random"] == 4
+
+
+def test_a_bug_in_the_analytic_model_is_not_taken_for_a_sketch_it_cannot_model(monkeypatch):
+  """The search catches only the errors that mean "this sketch has no model" (MinicompError); anything else
+  is a bug and stops the run."""
+  import minicomp.search.strategies.tuna as T
+
+  def buggy(*a, **k): raise TypeError("a bug")
+  monkeypatch.setattr(T, "SketchModel", buggy)
+  with pytest.raises(TypeError, match="a bug"):
+    TunaStrategy(iterations=5, restarts=2).propose(_task(W.matmul(64, 64, 64)), 4, np.random.default_rng(0))
 
 
 def _raises(self, values): raise ZeroDivisionError("a formula divides by zero")

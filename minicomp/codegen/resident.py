@@ -34,7 +34,7 @@ from minicomp.model_parts import ViewStep
 def _release(driver: Driver, ptrs: list[int], graphs: list) -> None:
   for g in graphs:
     try: driver.graph_destroy(g)
-    except Exception: pass
+    except Exception: pass   # releasing: the context may be gone (interpreter exit, a failed launch)
   graphs.clear()
   free_all(driver, ptrs)
   ptrs.clear()

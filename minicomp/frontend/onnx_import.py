@@ -43,7 +43,7 @@ def read_model(model) -> onnx.ModelProto:
     if not p.is_file(): raise ModelError(f"no ONNX file at {str(p)!r}")
     try:
       return onnx.load(str(p))
-    except Exception as e:
+    except Exception as e:  # protobuf's DecodeError, OSError, onnx's own errors: any of them means unreadable
       raise ModelError(f"could not read ONNX model {str(p)!r}: {e}") from None
   raise ModelError(f"expected an onnx.ModelProto, a path or bytes, got {type(model).__name__}")
 
@@ -105,7 +105,7 @@ def _evaluate(node: Node, values: dict[str, Value], opset: int) -> list[np.ndarr
   m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
   try:
     outs = ReferenceEvaluator(m).run(None, {i: values[i].const for i in ins})
-  except Exception as e:
+  except Exception as e:  # the reference evaluator raises whatever its numpy kernels raise
     raise ModelError(f"constant folding of {node.op_type} node {node.name!r} failed: {e}") from None
   return [np.asarray(o) for o in outs]
 
@@ -304,7 +304,7 @@ def _refold(m: onnx.ModelProto, kept: list[tuple[Node, onnx.NodeProto]], values:
     r.ir_version = m.ir_version
     try:
       r = shape_inference.infer_shapes(r, data_prop=True)
-    except Exception as e:
+    except Exception as e:  # onnx's InferenceError / ValidationError / RuntimeError
       raise ModelError(f"ONNX shape inference (after constant folding) failed: {e}") from None
     if not _take_shapes(r.graph, values): break
     kept = [(node, p) for node, p in kept if not _fold(node, values, opset)]

@@ -428,5 +428,18 @@ def steps_to_json(steps) -> str:
 
 
 def steps_from_json(text: str | list) -> list[Step]:
-  data = json.loads(text) if isinstance(text, str) else text
-  return [Step.from_json(d) for d in data]
+  """The steps of ``text`` (what :meth:`Schedule.to_json` writes, or its parsed list); text that is not a
+  JSON list of step objects with their fields is a ScheduleError naming the step."""
+  try:
+    data = json.loads(text) if isinstance(text, str) else text
+  except ValueError as e:
+    raise ScheduleError(f"schedule steps are not JSON: {e}") from None
+  if not isinstance(data, list): raise ScheduleError(f"schedule steps must be a JSON list, got {type(data).__name__}")
+  out = []
+  for k, d in enumerate(data):
+    if not isinstance(d, dict): raise ScheduleError(f"step {k} is not a JSON object: {str(d)[:80]}")
+    try:
+      out.append(Step.from_json(d))
+    except (KeyError, TypeError, ValueError) as e:
+      raise ScheduleError(f"step {k} {json.dumps(d)[:120]}: a missing or malformed field ({type(e).__name__}: {e})") from None
+  return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minicomp.errors import ExprError
+from minicomp.errors import ExprError, MinicompError
 from minicomp.ir.evaluate import fold_table
 from minicomp.ir.expr import Expr, const
 from minicomp.ir.ops import DTYPE_BYTES, Op
@@ -107,7 +107,7 @@ def formulas_or_none(sketch: Sketch) -> SketchFormulas | None:
   (the search then falls back to lowering each candidate)."""
   try:
     return SketchFormulas(sketch)
-  except Exception:  # noqa: BLE001 -- any failure just means: use the per-candidate path
+  except MinicompError:   # a symbolic program that does not lower or featurize: use the per-candidate path
     return None
 
 

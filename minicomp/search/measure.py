@@ -277,7 +277,7 @@ class GPUMeasurer(Measurer):
                          f"the workers die at start: {MAIN_GUARD_FIX}") from e
     except MinicompError as e:
       return MeasureResult(None, _classify(e), str(e), False, {}, time.perf_counter() - t0)
-    except Exception as e:
+    except Exception as e:   # any other failure of one candidate is recorded (INTERNAL, with its text): the run goes on
       return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
     try:
       kern = Kernel(plan, source, binary, as_target(target))
@@ -300,7 +300,7 @@ class GPUMeasurer(Measurer):
       return MeasureResult(None, ErrorKind.LAUNCH, str(e), False, {}, time.perf_counter() - t0)
     except MinicompError as e:
       return MeasureResult(None, _classify(e), str(e), False, {}, time.perf_counter() - t0)
-    except Exception as e:
+    except Exception as e:   # any other failure of one candidate is recorded (INTERNAL, with its text): the run goes on
       return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
 
   def close(self) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minicomp.errors import CostModelError
+from minicomp.errors import CostModelError, MinicompError
 
 FORMAT = 1
 SHIPPED = Path(__file__).parent / "data" / "pretrain_h100_static.npz"
@@ -147,7 +147,7 @@ def build(programs: Iterable[tuple[str, object, str, float | None]], meta: dict 
   feats, costs, tasks, steps = [], [], [], []
   for task, dag, st, cost in programs:
     try: f = extract_features(Schedule.from_json(dag, st).lower())
-    except Exception as e:  # noqa: BLE001 -- a program this version cannot rebuild is left out, and said so
+    except MinicompError as e:   # a program this version cannot rebuild is left out, and said so
       if on_skip is not None: on_skip(task, st, e)
       continue
     feats.append(np.asarray(f, np.float32)); costs.append(cost); tasks.append(task); steps.append(st)

@@ -44,6 +44,7 @@ import time
 
 import numpy as np
 
+from minicomp.errors import MinicompError
 from minicomp.search.annotate import (
   POPULATION_TIME_S,
   UNROLL_CHOICES,
@@ -136,7 +137,7 @@ class FelixStrategy(LearnedStrategy):
                  task.name or task.key[:12], k, len(task.sketches[k].params))
         try:
           obj = SketchObjective(task.sketches[k], task.target, f)
-        except Exception as e:  # noqa: BLE001 -- a sketch Felix cannot differentiate is left to random sampling
+        except MinicompError as e:   # a sketch Felix cannot differentiate is left to random sampling
           log.warning("felix: sketch %d of %s has no differentiable objective (%s: %s); it gets random programs",
                       k, task.name or task.key[:12], type(e).__name__, e)
         else:

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minicomp.errors import MinicompError
 from minicomp.search.annotate import Candidate, check_values, make_candidate, prime_factors
 from minicomp.search.sketch import generate_sketches
 from minicomp.search.sketch_types import Sketch, TileGroup
@@ -264,7 +265,7 @@ def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = W
     try:
       walker = SketchWalker(sk, tgt)
       res = walker.walk(rng, (starts or {}).get(k), walks=max(2, walks))
-    except Exception as e:  # noqa: BLE001 -- a sketch whose symbolic program cannot be modelled is skipped
+    except (MinicompError, ArithmeticError) as e:   # a sketch whose symbolic program cannot be modelled (or walked) is skipped
       reasons.append(f"sketch {k}: no analytic model ({type(e).__name__}: {str(e)[:120]})")
       continue
     evaluations += walker.evaluations

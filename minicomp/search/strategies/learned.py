@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minicomp.errors import MinicompError
 from minicomp.search.annotate import Candidate
 from minicomp.search.strategies.base import Strategy, TuneTask
 
@@ -95,7 +96,7 @@ class LearnedStrategy(Strategy):
       from minicomp.search.features import extract_features
       prog = c.program if c.program is not None else c.schedule.lower()
       try: f = extract_features(prog)
-      except Exception:  # noqa: BLE001 -- a program the extractor cannot take scores -inf, never stops the search
+      except MinicompError:   # a program the extractor cannot take scores -inf, never stops the search
         f = np.zeros((0, 1), np.float32)
       self._features[c.key] = f
     return f
@@ -185,7 +186,7 @@ class LearnedStrategy(Strategy):
     for t in tasks:
       for steps, cost in t.history:
         try: prog = Schedule.from_json(t.dag, steps).lower()
-        except Exception as e:  # noqa: BLE001 -- a logged program this version cannot lower: skip it
+        except MinicompError as e:   # a logged program this version cannot lower: skip it
           log.debug("resume: skipping a logged program of %s that no longer lowers (%s)", t.name or t.key, e)
           continue
         c = Candidate(Schedule.from_json(t.dag, steps), {}, -1, {}, prog)

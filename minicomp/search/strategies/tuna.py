@@ -63,6 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minicomp.errors import MinicompError
 from minicomp.search.annotate import (
   POPULATION_TIME_S,
   SAMPLE_TIME_S,
@@ -224,7 +225,7 @@ class TunaStrategy(Strategy):
       for k, sk in enumerate(task.sketches):
         try:
           searches.append(SketchSearch(sk, task.target, unroll=self.unroll))
-        except Exception as e:  # noqa: BLE001 -- a sketch the analytic model cannot handle gets random programs
+        except MinicompError as e:   # a sketch the analytic model cannot handle gets random programs
           searches.append(None)
           reasons.append(f"sketch {k}: no analytic model ({type(e).__name__}: {str(e)[:120]})")
       self._tasks[task.key] = _TaskState(searches, reasons, set(), set())
@@ -249,7 +250,7 @@ class TunaStrategy(Strategy):
       try:
         res = s.run(rng, self.restarts, self.population, self.iterations, self.sigma, self.alpha, own,
                     self._measured_starts(task, k, self.restarts // 2) if st.rounds else (), self.shaping)
-      except Exception as e:  # noqa: BLE001 -- as above: a model that fails on some points gives random programs
+      except (MinicompError, ArithmeticError) as e:   # a model that fails on some points (a division by zero) gives random programs
         res, why = None, f"sketch {k}: the analytic model failed ({type(e).__name__}: {str(e)[:120]})"
       if res is None or not s.archive:
         st.searches[k] = None
