@@ -144,35 +144,26 @@ def task_dag(name: str, smoke: bool = False):
   return _DAGS[(name, smoke)]
 
 
+# the benchmark's variants: a strategy of the library with other options
+VARIANT_OPTIONS = {"opevo-pre": ("opevo", {"prescreen": True}), "opevo-one": ("opevo", {"walk": "one"}),
+                   "opevo-p2": ("opevo", {"parents": 2}), "felix-32": ("felix", {"n_seeds": 32})}
+# smaller populations with --smoke, so CI stays fast
+SMOKE = {"ansor": {"population": 128, "generations": 2}, "felix": {"n_seeds": 4, "n_steps": 20},
+         "felix-pre": {"n_seeds": 4, "n_steps": 20}, "felix-32": {"n_steps": 20}}
+
+
 def make_strategy(name: str, seed: int, smoke: bool, pretrain=None):
-  """The strategy with its defaults (smaller populations with ``smoke``, so CI stays fast).
-  ``felix-pre``: Felix whose cost model starts trained on ``pretrain()`` (a PretrainData);
-  ``opevo-pre``: OpEvo with ``prescreen=True``; ``felix-32``: Felix with 32 starts per descent round;
-  ``opevo-one``: OpEvo with ``walk="one"``; ``opevo-p2``: OpEvo with 2 parents."""
-  from minicomp.search.tune import make_strategy as named
+  """The strategy with the library's defaults (``minicomp.search.tune.make_strategy``), a variant's options
+  (:data:`VARIANT_OPTIONS`) and, with ``smoke``, smaller populations (:data:`SMOKE`). ``felix-pre``: Felix whose cost
+  model starts trained on ``pretrain()`` (a PretrainData: the other tasks' programs)."""
+  from minicomp.search.tune import make_strategy as library
+  base, options = VARIANT_OPTIONS.get(name, (name, {}))
+  options = {**options, **(SMOKE.get(name, {}) if smoke else {})}
   if name == "felix-pre":
-    from minicomp.search.strategies.felix import FelixStrategy
-    kw = {"n_seeds": 4, "n_steps": 20} if smoke else {}
-    strat = FelixStrategy(seed=seed, pretrain=pretrain(), **kw)   # its rows stay in every retraining
+    strat = library("felix", seed, pretrain=pretrain(), **options)   # its rows stay in every retraining
     strat.model  # noqa: B018 -- trained on the pre-training data now, before the clock starts
     return strat
-  if name == "opevo-pre":
-    from minicomp.search.strategies.opevo import OpEvoStrategy
-    return OpEvoStrategy(seed=seed, prescreen=True)
-  if name in ("opevo-one", "opevo-p2"):
-    from minicomp.search.strategies.opevo import OpEvoStrategy
-    return OpEvoStrategy(seed=seed, walk="one") if name == "opevo-one" else OpEvoStrategy(seed=seed, parents=2)
-  if name == "felix-32":
-    from minicomp.search.strategies.felix import FelixStrategy
-    return FelixStrategy(seed=seed, n_seeds=32, **({"n_steps": 20} if smoke else {}))
-  if not smoke: return named(name, seed)
-  if name == "ansor":
-    from minicomp.search.strategies.ansor import AnsorStrategy
-    return AnsorStrategy(seed=seed, population=128, generations=2)
-  if name == "felix":
-    from minicomp.search.strategies.felix import FelixStrategy
-    return FelixStrategy(seed=seed, n_seeds=4, n_steps=20)
-  return named(name, seed)
+  return library(base, seed, **options)
 
 
 # ------------------------------------------------------------------------------------------ measuring

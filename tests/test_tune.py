@@ -332,3 +332,14 @@ def test_results_are_logged_as_they_come_and_a_resume_goes_on_where_it_stopped(t
   assert [r.trial for r in recs] == list(range(12))
   new = [r.workload_key for r in recs[2:]]
   assert new[0] == tasks[1].key and new.index(tasks[2].key) < (new.index(tasks[0].key) if tasks[0].key in new else 99)
+
+
+def test_one_strategy_factory_for_compile_the_cli_and_the_benchmarks():
+  from minicomp.search.strategies.opevo import OpEvoStrategy
+  from minicomp.search.tune import STRATEGIES
+  for name in STRATEGIES:
+    assert make_strategy(name, 3).name == name
+  s = make_strategy("opevo", 1, parents=2, walk="one")
+  assert isinstance(s, OpEvoStrategy) and s.parents == 2
+  with pytest.raises(TypeError):
+    make_strategy("ansor", 0, no_such_option=1)

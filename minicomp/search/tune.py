@@ -24,6 +24,7 @@ measured without trials).
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import numbers
@@ -64,28 +65,31 @@ def check_options(trials=0, seed=0, strategy="ansor", log_file=None, measurer=No
     raise TuneError(f"measurer must be None, {' or '.join(map(repr, MEASURERS))} or a Measurer, got {_what(measurer)}")
 
 
-def make_strategy(name: str | Strategy, seed: int = 0) -> Strategy:
+def _lazy(module: str, cls: str, **fixed):
+  """A constructor of ``minicomp.search.strategies.<module>.<cls>``, imported when first asked for (Felix and
+  the learned strategies import JAX)."""
+  def make(seed: int, **options) -> Strategy:
+    return getattr(importlib.import_module(f"minicomp.search.strategies.{module}"), cls)(seed=seed, **fixed, **options)
+  return make
+
+
+# the strategies by name; ``felix-pre`` is Felix whose cost model starts trained on the shipped data
+_FACTORIES = {
+  "ansor": _lazy("ansor", "AnsorStrategy"), "felix": _lazy("felix", "FelixStrategy"),
+  "felix-pre": _lazy("felix", "FelixStrategy", pretrain=True), "gensor": _lazy("gensor", "GensorStrategy"),
+  "opevo": _lazy("opevo", "OpEvoStrategy"), "tuna": _lazy("tuna", "TunaStrategy"),
+  "random": lambda seed, **options: RandomStrategy(**options),
+}
+assert tuple(_FACTORIES) == STRATEGIES
+
+
+def make_strategy(name: str | Strategy, seed: int = 0, **options) -> Strategy:
+  """The strategy called ``name`` (a Strategy object is returned as it is), seeded with ``seed``;
+  ``options`` go to its constructor (``make_strategy("opevo", 0, prescreen=True)``): the one factory
+  ``compile``, the command line and the benchmarks share."""
   if isinstance(name, Strategy): return name
-  if name == "random": return RandomStrategy()
-  if name == "ansor":
-    from minicomp.search.strategies.ansor import AnsorStrategy
-    return AnsorStrategy(seed=seed)
-  if name == "felix":
-    from minicomp.search.strategies.felix import FelixStrategy
-    return FelixStrategy(seed=seed)
-  if name == "felix-pre":             # Felix on the model pre-trained on the shipped data (search/pretrain.py)
-    from minicomp.search.strategies.felix import FelixStrategy
-    return FelixStrategy(seed=seed, pretrain=True)
-  if name == "gensor":
-    from minicomp.search.strategies.gensor import GensorStrategy
-    return GensorStrategy(seed=seed)
-  if name == "opevo":
-    from minicomp.search.strategies.opevo import OpEvoStrategy
-    return OpEvoStrategy(seed=seed)
-  if name == "tuna":
-    from minicomp.search.strategies.tuna import TunaStrategy
-    return TunaStrategy(seed=seed)
-  raise TuneError(f"unknown search strategy {name!r}; known: {', '.join(STRATEGIES)}")
+  if name not in _FACTORIES: raise TuneError(f"unknown search strategy {name!r}; known: {', '.join(STRATEGIES)}")
+  return _FACTORIES[name](seed, **options)
 
 
 def target_key(tgt: Target) -> str:
