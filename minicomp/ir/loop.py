@@ -6,8 +6,8 @@ Loop extents are Exprs (symbolic for Felix; concrete after substitution).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Union
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, TypeVar, Union
 
 from minicomp.ir.expr import Expr
 
@@ -107,6 +107,38 @@ def walk_stmts(s: Stmt):
     x = stack.pop()
     yield x
     stack.extend(reversed(_PARTS[type(x)](x)[0]))
+
+
+C = TypeVar("C")
+
+
+def walk_scoped(s: Stmt, ctx: C, into: Callable[[Stmt, C], C]) -> Iterator[tuple[Stmt, C]]:
+  """Every statement of ``s`` in the order of :func:`walk_stmts`, with the context its ancestors give it:
+  ``into(x, c)`` is the context statement ``x`` (seen in context ``c``) passes to its children, e.g. the
+  loops and guards around a store, or a trip count. The one walk of the static model, the features and
+  the loop text; iterative, so any depth."""
+  stack = [(s, ctx)]
+  while stack:
+    x, c = stack.pop()
+    yield x, c
+    kids = _PARTS[type(x)](x)[0]
+    if kids:
+      inner = into(x, c)
+      stack.extend((k, inner) for k in reversed(kids))
+
+
+# a statement rebuilt on new children
+_WITH_KIDS = {For: lambda s, k: replace(s, body=k[0]), Seq: lambda s, k: Seq(tuple(k)), If: lambda s, k: replace(s, then=k[0])}
+
+
+def map_stmts(s: Stmt, fn: Callable[[Stmt], Stmt]) -> Stmt:
+  """``s`` rebuilt children first: each statement on its mapped children, then passed to ``fn`` (which returns
+  it, or a replacement). Unchanged statements are kept as they are."""
+  kids = _PARTS[type(s)](s)[0]
+  if kids:
+    new = [map_stmts(k, fn) for k in kids]
+    if any(a is not b for a, b in zip(new, kids)): s = _WITH_KIDS[type(s)](s, new)
+  return fn(s)
 
 
 @dataclass

@@ -15,7 +15,7 @@ same tree as C; this text is for reading the loop structure::
 from __future__ import annotations
 
 from minicomp.errors import LoweringError
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync, walk_scoped
 
 INDENT = "  "
 
@@ -25,29 +25,27 @@ def _buffer(b: Buffer, shape=None) -> str:
   return f"{b.name}: {b.dtype}{dims}"
 
 
-def _stmt(s, depth: int, out: list[str]) -> None:
-  pad = INDENT * depth
-  if isinstance(s, Seq):
-    for x in s.stmts: _stmt(x, depth, out)
-  elif isinstance(s, For):
+def _line(s) -> str | None:
+  """The line of one statement (None: a sequence, which is only its children)."""
+  if isinstance(s, Seq): return None
+  if isinstance(s, For):
     note = "" if s.kind == "serial" else f"  # {s.kind}" + (" (auto_unroll pragma)" if s.pragma_unroll else "")
-    out.append(f"{pad}for {s.var} in range({s.extent!r}):{note}")
-    _stmt(s.body, depth + 1, out)
-  elif isinstance(s, If):
-    out.append(f"{pad}if {s.cond!r}:")
-    _stmt(s.then, depth + 1, out)
-  elif isinstance(s, Store):
-    out.append(f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}")
-  elif isinstance(s, Sync):
-    out.append(f"{pad}sync_threads()")
-  elif isinstance(s, Comment):
-    out.append(f"{pad}# {s.text}")
-  elif isinstance(s, CrossThreadReduce):
+    return f"for {s.var} in range({s.extent!r}):{note}"
+  if isinstance(s, If): return f"if {s.cond!r}:"
+  if isinstance(s, Store): return f"{s.buffer.name}[{s.index!r}] = {s.value!r}"
+  if isinstance(s, Sync): return "sync_threads()"
+  if isinstance(s, Comment): return f"# {s.text}"
+  if isinstance(s, CrossThreadReduce):
     init = "" if s.init is None else f", init={s.init!r}"
-    out.append(f"{pad}{s.dst.name}[{s.index!r}] = {s.combiner}_over_threadIdx.x({s.value!r}, threads={s.extent!r}, "
-               f"method={s.method}, scratch={s.scratch.name}{init})  if {s.cond!r}")
-  else:
-    raise LoweringError(f"loop_text: no text form for the statement {s!r}")
+    return (f"{s.dst.name}[{s.index!r}] = {s.combiner}_over_threadIdx.x({s.value!r}, threads={s.extent!r}, "
+            f"method={s.method}, scratch={s.scratch.name}{init})  if {s.cond!r}")
+  raise LoweringError(f"loop_text: no text form for the statement {s!r}")
+
+
+def _stmt(s, depth: int, out: list[str]) -> None:
+  for x, d in walk_scoped(s, depth, lambda x, d: d if isinstance(x, Seq) else d + 1):
+    line = _line(x)
+    if line is not None: out.append(INDENT * d + line)
 
 
 def kernel_text(k: LoopKernel, shapes: dict[str, tuple[int, ...]] | None = None) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from minicomp.errors import ScheduleError
 from minicomp.ir.expr import Expr, all_of, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import substitute
-from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync, stmt_parts,
-                              walk_stmts)
+from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync, map_stmts,
+                              stmt_parts, walk_stmts)
 from minicomp.ir.ops import Op
 from minicomp.ir.names import c_ident
 from minicomp.ir.simplify import simplify
@@ -220,17 +220,15 @@ def _is_one(e: Expr) -> bool:
 
 def _tidy(s):
   """Flatten nested sequences and drop a barrier that directly follows another one."""
-  if isinstance(s, Seq):
+  def flat(x):
+    if not isinstance(x, Seq): return x
     out: list = []
-    for x in s.stmts:
-      x = _tidy(x)
-      for y in (x.stmts if isinstance(x, Seq) else (x,)):
-        if isinstance(y, Sync) and out and isinstance(out[-1], Sync): continue
-        out.append(y)
+    for y in x.stmts:
+      for z in (y.stmts if isinstance(y, Seq) else (y,)):
+        if isinstance(z, Sync) and out and isinstance(out[-1], Sync): continue
+        out.append(z)
     return out[0] if len(out) == 1 else Seq(tuple(out))
-  if isinstance(s, For): return For(s.var, s.extent, _tidy(s.body), s.kind, s.pragma_unroll)
-  if isinstance(s, If): return If(s.cond, _tidy(s.then))
-  return s
+  return map_stmts(s, flat)
 
 
 def _buffers_read(stmt) -> list[Buffer]:

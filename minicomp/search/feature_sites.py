@@ -16,7 +16,7 @@ from typing import NamedTuple
 from minicomp.ir.arith import add, fl, fmax, fmin, gt, imin, make, num, sub
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, cast, const, free_vars, var, walk
-from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, LoopKernel, Seq, Store
+from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, LoopKernel, Store, walk_scoped
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.simplify import simplify
@@ -77,19 +77,15 @@ def _thread_ranges(k: LoopKernel) -> dict[str, Expr]:
   tag_of = dict(k.bindings)
   out: dict[str, Expr] = {}
 
-  def go(st, conds):
-    if isinstance(st, For): go(st.body, conds)
-    elif isinstance(st, Seq):
-      for x in st.stmts: go(x, conds)
-    elif isinstance(st, If): go(st.then, conds + _conjuncts(st.cond))
-    elif isinstance(st, (Store, CrossThreadReduce)):
+  guards = lambda st, conds: conds + _conjuncts(st.cond) if isinstance(st, If) else conds
+  for st, conds in walk_scoped(k.body, [], guards):
+    if isinstance(st, (Store, CrossThreadReduce)):
       used = free_vars(st.index) | free_vars(st.value)
       for g in conds:
         if g.op is Op.LT and g.src[0].op is Op.VAR:
           x = _positions(g.src[1])
           for c in used:
             if tag_of.get(c) == g.src[0].arg: out[c] = x if c not in out else imin(out[c], x)
-  go(k.body, [])
   return out
 
 
@@ -249,19 +245,20 @@ def store_sites(k: LoopKernel) -> list[Site]:
         s.acc[n.arg.name] = (b, "RW" if kind != "R" else "R", idx + [_positions(substitute(n.src[0], rename))])
     out.append(s)
 
-  def go(st, loops, conds):
+  def into(st, ctx):
+    loops, conds = ctx
     if isinstance(st, For):   # the pragma's unrolling is a later pass in TVM: features see it in one column only
-      go(st.body, loops + [SiteLoop(id(st), st.var, st.extent, "serial" if st.pragma_unroll else st.kind)], conds)
-    elif isinstance(st, Seq):
-      for x in st.stmts: go(x, loops, conds)
-    elif isinstance(st, If): go(st.then, loops, conds + [_positions(substitute(st.cond, rename))])
-    elif isinstance(st, Store): site(loops, conds, st.buffer, st.index, st.value)
+      return loops + [SiteLoop(id(st), st.var, st.extent, "serial" if st.pragma_unroll else st.kind)], conds
+    if isinstance(st, If): return loops, conds + [_positions(substitute(st.cond, rename))]
+    return ctx
+
+  for st, (loops, conds) in walk_scoped(k.body, ([], []), into):
+    if isinstance(st, Store): site(loops, conds, st.buffer, st.index, st.value)
     elif isinstance(st, CrossThreadReduce):
       # every thread of the reduction combines once (the shuffle / tree steps), then the total is stored
       v = Expr.make(_COMBINE[st.combiner], st.value.dtype, (st.value, st.value))
       if st.init is not None: v = Expr.make(_COMBINE[st.combiner], v.dtype, (st.init, v))
       site(loops, conds, st.dst, st.index, v)
-  go(k.body, [], [])
   return out
 
 

@@ -61,7 +61,7 @@ import numpy as np
 
 from minicomp.ir.expr import Expr, const, free_vars, walk
 from minicomp.ir.rewrite import map_loads, substitute
-from minicomp.ir.loop import CrossThreadReduce, For, If, Seq, Store, Sync, walk_stmts
+from minicomp.ir.loop import CrossThreadReduce, For, Store, Sync, walk_scoped, walk_stmts
 from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, Op
 from minicomp.search.formulas import FormulaEval
 from minicomp.search.static.model import LaunchFacts, launch_time
@@ -171,18 +171,17 @@ class SketchModel:
     def add(cls: str, n: Expr) -> None:
       counts[cls] = counts[cls] + n if cls in counts else n
 
-    def go(st, trip: Expr, loops: list[tuple[str, Expr, str]], width: Expr, vvar: str | None = None) -> None:
+    def into(st, ctx):
+      """(trip count, enclosing loops, vector width, the vectorized loop's variable) inside ``st``."""
+      trip, loops, width, vvar = ctx
+      if not isinstance(st, For): return ctx
+      if st.kind == "vectorize": return trip, loops, width * st.extent, st.var
+      kind = "barrier" if _has_sync(st.body) else st.kind
+      return trip * st.extent, loops + [(st.var, st.extent, kind)], width, vvar
+
+    for st, (trip, loops, width, vvar) in walk_scoped(k.body, (const(1), [], const(1), None), into):
       if isinstance(st, For):
         self._loops.add(st.var)
-        if st.kind == "vectorize":
-          go(st.body, trip, loops, width * st.extent, st.var)
-        else:
-          kind = "barrier" if _has_sync(st.body) else st.kind
-          go(st.body, trip * st.extent, loops + [(st.var, st.extent, kind)], width, vvar)
-      elif isinstance(st, Seq):
-        for s in st.stmts: go(s, trip, loops, width, vvar)
-      elif isinstance(st, If):
-        go(st.then, trip, loops, width, vvar)
       elif isinstance(st, Sync):
         kf.rounds = kf.rounds + trip
         add("bar_sync", trip)
@@ -195,7 +194,6 @@ class SketchModel:
         add("shfl", trip * steps)
         add("fp32_arith", trip * steps)
         add("st_shared", trip); add("ld_shared", trip); add("bar_sync", trip * 2)
-    go(k.body, const(1), [], const(1))
     kf.counts = counts
     kf.dram_bytes = float(sum(sizes.get(b.name, 0) for b in k.params if b.scope == "global"))
     return kf

@@ -34,7 +34,7 @@ from minicomp.errors import FootprintError
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, free_vars, var
 from minicomp.ir.rewrite import substitute
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync, walk_scoped
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.linear import linear
 from minicomp.search.static.isl_text import Digits, aff_text, cond_text, pieces_text
@@ -284,17 +284,18 @@ def collect_accesses(kernel: LoopKernel) -> tuple[list[Access], list[LoopNode]]:
       for s in n.src: go(s, cs)
     go(e, conds)
 
-  def walk(s, lp: tuple, conds: tuple) -> None:
-    if isinstance(s, Seq):
-      for x in s.stmts: walk(x, lp, conds)
-    elif isinstance(s, For):
+  def into(s, ctx: tuple) -> tuple:
+    lp, conds = ctx
+    if isinstance(s, For):
       node = LoopNode(len(loops), s.var, _int(s.extent), s.kind, lp[-1].node if lp else None, len(lp))
       loops.append(node)
-      walk(s.body, lp + (node,), conds)
-    elif isinstance(s, If):
-      c = substitute(s.cond, sub)
-      loads(c, lp, conds)
-      walk(s.then, lp, conds + (c,))
+      return lp + (node,), conds
+    if isinstance(s, If): return lp, conds + (substitute(s.cond, sub),)
+    return ctx
+
+  for s, (lp, conds) in walk_scoped(kernel.body, ((), ()), into):
+    if isinstance(s, If):
+      loads(substitute(s.cond, sub), lp, conds)
     elif isinstance(s, Store):
       idx, val = substitute(s.index, sub), substitute(s.value, sub)
       loads(val, lp, conds)
@@ -302,11 +303,8 @@ def collect_accesses(kernel: LoopKernel) -> tuple[list[Access], list[LoopNode]]:
       accesses.append(Access(s.buffer, "write", idx, lp, conds))
     elif isinstance(s, CrossThreadReduce):
       _cross_thread(kernel, s, sub, lp, conds, loads, accesses)
-    elif isinstance(s, (Sync, Comment)):
-      pass
-    else:
+    elif not isinstance(s, (Seq, For, Sync, Comment)):
       raise FootprintError(f"unknown statement {type(s).__name__}")
-  walk(kernel.body, (), ())
   return accesses, loops
 
 

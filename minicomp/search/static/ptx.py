@@ -201,21 +201,9 @@ def _basic_blocks(instrs, labels, mult, loops) -> tuple[BasicBlock, ...]:
 def ir_loop_extents(stmt, kinds: tuple[str, ...] = ("serial",)) -> list[int]:
   """Constant extents of the loops of a loop-IR statement (pre-order, outer first) whose kind is
   in ``kinds`` (the loops minicomp leaves rolled; NVVM may still unroll short ones)."""
-  from minicomp.ir import loop as L
-  out: list[int] = []
-
-  def walk(s):
-    if isinstance(s, L.For):
-      if s.kind in kinds and getattr(s.extent, "is_const", False):
-        out.append(int(s.extent.arg))
-      walk(s.body)
-    elif isinstance(s, L.Seq):
-      for x in s.stmts:
-        walk(x)
-    elif isinstance(s, L.If):
-      walk(s.then)
-  walk(stmt)
-  return out
+  from minicomp.ir.loop import For, walk_stmts
+  return [int(s.extent.arg) for s in walk_stmts(stmt)
+          if isinstance(s, For) and s.kind in kinds and getattr(s.extent, "is_const", False)]
 
 
 def ptx_profiles(kernel, hints=None) -> dict[str, PTXProfile]:
