@@ -259,7 +259,7 @@ def pretrain_data(meas: MemoMeasurer, task: str, args):
 
   from minicomp.ir.schedule import Schedule
   from minicomp.search.features import extract_features
-  from minicomp.search.pretrain import PretrainData
+  from minicomp.search.cost_model.pretrain import PretrainData
   builders = tasks(args.smoke)
   by_task: dict[str, list[tuple[str, float | None]]] = {}
   for (t, steps), (cost, _) in sorted(meas.memo.items()):

@@ -61,7 +61,7 @@ def analytic_points(task: str, programs: list[str], target: str):
   import strategies as S
 
   from minicomp.search.strategies.base import TuneTask
-  from minicomp.search.strategies.opevo_space import read_point
+  from minicomp.search.strategies.opevo.space import read_point
   from minicomp.target import as_target
   tgt = as_target(target)
   dag = S.task_dag(task)

@@ -89,7 +89,7 @@ class Placed:
 
   def __init__(self, task: str, memo: dict[str, float], target: str = "h100"):
     from minicomp.search.strategies.base import TuneTask
-    from minicomp.search.strategies.opevo_space import Space
+    from minicomp.search.strategies.opevo.space import Space
     from minicomp.target import as_target
     dag = S.task_dag(task)
     self.task = TuneTask(task, dag, as_target(target), 1, dag.flop_count(), "", task)

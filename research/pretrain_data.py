@@ -1,10 +1,10 @@
-"""Build the cost model's pre-training data (``minicomp/search/pretrain.py``).
+"""Build the cost model's pre-training data (``minicomp/search/cost_model/pretrain.py``).
 
 Two sources of labelled programs:
 
 - ``--memo FILE`` (default: the strategies benchmark's memo, ``results/strategies/measured_h100.jsonl``):
   the programs the benchmark's strategies measured, with the static model's estimates for an H100 as
-  costs. This is how the shipped ``minicomp/search/data/pretrain_h100_static.npz`` is made: a fixed
+  costs. This is how the shipped ``minicomp/search/cost_model/data/pretrain_h100_static.npz`` is made: a fixed
   random sample of ``--per-task`` programs of each task (failed ones included: they teach the model
   what fails).
 - ``--fresh``: random valid programs of each task (``sample_population``), measured now with the
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--out", type=Path, default=HERE.parent / "minicomp" / "search" / "data" / "pretrain_h100_static.npz")
   args = ap.parse_args(argv)
-  from minicomp.search.pretrain import build
+  from minicomp.search.cost_model.pretrain import build
   names = [t for t in args.tasks.split(",") if t]
   unknown = sorted(set(names) - set(tasks()))
   if unknown: ap.error(f"unknown task(s) {', '.join(unknown)}; known: {', '.join(tasks())}")

@@ -1,6 +1,6 @@
 """Does the shipped pre-training data help on tasks it never saw? Felix against ``felix-pre`` (and Ansor).
 
-``strategy="felix-pre"`` trains Felix's cost model on the shipped data (``minicomp/search/pretrain.py``:
+``strategy="felix-pre"`` trains Felix's cost model on the shipped data (``minicomp/search/cost_model/pretrain.py``:
 static-model labels of the strategies benchmark's eight tasks) before the first measurement. The
 strategies benchmark measured its benefit leave-one-task-out; this measures it the way a user gets it:
 on ResNet-18 tasks whose shapes are not in the data (the 7x7 stride-2 stem, a 3x3 stride-2 128-channel

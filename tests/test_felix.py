@@ -46,8 +46,8 @@ def mm():
   with random costs (what the descent follows does not matter here, only that it is fixed)."""
   from minicomp.search.cost_model import MLPCostModel
   from minicomp.search.features import N_FEATURES
-  from minicomp.search.formulas import SketchFormulas
-  from minicomp.search.objective import SketchObjective
+  from minicomp.search.features.formulas import SketchFormulas
+  from minicomp.search.strategies.felix.objective import SketchObjective
   task = _task(WL)
   (sk,) = task.sketches
   f = SketchFormulas(sk)
@@ -183,7 +183,7 @@ def test_register_estimate_is_a_resource_formula(mm):
   """The penalised register estimate is the 32-bit words of the thread's local buffers, equal to what
   the concretely lowered program allocates, with a limit below the target's registers per thread."""
   from minicomp.ir.evaluate import evaluate
-  from minicomp.search.objective import REG_RESERVE, resource_formulas
+  from minicomp.search.strategies.felix.objective import REG_RESERVE, resource_formulas
   exprs, limits = resource_formulas(mm.f, TGT)
   assert TGT.max_registers_per_thread - REG_RESERVE in limits
   reg = exprs[limits.index(TGT.max_registers_per_thread - REG_RESERVE)]

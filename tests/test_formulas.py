@@ -5,7 +5,7 @@ import pytest
 from minicomp import workloads as W
 from minicomp.search.annotate import check_values, draw_unroll, draw_values, make_candidate
 from minicomp.search.features import evaluate_features, feature_names
-from minicomp.search.formulas import SketchFormulas
+from minicomp.search.features.formulas import SketchFormulas
 from minicomp.search.sketch import generate_sketches
 from minicomp.target import Target
 

@@ -1,4 +1,4 @@
-"""OpEvo (search/strategies/opevo.py, opevo_space.py): the factor graphs, the q-random walk, fitness-proportional
+"""OpEvo (search/strategies/opevo/__init__.py, opevo_space.py): the factor graphs, the q-random walk, fitness-proportional
 inheritance, valid never-measured proposals, points read back from logged steps, and a tuned model
 that matches onnxruntime and resumes from its log."""
 import hashlib
@@ -16,12 +16,12 @@ from minicomp.ir.dag import ComputeDAG
 from minicomp.search import annotate
 from minicomp.search.annotate import UNROLL_CHOICES, check_values, concretize, make_candidate, prime_factors
 from minicomp.search.records import load_records
-from minicomp.search.strategies import opevo_space
+from minicomp.search.strategies.opevo import space as opevo_space
 from minicomp.search.strategies.base import TuneTask
 from minicomp.search.strategies.learned import Point
 from minicomp.search.sketch_types import TileGroup
 from minicomp.search.strategies.opevo import OpEvoStrategy
-from minicomp.search.strategies.opevo_space import (ChoiceParam, DiscreteParam, FactorParam, FactorSpace, Space,
+from minicomp.search.strategies.opevo.space import (ChoiceParam, DiscreteParam, FactorParam, FactorSpace, Space,
                                                     factor_graph, q_walk, read_point)
 from minicomp.target import Target
 

@@ -1,4 +1,4 @@
-"""The cost model's pre-training data (search/pretrain.py): the shipped set is current and teaches the
+"""The cost model's pre-training data (search/cost_model/pretrain.py): the shipped set is current and teaches the
 model to rank programs of a task it has never seen; a strategy given it starts model-guided."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from minicomp.ir.dag import ComputeDAG  # noqa: E402
 from minicomp.search.cost_model import evaluate  # noqa: E402
 from minicomp.search.features import N_FEATURES  # noqa: E402
 from minicomp.search.measure import StaticMeasurer  # noqa: E402
-from minicomp.search.pretrain import TASK_PREFIX, PretrainData, build, resolve, shipped, stale  # noqa: E402
+from minicomp.search.cost_model.pretrain import TASK_PREFIX, PretrainData, build, resolve, shipped, stale  # noqa: E402
 from minicomp.search.strategies.base import TuneTask  # noqa: E402
 from minicomp.search.strategies.felix import FelixStrategy  # noqa: E402
 from minicomp.search.task_scheduler import tune  # noqa: E402

@@ -1,4 +1,4 @@
-"""Felix's smoothing (minicomp/search/smooth.py): closed forms against numerical convolution, each rule
+"""Felix's smoothing (minicomp/search/strategies/felix/smooth.py): closed forms against numerical convolution, each rule
 against its exact operator at integer points, the real feature formulas of five sketches against the
 exact ones, gradients, and the JAX evaluator against numpy."""
 import math
@@ -24,10 +24,10 @@ from minicomp.ir.expr import (
 from minicomp.ir.ops import Op
 from minicomp.search.annotate import draw_values, make_candidate
 from minicomp.search.features import extract_program_exprs, feature_names
-from minicomp.search.formulas import FormulaEval
+from minicomp.search.features.formulas import FormulaEval
 from minicomp.search.sketch import generate_sketches
-from minicomp.search.log_space import compile_features, exp_substitute, log_feature
-from minicomp.search.smooth import (
+from minicomp.search.strategies.felix.log_space import compile_features, exp_substitute, log_feature
+from minicomp.search.strategies.felix.smooth import (
   RULES,
   Smoother,
   abs_tie,
@@ -38,7 +38,7 @@ from minicomp.search.smooth import (
   step_compact,
   step_s,
 )
-from minicomp.search.tape import compile_formulas
+from minicomp.search.strategies.felix.tape import compile_formulas
 from minicomp.target import Target
 
 jax = pytest.importorskip("jax")

@@ -100,7 +100,7 @@ def _felix_entries() -> dict:
 
   from minicomp import workloads as W
   from minicomp.ir.dag import ComputeDAG
-  from minicomp.search.objective import SketchObjective
+  from minicomp.search.strategies.felix.objective import SketchObjective
   from minicomp.search.sketch import generate_sketches
   from minicomp.target import as_target
   out = {}

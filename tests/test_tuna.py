@@ -1,4 +1,4 @@
-"""Tuna's search (search/strategies/tuna.py): the ES update is Algorithm 4 on rank-shaped fitness, it
+"""Tuna's search (search/strategies/tuna/__init__.py): the ES update is Algorithm 4 on rank-shaped fitness, it
 finds points the analytic model rates far above random ones without measuring anything, every proposal
 is valid and new, and ``compile(strategy="tuna")`` tunes, logs and resumes like the other strategies."""
 import math
@@ -13,7 +13,7 @@ from minicomp.ir.dag import ComputeDAG
 from minicomp.search.annotate import UNROLL_CHOICES, check_values, draw_values, validate
 from minicomp.search.records import load_records
 from minicomp.search.strategies.base import TuneTask
-from minicomp.search.strategies.evolution_strategies import centered_ranks, es_step, evolve
+from minicomp.search.strategies.tuna.evolution_strategies import centered_ranks, es_step, evolve
 from minicomp.search.strategies.tuna import SketchSearch, TunaStrategy
 from minicomp.target import as_target
 from onnx_harness import run_ort

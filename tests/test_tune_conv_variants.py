@@ -17,7 +17,7 @@ from minicomp.graph.partition import partition
 from minicomp.graph.subgraph import nodes_to_te
 from minicomp.ir.dag import ComputeDAG
 from minicomp.search import annotate
-from minicomp.search.formulas import formulas_or_none
+from minicomp.search.features.formulas import formulas_or_none
 from minicomp.search.measure import StaticMeasurer
 from minicomp.search.records import load_records
 from minicomp.search.sketch import generate_sketches

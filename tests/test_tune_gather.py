@@ -20,7 +20,7 @@ from minicomp.ir.expr import Expr, const, var
 from minicomp.ir.loop import Buffer
 from minicomp.ir.ops import Op
 from minicomp.search.features import evaluate_features, extract_features, extract_program_exprs, feature_names
-from minicomp.search.formulas import FormulaEval, SketchFormulas
+from minicomp.search.features.formulas import FormulaEval, SketchFormulas
 from minicomp.search.measure import StaticMeasurer
 from minicomp.search.records import load_records
 from minicomp.search.sketch import generate_sketches

@@ -76,7 +76,7 @@ def test_grouped_conv_sketches_lower_symbolically_and_their_samples_are_correct(
   import numpy as np
   from minicomp import workloads as W
   from minicomp.search.annotate import sample_population
-  from minicomp.search.formulas import formulas_or_none
+  from minicomp.search.features.formulas import formulas_or_none
   from minicomp.search.sketch import generate_sketches
   from test_tune_conv_variants import _dag
   dag = _dag(_grouped())

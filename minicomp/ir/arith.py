@@ -1,5 +1,5 @@
 """Float64 expression builders that fold constants: the one kit behind Ansor's feature formulas
-(:mod:`minicomp.search.features`) and Felix's smoothing rules (:mod:`minicomp.search.smooth`).
+(:mod:`minicomp.search.features`) and Felix's smoothing rules (:mod:`minicomp.search.strategies.felix.smooth`).
 
 A builder returns an Expr; when every operand is a constant it returns the constant, computed with the
 numpy tables of :mod:`minicomp.ir.evaluate`. Folding while building and evaluating the unfolded Expr

@@ -97,7 +97,7 @@ def evaluate(e: Expr, env: dict[str, Any] | None = None, xp=np, loads: Callable 
     raise
 
 
-# -- the third form: the tape (minicomp.search.tape), which runs many formulas as one JAX program. Every op
+# -- the third form: the tape (minicomp.search.strategies.felix.tape), which runs many formulas as one JAX program. Every op
 # works on float lanes, bools are 0.0 / 1.0, and each op sees ``(xp, a, b, c, mask)``: a chunk of lanes runs
 # every op kind present and keeps each lane's own, so the inputs of the partial ops are masked where the
 # lane runs another op (a NaN there would leak into the gradient through ``where``).

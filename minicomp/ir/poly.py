@@ -1,6 +1,6 @@
 """Integer expressions as polynomials over atoms, for the exact rewrites that floor division and min / max need.
 
-Felix's smoother (:mod:`minicomp.search.smooth`) rewrites ``floordiv``, ``floormod``, ``min`` and ``max`` of
+Felix's smoother (:mod:`minicomp.search.strategies.felix.smooth`) rewrites ``floordiv``, ``floormod``, ``min`` and ``max`` of
 a sketch's size variables exactly where it can before it smooths what is left: ``(q*b + r) // b = q + r // b``
 with the multiples of ``b`` read off the expanded numerator, ``max(1, x*y) = x*y`` when one side provably
 dominates, and floor division pushed under min / max / select. The feature extractor uses the same algebra

@@ -63,7 +63,7 @@ from minicomp.ir.expr import Expr, const, free_vars, walk
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, Store, Sync, walk_scoped, walk_stmts
 from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, Op
-from minicomp.search.formulas import FormulaEval
+from minicomp.search.features.formulas import FormulaEval
 from minicomp.search.static.model import LaunchFacts, launch_time
 from minicomp.search.static.ptx import LATENCY_CYCLES
 from minicomp.target import Target

@@ -51,7 +51,7 @@ class LearnedStrategy(Strategy):
   """Base of the strategies that rank candidates with the learned cost model (``model``)."""
 
   def __init__(self, seed: int = 0, model=None, pretrain=None):
-    from minicomp.search.pretrain import resolve
+    from minicomp.search.cost_model.pretrain import resolve
     self.seed = seed
     self._model = model
     self._features: dict[str, np.ndarray] = {}
@@ -104,7 +104,7 @@ class LearnedStrategy(Strategy):
   def _formulas(self, task: TuneTask, k: int):
     key = (task.key, k)
     if key not in self._formula_cache:
-      from minicomp.search.formulas import formulas_or_none
+      from minicomp.search.features.formulas import formulas_or_none
       self._formula_cache[key] = formulas_or_none(task.sketches[k])
     return self._formula_cache[key]
 

@@ -40,7 +40,7 @@ and its smoothed children; ``register_smoothing_rule`` replaces or adds one):
   log/sqrt     of pos(x) = max(x, eps) with a C^2 corner; log2, pow, exp2, ... through exp/log
 
 The exact rewrites' polynomial algebra is :mod:`minicomp.ir.poly`. Felix's change of variables ``x = exp(y)``
-and the compiled feature function of a sketch are :mod:`minicomp.search.log_space`.
+and the compiled feature function of a sketch are :mod:`minicomp.search.strategies.felix.log_space`.
 """
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 
 Felix searches in ``y = log x`` for every size variable ``x`` of a sketch: products of tile sizes
 become sums, and a step in ``y`` is a relative step in ``x``. :func:`exp_substitute` replaces each
-``x`` by ``exp(y_x)`` in a smoothed formula (:mod:`minicomp.search.smooth`), :func:`log_feature` is a
+``x`` by ``exp(y_x)`` in a smoothed formula (:mod:`minicomp.search.strategies.felix.smooth`), :func:`log_feature` is a
 smooth ``slog`` for raw formulas, and :func:`compile_features` smooths, substitutes and compiles a
-sketch's feature rows into one JAX function of ``y`` (:mod:`minicomp.search.tape`).
+sketch's feature rows into one JAX function of ``y`` (:mod:`minicomp.search.strategies.felix.tape`).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from minicomp.ir.arith import fl as c
 from minicomp.ir.expr import Expr, var
 from minicomp.ir.ops import Op
 from minicomp.ir.rewrite import Rules, rewrite
-from minicomp.search.smooth import F64, LN2, SMOOTH_CALLS, SMOOTH_OPS, Smoother, add, div, is_smooth, mul, smooth
-from minicomp.search.tape import compile_formulas
+from minicomp.search.strategies.felix.smooth import F64, LN2, SMOOTH_CALLS, SMOOTH_OPS, Smoother, add, div, is_smooth, mul, smooth
+from minicomp.search.strategies.felix.tape import compile_formulas
 
 
 class _NotSmooth(Exception):

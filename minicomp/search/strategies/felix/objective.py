@@ -111,10 +111,10 @@ class SketchObjective:
   seconds for a conv on 2 cores; the strategy caches one per sketch."""
 
   def __init__(self, sketch: Sketch, target: Target, formulas=None):
-    from minicomp.search.formulas import SketchFormulas
-    from minicomp.search.log_space import compile_features, exp_substitute
-    from minicomp.search.smooth import Smoother
-    from minicomp.search.tape import compile_formulas
+    from minicomp.search.features.formulas import SketchFormulas
+    from minicomp.search.strategies.felix.log_space import compile_features, exp_substitute
+    from minicomp.search.strategies.felix.smooth import Smoother
+    from minicomp.search.strategies.felix.tape import compile_formulas
     self.sketch, self.target = sketch, target
     self.formulas = formulas if formulas is not None else SketchFormulas(sketch)
     self.names = list(sketch.params)
@@ -159,7 +159,7 @@ class SketchObjective:
     import jax
     import jax.numpy as jnp
 
-    from minicomp.search.cost_model_mlp import program_score
+    from minicomp.search.cost_model.mlp import program_score
     F = self.features(Y) * inv_scale
     mask = jnp.ones(self.shape[0], bool)
     score = jax.vmap(program_score, (None, 0, None))(params, F, mask)

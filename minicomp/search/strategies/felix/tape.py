@@ -1,6 +1,6 @@
 """Many expressions as one jit / vmap / grad-able JAX function: a tape interpreter of their DAG.
 
-``compile_formulas`` turns Felix's smoothed feature formulas (:mod:`minicomp.search.smooth`) into one
+``compile_formulas`` turns Felix's smoothed feature formulas (:mod:`minicomp.search.strategies.felix.smooth`) into one
 function of the sketch's variables. Tracing each of a million nodes into JAX would take minutes, so the
 DAG becomes a program for a small interpreter instead: value slots (constants, variables, then the nodes
 level by level, each level cut into chunks of equal width), one ``lax.scan`` step per chunk. Trace and

@@ -11,7 +11,7 @@ from minicomp.ir.arith import (add, div, eq, fl, fmax, fmin, ge, gt, ifl, land, 
                                onehot, slog, sub)
 from minicomp.ir.expr import Expr
 from minicomp.ir.ops import DTYPE_BYTES
-from minicomp.search.feature_sites import Site, nontrivial, unit_steps
+from minicomp.search.features.sites import Site, nontrivial, unit_steps
 
 N_BUF_FEATURES = 18
 N_CURVE = 10

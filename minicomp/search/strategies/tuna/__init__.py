@@ -80,7 +80,7 @@ from minicomp.search.annotate import (
 from minicomp.search.sketch_types import Sketch
 from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel
 from minicomp.search.strategies.base import Strategy, TuneTask
-from minicomp.search.strategies.evolution_strategies import ALPHA, ITERATIONS, POPULATION, SIGMA, ESRun, evolve
+from minicomp.search.strategies.tuna.evolution_strategies import ALPHA, ITERATIONS, POPULATION, SIGMA, ESRun, evolve
 from minicomp.search.strategies.felix import round_values
 from minicomp.target import Target
 

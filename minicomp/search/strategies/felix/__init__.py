@@ -129,7 +129,7 @@ class FelixStrategy(LearnedStrategy):
     formulas (its symbolic program cannot be lowered) or they cannot be smoothed."""
     key = (task.key, k)
     if key not in self._objectives:
-      from minicomp.search.objective import SketchObjective
+      from minicomp.search.strategies.felix.objective import SketchObjective
       obj, f = None, self._formulas(task, k)
       if f is not None:
         t0 = time.perf_counter()

@@ -35,7 +35,7 @@ Only with prescreen is a model trained (after each round, and from the log on re
 is fitted, the first ``n`` are taken.
 
 **Resume.** A log holds each program's steps and cost, but not its variable values.
-:func:`~minicomp.search.strategies.opevo_space.read_point` matches the steps against each sketch's
+:func:`~minicomp.search.strategies.opevo.space.read_point` matches the steps against each sketch's
 symbolic steps and reads back the split factors and auto-unroll pragmas. So every logged program of
 this task's sketches joins the population with its fitness, whichever sketch-based strategy measured
 it. A program that matches no sketch still counts as measured (``task.measured``) but joins no
@@ -70,7 +70,7 @@ import numpy as np
 from minicomp.search.annotate import POPULATION_TIME_S, Candidate, make_candidate
 from minicomp.search.strategies.base import TuneTask
 from minicomp.search.strategies.learned import LearnedStrategy, Point
-from minicomp.search.strategies.opevo_space import Space
+from minicomp.search.strategies.opevo.space import Space
 
 REMUTATIONS = 32           # re-mutations of one child, at most, before it is dropped
 RANDOM_ROUNDS = 16         # rounds of random draws per batch of reset children, at most

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from minicomp.errors import CostModelError
-from minicomp.search.cost_model_mlp import (  # the pure functions are public here too (docs/cost_model.md)
+from minicomp.search.cost_model.mlp import (  # the pure functions are public here too (docs/cost_model.md)
   MIN_PROGS,
   MIN_ROWS,
   Batch,

@@ -10,8 +10,8 @@ structure, buffer names, loop kinds). "Does loop v move this access" is the *sem
 symbolic lowering, so occurrence differs while the step does not. Loops of extent 1 vanish from
 concrete programs but not from symbolic ones, so every loop-level rule skips them by ``extent > 1``.
 
-Layout: :mod:`~minicomp.search.feature_sites` finds the stores, their loops and accesses and answers the
-index questions; :mod:`~minicomp.search.feature_memory` computes the per-buffer features and the
+Layout: :mod:`~minicomp.search.features.sites` finds the stores, their loops and accesses and answers the
+index questions; :mod:`~minicomp.search.features.memory` computes the per-buffer features and the
 arithmetic-intensity curve; this module counts operations, describes the loops and launch, assembles
 the rows, and holds the public API (``extract_features``, ``extract_program_exprs``,
 ``evaluate_features``, ``feature_names``).
@@ -26,9 +26,9 @@ from minicomp.ir.expr import Expr
 from minicomp.ir.loop import Program
 from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, INT_DTYPES, Op
 from minicomp.ir.rewrite import fold
-from minicomp.search.feature_memory import (BUF_FEATURE_NAMES, CACHE_LINE, N_BUF_FEATURES, N_CURVE, buffer_features,
+from minicomp.search.features.memory import (BUF_FEATURE_NAMES, CACHE_LINE, N_BUF_FEATURES, N_CURVE, buffer_features,
                                             intensity_curve)
-from minicomp.search.feature_sites import Site, SiteLoop, add_regions, kernel_loop_vars, nontrivial, store_sites
+from minicomp.search.features.sites import Site, SiteLoop, add_regions, kernel_loop_vars, nontrivial, store_sites
 
 MAX_N_BUFS = 5
 N_FEATURES = 57 + N_BUF_FEATURES * MAX_N_BUFS + N_CURVE + 4 + 3   # 164, as Ansor with 5 buffers
