@@ -180,9 +180,10 @@ def _history(task: str, strategy: str, seed: int, trials: int, args, meas) -> li
 def rules_schedule(task: str, target: str) -> str:
   """The steps of the rule-based schedule ``compile`` builds for the task without search, with the
   compiler's back-offs where a tile breaks a resource limit of ``target``."""
+  from minicomp.codegen.kernel import Builds
   from minicomp.compiler import build_rule_based
   from minicomp.target import as_target
-  return build_rule_based(dag_of(task), as_target(target), "rules", task)[1].to_json()
+  return build_rule_based(dag_of(task), Builds(as_target(target)), "rules", task)[1].to_json()
 
 
 def _estimate(task: str, steps: str) -> float | None:

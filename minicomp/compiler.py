@@ -16,10 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minicomp.codegen.cuda import emit_cuda
-from minicomp.codegen.kernel import Kernel, LaunchPlan, build
-from minicomp.codegen.nvrtc import compile_cuda
-from minicomp.codegen.verify import check_resources
+from minicomp.codegen.kernel import Builds, Kernel
 from minicomp.compiled_model import CompiledModel
 from minicomp.errors import CompileError, LoweringError, MinicompError, MissingDependencyError, ScheduleError
 from minicomp.graph.fold import fold_batchnorm
@@ -28,7 +25,6 @@ from minicomp.graph.schedules import default_schedule
 from minicomp.graph.subgraph import nodes_to_te
 from minicomp.graph.tasks import Task, task_kind, workload_key
 from minicomp.ir.dag import ComputeDAG
-from minicomp.ir.lower import lower
 from minicomp.ir.schedule import Schedule
 from minicomp.ir.te import Tensor
 from minicomp.model_parts import CompileStats, IndexCheck, IOSpec, KernelCall, ViewStep
@@ -59,26 +55,20 @@ Built = tuple[Kernel, Schedule, str]   # a schedule built whole while choosing i
 BUILD_ERRORS = (ScheduleError, LoweringError, CompileError)   # a schedule that does not build
 
 
-def _account(stats: CompileStats, kern: Kernel, seconds: float) -> None:
-  """Count a kernel ``build()`` made in ``seconds`` (scheduling included) into ``stats.build`` / ``stats.nvrtc``."""
-  stats.build += kern.timings["lower_emit_s"] + (seconds - sum(kern.timings.values()))   # + scheduling
-  stats.nvrtc += kern.timings["nvrtc_s"]
-
-
-def build_rule_based(dag, tgt: Target, name: str, key: str = "") -> Built:
+def build_rule_based(dag, built: Builds, name: str, key: str = "") -> Built:
   """``dag``'s rule-based schedule, built. A tile may break a resource limit:
   back off to no shared-memory staging, then to the simplest schedule."""
   for opts in ({}, {"shared": False}, {"simple": True}):
-    sched = default_schedule(dag, tgt, **opts)
+    sched = default_schedule(dag, built.target, **opts)
     try:
-      return build(sched, tgt, name=name), sched, "rules"
+      return built.kernel(sched, name), sched, "rules"
     except (ScheduleError, LoweringError) as e:
       if opts.get("simple"): raise
       log.info("task %s: default schedule %s rejected (%s); backing off", key, opts or "(full)", e)
   raise AssertionError("unreachable")
 
 
-def _construct(task: Task, tgt: Target, name: str, rules: Built, stats: CompileStats) -> Built:
+def _construct(task: Task, built: Builds, name: str, rules: Built, stats: CompileStats) -> Built:
   """Gensor's schedule for ``task`` when the static model estimates it faster than the rule-based
   one (``rules``), else the rule-based one. Construction that fails, finds
   nothing valid or does not build falls back to the rules, logged. The walk's seed is fixed
@@ -86,6 +76,7 @@ def _construct(task: Task, tgt: Target, name: str, rules: Built, stats: CompileS
   target only, so the default records of a tuning log stay valid across tuning seeds."""
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import construct
+  tgt = built.target
   t0 = time.perf_counter()
   try:
     res = construct(task.dag, tgt, seed=CONSTRUCT_SEED)
@@ -100,14 +91,10 @@ def _construct(task: Task, tgt: Target, name: str, rules: Built, stats: CompileS
     return rules
   options: list[Built] = []
   for c in res.candidates[:GENSOR_BUILDS]:
-    t1 = time.perf_counter()
     try:
-      kern = build(c.schedule, tgt, name=name)
+      options.append((built.kernel(c.schedule, name), c.schedule, "gensor"))
     except BUILD_ERRORS as e:
       log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
-      continue
-    _account(stats, kern, time.perf_counter() - t1)
-    options.append((kern, c.schedule, "gensor"))
   if not options: return rules
   t1 = time.perf_counter()
   try:
@@ -141,6 +128,11 @@ def onnx_loader():
 def _fall_back(b: TaskBuild, e: MinicompError) -> None:
   log.warning("task %s: its best record no longer builds (%s); using the default schedule", b.task.key, e)
   b.fall_back()
+
+
+def _timed(st: CompileState) -> None:
+  """The seconds every build took so far, into the compile's statistics."""
+  st.stats.build, st.stats.nvrtc = st.built.seconds["lower_emit"], st.built.seconds["nvrtc"]
 
 
 # ---- the phases, in order: each fills in its fields of the CompileState
@@ -203,81 +195,68 @@ def choose_schedules(st: CompileState) -> CompileState:
   """Task -> Schedule: every task's default schedule, then its best tuning record where there is one
   (``trials`` / ``log_file``: :func:`minicomp.search.tune.tune_tasks`). The default is Gensor's construction
   where the static model estimates it faster than the rule-based schedule of graph/schedules.py
-  (``schedules="gensor"``), else the rule-based one. Comparing them means building them, so a task that
-  keeps its default leaves this phase with its program, source and kernel; lower, emit and nvrtc build the rest."""
-  opts, tgt, stats = st.options, st.target, st.stats
+  (``schedules="gensor"``), else the rule-based one. Comparing them means building them (through
+  ``st.built``, which the next phases build the chosen schedules through, so none is built twice)."""
+  opts, stats = st.options, st.stats
+  st.built = Builds(st.target)
   what = "constructing schedules (Gensor)" if opts.schedules == "gensor" else "default kernels"
   with bar(len(st.tasks), f"[minicomp] {what}", opts.progress, unit="task") as shown:
     for k, (key, task) in enumerate(st.tasks.items()):
       shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
       b = st.builds[key] = TaskBuild(task, f"task{k}")
-      t0 = time.perf_counter()
-      rules = build_rule_based(task.dag, tgt, b.name, task.key)
-      _account(stats, rules[0], time.perf_counter() - t0)
-      b.keep(*(_construct(task, tgt, b.name, rules, stats) if opts.schedules == "gensor" else rules))
-      b.fallback = (b.kernel, b.schedule, b.origin)
+      rules = build_rule_based(task.dag, st.built, b.name, task.key)
+      _, b.schedule, b.origin = _construct(task, st.built, b.name, rules, stats) if opts.schedules == "gensor" else rules
+      b.default = (b.schedule, b.origin)
       shown.update()
   if opts.trials or opts.log_file:
     from minicomp.search.tune import tune_tasks
-    tuned = tune_tasks(list(st.tasks.values()), tgt, trials=opts.trials, strategy=opts.strategy, log_file=opts.log_file,
-                       seed=opts.seed, measurer=opts.measurer, measures_per_round=opts.measures_per_round,
-                       time_budget_s=opts.time_budget_s, progress=opts.progress,
-                       defaults={key: b.schedule.to_json() for key, b in st.builds.items()})
+    tuned = tune_tasks(list(st.tasks.values()), st.target, trials=opts.trials, strategy=opts.strategy,
+                       log_file=opts.log_file, seed=opts.seed, measurer=opts.measurer,
+                       measures_per_round=opts.measures_per_round, time_budget_s=opts.time_budget_s,
+                       progress=opts.progress, defaults={key: b.schedule.to_json() for key, b in st.builds.items()})
     for key, b in st.builds.items():
       if key not in tuned: continue
-      t0 = time.perf_counter()
       try:
         b.schedule, b.origin = Schedule.from_json(b.task.dag, tuned[key]), "tuned"
-        b.program = b.source = b.kernel = None
       except BUILD_ERRORS as e:
         _fall_back(b, e)
-      stats.build += time.perf_counter() - t0
+  _timed(st)
   return st
 
 
 def lower_tasks(st: CompileState) -> CompileState:
   """Schedule -> loop-nest Program (ir/lower.py), checked against the target's limits (codegen/verify.py)."""
   for b in st.builds.values():
-    if b.program is not None: continue           # built while its schedule was chosen
-    t0 = time.perf_counter()
     try:
-      b.program = lower(b.schedule.state, b.name)
-      check_resources(b.schedule.state, b.program, st.target)
+      b.program = st.built.program(b.schedule, b.name)
     except BUILD_ERRORS as e:
       _fall_back(b, e)
-    b.build_s = time.perf_counter() - t0
-    st.stats.build += b.build_s
+      b.program = st.built.program(b.schedule, b.name)
+  _timed(st)
   return st
 
 
 def emit_tasks(st: CompileState) -> CompileState:
   """Program -> CUDA C (codegen/cuda.py)."""
-  for b in st.builds.values():
-    if b.source is not None: continue
-    t0 = time.perf_counter()
-    b.source = emit_cuda(b.program)
-    dt = time.perf_counter() - t0
-    b.build_s += dt
-    st.stats.build += dt
+  for b in st.builds.values(): b.source = st.built.source(b.schedule, b.name)
+  _timed(st)
   return st
 
 
 def nvrtc_tasks(st: CompileState) -> CompileState:
   """CUDA C -> PTX and CUBIN with ptxas's resource usage (codegen/nvrtc.py), wrapped in a Kernel with its
   launch plan (codegen/kernel.py)."""
-  todo = [b for b in st.builds.values() if b.kernel is None]
-  with bar(len(todo), "[minicomp] tuned kernels", st.options.progress and bool(todo), unit="task") as shown:
-    for b in todo:
-      t0 = time.perf_counter()
+  tuned = [b for b in st.builds.values() if b.origin == "tuned"]
+  with bar(len(tuned), "[minicomp] tuned kernels", st.options.progress and bool(tuned), unit="task") as shown:
+    for b in st.builds.values():
       try:
-        binary = compile_cuda(b.source, st.target)
+        b.kernel = st.built.kernel(b.schedule, b.name)
       except BUILD_ERRORS as e:
         _fall_back(b, e)
-      else:
-        b.kernel = Kernel(LaunchPlan.from_program(b.program), b.source, binary, st.target, b.program,
-                          {"lower_emit_s": b.build_s, "nvrtc_s": time.perf_counter() - t0})
-      st.stats.nvrtc += time.perf_counter() - t0
-      shown.update()
+        b.program, b.source = st.built.program(b.schedule, b.name), st.built.source(b.schedule, b.name)
+        b.kernel = st.built.kernel(b.schedule, b.name)
+      if b in tuned: shown.update()
+  _timed(st)
   return st
 
 

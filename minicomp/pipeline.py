@@ -24,7 +24,7 @@ from minicomp.model_parts import CompileStats, KernelCall
 from minicomp.target import Target
 
 if TYPE_CHECKING:
-  from minicomp.codegen.kernel import Kernel
+  from minicomp.codegen.kernel import Builds, Kernel
   from minicomp.compiled_model import CompiledModel
   from minicomp.frontend.graph import Graph
   from minicomp.graph.partition import Partition
@@ -51,31 +51,23 @@ class CompileOptions:
 
 @dataclass
 class TaskBuild:
-  """One task on its way to a kernel: schedule -> lower -> emit -> nvrtc.
-
-  The schedule phase builds the default schedule (and Gensor's candidates) whole to compare them,
-  so a task that keeps its default schedule arrives at lower with ``program``, ``source`` and
-  ``kernel`` already set, and the next phases leave it alone. A tuned schedule is built by them;
-  if it no longer builds, the task falls back to its default (``fallback``)."""
+  """One task on its way to a kernel: schedule -> lower -> emit -> nvrtc, each phase filling its field
+  for every task through the compile's :class:`~minicomp.codegen.kernel.Builds` (so the schedules the
+  schedule phase built to compare them are not built again). A tuned schedule that no longer builds
+  falls back to the task's default (``default``)."""
   task: Task
   name: str                                  # kernel name prefix: task0, task1, ... in task order
   schedule: Schedule | None = None           # schedule: the chosen schedule
   origin: str = ""                           # schedule: "rules", "gensor" or "tuned"
+  default: tuple[Schedule, str] | None = None   # schedule: the default schedule and its origin
   program: Program | None = None             # lower: the loop nest
   source: str | None = None                  # emit: the CUDA C
   kernel: Kernel | None = None               # nvrtc: source + binary + launch plan
-  fallback: tuple[Kernel, Schedule, str] | None = None   # schedule: the default, built
-  build_s: float = 0.0                       # lower, emit: seconds spent on a schedule built there
-
-  def keep(self, kernel: Kernel, schedule: Schedule, origin: str) -> None:
-    """Take a schedule built while choosing it: every later product comes from ``kernel``."""
-    self.kernel, self.schedule, self.origin = kernel, schedule, origin
-    self.program, self.source = kernel.program, kernel.source
 
   def fall_back(self) -> None:
     """Back to the default schedule (a tuned one failed to build)."""
-    assert self.fallback is not None
-    self.keep(*self.fallback)
+    assert self.default is not None
+    self.schedule, self.origin = self.default
 
 
 @dataclass
@@ -93,6 +85,7 @@ class CompileState:
   weights: dict[str, np.ndarray] = field(default_factory=dict)        # tasks: constant kernel inputs
   consts: dict[str, np.ndarray] = field(default_factory=dict)         # tasks: values folded to constants
   builds: dict[str, TaskBuild] = field(default_factory=dict)          # schedule .. nvrtc: by task key
+  built: Builds | None = None                # schedule .. nvrtc: every schedule built, once
   compiled: CompiledModel | None = None      # link
 
 

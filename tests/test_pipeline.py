@@ -115,19 +115,21 @@ def test_dump_after_prints_to_stderr(capsys):
 def test_tuned_schedules_are_built_by_lower_emit_nvrtc_and_fall_back(monkeypatch, capsys, caplog, tmp_path):
   """A tuning record's schedule is built by the phases after schedule, as ``mc.build`` would; one that fails
   there (NVRTC here) falls back to the task's default kernel, with a warning."""
-  import minicomp.compiler as C
+  import minicomp.codegen.kernel as K
   import minicomp.search.tune as T
   from minicomp.graph.schedules import default_schedule
   model = zoo.residual_block()[0]
   rules = mc.compile(model, schedules="rules")
   records = {t.key: default_schedule(t.dag, simple=True).to_json() for t in rules.tasks}
   monkeypatch.setattr(T, "tune_tasks", lambda tasks, tgt, **kw: records)
-  real = C.compile_cuda
+  t1 = rules.tasks[1]
+  tuned1 = mc.build(mc.Schedule.from_json(t1.dag, records[t1.key]), "sm_86", name="task1").source
+  real = K.compile_cuda
 
   def failing(src, tgt, options=()):
-    if " task1_" in src: raise mc.NVRTCError("injected failure")   # the tuned kernels of task1
+    if src == tuned1: raise mc.NVRTCError("injected failure")   # the tuned kernel of task1
     return real(src, tgt, options)
-  monkeypatch.setattr(C, "compile_cuda", failing)
+  monkeypatch.setattr(K, "compile_cuda", failing)
   cm = mc.compile(model, schedules="rules", log_file=str(tmp_path / "log.jsonl"), dump_after="schedule")
   assert re.findall(r"^task\d \(.*\): (\w+) schedule", capsys.readouterr().err, re.M) == ["tuned", "tuned"]
   t0 = cm.tasks[0]

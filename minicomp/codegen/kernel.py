@@ -189,6 +189,22 @@ class Kernel:
     return self._sim
 
 
+def lower_checked(schedule, target: Target, name: str) -> Program:
+  """``schedule`` lowered to a loop nest and checked against ``target``'s limits (ScheduleError naming the step)."""
+  state = schedule.state if hasattr(schedule, "state") else schedule
+  prog = lower(state, name)
+  check_resources(state, prog, target)
+  return prog
+
+
+def kernel_of(prog: Program, source: str, target: Target, options: Sequence[str] = (), lower_emit_s: float = 0.0) -> Kernel:
+  """The Kernel of a lowered program and its CUDA C: NVRTC's binary and the launch plan."""
+  t0 = time.perf_counter()
+  binary = compile_cuda(source, target, options)
+  return Kernel(LaunchPlan.from_program(prog), source, binary, target, prog,
+                {"lower_emit_s": lower_emit_s, "nvrtc_s": time.perf_counter() - t0})
+
+
 def build(schedule, target: str | Target = "sm_86", name: str = "default", options: Sequence[str] = ()) -> Kernel:
   """Lower ``schedule``, check it against ``target``'s limits, emit CUDA C and compile it with NVRTC.
 
@@ -196,12 +212,52 @@ def build(schedule, target: str | Target = "sm_86", name: str = "default", optio
   NVRTCError when NVRTC rejects the source.
   """
   tgt = as_target(target)
-  state = schedule.state if hasattr(schedule, "state") else schedule
   t0 = time.perf_counter()
-  prog = lower(state, name)
-  check_resources(state, prog, tgt)
+  prog = lower_checked(schedule, tgt, name)
   src = emit_cuda(prog)
-  t1 = time.perf_counter()
-  binary = compile_cuda(src, tgt, options)
-  return Kernel(LaunchPlan.from_program(prog), src, binary, tgt, prog,
-                {"lower_emit_s": t1 - t0, "nvrtc_s": time.perf_counter() - t1})
+  return kernel_of(prog, src, tgt, options, time.perf_counter() - t0)
+
+
+class Builds:
+  """Each schedule built once, stage by stage, by kernel name and steps: :meth:`program` (lowered and
+  checked), :meth:`source` (its CUDA C) and :meth:`kernel` (NVRTC's binary). ``compile`` builds the
+  schedules it compares and the ones it keeps through one of these, so its lower, emit and nvrtc phases
+  build every task's chosen schedule the same way, and nothing is built twice. ``seconds`` holds the time
+  spent lowering + emitting and in NVRTC; a failed build is not kept (it raises again if asked again)."""
+
+  def __init__(self, target: Target):
+    self.target = target
+    self._programs: dict[tuple, Program] = {}
+    self._sources: dict[tuple, str] = {}
+    self._kernels: dict[tuple, Kernel] = {}
+    self.seconds = {"lower_emit": 0.0, "nvrtc": 0.0}
+
+  @staticmethod
+  def _key(schedule, name: str) -> tuple:
+    return name, schedule.to_json()
+
+  def program(self, schedule, name: str) -> Program:
+    k = self._key(schedule, name)
+    if k not in self._programs:
+      t0 = time.perf_counter()
+      try: self._programs[k] = lower_checked(schedule, self.target, name)
+      finally: self.seconds["lower_emit"] += time.perf_counter() - t0
+    return self._programs[k]
+
+  def source(self, schedule, name: str) -> str:
+    k = self._key(schedule, name)
+    if k not in self._sources:
+      prog = self.program(schedule, name)
+      t0 = time.perf_counter()
+      self._sources[k] = emit_cuda(prog)
+      self.seconds["lower_emit"] += time.perf_counter() - t0
+    return self._sources[k]
+
+  def kernel(self, schedule, name: str) -> Kernel:
+    k = self._key(schedule, name)
+    if k not in self._kernels:
+      src = self.source(schedule, name)
+      t0 = time.perf_counter()
+      try: self._kernels[k] = kernel_of(self._programs[k], src, self.target)
+      finally: self.seconds["nvrtc"] += time.perf_counter() - t0
+    return self._kernels[k]
