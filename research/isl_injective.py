@@ -92,7 +92,7 @@ def _questions(task: str, steps: str) -> list[dict]:
 
   from minicomp.ir.lower import lower
   from minicomp.ir.schedule import Schedule
-  from minicomp.search.static import isl_build
+  from minicomp.search.static.footprint import isl_build
   from minicomp.search.static.footprint import analyze_program
   asked = []
 
@@ -142,7 +142,7 @@ class Relation:
   ``instance_dims`` inputs are the instance, the rest digit variables."""
 
   def __init__(self, text: str, instance_dims: int):
-    from minicomp.search.static.isl_build import isl_context
+    from minicomp.search.static.footprint.isl_build import isl_context
     self.map, self.extents = isl.Map.read_from_str(isl_context(), text), (0,) * instance_dims
 
   def isl_map(self, keep: int): return self.map
@@ -152,7 +152,7 @@ def ask(q: dict, form: str, budget: int):
   """``(answer, seconds)``: the question ``q`` asked by ``AccessMap.injective`` (``projected``) or by
   :func:`injective_with_digits` (``digits``, at the old budget), within ``budget`` isl operations
   (None: isl ran out)."""
-  from minicomp.search.static.isl_build import AccessMap
+  from minicomp.search.static.footprint.isl_build import AccessMap
   t0 = time.perf_counter()
   test = AccessMap.injective if form == "projected" else injective_with_digits
   r = test(Relation(q["map"], q["instance_dims"]), q["keep"], dict(q["fix"]), frozenset(q["drop"]), budget)
@@ -190,7 +190,7 @@ def ask_capped(q: dict, form: str, budget: int, cap: float):
 def injective_with_digits(self, keep, fix, drop, budget):
   """``AccessMap.injective`` until 2026-11-28: the digit variables kept as inputs, a tenth of the
   budget past two of them."""
-  from minicomp.search.static.isl_build import isl_budgeted
+  from minicomp.search.static.footprint.isl_build import isl_budgeted
   m = self.isl_map(keep)
   for p, v in fix.items(): m = m.fix_input_si(p, v)
   for p in sorted(drop, reverse=True): m = m.project_out(isl.dim_type.in_, p, 1)
@@ -203,7 +203,7 @@ def _movement_child(task, steps, form, conn):
 
   from minicomp.ir.lower import lower
   from minicomp.ir.schedule import Schedule
-  from minicomp.search.static import isl_build
+  from minicomp.search.static.footprint import isl_build
   from minicomp.search.static.footprint import analyze_program
   if form == "digits": isl_build.AccessMap.injective = injective_with_digits
   t0 = time.perf_counter()

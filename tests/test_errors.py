@@ -38,7 +38,7 @@ def test_old_homes_still_import():
   from minicomp.codegen.driver import DriverError, NoGPUError
   from minicomp.search.records import InvalidRecord, RecordsError
   from minicomp.search.sketch import SketchError
-  from minicomp.search.static.isl_build import FootprintError
+  from minicomp.search.static.footprint.isl_build import FootprintError
   from minicomp.target import TargetError
   assert (DriverError, NoGPUError, InvalidRecord, RecordsError) == (mc.DriverError, mc.NoGPUError, mc.InvalidRecord,
                                                                     mc.RecordsError)

@@ -14,7 +14,7 @@ from minicomp.ir.expr import var
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, Seq, Store, Sync
 from minicomp.ir.ops import Op
 from minicomp.search.static.footprint import DataMovement, data_movement, analyze_program
-from minicomp.search.static.isl_build import collect_accesses
+from minicomp.search.static.footprint.isl_build import collect_accesses
 from test_workloads import _row_schedule, conv_schedule, mm_inline_simple, mm_local_cache_read, mm_tiled_shared
 
 # ---------------------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_isl_counts_match_brute_force(name):
 @pytest.mark.parametrize("name", ["mm_tiled_bias", "mm_inline", "mm_local", "conv_shared", "softmax_tree", "depthwise"])
 def test_isl_only_counts_match_brute_force(name, monkeypatch):
   """The same checks with every distinct count taken by isl (no numpy enumeration, no sampling)."""
-  import minicomp.search.static.counting as C
+  import minicomp.search.static.footprint.counting as C
   monkeypatch.setattr(C, "ENUM_CHEAP", 0)
   monkeypatch.setattr(C, "ENUM_HARD_LIMIT", 0)
   monkeypatch.setattr(C, "SUM_EXACT_LIMIT", 1 << 40)
@@ -256,8 +256,8 @@ def test_every_enumeration_path_matches_brute_force(name, path, monkeypatch):
   """Enumerated counts pack (kept indices, element) columns into one int64 and mark them in a
   bitmap or sort them; columns that do not pack are deduplicated as rows: all three agree with
   the simulator's trace."""
-  import minicomp.search.static.counting as C
-  import minicomp.search.static.enumeration as E
+  import minicomp.search.static.footprint.counting as C
+  import minicomp.search.static.footprint.enumeration as E
   monkeypatch.setattr(C, "ENUM_CHEAP", 1 << 40)             # enumerate everything
   monkeypatch.setattr(C, "SEPARABLE_MIN", 1 << 62)
   if path == "sorted":
@@ -275,7 +275,7 @@ def test_instance_counts_of_guarded_accesses(name, path, monkeypatch):
   """Dynamic access counts of accesses under guards (dimensions tied by conditions): counted with
   numpy over the tied dimensions, by isl, or (isl out of budget on a large grid) from random
   points: the first two equal the simulator's trace, the sampled one is within 1 %."""
-  import minicomp.search.static.isl_build as IB
+  import minicomp.search.static.footprint.isl_build as IB
   if path != "numpy": monkeypatch.setattr(IB, "ENUM_PART_LIMIT", 4)
   if path == "sampled": monkeypatch.setattr(IB, "COUNT_BUDGET", 1)
   prog = PROGRAMS[name]().lower()
@@ -293,7 +293,7 @@ def test_instance_counts_of_guarded_accesses(name, path, monkeypatch):
 
 
 def test_sampled_sums_are_estimates_close_to_exact(monkeypatch):
-  import minicomp.search.static.counting as C
+  import minicomp.search.static.footprint.counting as C
   monkeypatch.setattr(C, "SUM_EXACT_LIMIT", 1)
   monkeypatch.setattr(C, "SUM_ENUM_LIMIT", 0)
   monkeypatch.setattr(C, "SUM_CLASSES_LIMIT", 0)
@@ -425,7 +425,7 @@ def test_tiled_matmul_256():
 
 
 def test_symbolic_kernel_is_refused():
-  from minicomp.search.static.isl_build import FootprintError
+  from minicomp.search.static.footprint.isl_build import FootprintError
   wl = W.matmul(16, 12, 8)
   s = mc.Schedule(wl.outputs)
   C = wl.stages["C"]
@@ -443,7 +443,7 @@ def test_sampled_counts_stay_near_exact(name, monkeypatch):
   """Sets too large for isl's budgets and for enumeration get a sampled count (bounded time): it
   lies within its stated bounds and near the exact count (thinning a kept block / thread index
   partitions the count; a halo between thinned values overestimates, within the buffer size)."""
-  import minicomp.search.static.counting as C
+  import minicomp.search.static.footprint.counting as C
   k = PROGRAMS[name]().lower().kernels[0]
   exact = data_movement(k)
   monkeypatch.setattr(C, "ENUM_CHEAP", 0)
@@ -463,7 +463,7 @@ def test_analyses_in_threads_match_serial_ones(monkeypatch):
   """Each thread counts in its own isl context: budgets of one thread cannot fail or lift
   another's (a StaticMeasurer may run estimates in a thread pool)."""
   import concurrent.futures as cf
-  import minicomp.search.static.counting as C
+  import minicomp.search.static.footprint.counting as C
   monkeypatch.setattr(C, "ENUM_CHEAP", 0)                  # every count goes through isl budgets
   kernels = [k for n in ("mm_tiled_bias", "conv_shared", "softmax_tree", "depthwise")
              for k in PROGRAMS[n]().lower().kernels]
@@ -476,7 +476,7 @@ def test_analyses_in_threads_match_serial_ones(monkeypatch):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_column_classes_match_numpy_unique(seed):
   """The packed class split gives numpy's column-wise unique: first occurrences and counts, same order."""
-  from minicomp.search.static.counting import _column_classes
+  from minicomp.search.static.footprint.counting import _column_classes
   rng = np.random.default_rng(seed)
   sig = np.stack([np.zeros(5000, np.int64)] + [np.clip(rng.integers(-40, 40, 5000), -3 - k, 5) for k in range(4)])
   first, sizes = _column_classes(sig)

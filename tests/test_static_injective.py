@@ -9,8 +9,8 @@ from pathlib import Path
 import islpy as isl
 import pytest
 
-from minicomp.search.static.enumeration import relevant
-from minicomp.search.static.isl_build import AccessMap, access_map, collect_accesses, isl_context
+from minicomp.search.static.footprint.enumeration import relevant
+from minicomp.search.static.footprint.isl_build import AccessMap, access_map, collect_accesses, isl_context
 from test_static_footprint import PROGRAMS, check_against_brute_force
 
 SLOW_MAPS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "strategies" / "slow_isl_maps.txt"
@@ -63,7 +63,7 @@ def test_sums_through_the_injectivity_test_match_the_trace(name, monkeypatch):
   """Per-block and per-thread sums with enumeration and class sums turned off: where the test says
   an access is injective, its sum is its instance count, counted exact, and equal to the
   simulator's trace (``check_against_brute_force``: exact sums must be equal)."""
-  import minicomp.search.static.counting as C
+  import minicomp.search.static.footprint.counting as C
   monkeypatch.setattr(C, "SUM_EXACT_LIMIT", 1)
   monkeypatch.setattr(C, "SUM_ENUM_LIMIT", 0)
   monkeypatch.setattr(C, "SUM_CLASSES_LIMIT", 0)

@@ -2,7 +2,7 @@
 which the digit rewrite names slices (the text of every access relation depends on it)."""
 from minicomp.ir.expr import Expr, var
 from minicomp.ir.ops import Op
-from minicomp.search.static.isl_text import Digits, aff_text, cond_text, pieces_text
+from minicomp.search.static.footprint.isl_text import Digits, aff_text, cond_text, pieces_text
 
 i, tx, k = var("i"), var("threadIdx.x"), var("k")
 NAMES = {"i": "l0", "threadIdx.x": "tx"}          # k has no isl name

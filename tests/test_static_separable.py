@@ -1,4 +1,4 @@
-"""Closed-form distinct counts of accesses whose index separates (search/static/separable.py):
+"""Closed-form distinct counts of accesses whose index separates (search/static/footprint/separable.py):
 exact against the simulator's trace, against numpy enumeration of every access, and the Minkowski
 sum against brute force."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from minicomp import workloads as W
-from minicomp.search.static import separable as SP
-from minicomp.search.static.enumeration import enumerate_count
+from minicomp.search.static.footprint import separable as SP
+from minicomp.search.static.footprint.enumeration import enumerate_count
 from minicomp.search.static.footprint import data_movement
-from minicomp.search.static.isl_build import N_HW, access_map, collect_accesses
+from minicomp.search.static.footprint.isl_build import N_HW, access_map, collect_accesses
 from test_static_footprint import PROGRAMS, check_against_brute_force, conv_small
 from test_workloads import conv_schedule, mm_tiled_shared
 
@@ -21,7 +21,7 @@ from test_workloads import conv_schedule, mm_tiled_shared
 def test_separable_counts_match_brute_force(name, monkeypatch):
   """Every count of one access tried in closed form first (not only the large ones): the analysis
   still equals the simulator's trace, and the closed form took some of the counts."""
-  import minicomp.search.static.counting as C
+  import minicomp.search.static.footprint.counting as C
   monkeypatch.setattr(C, "SEPARABLE_MIN", -1)
   monkeypatch.setattr(SP, "MIN_SAVING", 0)
   prog = PROGRAMS[name]().lower()

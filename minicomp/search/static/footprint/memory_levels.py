@@ -12,14 +12,14 @@ Algorithm 2 at a loop node with trip count ``T``: when the footprint of one iter
 buffers of the level) fits the cache, consecutive iterations reuse each other's data and the
 movement is the footprint of the whole loop; otherwise it is ``T`` times the movement of one
 iteration, which sums its sub-loops and its own accesses. Outer loops are fixed at 0. Every
-footprint is a count of :class:`~minicomp.search.static.counting.DistinctCounter`.
+footprint is a count of :class:`~minicomp.search.static.footprint.counting.DistinctCounter`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minicomp.search.static.counting import DistinctCounter
-from minicomp.search.static.isl_build import HW_TAGS, N_HW, AccessMap, LoopNode, hw_extent
+from minicomp.search.static.footprint.counting import DistinctCounter
+from minicomp.search.static.footprint.isl_build import HW_TAGS, N_HW, AccessMap, LoopNode, hw_extent
 
 
 @dataclass(frozen=True)

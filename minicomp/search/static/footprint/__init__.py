@@ -18,7 +18,7 @@ they cannot, they are estimated and ``sums_exact`` says so.
   (``coalescing.py``).
 
 The files, in reading order: ``isl_build.py`` (accesses -> isl relations; ``isl_text.py`` writes
-their expressions), ``counting.py`` (distinct counts: :class:`~minicomp.search.static.counting.DistinctCounter`,
+their expressions), ``counting.py`` (distinct counts: :class:`~minicomp.search.static.footprint.counting.DistinctCounter`,
 ``enumeration.py`` its numpy side), ``memory_levels.py``, ``coalescing.py``, then this file.
 """
 from __future__ import annotations
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from minicomp.ir.loop import LoopKernel, Program
 from minicomp.ir.ops import DTYPE_BYTES
-from minicomp.search.static.coalescing import AccessPattern, access_patterns
-from minicomp.search.static.counting import DistinctCounter, sum_unique
-from minicomp.search.static.isl_build import N_HW, access_map, collect_accesses
-from minicomp.search.static.memory_levels import LoopLevel, block_levels, grid_levels
+from minicomp.search.static.footprint.coalescing import AccessPattern, access_patterns
+from minicomp.search.static.footprint.counting import DistinctCounter, sum_unique
+from minicomp.search.static.footprint.isl_build import N_HW, access_map, collect_accesses
+from minicomp.search.static.footprint.memory_levels import LoopLevel, block_levels, grid_levels
 
 
 @dataclass(frozen=True)

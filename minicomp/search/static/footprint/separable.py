@@ -18,7 +18,7 @@ taken per combination of those kept indices and the counts summed (at most :data
 combinations, equal ones once). Anything else (a gather, a part larger than :data:`PART_LIMIT`,
 overlapping parts too large to add, a condition that cannot be evaluated) returns None and the
 caller counts another way. The result equals
-:func:`~minicomp.search.static.enumeration.enumerate_count` exactly (tested against it and
+:func:`~minicomp.search.static.footprint.enumeration.enumerate_count` exactly (tested against it and
 against the simulator's trace).
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import free_vars
 from minicomp.ir.linear import linear
 from minicomp.ir.ops import Op
-from minicomp.search.static.enumeration import _sorted_unique, instances, relevant
-from minicomp.search.static.isl_build import AccessMap
+from minicomp.search.static.footprint.enumeration import _sorted_unique, instances, relevant
+from minicomp.search.static.footprint.isl_build import AccessMap
 
 PART_LIMIT = 1 << 20      # grid points a part of the index is evaluated over at most
 PAIR_LIMIT = 1 << 20      # pairwise sums the explicit Minkowski sum forms at most

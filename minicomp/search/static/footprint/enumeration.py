@@ -23,7 +23,7 @@ import numpy as np
 from minicomp.errors import ExprError
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.linear import bounds
-from minicomp.search.static.isl_build import AccessMap
+from minicomp.search.static.footprint.isl_build import AccessMap
 
 ENUM_CHUNK = 1 << 20      # instances evaluated in one numpy chunk
 

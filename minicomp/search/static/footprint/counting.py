@@ -26,9 +26,9 @@ from minicomp.ir.loop import LoopKernel
 from minicomp.ir.ops import Op
 from minicomp.ir.linear import bounds, build_linear, linear
 from minicomp.ir.simplify import simplify
-from minicomp.search.static.enumeration import distinct_rows, enumerate_count, instances, kept_span, relevant
-from minicomp.search.static.isl_build import HW_TAGS, N_HW, AccessMap, hw_extent, isl_budgeted
-from minicomp.search.static.separable import separable_count
+from minicomp.search.static.footprint.enumeration import distinct_rows, enumerate_count, instances, kept_span, relevant
+from minicomp.search.static.footprint.isl_build import HW_TAGS, N_HW, AccessMap, hw_extent, isl_budgeted
+from minicomp.search.static.footprint.separable import separable_count
 
 SUM_EXACT_LIMIT = 512     # kept hardware-index combinations isl may scan for an exact per-block / per-thread sum
 ISL_BUDGETS = (3000, 30000)   # isl operations a count may take, first and second try

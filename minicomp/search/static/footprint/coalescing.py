@@ -16,7 +16,7 @@ import numpy as np
 from minicomp.errors import ExprError
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.loop import LoopKernel
-from minicomp.search.static.isl_build import HW_TAGS
+from minicomp.search.static.footprint.isl_build import HW_TAGS
 
 SECTOR = 32
 LINE = 128                # L1 / L2 cache line: four sectors

@@ -16,7 +16,7 @@ constant, floordiv / floormod by a positive constant, min, max, select, comparis
 logic; the renderers are the fold tables of ``isl_text.py``); a condition that is not is dropped
 (an over-approximation), and an index that is not (a gather: a LOAD inside an index) maps to the
 whole buffer. ``AccessMap.exact`` says whether either happened. Integer divisions of fused / split
-loop indices are rewritten into digit variables first (:class:`~minicomp.search.static.isl_text.Digits`):
+loop indices are rewritten into digit variables first (:class:`~minicomp.search.static.footprint.isl_text.Digits`):
 the same sets, which isl counts far faster (its injectivity test, though, is fast only with them
 projected out: :meth:`AccessMap.injective`).
 """
@@ -37,7 +37,7 @@ from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync, walk_scoped
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.linear import linear
-from minicomp.search.static.isl_text import Digits, aff_text, cond_text, pieces_text
+from minicomp.search.static.footprint.isl_text import Digits, aff_text, cond_text, pieces_text
 
 
 HW_TAGS = ("blockIdx.z", "blockIdx.y", "blockIdx.x", "threadIdx.z", "threadIdx.y", "threadIdx.x")
