@@ -15,7 +15,7 @@ use_jax_cache()                     # before anything imports JAX: its compiled 
 from minicomp.errors import (AnnotationError, CodegenError, CompileError, CostModelError, DriverError, EstimateError,
                              ExprError, FeedError, FootprintError, InvalidRecord, LoweringError, MeasureError,
                              MinicompError, MissingDependencyError, ModelError, NoGPUError, NVRTCError, OccupancyError, PTXAnalysisError,
-                             RecordsError, ReportError, RuntimeLaunchError, SaveFormatError, ScheduleError, ShapeError,
+                             RecordsError, ReportError, RuntimeLaunchError, SaveError, SaveFormatError, ScheduleError, ShapeError,
                              SimulatorCompileError, SimulatorError, SketchError, TargetError, TEError, TuneError,
                              UnsupportedOpError, UsageError)
 from minicomp.target import Target
@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 __all__ = ["AnnotationError", "CodegenError", "CompileError", "CostModelError", "DriverError", "EstimateError",
            "ExprError", "FeedError", "FootprintError", "InvalidRecord", "LoweringError", "MeasureError",
            "MinicompError", "MissingDependencyError", "ModelError", "NoGPUError", "NVRTCError", "OccupancyError", "PTXAnalysisError",
-           "RecordsError", "ReportError", "RuntimeLaunchError", "SaveFormatError", "ScheduleError", "ShapeError",
+           "RecordsError", "ReportError", "RuntimeLaunchError", "SaveError", "SaveFormatError", "ScheduleError", "ShapeError",
            "SimulatorCompileError", "SimulatorError", "SketchError", "TargetError", "TEError", "TuneError",
            "UnsupportedOpError", "UsageError", "Target", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp",
            "log", "power", "rsqrt", "select", "sigmoid", "sqrt", "tanh", "var", "Tensor", "compute", "max", "min",

@@ -133,6 +133,11 @@ class SaveFormatError(MinicompError):
   """A saved compiled model is missing files, corrupted, or of an unknown format version."""
 
 
+class SaveError(MinicompError):
+  """A compiled model could not be written: a full disk, a file-size limit, permissions, or another
+  process saving to the same folder at the same moment. Whatever was saved there before is kept."""
+
+
 class UsageError(MinicompError):
   """A command-line argument is malformed or names a file that cannot be read."""
 

@@ -11,6 +11,7 @@ Load only models you trust.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minicomp.errors import SaveFormatError
+from minicomp.errors import SaveError, SaveFormatError
 from minicomp.frontend.half import HALF
 from minicomp.model_parts import IOSpec, ViewStep
 
@@ -41,21 +42,62 @@ def manifest_digest(manifest: dict) -> str:
 
 # -- save
 def save(model, path: str | Path) -> Path:
-  """Write ``model`` (a :class:`~minicomp.compiled_model.CompiledModel`) to folder ``path``: built in a temp folder beside it, then renamed into place
-  (an existing saved model there is renamed aside first and deleted last). Refuses to replace a
-  file or a non-empty folder that is not a saved model."""
+  """Write ``model`` (a :class:`~minicomp.compiled_model.CompiledModel`) to folder ``path``: built in a temp
+  folder beside it, then renamed into place (an existing saved model there is renamed aside first and
+  deleted last). Refuses to replace a file or a non-empty folder that is not a saved model.
+
+  One save to a folder at a time: a save holds a lock beside it (``.NAME.lock``) and another process saving
+  to the same folder meanwhile gets a SaveError at once. A save that cannot write (a full disk, a file-size
+  limit) raises SaveError and leaves what was there before. Leftovers of a save that was killed (its
+  temporary folder; a previous model renamed aside) are tidied by the next save to the folder."""
   work = Path(path).resolve()
   _check_replaceable(work)
-  work.parent.mkdir(parents=True, exist_ok=True)
-  tmp = work.parent / f".{work.name}.saving-{uuid.uuid4().hex[:12]}"
-  tmp.mkdir()
   try:
-    _write(model, tmp)
-    _swap_in(tmp, work)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+    work.parent.mkdir(parents=True, exist_ok=True)
+    with _save_lock(work):
+      _tidy_leftovers(work)
+      _check_replaceable(work)
+      tmp = work.parent / f".{work.name}.saving-{uuid.uuid4().hex[:12]}"
+      tmp.mkdir()
+      try:
+        _write(model, tmp)
+        _swap_in(tmp, work)
+      except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+  except OSError as e:
+    raise SaveError(f"could not save to {work}: {e.strerror or e}; anything saved there before is unchanged") from None
   return Path(path)
+
+
+@contextlib.contextmanager
+def _save_lock(work: Path):
+  """An exclusive lock on ``.NAME.lock`` beside the folder, or a SaveError when another process holds it."""
+  try:
+    import fcntl
+  except ImportError:                 # (no flock on this platform: saves are not serialised)
+    yield
+    return
+  with open(work.parent / f".{work.name}.lock", "a") as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      raise SaveError(f"another process is saving to {work} at this moment; nothing was written (save again "
+                      "when it is done, or to another folder)") from None
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _tidy_leftovers(work: Path) -> None:
+  """What a killed save left beside ``work`` (called holding the lock, so no save is in progress): a model
+  renamed aside while the folder itself is gone is renamed back; temporary folders are removed."""
+  olds = sorted(work.parent.glob(f".{work.name}.old-*"), key=lambda p: p.stat().st_mtime)
+  if not work.exists() and olds and _is_saved_model(olds[-1]):
+    os.rename(olds.pop(), work)
+  for p in olds + list(work.parent.glob(f".{work.name}.saving-*")):
+    shutil.rmtree(p, ignore_errors=True)
 
 
 def _check_replaceable(p: Path) -> None:

@@ -1,6 +1,8 @@
 """Hostile inputs, round 2 (issue 51): names that are C keywords or directives, output paths, .npy
 files that lie, special files, deep and wide elementwise chains. Each test failed before its fix."""
 import os
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -207,3 +209,139 @@ def test_shared_subexpressions_are_named_only_where_computing_them_first_is_safe
   assert all(n.op.name != "LOAD" for n in named) and guarded_load not in named
   loaded = X[i] * X[i] * X[i] + 1.0
   assert any(n.op.name == "LOAD" for n in shared_subexpressions([loaded * loaded], min_repeat=4))   # unguarded
+
+
+# ---- concurrency: threads compiling at once, processes saving to one folder at once
+def test_three_threads_compile_run_and_save_three_models_at_once(tmp_path):
+  """The op registry was filled lazily with its flag set first: a second thread saw MatMul missing."""
+  import subprocess
+  import sys
+  script = f"""
+import sys, threading, numpy as np
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import minicomp as mc
+from minicomp import zoo
+from onnx_harness import run_ort
+models = [zoo.residual_block(), zoo.generator(), zoo.conv3d_block()]
+barrier, errors = threading.Barrier(3), []
+def work(k):
+  m, feeds = models[k]
+  barrier.wait()
+  try:
+    cm = mc.compile(m, target="sm_80", schedules="rules")
+    y = cm.run(feeds, device="cpu")[0]
+    assert np.allclose(y, run_ort(m, feeds)[0], rtol=1e-4, atol=1e-4)
+    y2 = mc.load(cm.save({str(tmp_path)!r} + f"/m{{k}}")).run(feeds, device="cpu")[0]
+    assert np.array_equal(y, y2)
+  except BaseException as e:
+    errors.append(repr(e))
+ts = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print("ERRORS", errors)
+"""
+  r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+  assert "ERRORS []" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_save_while_another_holds_the_folder_is_a_clear_error(saved, tmp_path):
+  import fcntl
+  m, folder = saved
+  cm = mc.load(folder)
+  target = tmp_path / "m"
+  cm.save(target)
+  with open(tmp_path / ".m.lock", "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)                      # another process saving to m
+    with pytest.raises(mc.SaveError, match="another process is saving"):
+      cm.save(target)
+  x = np.zeros((4, 16), np.float32)
+  np.testing.assert_array_equal(mc.load(target).run({"x": x}, device="cpu")[0], cm.run({"x": x}, device="cpu")[0])
+
+
+def _save_many(args):
+  folder, target, n = args
+  import minicomp as mc
+  cm, lost = mc.load(folder), 0
+  for _ in range(n):
+    try: cm.save(target)
+    except mc.SaveError: lost += 1
+  return lost
+
+
+def test_two_processes_saving_to_one_folder_end_with_one_complete_model(saved, tmp_path):
+  import multiprocessing as mp
+  m, folder = saved
+  target = str(tmp_path / "m")
+  with mp.get_context("spawn").Pool(2) as pool:
+    pool.map(_save_many, [(str(folder), target, 6)] * 2)   # every failure is a SaveError (else map raises)
+  x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+  np.testing.assert_allclose(mc.load(target).run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+  assert not list(tmp_path.glob(".m.saving-*")) and not list(tmp_path.glob(".m.old-*"))
+
+
+def test_leftovers_of_a_killed_save_are_tidied_and_a_model_renamed_aside_restored(saved, tmp_path):
+  import shutil
+  m, folder = saved
+  cm = mc.load(folder)
+  shutil.copytree(folder, tmp_path / ".m.old-deadbeef0000")        # killed between the two renames
+  (tmp_path / ".m.saving-deadbeef0001").mkdir()                    # killed while writing
+  (tmp_path / ".m.saving-deadbeef0001" / "weights.npz").write_bytes(b"\0" * 1000)
+  cm.save(tmp_path / "m")
+  assert sorted(p.name for p in tmp_path.iterdir()) == [".m.lock", "m"]
+
+
+# ---- full disks and limits: a clear error, nothing lost; the simulator builds elsewhere
+def _limited(code: str, limit: int, env=None) -> subprocess.CompletedProcess:
+  import resource
+  import subprocess
+  import sys
+
+  def cap(): resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, preexec_fn=cap,
+                        env={**os.environ, **(env or {})})
+
+
+def test_save_past_a_file_size_limit_is_a_save_error_and_keeps_the_old_model(saved, tmp_path):
+  m, folder = saved
+  big = tmp_path / "big.onnx"
+  rng = np.random.default_rng(0)
+  w = rng.standard_normal((512, 256)).astype(np.float32)             # 512 KB of weights
+  mb = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": np.zeros((4, 512), np.float32)}, ["y"], {"w": w})
+  onnx.save(mb, big)
+  import shutil
+  shutil.copytree(folder, tmp_path / "m")                          # an older model in the folder
+  r = _limited(f"""
+import minicomp as mc
+cm = mc.compile({str(big)!r}, target="sm_80", schedules="rules")
+try:
+  cm.save({str(tmp_path / "m")!r})
+except mc.SaveError as e:
+  print("SAVEERROR", e)
+""", 256 * 1024)
+  assert "SAVEERROR" in r.stdout and "could not save" in r.stdout, r.stdout + r.stderr[-2000:]
+  x = np.zeros((4, 16), np.float32)
+  assert mc.load(tmp_path / "m").run({"x": x}, device="cpu")[0].shape == (4, 8)   # the old model, intact
+  assert not list(tmp_path.glob(".m.saving-*"))
+
+
+@pytest.mark.parametrize("how", ["cache_is_a_file", "file_size_limit"])
+def test_the_simulator_builds_without_a_usable_cache_folder(tmp_path, how):
+  code = """
+import numpy as np, minicomp as mc
+A = mc.placeholder((64,), name="A")
+B = mc.compute((64,), lambda i: A[i] * 3.0 + 0.25, name="B")
+s = mc.Schedule([B]); i, = s.axis(B); o, t = s.split(B, i, 32)
+s.bind(B, o, "blockIdx.x"); s.bind(B, t, "threadIdx.x")
+a = np.arange(64, dtype=np.float32)
+try:
+  print("MATCH", np.allclose(mc.build(s, "sm_80")(a, device="cpu"), a * 3 + 0.25))
+except mc.MinicompError as e:
+  print("CLEAR", type(e).__name__, e)
+"""
+  if how == "cache_is_a_file":
+    (tmp_path / "cache").write_text("not a folder")
+    r = _limited(code, 2 ** 40, {"MINICOMP_CACHE_DIR": str(tmp_path / "cache")})
+    assert "MATCH True" in r.stdout and "building in" in r.stderr, r.stdout + r.stderr[-2000:]
+  else:   # a cold cache on a 'disk' where no file may pass 4 KB: a clear error, never a raw OSError
+    r = _limited(code, 4096, {"MINICOMP_CACHE_DIR": str(tmp_path / "cold")})
+    assert "MATCH True" in r.stdout or "CLEAR SimulatorError cannot write" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import _ctypes
 import ctypes
+import errno
 import functools
+import logging
 import os
 import re
 import subprocess
@@ -51,6 +53,7 @@ from minicomp.errors import SimulatorCompileError, SimulatorError
 from minicomp.lru import LRU
 
 SHIM_PATH = Path(__file__).with_name("cuda_shim.h")
+_logger = logging.getLogger("minicomp")
 FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-fno-strict-aliasing", "-w")
 SOURCE_NAME = "kernel.cu"  # file names in compiler messages (set by #line)
 LAUNCHER_NAME = "minicomp_launcher.cpp"
@@ -144,10 +147,45 @@ def build_simulator(source: str, kernels: Mapping[str, Sequence[str]], *, cxx: s
   spec = "\n".join(f"{name}({', '.join(types)})" for name, types in kernels.items())
   tu = _translation_unit(source, params)  # also in the key: the launcher template may change
   key = cache_key(source, spec, _shim_text(), _compiler_version(cxx), " ".join(FLAGS), tu)
-  path = cache_dir("sim") / f"{key}.so"
+  path = _build_dir() / f"{key}.so"
   if not path.exists():
-    _compile(tu, source, cxx, path)
+    try:
+      _compile(tu, source, cxx, path)
+    except OSError as e:           # a cache folder that filled up or turned read-only: this process's own folder
+      if path.parent == _private_dir(): raise SimulatorError(f"cannot write the simulator build of a kernel: {e}") from None
+      _logger.warning("the simulator's cache folder %s is not writable (%s); building in %s instead",
+                      path.parent, e.strerror or e, _private_dir())
+      _USE_PRIVATE.append(True)
+      return build_simulator(source, kernels, cxx=cxx)
   return SimModule(path, params, _load(path, list(params)))
+
+
+_USE_PRIVATE: list[bool] = []   # set once the cache folder failed: every later build of the process goes private
+
+
+def _build_dir() -> Path:
+  """Where builds go: the cache folder (``cache_dir("sim")``), or this process's own temporary folder when the
+  cache folder cannot be made or written (a cache path that is a file, a read-only or full disk), said once."""
+  if not _USE_PRIVATE:
+    try:
+      d = cache_dir("sim")
+      if os.access(d, os.W_OK | os.X_OK): return d
+      reason = "not writable"
+    except OSError as e:
+      reason = e.strerror or str(e)
+    _logger.warning("the simulator's cache folder cannot be used (%s); building in %s instead", reason, _private_dir())
+    _USE_PRIVATE.append(True)
+  return _private_dir()
+
+
+@functools.cache
+def _private_dir() -> Path:
+  """A temporary folder of this process, removed at exit."""
+  import atexit
+  import shutil
+  d = Path(tempfile.mkdtemp(prefix="minicomp-sim-"))
+  atexit.register(shutil.rmtree, d, True)
+  return d
 
 
 def _translation_unit(source: str, params: Mapping[str, tuple[Param, ...]]) -> str:
@@ -177,6 +215,8 @@ def _compile(tu: str, source: str, cxx: str, out: Path) -> None:
       if r.returncode == 0:
         _BUILD_FAILED.add(runtime)
         runtime.unlink(missing_ok=True)
+    if r.returncode != 0 and re.search(r"No space left on device|File too large|File size limit exceeded|Disk quota exceeded", r.stderr):
+      raise OSError(errno.ENOSPC, "the compiler could not write its output: " + r.stderr.strip().splitlines()[-1])
     if r.returncode != 0:
       raise SimulatorCompileError(_compile_message(cxx, r.stderr + r.stdout, source), log=r.stderr + r.stdout, source=source)
     os.replace(so, out)
@@ -296,7 +336,7 @@ def _shim_dir(cxx: str) -> Path:
   name = _pch_name(cxx)
   if name is None:
     return SHIM_PATH.parent
-  d = cache_dir("sim") / name
+  d = _build_dir() / name
   gch = d / "cuda_shim.h.gch"
   if gch.exists():
     return d
@@ -326,7 +366,7 @@ def _runtime_object(cxx: str) -> Path | None:
   leaves a build only the kernel to compile, in 0.4 of the time the whole translation unit took
   (``benchmarks/compile_speed.py``). None when it cannot be built or stored; the build then defines
   the runtime itself."""
-  out = cache_dir("sim") / f"runtime-{_shim_key(cxx)}.o"
+  out = _build_dir() / f"runtime-{_shim_key(cxx)}.o"
   if out in _BUILD_FAILED:
     return None
   if out.exists():

@@ -20,6 +20,7 @@ old lowering.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -122,17 +123,22 @@ def check_supported(nodes: Sequence[Node], opset: int) -> None:
 
 
 _loaded = False
+_load_lock = threading.RLock()
 
 
 def _load_library() -> None:
+  """Import every op module (each registers its ops), once. Safe from several threads: the flag is set
+  only when every module is in (a thread that found it set early used to see MatMul missing)."""
   global _loaded
   if _loaded: return
-  _loaded = True
-  import importlib
-  import pkgutil
-  import minicomp.graph.ops as pkg
-  for m in pkgutil.iter_modules(pkg.__path__):
-    importlib.import_module(f"{pkg.__name__}.{m.name}")
+  with _load_lock:
+    if _loaded: return
+    import importlib
+    import pkgutil
+    import minicomp.graph.ops as pkg
+    for m in pkgutil.iter_modules(pkg.__path__):
+      importlib.import_module(f"{pkg.__name__}.{m.name}")
+    _loaded = True
 
 
 @dataclass
