@@ -345,3 +345,28 @@ except mc.MinicompError as e:
     r = _limited(code, 4096, {"MINICOMP_CACHE_DIR": str(tmp_path / "cold")})
     assert "MATCH True" in r.stdout or "CLEAR SimulatorError cannot write" in r.stdout, r.stdout + r.stderr[-2000:]
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+# ---- special files as tuning logs: refused at once, never waited on or read without end
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "/dev/full", "folder"])
+@pytest.mark.parametrize("command", ["report", "tune"])
+def test_special_files_as_tuning_logs_are_refused_at_once(saved, tmp_path, capsys, special, command):
+  if special == "fifo":
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+  elif special == "folder":
+    path = tmp_path
+  else:
+    path = special
+  onnx.save(saved[0], tmp_path / "m.onnx")
+  args = ["report", str(path)] if command == "report" else ["tune", str(tmp_path / "m.onnx"), "--trials", "1",
+                                                            "--log", str(path), "-q"]
+  assert main(args) == 2
+  _one_error_line(capsys, "not a tuning log")
+
+
+def test_an_overlong_line_in_a_tuning_log_is_skipped_not_read_whole(tmp_path, caplog):
+  from minicomp.search import records as R
+  log = tmp_path / "log.jsonl"
+  log.write_bytes(b"x" * (R.MAX_LINE * 2 + 10) + b"\n")
+  assert R.load_records(log) == [] and "skipping an invalid record" in caplog.text

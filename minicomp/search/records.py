@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -191,6 +192,7 @@ class RecordLog:
     if self._f is None:
       d = os.path.dirname(self.path)
       if d: os.makedirs(d, exist_ok=True)
+      _check_regular(self.path)
       _repair_tail(self.path)
       self._f = open(self.path, "a", encoding="utf-8")   # noqa: SIM115 - held open across appends; close() closes it
     return self._f
@@ -260,6 +262,40 @@ def _repair_tail(path: str) -> None:
 
 
 MAX_WARNINGS = 10       # bad lines of one log warned about one by one; the rest are counted in one warning
+MAX_LINE = 1 << 24      # bytes of one record line (a record is a few KB): a longer line is skipped, never read whole
+
+
+def _kind(mode: int) -> str:
+  return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device" if
+          stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def _check_regular(path: str) -> None:
+  """A tuning log is a regular file: a FIFO would hang a reader, a device never end (``/dev/zero``)."""
+  try:
+    mode = os.stat(path).st_mode
+  except FileNotFoundError:
+    return
+  if not stat.S_ISREG(mode): raise RecordsError(f"{path}: {_kind(mode)}, not a tuning log (a JSON-lines file)")
+
+
+def _read_lines(path: str):
+  """The lines of a tuning log, each cut at MAX_LINE bytes (the rest of a longer line dropped); opened without
+  blocking, and refused unless it is a regular file."""
+  _check_regular(path)
+  fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # (and checked again: it may have changed)
+  with os.fdopen(fd, "rb") as f:
+    mode = os.fstat(f.fileno()).st_mode
+    if not stat.S_ISREG(mode): raise RecordsError(f"{path}: {_kind(mode)}, not a tuning log (a JSON-lines file)")
+    while True:
+      line = f.readline(MAX_LINE)
+      if not line: return
+      if len(line) == MAX_LINE and not line.endswith(b"\n"):
+        while True:                                 # skip the rest of an overlong line
+          rest = f.readline(MAX_LINE)
+          if not rest or rest.endswith(b"\n"): break
+        line = b"{overlong line}"
+      yield line.rstrip(b"\n").decode("utf-8", errors="replace")
 
 
 def load_records(path: str | os.PathLike, *, workload_key: str | None = None, target: str | None = None,
@@ -273,11 +309,12 @@ def load_records(path: str | os.PathLike, *, workload_key: str | None = None, ta
   :class:`RecordsError`. Each record's ``where`` is its ``"file:line"``."""
   path = os.fspath(path)
   try:
-    with open(path, encoding="utf-8", errors="replace") as f:
-      lines = f.read().split("\n")
+    lines = list(_read_lines(path))
   except FileNotFoundError:
     if missing_ok: return []
     raise RecordsError(f"{path}: no such tuning log") from None
+  except OSError as e:
+    raise RecordsError(f"{path}: cannot read the tuning log ({e.strerror or e})") from None
   numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
   out, skipped = [], 0
   for k, (n, ln) in enumerate(numbered):
