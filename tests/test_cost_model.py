@@ -9,7 +9,7 @@ import pytest
 
 from minicomp.errors import MinicompError
 from minicomp.search import cost_model as cm
-from minicomp.search.cost_model import mlp as cost_model_mlp as mlp
+from minicomp.search.cost_model import mlp
 from minicomp.search.cost_model import CostModelError, MLPCostModel, evaluate
 
 F, HIDDEN = 12, 64     # small, so the file runs in seconds; one config shared by every test (one compilation)

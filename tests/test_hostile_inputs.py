@@ -370,3 +370,25 @@ def test_an_overlong_line_in_a_tuning_log_is_skipped_not_read_whole(tmp_path, ca
   log = tmp_path / "log.jsonl"
   log.write_bytes(b"x" * (R.MAX_LINE * 2 + 10) + b"\n")
   assert R.load_records(log) == [] and "skipping an invalid record" in caplog.text
+
+
+# ---- Ctrl-C during a tuning run: one line, exit 130, the log kept
+def test_ctrl_c_during_tune_ends_the_run_with_one_line_and_keeps_the_log(saved, tmp_path):
+  import signal
+  import sys
+  import time
+  onnx.save(saved[0], tmp_path / "m.onnx")
+  log = tmp_path / "log.jsonl"
+  p = subprocess.Popen([sys.executable, "-m", "minicomp.cli", "tune", str(tmp_path / "m.onnx"), "--trials", "400",
+                        "--log", str(log), "--per-round", "8", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, start_new_session=True)   # its own process group: the terminal's Ctrl-C reaches all
+  deadline = time.monotonic() + 240
+  while time.monotonic() < deadline and p.poll() is None and (not log.exists() or log.read_text().count("\n") < 4):
+    time.sleep(0.2)
+  assert p.poll() is None, p.communicate()
+  os.killpg(p.pid, signal.SIGINT)
+  out, err = p.communicate(timeout=120)
+  assert p.returncode == 130, (p.returncode, err[-3000:])
+  assert "Traceback" not in err and err.strip().splitlines()[-1] == "minicomp: interrupted", err[-3000:]
+  from minicomp.search.records import load_records
+  assert len(load_records(log)) >= 4

@@ -163,7 +163,8 @@ class _Child:
     env[_ENV_PARENT] = str(os.getpid())
     self.proc = subprocess.Popen([sys.executable, *(_CHILD_ARGS or [os.path.abspath(__file__)])],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, env=env)   # glibc's abort message
+                                 stderr=subprocess.DEVNULL, env=env,   # glibc's abort message
+                                 start_new_session=True)   # Ctrl-C is the parent's: a child it killed looked like a crash
     self.pid = os.getpid()               # a forked copy of the parent must not share the pipes
     self.no_aslr = no_aslr
 

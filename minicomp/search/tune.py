@@ -167,13 +167,14 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
   if records: log.info("resumed %d records for %d tasks from %s", len(records), len({r.workload_key for r in records}), log_file)
   remaining = trials - len(records)
   first_trial = max([len(records)] + [r.trial + 1 for r in records])
+  strat = make_strategy(strategy, seed) if remaining > 0 else None
+  if strat is not None: strat.prepare()              # its imports before any measurement
   try:
     if measurer is not None and (records or remaining > 0):
       baseline.update(_measure_defaults(tt, defaults, baseline, measurer, tkey, log_file, progress))
     for t in tt:
       if baseline.get(t.key) is not None: t.default_cost = baseline[t.key]
     if remaining > 0:
-      strat = make_strategy(strategy, seed)
       if records and hasattr(strat, "resume"): strat.resume(tt)
       sink = RecordLog(log_file) if log_file else None
       shown = TuneProgress(trials, len(records), enabled=progress)

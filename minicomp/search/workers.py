@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
+import multiprocessing
+import multiprocessing.context
 import os
+import signal
 import sys
 import threading
 
@@ -31,13 +34,31 @@ _lock = threading.Lock()
 
 def process_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
   """A new local pool of ``workers`` spawn workers (default one per core), not shared."""
-  import multiprocessing
-  return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
-                                mp_context=multiprocessing.get_context("spawn"),
+  return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=_QuietSpawn(),
                                 initializer=_worker_init, initargs=(os.getpid(),))
 
 
+class _QuietProcess(multiprocessing.context.SpawnProcess):
+  """A spawned worker that ignores SIGINT from its first instruction: the terminal's Ctrl-C goes to the whole
+  process group, and workers that took it (often while still importing minicomp) printed tracebacks while
+  the parent ended the run. An ignored signal stays ignored across exec, and Python keeps it so."""
+
+  def start(self) -> None:
+    if threading.current_thread() is not threading.main_thread():   # (only the main thread may set handlers)
+      return super().start()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+      super().start()
+    finally:
+      signal.signal(signal.SIGINT, old)
+
+
+class _QuietSpawn(multiprocessing.context.SpawnContext):
+  Process = _QuietProcess
+
+
 def _worker_init(parent_pid: int) -> None:
+  """A worker exits with its parent."""
   from minicomp.codegen.nvrtc_worker import exit_with_parent
   exit_with_parent(parent_pid)
 

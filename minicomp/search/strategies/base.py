@@ -64,6 +64,10 @@ class Strategy:
   def update(self, task: TuneTask, candidates: list[Candidate], costs: list[float | None]) -> None:
     pass
 
+  def prepare(self) -> None:
+    """Import what the search needs (JAX for a learned model) before the first trial, not in the middle of
+    a run: an interrupt that lands inside a native library's import can crash the process."""
+
 
 class RandomStrategy(Strategy):
   """Uniform random samples of the sketches (Ansor's init population, no cost model): the

@@ -69,6 +69,11 @@ class LearnedStrategy(Strategy):
     self._measured_points: set[tuple] = set()
     self._concrete: dict[tuple, Candidate] = {}        # points the pre-filter lowered (sketches without formulas)
 
+  def prepare(self) -> None:
+    import jax.numpy  # noqa: F401 -- the model's training and prediction (and Felix's objective) run on JAX
+
+    import minicomp.search.cost_model  # noqa: F401
+
   # -- the model
   @property
   def model(self):
