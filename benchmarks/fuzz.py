@@ -1,5 +1,6 @@
-"""Fuzzing minicomp as a careful user and as an attacker would: mutated ONNX models, tampered saved
-models and corrupted tuning logs, each case classified.
+"""Fuzzing minicomp as a careful user and as an attacker would: mutated ONNX models (hostile names, deep
+activation chains and non-finite feeds among the mutations), tampered saved models and corrupted tuning
+logs, each case classified.
 
     python benchmarks/fuzz.py --cases 5065 --kinds onnx:4000,tamper:65,log:1000   # the long run (benchmarks/README.md)
     python benchmarks/fuzz.py --cases 30 --kinds onnx,log                          # a quick look
@@ -188,10 +189,64 @@ def _badname(rng, m):
   return "badname"
 
 
-MUTATORS = [_attr, _dim, _dtype, _init, _wire, _op, _opset, _drop, _bytes, _badname]
+# names that are C / C++ / CUDA keywords, reserved, macros of NVRTC's or the simulator's translation unit, or
+# comment and directive markers: a model's names must never reach the CUDA source
+HOSTILE_NAMES = ["int", "float", "return", "class", "asm", "nullptr", "and", "max", "threadIdx", "__global__",
+                 "x__attribute__y", "_Pragma", "INFINITY", "NAN", "FLT_MAX", "stdin", "SIGINT", "mc_e0", "/* c */",
+                 "line\\", "#include <x>", "a b"]
+
+
+def _cname(rng, m):
+  """A value (input, intermediate, output or initializer) and a node renamed to hostile names."""
+  g = m.graph
+  names = [v.name for v in g.input] + [o for n in g.node for o in n.output if o] + [t.name for t in g.initializer]
+  old, new = names[rng.integers(len(names))], HOSTILE_NAMES[rng.integers(len(HOSTILE_NAMES))]
+  if new in names: return "cname n/a"
+  for v in list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer):
+    if v.name == old: v.name = new
+  for n in g.node:
+    n.input[:] = [new if x == old else x for x in n.input]
+    n.output[:] = [new if x == old else x for x in n.output]
+  g.node[rng.integers(len(g.node))].name = HOSTILE_NAMES[rng.integers(len(HOSTILE_NAMES))]
+  return f"cname {old!r}->{new!r}"
+
+
+def _chain(rng, m):
+  """A chain of activations that each read their input twice appended to the first output (Relu, or a
+  written-out tanh-GELU): the fused kernel's text and the walks over it must stay bounded."""
+  g, N = m.graph, helper.make_node
+  out, n = g.output[0].name, int(rng.choice([16, 64, 300]))
+  prev = out + "_pre"
+  for node in g.node: node.output[:] = [prev if x == out else x for x in node.output]
+  gelu = rng.random() < 0.5
+  if gelu:
+    for name, v in (("c3", 0.044715), ("k", float(np.sqrt(2 / np.pi))), ("one", 1.0), ("half", 0.5)):
+      g.initializer.append(numpy_helper.from_array(np.array(v, np.float32), f"chain_{name}"))
+  for k in range(n // (8 if gelu else 1)):
+    dst = out if k == n // (8 if gelu else 1) - 1 else f"chain{k}"
+    if not gelu:
+      g.node.append(N("Relu", [prev], [dst]))
+    else:
+      p = f"chain{k}_"
+      g.node.extend([N("Mul", [prev, prev], [p + "sq"]), N("Mul", [p + "sq", prev], [p + "cu"]),
+                     N("Mul", [p + "cu", "chain_c3"], [p + "m"]), N("Add", [prev, p + "m"], [p + "a"]),
+                     N("Mul", [p + "a", "chain_k"], [p + "b"]), N("Tanh", [p + "b"], [p + "t"]),
+                     N("Add", [p + "t", "chain_one"], [p + "u"]), N("Mul", [prev, p + "u"], [p + "v"]),
+                     N("Mul", [p + "v", "chain_half"], [dst])])
+    prev = dst
+  return f"chain {n} {'gelu' if gelu else 'relu'}"
+
+
+def _nonfinite(rng, m):
+  """Feeds holding +-Inf, NaN, denormals and values near 1e30 (applied by feeds_for)."""
+  m.metadata_props.add(key="fuzz_feeds", value="nonfinite")
+  return "nonfinite feeds"
+
+
+MUTATORS = [_attr, _dim, _dtype, _init, _wire, _op, _opset, _drop, _bytes, _badname, _cname, _chain, _nonfinite]
 # semantic edits (attributes, dims, types, initializer values, opsets) most often: their mutants
 # get past the checker, so they test the importer and the kernels, not only the parsers
-WEIGHTS = np.array([4, 2, 2, 4, 1, 1, 2, 1, 0.5, 0.5]) / 18
+WEIGHTS = np.array([4, 2, 2, 4, 1, 1, 2, 1, 0.5, 0.5, 1, 0.5, 1]) / 20.5
 
 
 def mutate(m: onnx.ModelProto, rng: np.random.Generator) -> tuple[bytes, str]:
@@ -225,6 +280,7 @@ def feeds_for(model_bytes: bytes, seed: int = 0) -> dict[str, np.ndarray]:
     return {}
   rng = np.random.default_rng(seed)
   inits = {t.name for t in m.graph.initializer}
+  special = any(p.key == "fuzz_feeds" and p.value == "nonfinite" for p in m.metadata_props)
   out = {}
   for i in m.graph.input:
     if i.name in inits: continue
@@ -234,7 +290,12 @@ def feeds_for(model_bytes: bytes, seed: int = 0) -> dict[str, np.ndarray]:
       dt = helper.tensor_dtype_to_np_dtype(tt.elem_type)
     except (KeyError, ValueError):
       continue
-    if dt.kind == "f": out[i.name] = rng.standard_normal(shape).astype(dt)
+    if dt.kind == "f":
+      out[i.name] = rng.standard_normal(shape).astype(dt)
+      if special and out[i.name].size:
+        flat = out[i.name].reshape(-1)
+        picks = rng.choice(flat.size, size=min(flat.size, 4), replace=False)
+        flat[picks] = np.array([np.inf, -np.inf, np.nan, 1e30, 1e-40, -1e30], dt)[rng.integers(6, size=len(picks))]
     elif dt.kind == "b": out[i.name] = rng.integers(0, 2, shape).astype(bool)
     else: out[i.name] = rng.integers(0, 3, shape).astype(dt)
   return out
@@ -301,6 +362,14 @@ def _do(req: dict) -> dict:
     return {"class": "clean", "why": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
   except Exception as e:   # noqa: BLE001 (anything else is what the fuzzer looks for)
     return {"class": "error", "why": f"{type(e).__name__}: {str(e)[:300]}"}
+  if req.get("roundtrip"):       # a model that compiled and ran must also save, load and run the same (lost data)
+    try:
+      with tempfile.TemporaryDirectory() as d:
+        again = minicomp.load(cm.save(Path(d) / "m")).run(feeds, device="cpu")
+    except Exception as e:   # noqa: BLE001 (a refusal here is lost data, not a clean refusal)
+      return {"class": "error", "why": f"saved, but does not load and run: {type(e).__name__}: {str(e)[:200]}"}
+    if not (len(again) == len(outs) and all(_close(a, b) for a, b in zip(outs, again))):
+      return {"class": "mismatch", "why": "the saved and loaded model differs from the compiled one"}
   same = lambda ref: len(ref) == len(outs) and all(_close(a, b) for a, b in zip(outs, ref))  # noqa: E731
   if req.get("ref") is None:     # onnxruntime rejected the mutant: ONNX's reference evaluator is the judge
     ref = _onnx_reference(for_reference(data), feeds) if op == "onnx" else []
@@ -378,7 +447,7 @@ def onnx_cases(n: int, seed: int, work: Path, node_models: int = 0):
     data, what = mutate(seeds[base], rng)
     path = work / f"m{k}.onnx"
     path.write_bytes(data)
-    yield f"onnx {base}: {what}", {"op": "onnx", "path": str(path)}
+    yield f"onnx {base}: {what}", {"op": "onnx", "path": str(path), "roundtrip": "cname" in what}
 
 
 def _saved(work: Path, pool: Pool) -> tuple[Path, Path, Path]:

@@ -19,8 +19,11 @@ def _check(results, n):
 
 
 def test_onnx_mutants_are_matched_or_refused_cleanly():
-  counts = _check(fuzz.run(60, seed=11, kinds=["onnx"], timeout_s=240), 60)
+  results = fuzz.run(60, seed=11, kinds=["onnx"], timeout_s=240)
+  counts = _check(results, 60)
   assert counts["match"] >= 2 and counts["clean"] >= 30   # the sample exercises both outcomes
+  for what in ("cname", "chain", "nonfinite"):            # the second round's classes: hostile names (saved and
+    assert any(what in r["case"] for r in results), what  # loaded too), deep chains, non-finite feeds
 
 
 def test_every_saved_model_tamper_is_refused_or_harmless():
