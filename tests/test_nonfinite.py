@@ -26,8 +26,10 @@ DEFINITION = {
   **{(op, row): _mean64 for op in ("ReduceMean", "GlobalAveragePool") for row in ("big", "big_pos")},
   # onnxruntime starts its max at the lowest finite float, so a row of -inf gives -3.4e38
   ("GlobalMaxPool", "all_ninf"): lambda r: np.float32(-np.inf),
-  # max reductions skip a NaN (C's fmaxf); onnxruntime returns an arbitrary element (2 here)
-  ("ReduceMax", "nan"): lambda r: np.float32(np.nanmax(r)),
+  # a NaN makes a max / min reduction NaN and is its arg extreme (ONNX's reference, numpy); onnxruntime's
+  # scans skip a NaN that does not come first (ReduceMax returns 2 here)
+  ("ReduceMax", "nan"): lambda r: np.float32(np.nan), ("ReduceMin", "nan"): lambda r: np.float32(np.nan),
+  ("ArgMax", "nan"): lambda r: np.int64(np.argmax(r)), ("ArgMin", "nan"): lambda r: np.int64(np.argmin(r)),
 }
 
 
@@ -92,3 +94,16 @@ def test_layer_norm_whose_variance_overflows_is_nan_not_zero():
   got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0]
   assert np.isnan(got[0]).all()
   np.testing.assert_allclose(got[1:], run_ort(m, {"x": x})[0][1:], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_extremes_take_a_nan_as_onnx_reference_does(op, last):
+  """A NaN is the extreme value wherever it stands (numpy's rule, ONNX's reference); onnxruntime agrees only
+  when the NaN comes first, as its scan starts there."""
+  from onnx.reference import ReferenceEvaluator
+  x = np.array([[np.nan, 1.0, 2.0, 0.5], [3.0, np.nan, 1.0, np.nan], [np.inf, -np.inf, 1.0, 0.0],
+                [5.0, 4.0, 3.0, 2.0]], np.float32)
+  m = make_model([helper.make_node(op, ["x"], ["y"], axis=1, select_last_index=last)], {"x": x}, ["y"], opset=13)
+  got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0]
+  np.testing.assert_array_equal(got, ReferenceEvaluator(m).run(None, {"x": x})[0])

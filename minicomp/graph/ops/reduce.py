@@ -17,7 +17,7 @@ import minicomp.ir.te as te
 from minicomp.errors import ShapeError
 from minicomp.graph.ops._util import broadcast_shape, load, norm_axis, operand
 from minicomp.graph.registry import op
-from minicomp.ir.expr import Expr, ReduceArg, abs_, cast, const, eq, exp, log, rsqrt, select, sqrt
+from minicomp.ir.expr import Expr, ReduceArg, abs_, cast, const, eq, exp, log, ne, rsqrt, select, sqrt
 from minicomp.ir.ops import Op
 from minicomp.ir.te import Tensor
 
@@ -85,6 +85,12 @@ def _reduce(ctx, x, axes, kind: str):
     r = _stage(ctx, x, ax, keep, kind, lambda i, o: cast(x[i], "int32"), "i32")
     return [_map(ctx, r, lambda v: cast(v, "bool"))]
   if dt not in _FLOATS + ("int32", "int64"): raise ctx.error(f"input dtype {dt} is not supported")
+  if kind in ("max", "min") and dt in _FLOATS:
+    # a NaN anywhere in the reduced dims makes the result NaN, as in ONNX's reference and numpy (a max
+    # reduction's combiner, fmaxf, skips NaN; onnxruntime returns an arbitrary element)
+    m = _stage(ctx, x, ax, keep, kind, X, kind)
+    nan = _stage(ctx, x, ax, keep, "max", lambda i, o: cast(ne(x[i], x[i]), "int32"), "nan")
+    return [ctx.compute(m.shape, lambda *o: select(nan[o] > 0, const(math.nan, dt), m[o]))]
   if kind in ("sum", "max", "min", "prod"): return [_stage(ctx, x, ax, keep, kind, X)]
   if kind == "sumsquare": return [_stage(ctx, x, ax, keep, "sum", lambda i, o: x[i] * x[i])]
   if kind == "l1": return [_stage(ctx, x, ax, keep, "sum", lambda i, o: abs_(x[i]))]
@@ -138,8 +144,12 @@ def _arg(ctx, x, combiner: str):
   m = _stage(ctx, x, [ax], keep, combiner, lambda i, o: x[i], combiner)
   # the first (or last) index holding the extreme value: min (max) of k over the matches
   miss = const(-1 if last else K, "int64")
-  return [_stage(ctx, x, [ax], keep, "max" if last else "min",
-                 lambda i, o: select(eq(x[i], m[o]), cast(i[ax], "int64"), miss))]
+  pick = "max" if last else "min"
+  found = _stage(ctx, x, [ax], keep, pick, lambda i, o: select(eq(x[i], m[o]), cast(i[ax], "int64"), miss))
+  if x.dtype not in _FLOATS: return [found]
+  # a NaN is the extreme value, as in ONNX's reference (numpy): the first (last) NaN's index where there is one
+  nan = _stage(ctx, x, [ax], keep, pick, lambda i, o: select(ne(x[i], x[i]), cast(i[ax], "int64"), miss), "nan")
+  return [ctx.compute(found.shape, lambda *o: select(eq(nan[o], miss), found[o], nan[o]))]
 
 
 @op("ArgMax", kind="reduction", since=13)
