@@ -41,6 +41,7 @@ deterministic) in ``--out/measured.jsonl``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import statistics
@@ -296,7 +297,22 @@ def gensor_point(task: str, dag, args, meas: MemoMeasurer) -> dict:
 
 
 def run_path(out: Path, task: str, strategy: str, seed: int, budget: int, target: str, per_round: int) -> Path:
-  return out / "runs" / f"{target}_r{per_round}_{task}_{strategy}_s{seed}_b{budget}.json"
+  """Where a run is saved: gzipped JSON (hundreds of runs are kept in git)."""
+  return out / "runs" / f"{target}_r{per_round}_{task}_{strategy}_s{seed}_b{budget}.json.gz"
+
+
+def write_run(path: Path, run: dict) -> None:
+  path.write_bytes(gzip.compress(json.dumps(run).encode(), mtime=0))
+
+
+def read_run(path: Path) -> dict:
+  """A saved run, gzipped (``.json.gz``) or not (``.json``)."""
+  data = path.read_bytes()
+  return json.loads(gzip.decompress(data) if path.name.endswith(".gz") else data)
+
+
+def _budget_of(path: Path) -> int:
+  return int(path.name.split(".json")[0].rsplit("_b", 1)[1])
 
 
 # -------------------------------------------------------------------------------------------- report
@@ -344,14 +360,14 @@ def _cell(xs: list[float], censored: bool, fmt: str = ".0f") -> str:
 def longest_run(out: Path, task: str, strategy: str, seed: int, target: str, per_round: int) -> int:
   """The largest budget of the runs saved for this task, strategy and seed (0: none)."""
   done = run_path(out, task, strategy, seed, 0, target, per_round).name.rsplit("_b", 1)[0]
-  return max((int(p.stem.rsplit("_b", 1)[1]) for p in (out / "runs").glob(f"{done}_b*.json")), default=0)
+  return max((_budget_of(p) for p in (out / "runs").glob(f"{done}_b*.json*")), default=0)
 
 
 def load_runs(out: Path, target: str, per_round: int) -> list[dict]:
   runs = []
-  for p in sorted((out / "runs").glob(f"{target}_r{per_round}_*.json")):
-    try: runs.append(json.loads(p.read_text()))
-    except (OSError, json.JSONDecodeError): continue
+  for p in sorted((out / "runs").glob(f"{target}_r{per_round}_*.json*")):
+    try: runs.append(read_run(p))
+    except (OSError, ValueError, EOFError): continue   # (JSONDecodeError, a damaged gzip)
   return runs
 
 
@@ -656,11 +672,11 @@ def main(argv=None) -> int:
         if not todo and gpath.exists(): continue
         dag = task_dag(t, args.smoke)
         if not gpath.exists():
-          gpath.write_text(json.dumps(gensor_point(t, dag, args, meas)))
+          write_run(gpath, gensor_point(t, dag, args, meas))
         for s, seed in todo:
           t0 = time.perf_counter()
           r = run_one(t, dag, s, seed, top, args, meas)
-          run_path(args.out, t, s, seed, top, args.target, args.per_round).write_text(json.dumps(r))
+          write_run(run_path(args.out, t, s, seed, top, args.target, args.per_round), r)
           best = min((c for c in r["costs"] if c is not None), default=math.inf)
           print(f"# {t:9s} {s:6s} seed {seed}: best {best * 1e6:9.2f} us* after {len(r['costs'])} measurements, "
                 f"search {r['search_s']:.0f} s, wall {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)

@@ -65,7 +65,7 @@ def test_strategy_on_every_benchmark_task_gives_valid_correct_programs(strategy,
 def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
   assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "--budgets", "4,8"]) == 0
   text = capsys.readouterr().out
-  runs = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
+  runs = [B.read_run(p) for p in (tmp_path / "runs").glob("*.json*")]
   names = list(B.tasks(smoke=True))
   for s in B.STRATEGIES:
     got = [r for r in runs if r["strategy"] == s]
@@ -101,15 +101,15 @@ def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
                  "--strategies", ",".join(B.VARIANTS)]) == 0
   text = capsys.readouterr().out
   for s in B.VARIANTS:
-    got = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob(f"*_{s}_s0_b8.json")]
+    got = [B.read_run(p) for p in (tmp_path / "runs").glob(f"*_{s}_s0_b8.json*")]
     assert sorted(r["task"] for r in got) == sorted(names), s
     assert all(0 < len(r["costs"]) <= 8 for r in got)
     for t in names: assert f"| {t} | {s} | 1 |" in text
   # --first-seed: seeds 2..2 only, so a second process can take other seeds of the same task and strategy
   assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "3", "--first-seed", "2", "--budgets", "8",
                  "--tasks", "matmul64", "--strategies", "random"]) == 0
-  assert sorted(p.name for p in (tmp_path / "runs").glob("*matmul64_random_s*_b8.json")) == \
-    ["h100_r4_matmul64_random_s0_b8.json", "h100_r4_matmul64_random_s2_b8.json"]
+  assert sorted(p.name for p in (tmp_path / "runs").glob("*matmul64_random_s*_b8.json*")) == \
+    ["h100_r4_matmul64_random_s0_b8.json.gz", "h100_r4_matmul64_random_s2_b8.json.gz"]
   with pytest.raises(SystemExit):
     B.main(["--smoke", "--out", str(tmp_path), "--seeds", "2", "--first-seed", "2"])
 
@@ -206,7 +206,7 @@ def test_missing_runs_lists_the_seeds_to_run_with_their_estimated_time(tmp_path)
   (tmp_path / "runs").mkdir()
   def save(strategy, seed, budget, minutes):
     r = {"task": "t", "strategy": strategy, "seed": seed, "budget": budget, "costs": [1.0] * budget, "wall_s": minutes * 60}
-    B.run_path(tmp_path, "t", strategy, seed, budget, "h100", 16).write_text(json.dumps(r))
+    B.write_run(B.run_path(tmp_path, "t", strategy, seed, budget, "h100", 16), r)
   save("ansor", 0, 8, 6.0), save("ansor", 1, 4, 3.0), save("tuna", 0, 4, 2.0), save("tuna", 1, 4, 4.0)
   lines = B.missing_runs(tmp_path, ["t"], ["ansor", "tuna", "random"], 2, 8, "h100", 16)
   assert lines[2:5] == ["| t | ansor | 1 | 6 | 6 |", "| t | tuna | 0,1 | 8 (from 4) | 16 |", "| t | random | 0,1 | ? | ? |"]

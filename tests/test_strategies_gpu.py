@@ -33,7 +33,7 @@ def bench(tmp_path_factory):
 
   def run(strategy, seed, budget, costs):
     r = {"task": TASK, "strategy": strategy, "seed": seed, "budget": budget, "costs": costs}
-    S.run_path(out, TASK, strategy, seed, budget, "h100", 16).write_text(json.dumps(r))
+    S.write_run(S.run_path(out, TASK, strategy, seed, budget, "h100", 16), r)
   c = [cost[p] for p in progs]
   run("tuna", 0, 4, [c[5], c[2], None, c[7]])                # best within 2: program 2, within 4: the same
   run("ansor", 0, 4, [c[6], c[4], c[1], c[3]])               # within 2: program 4, within 4: program 1
@@ -141,8 +141,8 @@ def test_trials_replays_the_open_loop_runs_and_reports_what_each_measurer_keeps(
   with StaticMeasurer(workers=1) as m:
     tune([tt], S.make_strategy("random", 0, True), m, 6, seed=0, measures_per_round=16)
   saved = [c for _, c in tt.history]
-  S.run_path(tmp_path, TASK, "random", 0, 6, "h100", 16).write_text(json.dumps(
-    {"task": TASK, "strategy": "random", "seed": 0, "budget": 6, "costs": saved}))
+  S.write_run(S.run_path(tmp_path, TASK, "random", 0, 6, "h100", 16),
+              {"task": TASK, "strategy": "random", "seed": 0, "budget": 6, "costs": saved})
   sel = G.select_trials(tmp_path, [TASK], ["random", "tuna"], 1, 6, "h100", 16)
   assert "differs" not in capsys.readouterr().err                 # the re-made random run is the saved one
   pos = {(r[1], r[3]): i for i, p in enumerate(sel) for r in p["roles"]}
