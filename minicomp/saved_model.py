@@ -72,22 +72,34 @@ def save(model, path: str | Path) -> Path:
 
 @contextlib.contextmanager
 def _save_lock(work: Path):
-  """An exclusive lock on ``.NAME.lock`` beside the folder, or a SaveError when another process holds it."""
+  """An exclusive lock on ``.NAME.lock`` beside the folder for the save's duration (removed after), or a
+  SaveError when another process holds it. A lock file its holder removed while this one waited for it is
+  not a lock any more: taken again on the file now at the path."""
   try:
     import fcntl
   except ImportError:                 # (no flock on this platform: saves are not serialised)
     yield
     return
-  with open(work.parent / f".{work.name}.lock", "a") as f:
+  path = work.parent / f".{work.name}.lock"
+  while True:
+    f = open(path, "a")  # noqa: SIM115 -- held for the save, closed below
     try:
       fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+      f.close()
       raise SaveError(f"another process is saving to {work} at this moment; nothing was written (save again "
                       "when it is done, or to another folder)") from None
     try:
-      yield
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
+      same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
+    except FileNotFoundError:
+      same = False
+    if same: break
+    f.close()
+  try:
+    yield
+  finally:
+    path.unlink(missing_ok=True)      # while still held: no leftover file beside the model
+    f.close()
 
 
 def _tidy_leftovers(work: Path) -> None:

@@ -286,7 +286,7 @@ def test_leftovers_of_a_killed_save_are_tidied_and_a_model_renamed_aside_restore
   (tmp_path / ".m.saving-deadbeef0001").mkdir()                    # killed while writing
   (tmp_path / ".m.saving-deadbeef0001" / "weights.npz").write_bytes(b"\0" * 1000)
   cm.save(tmp_path / "m")
-  assert sorted(p.name for p in tmp_path.iterdir()) == [".m.lock", "m"]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
 # ---- full disks and limits: a clear error, nothing lost; the simulator builds elsewhere

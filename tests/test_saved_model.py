@@ -126,7 +126,7 @@ def test_failed_save_leaves_the_old_model_intact(model, tmp_path, monkeypatch):
 
   def disk_full(*a, **k): raise OSError("disk full")
   monkeypatch.setattr(np, "savez", disk_full)          # fails halfway: the kernels are written, the weights not
-  with pytest.raises(OSError, match="disk full"):
+  with pytest.raises(mc.SaveError, match="disk full"):
     model.save(p)
   monkeypatch.undo()
   assert _files(p) == before and os.listdir(tmp_path) == ["m"]
@@ -137,7 +137,7 @@ def test_failed_save_leaves_the_old_model_intact(model, tmp_path, monkeypatch):
     if len(calls) == 2: raise OSError("rename failed")
     return rename(a, b)
   monkeypatch.setattr(saved_model.os, "rename", fail_second)
-  with pytest.raises(OSError, match="rename failed"):
+  with pytest.raises(mc.SaveError, match="rename failed"):
     model.save(p)
   monkeypatch.undo()
   assert len(calls) == 3 and _files(p) == before and os.listdir(tmp_path) == ["m"]
