@@ -291,12 +291,11 @@ def test_leftovers_of_a_killed_save_are_tidied_and_a_model_renamed_aside_restore
 
 # ---- full disks and limits: a clear error, nothing lost; the simulator builds elsewhere
 def _limited(code: str, limit: int, env=None) -> subprocess.CompletedProcess:
-  import resource
-  import subprocess
+  """``code`` in a fresh interpreter whose files (and its children's) may not pass ``limit`` bytes (the
+  limit is set by the child itself: forking this process, which runs JAX's threads, could deadlock)."""
   import sys
-
-  def cap(): resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, preexec_fn=cap,
+  cap = f"import resource; resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+  return subprocess.run([sys.executable, "-c", cap + code], capture_output=True, text=True, timeout=600,
                         env={**os.environ, **(env or {})})
 
 
