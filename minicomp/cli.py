@@ -80,6 +80,12 @@ def _load_feeds(pairs: list[tuple[str, str, tuple, np.dtype]], inputs) -> dict[s
   return feeds
 
 
+def _check_save_path(path: str) -> None:
+  """Refuse, before compiling, a -o folder the save would refuse (a file, or a folder of other files)."""
+  from minicomp.saved_model import check_replaceable
+  check_replaceable(Path(path).resolve())
+
+
 def _check_output_paths(paths: list[str]) -> None:
   """Refuse, before any work, an --output that is a folder or whose folder does not exist."""
   for p in map(Path, paths):
@@ -100,11 +106,34 @@ def _save_npy(path: str, arr: np.ndarray) -> None:
     raise UsageError(f"--output {path!r}: {e.strerror or e}") from None
 
 
+def _ops_only(model, why: str) -> int:
+  """``info`` of a model whose dims are not all known: its ops from the file as it is, no kernels."""
+  from collections import Counter
+
+  from minicomp.frontend.onnx_import import read_model
+  from minicomp.graph.registry import lookup
+  m = read_model(model)
+  opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
+  print(f"model {m.graph.name}: opset {opset}, {len(m.graph.node)} nodes (not folded: {why})")
+  print("inputs:  " + ", ".join(f"{i.name} {[d.dim_value or d.dim_param or '?' for d in i.type.tensor_type.shape.dim]}"
+                                for i in m.graph.input))
+  print("\nops:")
+  for op_type, count in sorted(Counter(n.op_type for n in m.graph.node).items()):
+    print(f"  {op_type:<24} x{count:<4} {'supported' if lookup(op_type, opset) is not None else 'NOT SUPPORTED'}")
+  print("\nthe kernels it would make: give every dynamic dim a size with --input-shape (NAME=D1,D2,... or DIM=N)")
+  return 0
+
+
 def cmd_info(a) -> int:
   from minicomp.compiler import onnx_loader
+  from minicomp.errors import ShapeError
   from minicomp.graph.partition import partition
   from minicomp.graph.registry import lookup
-  g = onnx_loader()(a.model, _parse_shapes(a.input_shape), check_ops=False)
+  try:
+    g = onnx_loader()(a.model, _parse_shapes(a.input_shape), check_ops=False)
+  except ShapeError as e:
+    if "dynamic or unknown dims" not in str(e): raise
+    return _ops_only(a.model, "dynamic dims")
   print(f"model {g.name}: opset {g.opset}, {len(g.nodes)} nodes after constant folding")
   print("inputs:  " + ", ".join(f"{n} {list(g.values[n].shape)} {g.values[n].dtype}" for n in g.inputs))
   print("outputs: " + ", ".join(g.outputs))
@@ -129,6 +158,7 @@ def cmd_compile(a) -> int:
   dumping = bool(a.dump_after or a.dump_dir)
   if not a.output and not dumping:
     raise UsageError("compile needs -o/--output FOLDER (or --dump-after / --dump-dir to only look at the phases)")
+  if a.output: _check_save_path(a.output)
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
                   schedules=a.schedules, dump_after=a.dump_after, dump_dir=a.dump_dir)
   print(cm.summary())
@@ -139,6 +169,7 @@ def cmd_compile(a) -> int:
 
 def cmd_tune(a) -> int:
   from minicomp.compiler import compile as mc_compile
+  if a.output: _check_save_path(a.output)
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
                   trials=a.trials, strategy=a.strategy, log_file=a.log, seed=a.seed,
                   measures_per_round=a.per_round, time_budget_s=a.time_budget)
@@ -163,6 +194,7 @@ def cmd_run(a) -> int:
   if len(paths) > len(cm.output_names):
     raise UsageError(f"{len(paths)} --output files given for {len(cm.output_names)} output(s)")
   outs = cm.run(_load_feeds(inputs, cm.inputs), device=a.device)
+  print(f"ran on {_device_line(a.device)}", file=sys.stderr)
   for k, (name, arr) in enumerate(zip(cm.output_names, outs)):
     if k < len(paths):
       _save_npy(paths[k], arr)
@@ -170,6 +202,14 @@ def cmd_run(a) -> int:
     else:
       print(f"{name}: {list(arr.shape)} {arr.dtype} min={arr.min() if arr.size else 0:.6g} max={arr.max() if arr.size else 0:.6g}")
   return 0
+
+
+def _device_line(device: str | None) -> str:
+  """What ``run(device=...)`` ran on: the GPU by name, or the CPU simulator and why."""
+  from minicomp.codegen.driver import backend_for, gpu_status
+  backend = backend_for(device)
+  if backend is not None: return f"the GPU: {gpu_status(backend)}"
+  return "the CPU simulator" + (" (asked for)" if device == "cpu" else f" ({gpu_status()})")
 
 
 def _load_or_compile(path: str, target: str, shapes):
@@ -209,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
   p = _Parser(prog="minicomp", description="A tensor compiler: ONNX models to CUDA kernels it writes itself.")
   p.add_argument("--version", action="version", version=f"minicomp {__version__}")
   sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-  shape_help = "concrete shape for a dynamic input, NAME=D1,D2,... (repeatable)"
+  shape_help = "a size for dynamic dims: an input's shape, NAME=D1,D2,..., or one dim by its name, DIM=N (repeatable)"
 
   pi = sub.add_parser("info", help="list a model's ops, whether each is supported, and the kernels it would compile to",
                       description="Import an ONNX model (with constant folding) and report its ops and fused kernels. "
@@ -301,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
   except KeyboardInterrupt:
     print("minicomp: interrupted", file=sys.stderr)
     return 130
+  except BrokenPipeError:                  # `minicomp info model.onnx | head`: the reader left; say nothing
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # (so the exit's flush does not raise again)
+    return 141
 
 
 if __name__ == "__main__":   # pragma: no cover

@@ -312,7 +312,8 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
             dump_after: str | Sequence[str] | None = None, dump_dir: str | Path | None = None) -> CompiledModel:
   """Compile an ONNX model (ModelProto, path or bytes) for ``target``: run :data:`PHASES` in order.
 
-  ``input_shapes`` gives concrete shapes for dynamic input dims.
+  ``input_shapes`` gives concrete shapes for dynamic input dims: by input (``{"x": (1, 3, 224, 224)}``) or
+  by the name of a symbolic dim (``{"batch": 1}``).
 
   Schedules: every task first gets a default schedule without measuring anything. With
   ``schedules="gensor"`` (the default) that is Gensor's construction

@@ -51,12 +51,12 @@ def save(model, path: str | Path) -> Path:
   limit) raises SaveError and leaves what was there before. Leftovers of a save that was killed (its
   temporary folder; a previous model renamed aside) are tidied by the next save to the folder."""
   work = Path(path).resolve()
-  _check_replaceable(work)
+  check_replaceable(work)
   try:
     work.parent.mkdir(parents=True, exist_ok=True)
     with _save_lock(work):
       _tidy_leftovers(work)
-      _check_replaceable(work)
+      check_replaceable(work)
       tmp = work.parent / f".{work.name}.saving-{uuid.uuid4().hex[:12]}"
       tmp.mkdir()
       try:
@@ -112,7 +112,8 @@ def _tidy_leftovers(work: Path) -> None:
     shutil.rmtree(p, ignore_errors=True)
 
 
-def _check_replaceable(p: Path) -> None:
+def check_replaceable(p: Path) -> None:
+  """Refuse to save over a file or a non-empty folder that is not a saved model (SaveFormatError)."""
   if not p.exists(): return
   if not p.is_dir(): raise SaveFormatError(f"{p}: exists and is not a folder; not overwriting it")
   if any(p.iterdir()) and not _is_saved_model(p):

@@ -53,7 +53,7 @@ _SMEM_OPTIN = {"sm_70": 96 * 1024, "sm_72": 96 * 1024, "sm_75": 64 * 1024, "sm_8
                "sm_100": 227 * 1024, "sm_120": 99 * 1024}
 
 # "sm_86" / "sm86" -> "86"; "sm_100" -> "100" (three digits from Blackwell on: CC 10.0, 12.0).
-_ARCH_RE = re.compile(r"sm_?(\d{2,3})")
+_ARCH_RE = re.compile(r"sm_?(\d{2,3})", re.IGNORECASE)   # ("SM_86" too)
 
 
 def arch_compute_capability(arch: str) -> tuple[int, int]:

@@ -58,19 +58,31 @@ def _dims(tt) -> list:
   return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
 
 
-def _set_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+def _set_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int] | int]) -> onnx.ModelProto:
+  """Each key names an input (its whole shape) or a symbolic dim (``"batch": 4``: that dim of every input);
+  an input's own name wins over a dim of the same name."""
   m = onnx.ModelProto(); m.CopyFrom(model)
   names = {i.name for i in m.graph.input}
-  unknown = set(input_shapes) - names
-  if unknown: raise ShapeError(f"input_shapes names unknown inputs {sorted(unknown)}; the model's inputs are {sorted(names)}")
+  dim_names = {d.dim_param for i in m.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+  unknown = set(input_shapes) - names - dim_names
+  if unknown:
+    raise ShapeError(f"input_shapes names {sorted(unknown)}, which are neither inputs ({sorted(names)}) nor "
+                     f"symbolic dims of them ({sorted(dim_names)})")
   for inp in m.graph.input:
-    if inp.name not in input_shapes: continue
-    shape = [int(d) for d in input_shapes[inp.name]]
-    old = inp.type.tensor_type.shape.dim
-    if len(old) and len(old) != len(shape):
-      raise ShapeError(f"input {inp.name!r} has rank {len(old)}, input_shapes gives {shape}")
-    del inp.type.tensor_type.shape.dim[:]
-    for d in shape: inp.type.tensor_type.shape.dim.add().dim_value = d
+    if inp.name in input_shapes:
+      shape = [int(d) for d in input_shapes[inp.name]]
+      old = inp.type.tensor_type.shape.dim
+      if len(old) and len(old) != len(shape):
+        raise ShapeError(f"input {inp.name!r} has rank {len(old)}, input_shapes gives {shape}")
+      del inp.type.tensor_type.shape.dim[:]
+      for d in shape: inp.type.tensor_type.shape.dim.add().dim_value = d
+      continue
+    for d in inp.type.tensor_type.shape.dim:
+      if d.dim_param and d.dim_param in input_shapes and d.dim_param not in names:
+        v = input_shapes[d.dim_param]
+        v = v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
+        if isinstance(v, (list, tuple)): raise ShapeError(f"input_shapes[{d.dim_param!r}]: one size for a dim, got {list(v)}")
+        d.dim_value = int(v)
   return m
 
 
@@ -139,7 +151,8 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
       dynamic.append(f"{inp.name} {dims}")
   if dynamic:
     raise ShapeError("inputs with dynamic or unknown dims: " + "; ".join(dynamic) +
-                     ". Pass concrete shapes: minicomp.compile(model, input_shapes={'name': (1, 3, 224, 224)})")
+                     ". Give their sizes: input_shapes={'x': (1, 3, 224, 224)} or a dim by its name, "
+                     "input_shapes={'batch': 1} (command line: --input-shape x=1,3,224,224 or --input-shape batch=1)")
   m = _infer_checked(m)
 
   values: dict[str, Value] = {}
