@@ -204,6 +204,13 @@ def cmd_run(a) -> int:
   return 0
 
 
+def cmd_cache(a) -> int:
+  from minicomp import schedule_cache
+  if a.action == "clear": print(f"schedule cache: {schedule_cache.clear()} file(s) removed")
+  else: print(schedule_cache.info())
+  return 0
+
+
 def _device_line(device: str | None) -> str:
   """What ``run(device=...)`` ran on: the GPU by name, or the CPU simulator and why."""
   from minicomp.codegen.driver import backend_for, gpu_status
@@ -310,6 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
                   help="cpu (the simulator), gpu (the default GPU backend), or a backend: cuda (driver API, "
                        "the default) or pycuda; default: the GPU when one is usable, else cpu")
   pr.set_defaults(fn=cmd_run)
+
+  pc2 = sub.add_parser("cache", help="the schedule cache: what it holds (info), or empty it (clear)",
+                       description="Show or empty the schedule cache: the default schedule chosen for each "
+                                   "layer, kept so that compiling a model with that layer again is fast.")
+  pc2.add_argument("action", choices=["info", "clear"])
+  pc2.set_defaults(fn=cmd_cache)
 
   pb = sub.add_parser("bench", help="time a model on the GPU: per kernel call and end to end (CUDA events)",
                       description="Measure a compiled model folder (or an .onnx file, compiled first) on the GPU with "

@@ -32,6 +32,7 @@ from minicomp.pipeline import (CompileOptions, CompileState, Dumper, Phase, Task
                                emit_text, graph_text, link_text, lower_text, nvrtc_text, partition_text, run_phases,
                                schedule_text, tasks_text)
 from minicomp.progress import bar
+from minicomp.schedule_cache import ScheduleCache, rename_stages
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
@@ -130,6 +131,24 @@ def _fall_back(b: TaskBuild, e: MinicompError) -> None:
   b.fall_back()
 
 
+def _from_cache(b: TaskBuild, cache: ScheduleCache, built: Builds, tkey: str, stats: CompileStats) -> bool:
+  """The task's schedule from the schedule cache, built; False when there is none or it no longer builds."""
+  hit = cache.get(b.task.key, tkey, "gensor")
+  if hit is None: return False
+  names = [t.name for t in b.task.dag.tensors]
+  rename = {a: n for a, n in zip(hit.stages, names) if a != n} if len(hit.stages) == len(names) else {}
+  try:
+    sched = Schedule.from_json(b.task.dag, rename_stages(hit.steps, rename))
+    built.kernel(sched, b.name)
+  except BUILD_ERRORS as e:
+    log.info("task %s: its cached schedule no longer builds (%s); choosing again", b.task.key, e)
+    return False
+  b.schedule, b.origin = sched, hit.origin
+  stats.cached += 1
+  stats.constructed += hit.origin == "gensor"
+  return True
+
+
 def _timed(st: CompileState) -> None:
   """The seconds every build took so far, into the compile's statistics."""
   st.stats.build, st.stats.nvrtc = st.built.seconds["lower_emit"], st.built.seconds["nvrtc"]
@@ -199,13 +218,18 @@ def choose_schedules(st: CompileState) -> CompileState:
   ``st.built``, which the next phases build the chosen schedules through, so none is built twice)."""
   opts, stats = st.options, st.stats
   st.built = Builds(st.target)
+  cache = ScheduleCache() if opts.schedules == "gensor" else None
+  tkey = st.target.device_name or st.target.arch
   what = "constructing schedules (Gensor)" if opts.schedules == "gensor" else "default kernels"
   with bar(len(st.tasks), f"[minicomp] {what}", opts.progress, unit="task") as shown:
     for k, (key, task) in enumerate(st.tasks.items()):
       shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
       b = st.builds[key] = TaskBuild(task, f"task{k}")
-      rules = build_rule_based(task.dag, st.built, b.name, task.key)
-      _, b.schedule, b.origin = _construct(task, st.built, b.name, rules, stats) if opts.schedules == "gensor" else rules
+      if cache is None or not _from_cache(b, cache, st.built, tkey, stats):
+        rules = build_rule_based(task.dag, st.built, b.name, task.key)
+        _, b.schedule, b.origin = _construct(task, st.built, b.name, rules, stats) if opts.schedules == "gensor" else rules
+        if cache is not None:
+          cache.put(task.key, tkey, opts.schedules, b.schedule.to_json(), b.origin, [t.name for t in task.dag.tensors])
       b.default = (b.schedule, b.origin)
       shown.update()
   if opts.trials or opts.log_file:
@@ -292,7 +316,7 @@ PHASE_NAMES = tuple(p.name for p in PHASES)
 def _kernels_line(st: CompileState) -> str:
   s, tuned = st.stats, sum(b.origin == "tuned" for b in st.builds.values())
   return (f"{len(st.builds)} kernels: {tuned} tuned, {len(st.builds) - tuned} default schedules "
-          f"({s.constructed} constructed by Gensor; {s.construct:.2f} s constructing, {s.estimate:.2f} s "
+          f"({s.constructed} constructed by Gensor, {s.cached} from the schedule cache; {s.construct:.2f} s constructing, {s.estimate:.2f} s "
           f"estimating, {s.build + s.nvrtc:.2f} s building, NVRTC {s.nvrtc:.2f} s of it)")
 
 

@@ -47,7 +47,8 @@ class CompileStats:
   """Seconds spent per phase: frontend (import + folding), partition (+ tensor expressions),
   construct (Gensor's walks), estimate (the static model choosing between schedules),
   build (rule-based schedules + lowering + CUDA emission), nvrtc; ``constructed``: tasks whose
-  schedule is Gensor's. ``build`` and ``nvrtc`` count every kernel built, also the candidates the
+  schedule is Gensor's (constructed now or taken from the schedule cache), ``cached``: tasks whose schedule
+  the cache held. ``build`` and ``nvrtc`` count every kernel built, also the candidates the
   schedule phase builds to compare them; ``phases`` is the wall time of each phase of
   ``minicomp.compiler.PHASES``, by name, in order."""
   frontend: float = 0.0
@@ -59,6 +60,7 @@ class CompileStats:
   tasks: int = 0
   calls: int = 0
   constructed: int = 0
+  cached: int = 0                  # tasks whose default schedule came from the schedule cache
   phases: dict[str, float] = field(default_factory=dict)
 
   def add_phase(self, name: str, seconds: float) -> None:

@@ -12,3 +12,8 @@ def fake_gpu(monkeypatch):
   every driver call is recorded in ``fake_gpu.calls``."""
   import fake_gpu as fg
   return fg.install(monkeypatch)
+
+# The schedule cache would make a test's compile depend on what an earlier test compiled (a monkeypatched
+# construction would be skipped): off for the suite, on in tests/test_schedule_cache.py (and subprocesses
+# inherit this).
+os.environ.setdefault("MINICOMP_SCHEDULE_CACHE", "0")
