@@ -183,6 +183,32 @@ def fold(e: Expr, table: dict[Op, FoldRule], ctx: Any = None, memo: dict | None 
     return memo[e]
 
 
+def compile_fold(roots: list[Expr], table: dict[Op, FoldRule], what: str = "fold") -> Callable[[Any], list]:
+  """``fold`` of every one of ``roots`` as one straight-line Python function of ``ctx`` (``fn(ctx)`` -> the
+  roots' values, in order): each distinct node is one line calling its rule on its children's values,
+  children first. For formulas evaluated again and again on new values (the analytic model's, at every
+  point of a walk), it skips what ``fold`` does per node and call (recursion, memo lookups); the rules and
+  their inputs are the same, so the values are too."""
+  order: list[Expr] = []
+  seen: set[Expr] = set()
+  for r in roots:
+    for n in _children_first(r, seen):
+      seen.add(n)
+      order.append(n)
+  slot = {n: k for k, n in enumerate(order)}
+  rules, lines = [], ["def _run(ctx):"]
+  for k, n in enumerate(order):
+    fn = table.get(n.op)
+    if fn is None: raise ExprError(f"{what}: no rule for {n.op.name} (in {str(n)[:200]})")
+    rules.append(fn)
+    kids = "".join(f"v{slot[s]}, " for s in n.src)
+    lines.append(f"  v{k} = R[{k}](ctx, N[{k}], ({kids}))")
+  lines.append(f"  return [{', '.join(f'v{slot[r]}' for r in roots)}]")
+  scope = {"R": rules, "N": order}
+  exec(compile("\n".join(lines), f"<compiled {what}>", "exec"), scope)   # noqa: S102 -- code built here from a DAG
+  return scope["_run"]
+
+
 # ---------------------------------------------------------------------------------------------
 # the two rewrites every module needs: variables by name, loads by a function
 

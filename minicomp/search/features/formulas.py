@@ -24,7 +24,7 @@ from minicomp.errors import ExprError, MinicompError
 from minicomp.ir.evaluate import fold_table
 from minicomp.ir.expr import Expr, const
 from minicomp.ir.ops import DTYPE_BYTES, Op
-from minicomp.ir.rewrite import fold
+from minicomp.ir.rewrite import compile_fold, fold
 from minicomp.search.sketch_types import Sketch
 from minicomp.target import Target
 
@@ -47,6 +47,35 @@ class FormulaEval:
     self.env, self.memo = env, {}
 
   def __call__(self, e: Expr):
+    return fold(e, _FORMULA_TABLE, self.env, self.memo, what="feature formula")
+
+
+class FormulaProgram:
+  """Formulas one caller evaluates again and again on new values, in the same order (the analytic model's
+  facts at every point of a walk): the first evaluation folds them as :class:`FormulaEval` does and records
+  which it asked for; later ones run them compiled (``rewrite.compile_fold``: one straight-line function,
+  the same rules on the same inputs, so the same values, several times faster). ``bind(env)`` gives the
+  evaluator for one set of values; a formula not compiled yet is folded and compiled next time."""
+
+  def __init__(self):
+    self.roots: dict[Expr, int] = {}
+    self._run = None
+    self._compiled = 0
+
+  def bind(self, env: dict[str, np.ndarray]) -> "_Bound":
+    if len(self.roots) > self._compiled:
+      self._run, self._compiled = compile_fold(list(self.roots), _FORMULA_TABLE, "feature formula"), len(self.roots)
+    return _Bound(self, env, self._run(env) if self._run is not None else [])
+
+
+class _Bound:
+  def __init__(self, prog: FormulaProgram, env: dict, values: list):
+    self.prog, self.env, self.values, self.memo = prog, env, values, {}
+
+  def __call__(self, e: Expr):
+    k = self.prog.roots.get(e)
+    if k is not None and k < len(self.values): return self.values[k]
+    if k is None: self.prog.roots[e] = len(self.prog.roots)
     return fold(e, _FORMULA_TABLE, self.env, self.memo, what="feature formula")
 
 

@@ -63,7 +63,7 @@ from minicomp.ir.expr import Expr, const, free_vars, walk
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, Store, Sync, walk_scoped, walk_stmts
 from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, Op
-from minicomp.search.features.formulas import FormulaEval
+from minicomp.search.features.formulas import FormulaProgram
 from minicomp.search.static.model import LaunchFacts, launch_time
 from minicomp.search.static.ptx import LATENCY_CYCLES
 from minicomp.target import Target
@@ -156,6 +156,8 @@ class SketchModel:
     self.names = sketch.schedule.params()
     sizes = {b.name: math.prod(prog.shapes[b.name]) * DTYPE_BYTES[b.dtype] for b in prog.inputs + prog.outputs}
     self.kernels = [self._kernel(k, sizes) for k in prog.kernels]
+    # each evaluation asks the same formulas on new values: compiled after the first (FormulaProgram)
+    self._facts_f, self._whole_f, self._valid_f = FormulaProgram(), FormulaProgram(), FormulaProgram()
 
   # -- building the formulas (once per sketch)
   def _kernel(self, k, sizes: dict[str, int]) -> _KernelFormulas:
@@ -202,7 +204,8 @@ class SketchModel:
     """``index`` with the variables in ``fixed`` set and every other loop, block and thread index
     at 0; a gathered position (a load in the index) reads as 0 (unknown)."""
     index = map_loads(index, lambda n: const(0, n.dtype))
-    zero = {v: const(0) for v in (self._loops | self._blocks | self._threads) if v in free_vars(index)}
+    used = free_vars(index)                 # (once: not once per loop variable)
+    zero = {v: const(0) for v in (self._loops | self._blocks | self._threads) if v in used}
     return substitute(index, {**zero, **fixed})
 
   def _step(self, index: Expr) -> Expr:
@@ -268,7 +271,7 @@ class SketchModel:
     from minicomp.search.static.occupancy import OccupancyError, occupancy
     P = len(values)
     env = {n: np.array([v[n] for v in values], np.int64) for n in self.names}
-    ev = FormulaEval(env)
+    ev = self._facts_f.bind(env)
     num = lambda e: np.broadcast_to(np.asarray(ev(e), np.float64), (P,))   # noqa: E731
     whole = self._whole(env, P)
     out: list[list[LaunchFacts]] = [[] for _ in range(P)]
@@ -371,14 +374,14 @@ class SketchModel:
       if g.kind == "reduce" and g.vars:
         env[g.vars[0]] = np.full(P, g.extent, np.int64)
         for v in g.vars[1:]: env[v] = np.ones(P, np.int64)
-    ev = FormulaEval(env)
+    ev = self._whole_f.bind(env)
     return [{b: np.broadcast_to(np.asarray(ev(e), np.float64), (P,)) for b, e in kf.shared_sizes.items()}
             for kf in self.kernels]
 
   def valid(self, values: list[dict]) -> np.ndarray:
     """Block size, grid, shared memory and registers within the target's limits (bool per point)."""
     tgt, P = self.target, len(values)
-    ev = FormulaEval({n: np.array([v[n] for v in values], np.int64) for n in self.names})
+    ev = self._valid_f.bind({n: np.array([v[n] for v in values], np.int64) for n in self.names})
     num = lambda e: np.broadcast_to(np.asarray(ev(e), np.float64), (P,))   # noqa: E731
     ok = np.ones(P, bool)
     for kf in self.kernels:
