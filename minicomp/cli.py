@@ -160,7 +160,7 @@ def cmd_compile(a) -> int:
     raise UsageError("compile needs -o/--output FOLDER (or --dump-after / --dump-dir to only look at the phases)")
   if a.output: _check_save_path(a.output)
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
-                  schedules=a.schedules, dump_after=a.dump_after, dump_dir=a.dump_dir)
+                  schedules=a.schedules, dump_after=a.dump_after, dump_dir=a.dump_dir, jobs=a.jobs)
   print(cm.summary())
   if a.output: print(f"\nsaved to {cm.save(a.output)}")
   if a.dump_dir: print(f"phase dumps written to {a.dump_dir}")
@@ -172,7 +172,7 @@ def cmd_tune(a) -> int:
   if a.output: _check_save_path(a.output)
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
                   trials=a.trials, strategy=a.strategy, log_file=a.log, seed=a.seed,
-                  measures_per_round=a.per_round, time_budget_s=a.time_budget)
+                  measures_per_round=a.per_round, time_budget_s=a.time_budget, jobs=a.jobs)
   print(cm.estimate(progress=not a.quiet))
   if a.output:
     print(f"saved to {cm.save(a.output)}")
@@ -271,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
   pc.add_argument("model", help="path to an .onnx file")
   pc.add_argument("--target", default="sm_86", help="CUDA architecture, e.g. sm_80, sm_86, sm_90 (default sm_86)")
   pc.add_argument("-o", "--output", help="folder to write the compiled model to (required unless dumping)")
+  pc.add_argument("-j", "--jobs", type=int, default=None, help="processes choosing default schedules at once (default: $MINICOMP_JOBS, else one per core)")
   pc.add_argument("--input-shape", action="append", help=shape_help)
   pc.add_argument("--schedules", default="gensor", choices=["gensor", "rules"],
                   help="gensor (default): Gensor-constructed schedules where the static model estimates them faster "
@@ -297,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
   pt.add_argument("--per-round", type=int, default=64, help="measurements per round (default 64, Ansor's)")
   pt.add_argument("--time-budget", type=float, default=None, help="stop searching after this many seconds")
   pt.add_argument("-o", "--output", help="also save the compiled model to this folder")
+  pt.add_argument("-j", "--jobs", type=int, default=None, help="processes choosing default schedules at once (default: $MINICOMP_JOBS, else one per core)")
   pt.add_argument("--input-shape", action="append", help=shape_help)
   pt.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
   pt.set_defaults(fn=cmd_tune)

@@ -131,6 +131,64 @@ def _fall_back(b: TaskBuild, e: MinicompError) -> None:
   b.fall_back()
 
 
+def choose_default(dag, target: Target, name: str, key: str, mode: str,
+                   built: Builds | None = None) -> tuple[str, str, CompileStats]:
+  """One task's default schedule (its steps and where they come from: "gensor" or "rules") and the seconds
+  choosing took; the same in this process and in a worker of ``jobs``."""
+  stats = CompileStats()
+  built = built or Builds(target)
+  task = Task(key, dag, "", 1)
+  rules = build_rule_based(dag, built, name, key)
+  _, sched, origin = _construct(task, built, name, rules, stats) if mode == "gensor" else rules
+  return sched.to_json(), origin, stats
+
+
+def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: CompileStats, built: Builds, shown):
+  """(task build, (steps, origin)) for every task of ``todo``, in order: here, or in ``opts.jobs`` worker
+  processes (the shared pool) when there are several tasks and the main script can be re-imported."""
+  def account(s: CompileStats) -> None:
+    stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
+  if opts.jobs > 1 and len(todo) > 1 and _spawn_safe():
+    import concurrent.futures as cf
+
+    from minicomp.search.workers import shared_pool
+    pool = shared_pool(opts.jobs)
+    futs = {pool.submit(choose_default, b.task.dag, target, b.name, b.task.key, opts.schedules): b for b in todo}
+    done: dict[int, tuple[str, str]] = {}
+    for f in cf.as_completed(futs):
+      steps, origin, s = f.result()
+      account(s)
+      done[id(futs[f])] = (steps, origin)
+      shown.set_postfix_str("+".join(futs[f].task.ops)[:40], refresh=False)
+      shown.update()
+    return [(b, done[id(b)]) for b in todo]
+  out = []
+  for b in todo:
+    shown.set_postfix_str("+".join(b.task.ops)[:40], refresh=False)
+    steps, origin, s = choose_default(b.task.dag, target, b.name, b.task.key, opts.schedules, built)
+    account(s)
+    out.append((b, (steps, origin)))
+    shown.update()
+  return out
+
+
+def _spawn_safe() -> bool:
+  """Can worker processes start here? They re-import the main script: one whose compile is not under
+  ``if __name__ == "__main__":`` would compile again in every worker (which cannot start processes)."""
+  import sys
+  main = sys.modules.get("__main__")
+  path = getattr(main, "__file__", None)
+  if path is None or getattr(main, "__spec__", None) is not None: return True   # interactive, -c, or -m
+  try:
+    text = Path(path).read_text(errors="replace")
+  except OSError:
+    return False
+  if "__name__" in text and "__main__" in text: return True
+  log.info("choosing schedules in this process: the script %s has no `if __name__ == \"__main__\":` guard, "
+           "which worker processes need (they re-import it)", path)
+  return False
+
+
 def _from_cache(b: TaskBuild, cache: ScheduleCache, built: Builds, tkey: str, stats: CompileStats) -> bool:
   """The task's schedule from the schedule cache, built; False when there is none or it no longer builds."""
   hit = cache.get(b.task.key, tkey, "gensor")
@@ -225,13 +283,13 @@ def choose_schedules(st: CompileState) -> CompileState:
     for k, (key, task) in enumerate(st.tasks.items()):
       shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
       b = st.builds[key] = TaskBuild(task, f"task{k}")
-      if cache is None or not _from_cache(b, cache, st.built, tkey, stats):
-        rules = build_rule_based(task.dag, st.built, b.name, task.key)
-        _, b.schedule, b.origin = _construct(task, st.built, b.name, rules, stats) if opts.schedules == "gensor" else rules
-        if cache is not None:
-          cache.put(task.key, tkey, opts.schedules, b.schedule.to_json(), b.origin, [t.name for t in task.dag.tensors])
-      b.default = (b.schedule, b.origin)
-      shown.update()
+      if cache is not None and _from_cache(b, cache, st.built, tkey, stats): shown.update()
+    todo = [b for b in st.builds.values() if b.schedule is None]
+    for b, (steps, origin) in _choose_defaults(todo, st.target, opts, stats, st.built, shown):
+      b.schedule, b.origin = Schedule.from_json(b.task.dag, steps), origin
+      if cache is not None:
+        cache.put(b.task.key, tkey, opts.schedules, steps, origin, [t.name for t in b.task.dag.tensors])
+    for b in st.builds.values(): b.default = (b.schedule, b.origin)
   if opts.trials or opts.log_file:
     from minicomp.search.tune import tune_tasks
     tuned = tune_tasks(list(st.tasks.values()), st.target, trials=opts.trials, strategy=opts.strategy,
@@ -299,6 +357,18 @@ def link_model(st: CompileState) -> CompileState:
   return st
 
 
+def _jobs(jobs: int | None) -> int:
+  """``jobs``, else ``$MINICOMP_JOBS``, else the cores; a CompileError for anything but a positive int."""
+  import os
+  if jobs is None:
+    raw = os.environ.get("MINICOMP_JOBS", "").strip()
+    try: jobs = int(raw) if raw else (os.cpu_count() or 1)
+    except ValueError: raise CompileError(f"MINICOMP_JOBS={raw!r} is not a number of processes") from None
+  if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+    raise CompileError(f"jobs must be a positive int, got {jobs!r}")
+  return jobs
+
+
 PHASES: tuple[Phase, ...] = (
   Phase("import", import_onnx, graph_text),               # ONNX model -> Graph
   Phase("fold", fold_graph, graph_text),                  # Graph -> Graph (BatchNorm folded into Conv)
@@ -333,7 +403,8 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
             trials: int = 0, progress: bool = False, name: str | None = None, strategy: str = "ansor",
             log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
             time_budget_s: float | None = None, schedules: str = "gensor",
-            dump_after: str | Sequence[str] | None = None, dump_dir: str | Path | None = None) -> CompiledModel:
+            dump_after: str | Sequence[str] | None = None, dump_dir: str | Path | None = None,
+            jobs: int | None = None) -> CompiledModel:
   """Compile an ONNX model (ModelProto, path or bytes) for ``target``: run :data:`PHASES` in order.
 
   ``input_shapes`` gives concrete shapes for dynamic input dims: by input (``{"x": (1, 3, 224, 224)}``) or
@@ -358,6 +429,11 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   stderr: a line per phase, and bars over the kernels built and the tuning trials. Bad tuning
   arguments (``trials="4"``) raise ``TuneError`` before any work.
 
+  ``jobs``: processes that choose default schedules at once (default ``$MINICOMP_JOBS``, else one per
+  core); the kernels are the same for any ``jobs``. Several jobs use the shared worker pool, whose workers
+  re-import the main script: a script that compiles outside ``if __name__ == "__main__":`` is compiled in
+  one process instead (said in the log).
+
   ``dump_after``: a phase name of :data:`PHASE_NAMES` (``"lower"``), several (a list, or comma-separated),
   or ``"all"``: after each, its output is printed as text to stderr: the graph (import, fold), the fused
   groups (partition), the tasks with their tensor expressions (tasks), and per task its schedule's steps
@@ -375,5 +451,5 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   dump = Dumper(dumps, dump_dir) if dumps else None
   opts = CompileOptions(input_shapes=input_shapes, schedules=schedules, trials=trials, strategy=strategy,
                         log_file=log_file, seed=seed, measurer=measurer, measures_per_round=measures_per_round,
-                        time_budget_s=time_budget_s, progress=progress, name=name)
+                        time_budget_s=time_budget_s, progress=progress, name=name, jobs=_jobs(jobs))
   return run_phases(PHASES, CompileState(model, tgt, opts), dump, PROGRESS).compiled

@@ -47,6 +47,7 @@ class CompileOptions:
   time_budget_s: float | None = None
   progress: bool = False
   name: str | None = None
+  jobs: int = 1                    # processes choosing default schedules (compile's ``jobs``, resolved)
 
 
 @dataclass

@@ -1,0 +1,26 @@
+"""compile(jobs=N): default schedules chosen in worker processes give the very same kernels."""
+import numpy as np
+
+import minicomp as mc
+from minicomp import zoo
+from onnx_harness import run_ort
+
+
+def test_one_and_two_jobs_give_byte_identical_kernels():
+  model, feeds = zoo.inverted_residual()
+  one = mc.compile(model, target="sm_86", jobs=1)
+  two = mc.compile(model, target="sm_86", jobs=2)
+  assert len(one.tasks) > 1
+  assert [k.source for k in one.kernels] == [k.source for k in two.kernels]
+  assert two.stats.constructed == one.stats.constructed and two.stats.construct > 0
+  np.testing.assert_allclose(two.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_jobs_must_be_a_positive_int(monkeypatch):
+  import pytest
+  model, _ = zoo.residual_block()
+  with pytest.raises(mc.CompileError, match="jobs must be a positive int"):
+    mc.compile(model, jobs=0)
+  monkeypatch.setenv("MINICOMP_JOBS", "many")
+  with pytest.raises(mc.CompileError, match="MINICOMP_JOBS='many'"):
+    mc.compile(model)
