@@ -31,6 +31,14 @@ def _one_error_line(capsys, match):
   return err[0]
 
 
+def _special_path(special: str, tmp_path: Path):
+  """A path that is no regular file: a named pipe, a folder, or a device such as ``/dev/zero`` as given."""
+  if special == "fifo":
+    os.mkfifo(tmp_path / "pipe")
+    return tmp_path / "pipe"
+  return tmp_path if special == "folder" else special
+
+
 # ---- `minicomp run` output paths: exactly the file named, or a one-line refusal before any work
 @pytest.mark.parametrize("flag, name", [("--output", "y"), ("-o", "y.out"), ("-o", "y.npy")])
 def test_run_writes_exactly_the_output_file_named(saved, tmp_path, flag, name):
@@ -67,14 +75,7 @@ def test_npy_of_the_wrong_dtype_is_a_feed_error(saved, tmp_path, capsys):
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero", "folder"])
 def test_special_files_as_inputs_are_refused_not_read(saved, tmp_path, capsys, special):
-  if special == "fifo":
-    path = tmp_path / "pipe"
-    os.mkfifo(path)
-  elif special == "folder":
-    path = tmp_path
-  else:
-    path = special
-  assert main(["run", str(saved[1]), "--input", f"x={path}"]) == 2
+  assert main(["run", str(saved[1]), "--input", f"x={_special_path(special, tmp_path)}"]) == 2
   _one_error_line(capsys, "not a regular file")
 
 
@@ -350,13 +351,7 @@ except mc.MinicompError as e:
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero", "/dev/full", "folder"])
 @pytest.mark.parametrize("command", ["report", "tune"])
 def test_special_files_as_tuning_logs_are_refused_at_once(saved, tmp_path, capsys, special, command):
-  if special == "fifo":
-    path = tmp_path / "pipe"
-    os.mkfifo(path)
-  elif special == "folder":
-    path = tmp_path
-  else:
-    path = special
+  path = _special_path(special, tmp_path)
   onnx.save(saved[0], tmp_path / "m.onnx")
   args = ["report", str(path)] if command == "report" else ["tune", str(tmp_path / "m.onnx"), "--trials", "1",
                                                             "--log", str(path), "-q"]
