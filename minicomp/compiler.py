@@ -131,14 +131,13 @@ def _fall_back(b: TaskBuild, e: MinicompError) -> None:
   b.fall_back()
 
 
-def choose_default(dag, target: Target, name: str, key: str, mode: str,
+def choose_default(task: Task, target: Target, name: str, mode: str,
                    built: Builds | None = None) -> tuple[str, str, CompileStats]:
   """One task's default schedule (its steps and where they come from: "gensor" or "rules") and the seconds
   choosing took; the same in this process and in a worker of ``jobs``."""
   stats = CompileStats()
   built = built or Builds(target)
-  task = Task(key, dag, "", 1)
-  rules = build_rule_based(dag, built, name, key)
+  rules = build_rule_based(task.dag, built, name, task.key)
   _, sched, origin = _construct(task, built, name, rules, stats) if mode == "gensor" else rules
   return sched.to_json(), origin, stats
 
@@ -153,7 +152,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
 
     from minicomp.search.workers import shared_pool
     pool = shared_pool(opts.jobs)
-    futs = {pool.submit(choose_default, b.task.dag, target, b.name, b.task.key, opts.schedules): b for b in todo}
+    futs = {pool.submit(choose_default, b.task, target, b.name, opts.schedules): b for b in todo}
     done: dict[int, tuple[str, str]] = {}
     for f in cf.as_completed(futs):
       steps, origin, s = f.result()
@@ -165,7 +164,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
   out = []
   for b in todo:
     shown.set_postfix_str("+".join(b.task.ops)[:40], refresh=False)
-    steps, origin, s = choose_default(b.task.dag, target, b.name, b.task.key, opts.schedules, built)
+    steps, origin, s = choose_default(b.task, target, b.name, opts.schedules, built)
     account(s)
     out.append((b, (steps, origin)))
     shown.update()
