@@ -24,14 +24,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from minicomp.codegen.cache import cache_dir
+from minicomp.codegen.cache import cache_dir, switched_on
 
 _log = logging.getLogger("minicomp")
 KIND = "schedules"
 
 
 def enabled() -> bool:
-  return os.environ.get("MINICOMP_SCHEDULE_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+  return switched_on("MINICOMP_SCHEDULE_CACHE")
 
 
 @functools.cache

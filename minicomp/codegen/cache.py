@@ -26,6 +26,11 @@ def cache_dir(kind: str) -> Path:
   return d
 
 
+def switched_on(variable: str) -> bool:
+  """Whether the on/off environment switch ``variable`` is on: it is unless set to 0, false, no or off."""
+  return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def cache_key(*parts: str | bytes) -> str:
   """A hex digest of ``parts`` (each length-prefixed, so ("ab","c") != ("a","bc"))."""
   h = hashlib.sha256()

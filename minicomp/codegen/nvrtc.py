@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from minicomp.codegen import nvrtc_worker
-from minicomp.codegen.cache import atomic_write, cache_dir, cache_key
+from minicomp.codegen.cache import atomic_write, cache_dir, cache_key, switched_on
 from minicomp.errors import NVRTCError
 from minicomp.lru import LRU
 from minicomp.target import Target, TargetError, as_target
@@ -233,10 +233,6 @@ def clear_memory_cache() -> None:
   _memory.clear()
 
 
-def _disk_enabled() -> bool:
-  return os.environ.get("MINICOMP_NVRTC_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
 def _disk_load(key: str) -> tuple[str, bytes, str] | None:
   try:  # the .log is written last: its presence means the entry is complete
     d = cache_dir("nvrtc")
@@ -290,7 +286,7 @@ def compile_cuda(source: str, arch: str | Target, options: Sequence[str] = ()) -
   hit = _memory.get(key)
   if hit is not None:
     return hit
-  disk = _disk_enabled()
+  disk = switched_on("MINICOMP_NVRTC_CACHE")
   found = _disk_load(key) if disk else None
   ptx, cubin, log = found if found is not None else _compile(source, arch, options)
   if disk and found is None:

@@ -68,6 +68,7 @@ class NVRTCCrash(RuntimeError):
 
 
 def isolation_enabled() -> bool:
+  # (codegen.cache.switched_on's rule, written out: this file runs as a script that imports no minicomp)
   return os.environ.get("MINICOMP_NVRTC_ISOLATE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
