@@ -270,12 +270,14 @@ def _kind(mode: int) -> str:
           stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
 
 
-def _check_regular(path: str) -> None:
-  """A tuning log is a regular file: a FIFO would hang a reader, a device never end (``/dev/zero``)."""
-  try:
-    mode = os.stat(path).st_mode
-  except FileNotFoundError:
-    return
+def _check_regular(path: str, mode: int | None = None) -> None:
+  """A tuning log is a regular file: a FIFO would hang a reader, a device never end (``/dev/zero``).
+  ``mode``: the file's ``st_mode`` when already known (of an open file), else the path's."""
+  if mode is None:
+    try:
+      mode = os.stat(path).st_mode
+    except FileNotFoundError:
+      return
   if not stat.S_ISREG(mode): raise RecordsError(f"{path}: {_kind(mode)}, not a tuning log (a JSON-lines file)")
 
 
@@ -285,8 +287,7 @@ def _read_lines(path: str):
   _check_regular(path)
   fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))   # (and checked again: it may have changed)
   with os.fdopen(fd, "rb") as f:
-    mode = os.fstat(f.fileno()).st_mode
-    if not stat.S_ISREG(mode): raise RecordsError(f"{path}: {_kind(mode)}, not a tuning log (a JSON-lines file)")
+    _check_regular(path, os.fstat(f.fileno()).st_mode)
     while True:
       line = f.readline(MAX_LINE)
       if not line: return
