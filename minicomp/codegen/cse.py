@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from minicomp.ir.expr import Expr
+from minicomp.ir.expr import Expr, walk
 from minicomp.ir.ops import Op
 
 MIN_REPEAT = 32                    # nodes of text a repetition must save: smaller ones are printed where they occur
@@ -25,21 +25,14 @@ _LEAVES = (Op.CONST, Op.VAR)
 _FAULTS = (Op.LOAD, Op.FLOORDIV, Op.FLOORMOD)   # (true division is float only: it never traps)
 
 
-def children_first(roots: Iterable[Expr]) -> list[Expr]:
-  """The distinct nodes under ``roots``, each after all of its children (iterative: any depth)."""
-  order, seen = [], set()
+def _children_first(roots: Iterable[Expr]) -> list[Expr]:
+  """The distinct nodes under ``roots``, each after all of its children (``expr.walk`` of each root)."""
+  order: list[Expr] = []
+  seen: set[Expr] = set()
   for r in roots:
-    if r in seen: continue
-    stack = [(r, False)]
-    while stack:
-      n, done = stack.pop()
-      if done:
-        order.append(n)
-        continue
-      if n in seen: continue
+    for n in walk(r, seen):
       seen.add(n)
-      stack.append((n, True))
-      stack.extend((s, False) for s in reversed(n.src) if s not in seen)
+      order.append(n)
   return order
 
 
@@ -59,7 +52,7 @@ def shared_subexpressions(roots: Sequence[Expr], min_repeat: int | None = None) 
   """The nodes under ``roots`` to name once, children before parents (see the module; ``min_repeat``:
   :data:`MIN_REPEAT` by default)."""
   min_repeat = MIN_REPEAT if min_repeat is None else min_repeat
-  order = children_first(roots)
+  order = _children_first(roots)
   uses: dict[Expr, int] = {r: 1 for r in roots}
   for n in order:
     for s in n.src: uses[s] = uses.get(s, 0) + 1
