@@ -129,7 +129,7 @@ class SketchWalker:
     return values
 
   def key(self, values: dict) -> tuple:
-    return tuple(values[v] for v in self.model.names)
+    return tuple(map(values.__getitem__, self.model.names))
 
   def cost(self, states: list[dict]) -> np.ndarray:
     """Analytic cost of each state (memoised by its values)."""
@@ -167,14 +167,15 @@ class SketchWalker:
         for p in dict.fromkeys(prime_factors(lengths[src])): out.append(Move(gi, src, dst, p, kind))
     return out
 
-  def finish(self, values: dict) -> dict:
-    """Set each choice to its best value under the model, one at a time."""
-    values = dict(values)
+  def finish(self, states: list[dict]) -> list[dict]:
+    """Each state with its choices set to their best values under the model, one choice at a time (the
+    states are independent; their options are costed together, one model call per choice)."""
+    states = [dict(v) for v in states]
     for c in self.sketch.choices:
-      opts = [{**values, c.var: x} for x in c.candidates]
-      costs = self.cost(opts)
-      values = opts[int(np.argmin(costs))]
-    return values
+      opts = [[{**v, c.var: x} for x in c.candidates] for v in states]
+      costs = self.cost([o for os in opts for o in os]).reshape(len(states), len(c.candidates))
+      states = [os[int(np.argmin(cs))] for os, cs in zip(opts, costs)]
+    return states
 
   # -- the walk
   def walk(self, rng: np.random.Generator, starts: list[dict] | None = None, walks: int = WALKS,
@@ -190,7 +191,7 @@ class SketchWalker:
       c = self.costs.get(self.key(v), math.inf)
       if math.isfinite(c) and self.key(v) not in done:
         done[self.key(v)] = (c, v)
-    for s in states: keep(self.finish(s))
+    for s in self.finish(states): keep(s)
     for level in LEVELS:
       active = list(range(walks))
       for step in range(max_steps):
@@ -222,11 +223,10 @@ class SketchWalker:
           keep(v)
           still.append(w)
         active = still
-    for s in states: keep(self.finish(s))
+    for s in self.finish(states): keep(s)
     best = sorted(done.values(), key=lambda cv: cv[0])
     out, seen = [], set()
-    for c, v in best[:4 * walks]:                              # re-finish the best states' choices
-      f = self.finish(v)
+    for f in self.finish([v for _, v in best[:4 * walks]]):   # re-finish the best states' choices
       k = self.key(f)
       if k in seen or not math.isfinite(self.costs[k]): continue
       seen.add(k)
