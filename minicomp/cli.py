@@ -237,8 +237,8 @@ def cmd_bench(a) -> int:
     print(cm.benchmark(feeds, repeat=a.repeat, warmup=a.warmup, flush_l2=not a.no_flush, cuda_graph=a.cuda_graph,
                        device=a.device))
   except NoGPUError as e:
-    print(f"minicomp: no GPU to measure on ({e})", file=sys.stderr)
-    print("Static-model ESTIMATE instead (no GPU measurement):")
+    print(f"minicomp: no GPU to measure on ({e.reason.rstrip('.')}); the static model's estimate instead:",
+          file=sys.stderr)
     print(cm.estimate(progress=True))
   return 0
 

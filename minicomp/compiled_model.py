@@ -223,8 +223,8 @@ class CompiledModel:
       backend = backend_for(device)
       if backend is not None: get_driver(backend)
     except NoGPUError as e:
-      raise NoGPUError(f"{e}. Without a GPU, mod.estimate() gives the static model's latency ESTIMATE instead "
-                       "(`minicomp bench` prints it)") from None
+      raise NoGPUError(f"{e.reason.rstrip('.')}. Without a GPU, mod.estimate() gives the static model's latency "
+                       "ESTIMATE instead (`minicomp bench` prints it)", reason=e.reason) from None
     if backend is None: raise RuntimeLaunchError("benchmark times the model on a GPU; device='cpu' is the simulator, "
                                                  "whose times say nothing about a GPU (use mod.estimate())")
     env = self._check_feeds(feeds if feeds is not None else self.random_feeds())

@@ -132,14 +132,19 @@ def _fall_back(b: TaskBuild, e: MinicompError) -> None:
 
 
 def choose_default(task: Task, target: Target, name: str, mode: str,
-                   built: Builds | None = None) -> tuple[str, str, CompileStats]:
-  """One task's default schedule (its steps and where they come from: "gensor" or "rules") and the seconds
-  choosing took; the same in this process and in a worker of ``jobs``."""
+                   built: Builds | None = None) -> tuple[str, str, CompileStats, tuple | None]:
+  """One task's default schedule (its steps and where they come from: "gensor" or "rules"), the seconds
+  choosing took, and the static model's analysis of the chosen kernel where choosing made one (its
+  :mod:`~minicomp.search.static.cache` entry, which a worker of ``jobs`` hands to the main process for
+  ``estimate()`` and ``save``); the same in this process and in a worker."""
+  from minicomp.search.static import cache
   stats = CompileStats()
   built = built or Builds(target)
   rules = build_rule_based(task.dag, built, name, task.key)
-  _, sched, origin = _construct(task, built, name, rules, stats) if mode == "gensor" else rules
-  return sched.to_json(), origin, stats
+  kernel, sched, origin = _construct(task, built, name, rules, stats) if mode == "gensor" else rules
+  key = cache.key(kernel, target.device)
+  facts = cache.peek(key)
+  return sched.to_json(), origin, stats, (key, facts) if facts is not None else None
 
 
 def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: CompileStats, built: Builds, shown):
@@ -153,10 +158,12 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
     from minicomp.search.workers import shared_pool
     pool = shared_pool(opts.jobs)
     futs = {pool.submit(choose_default, b.task, target, b.name, opts.schedules): b for b in todo}
+    from minicomp.search.static import cache
     done: dict[int, tuple[str, str]] = {}
     for f in cf.as_completed(futs):
-      steps, origin, s = f.result()
+      steps, origin, s, analysed = f.result()
       account(s)
+      if analysed is not None: cache.put(*analysed)
       done[id(futs[f])] = (steps, origin)
       shown.set_postfix_str("+".join(futs[f].task.ops)[:40], refresh=False)
       shown.update()
@@ -164,7 +171,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
   out = []
   for b in todo:
     shown.set_postfix_str("+".join(b.task.ops)[:40], refresh=False)
-    steps, origin, s = choose_default(b.task, target, b.name, opts.schedules, built)
+    steps, origin, s, _ = choose_default(b.task, target, b.name, opts.schedules, built)
     account(s)
     out.append((b, (steps, origin)))
     shown.update()

@@ -96,7 +96,12 @@ class DriverError(RuntimeLaunchError):
 
 
 class NoGPUError(RuntimeLaunchError):
-  """No usable GPU: no driver, no device, or the backend's package is missing (the message says which)."""
+  """No usable GPU: no driver, no device, or the backend's package is missing (the message says which;
+  ``reason`` is that part alone, without advice on what to do instead)."""
+
+  def __init__(self, message: str = "", reason: str | None = None):
+    super().__init__(message)
+    self.reason = reason if reason is not None else message
 
 
 # ---- ONNX models, compiled models, the command line

@@ -28,7 +28,11 @@ from minicomp.frontend.half import HALF
 from minicomp.model_parts import IOSpec, ViewStep
 
 FORMAT = "minicomp-compiled-model"
-FORMAT_VERSION = 2       # 2: sha256 of every file and of the manifest, output specs, strict schema
+FORMAT_VERSION = 3       # 2: sha256 of every file and of the manifest, output specs, strict schema; 3: static facts
+READ_VERSIONS = (2, 3)   # a version-2 folder loads; its kernels have no static facts (estimate() says so)
+FACT_FLOATS = ("active_warps_per_sm", "dram_bytes", "l2_bytes", "l1_cycles_per_block", "shared_wavefronts_per_block",
+               "chain_cycles", "local_bytes_per_thread")
+FACT_INTS = ("blocks", "threads_per_block", "blocks_per_sm", "registers")
 SUFFIXES = (".cu", ".ptx", ".cubin", ".log")
 
 
@@ -156,7 +160,8 @@ def _write(model, d: Path) -> None:
     b = kern.binary
     for suffix, data in zip(SUFFIXES, (kern.source.encode(), b.ptx.encode(), bytes(b.cubin), b.log.encode())):
       put(f"kernels/k{k}{suffix}", data)
-    kernels.append({"file": f"kernels/k{k}", "plan": kern.plan.to_dict(), "options": list(b.options)})
+    kernels.append({"file": f"kernels/k{k}", "plan": kern.plan.to_dict(), "options": list(b.options),
+                    "facts": static_facts(kern, model.target.device)})
   steps = []
   for st in model.steps:
     if isinstance(st, ViewStep): steps.append({"view": {"src": st.src, "dst": st.dst, "shape": list(st.shape), "op": st.op}})
@@ -182,6 +187,21 @@ def _write(model, d: Path) -> None:
        "index_checks": [{"input": c.input, "size": c.size, "node": c.node, "op": c.op} for c in model.index_checks]}
   m["digest"] = manifest_digest(m)
   (d / "manifest.json").write_text(json.dumps(m, indent=1), encoding="utf-8")
+
+
+def static_facts(kern, dev) -> dict | None:
+  """What the static model needs to estimate ``kern`` on ``dev`` without its loop IR (which is not saved):
+  {"device": name, "launches": [LaunchFacts as a dict, ...]}, or None where the model cannot analyse it."""
+  from minicomp.errors import EstimateError
+  from minicomp.search.static.estimate import launch_facts
+  try:
+    facts = launch_facts(kern, dev)
+  except EstimateError:
+    return None
+  out = [{"name": f.name, "per_thread": {c: float(v) for c, v in f.per_thread.items()},
+          **{n: float(getattr(f, n)) for n in FACT_FLOATS}, **{n: int(getattr(f, n)) for n in FACT_INTS}} for f in facts]
+  finite = all(math.isfinite(v) for d in out for v in [*d["per_thread"].values(), *(d[n] for n in FACT_FLOATS)])
+  return {"device": dev.name, "launches": out} if finite else None
 
 
 def kernel_inputs(inputs: list[IOSpec], boundary: dict[str, str]) -> list[IOSpec]:

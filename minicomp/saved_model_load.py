@@ -37,7 +37,10 @@ from minicomp.ir.ops import NP_DTYPE
 from minicomp.model_parts import IndexCheck, IOSpec, KernelCall, ViewStep
 from minicomp.saved_model import (
   FORMAT,
+  FACT_FLOATS,
+  FACT_INTS,
   FORMAT_VERSION,
+  READ_VERSIONS,
   SUFFIXES,
   BadField,
   array_specs,
@@ -73,7 +76,7 @@ def load(path: str | Path) -> CompiledModel:
       raise BadField("digest", "does not match the manifest's content: it was edited or corrupted after save")
   except BadField as e:
     raise SaveFormatError(f"{mf}: {e.args[0]}: {e.args[1]}") from None
-  target, inputs, outputs, plans, options, steps, const_names, boundary, checks = parsed
+  target, inputs, outputs, plans, options, facts, steps, const_names, boundary, checks = parsed
   data = {rel: _read(root, rel) for rel in sorted(m["files"])}
   for rel, raw in data.items():
     if sha256(raw) != m["files"][rel]:
@@ -93,9 +96,13 @@ def load(path: str | Path) -> CompiledModel:
   for k, plan in enumerate(plans):
     text = {s: _text(data[f"kernels/k{k}{s}"], root / f"kernels/k{k}{s}") for s in (".cu", ".ptx", ".log")}
     _check_source(text[".cu"], plan, k, root / f"kernels/k{k}.cu")
+    try:
+      _check_facts(k, facts[k], plan)
+    except BadField as e:
+      raise SaveFormatError(f"{mf}: {e.args[0]}: {e.args[1]}") from None
     binary = CudaBinary(target.arch, text[".ptx"], data[f"kernels/k{k}.cubin"], text[".log"],
                         parse_ptxas_log(text[".log"]), options[k], text[".cu"])
-    kernels.append(Kernel(plan, text[".cu"], binary, target))
+    kernels.append(Kernel(plan, text[".cu"], binary, target, saved_facts=facts[k]))
   return CompiledModel(target, inputs, [o.name for o in outputs], kernels, steps, weights, consts, m["name"],
                        boundary, checks)
 
@@ -140,9 +147,10 @@ def _parse(raw: bytes, mf: Path) -> dict:
   if type(m) is not dict: raise SaveFormatError(f"{mf}: corrupted manifest (a JSON {_kind(m)}, not an object)")
   if m.get("format") != FORMAT: raise SaveFormatError(f"{mf}: not a minicomp compiled-model manifest (format {FORMAT!r})")
   v = m.get("format_version")
-  if type(v) is not int or v != FORMAT_VERSION:
-    raise SaveFormatError(f"{mf}: format version {v!r} is not supported by this minicomp (it reads version "
-                          f"{FORMAT_VERSION}, an integer); recompile the model from its ONNX file and save it again")
+  if type(v) is not int or v not in READ_VERSIONS:
+    raise SaveFormatError(f"{mf}: format version {v!r} is not supported by this minicomp (it reads versions "
+                          f"{', '.join(map(str, READ_VERSIONS))}, an integer); recompile the model from its ONNX file "
+                          "and save it again")
   return m
 
 
@@ -297,6 +305,43 @@ def _step(v, at: str, n_kernels: int):
                     _int(d["flops"], f"{a}.flops", 0, 2**63 - 1))
 
 
+def _number(v, at: str) -> float:
+  """A finite, non-negative JSON number (an integer or a float, not a boolean)."""
+  if type(v) not in (int, float): raise BadField(at, f"expected a number, got a {_kind(v)}")
+  if not (math.isfinite(v) and v >= 0): raise BadField(at, f"{v} is not a finite number >= 0")
+  return float(v)
+
+
+def _facts(v, at: str, plan: LaunchPlan):
+  """(device name, LaunchFacts per launch) of a kernel's static facts, or None (``null``: none saved)."""
+  from minicomp.search.static.model import LaunchFacts
+  if v is None: return None
+  d = _obj(v, at, ("device", "launches"))
+  launches = _list(d["launches"], f"{at}.launches")
+  if len(launches) != len(plan.launches):
+    raise BadField(f"{at}.launches", f"{len(launches)} entries for the plan's {len(plan.launches)} launches")
+  out = []
+  for j, x in enumerate(launches):
+    a = f"{at}.launches[{j}]"
+    x = _obj(x, a, ("name", "per_thread") + FACT_FLOATS + FACT_INTS)
+    per = {_name(c, f"{a}.per_thread"): _number(n, f"{a}.per_thread[{c!r}]")
+           for c, n in _typed(x["per_thread"], f"{a}.per_thread", dict).items()}
+    out.append(LaunchFacts(name=_name(x["name"], f"{a}.name"), per_thread=per,
+                           **{n: _number(x[n], f"{a}.{n}") for n in FACT_FLOATS},
+                           **{n: _int(x[n], f"{a}.{n}", 0, 2**63 - 1) for n in FACT_INTS}))
+  return _name(d["device"], f"{at}.device"), tuple(out)
+
+
+def _check_facts(k: int, facts, plan: LaunchPlan) -> None:
+  """Kernel ``k``'s saved facts describe its launches: the same kernel names, blocks and threads."""
+  for j, (x, l) in enumerate(zip(facts[1] if facts is not None else (), plan.launches)):
+    a = f"kernels[{k}].facts.launches[{j}]"
+    if x.name != l.kernel: raise BadField(f"{a}.name", f"{x.name!r} is not the launch's kernel {l.kernel!r}")
+    if x.blocks != math.prod(l.grid) or x.threads_per_block != math.prod(l.block):
+      raise BadField(a, f"{x.blocks} blocks of {x.threads_per_block} threads, but the launch is "
+                     f"{list(l.grid)} x {list(l.block)}")
+
+
 def _schema(m: dict):
   """The typed content of a manifest (already known to be a dict of this format and version)."""
   _obj(m, "", ("format", "format_version", "name", "target", "inputs", "outputs", "kernels", "steps", "consts",
@@ -309,13 +354,14 @@ def _schema(m: dict):
     raise BadField("target", str(e)) from None
   inputs = [IOSpec(b.name, b.shape, b.dtype) for b in _list(m["inputs"], "inputs", _spec)]
   outputs = _list(m["outputs"], "outputs", _spec, nonempty=True)
-  plans, options = [], []
+  plans, options, facts = [], [], []
   for k, kd in enumerate(_list(m["kernels"], "kernels")):
-    kd = _obj(kd, f"kernels[{k}]", ("file", "plan", "options"))
+    kd = _obj(kd, f"kernels[{k}]", ("file", "plan", "options") + (("facts",) if m["format_version"] >= 3 else ()))
     if _typed(kd["file"], f"kernels[{k}].file", str) != f"kernels/k{k}":
       raise BadField(f"kernels[{k}].file", f"{kd['file']!r}: kernel {k} must be stored as 'kernels/k{k}'")
     plans.append(_plan(kd["plan"], f"kernels[{k}].plan"))
     options.append(tuple(_list(kd["options"], f"kernels[{k}].options", lambda x, b: _typed(x, b, str))))
+    facts.append(_facts(kd.get("facts"), f"kernels[{k}].facts", plans[-1]))
   steps = _list(m["steps"], "steps", lambda x, a: _step(x, a, len(plans)))
   consts = _list(m["consts"], "consts", _name)
   if len(set(consts)) != len(consts): raise BadField("consts", "lists a name twice")
@@ -330,4 +376,4 @@ def _schema(m: dict):
     d = _obj(x, a, ("input", "size", "node", "op"))
     return IndexCheck(_name(d["input"], f"{a}.input"), _int(d["size"], f"{a}.size", 1, MAX_DIM),
                       _typed(d["node"], f"{a}.node", str), _name(d["op"], f"{a}.op"))
-  return target, inputs, outputs, plans, options, steps, consts, boundary, _list(m["index_checks"], "index_checks", check)
+  return target, inputs, outputs, plans, options, facts, steps, consts, boundary, _list(m["index_checks"], "index_checks", check)

@@ -221,6 +221,16 @@ def _drop(key: str, pattern: str) -> Tamper:
   return edit(fn)
 
 
+def _facts0(fn: Callable[[dict], object], pattern: str) -> Tamper:
+  """Edit kernel 0's first launch's static facts (not applicable where they were not saved)."""
+  def edit_facts(m: dict) -> str | None:
+    facts = m["kernels"][0]["facts"] if m["kernels"] else None
+    if facts is None: return None
+    fn(facts["launches"][0])
+    return MF + r"kernels\[0\]\.facts\.launches\[0\]" + pattern
+  return edit(edit_facts)
+
+
 L0 = MF + r"kernels\[0\]\.plan\.launches\[0\]"
 K0 = "kernels/k0"
 CASES: list[tuple[str, Tamper]] = [
@@ -272,6 +282,12 @@ CASES: list[tuple[str, Tamper]] = [
   ("files_entry_dropped", _drop(f"files/{K0}.log", MF + r"files: lists")),
   ("unknown_field", _set("extra", 1, MF + r"top level: unexpected field")),
   ("field_missing", _drop("steps", MF + r"steps: missing")),
+  ("facts_other_kernel", _facts0(lambda l: l.update(name="other"), r"\.name: 'other' is not the launch's kernel")),
+  ("facts_negative_bytes", _facts0(lambda l: l.update(dram_bytes=-1.0), r"\.dram_bytes: -1\.0 is not a finite")),
+  ("facts_registers_bool", _facts0(lambda l: l.update(registers=True), r"\.registers: expected an integer")),
+  ("facts_blocks_edited", _facts0(lambda l: l.update(blocks=l["blocks"] + 1), r": \d+ blocks of \d+ threads, but")),
+  ("facts_field_missing", _facts0(lambda l: l.pop("chain_cycles"), r"\.chain_cycles: missing")),
+  ("facts_count_string", _facts0(lambda l: l["per_thread"].update(fp32_fma="many"), r"\.per_thread\['fp32_fma'\]: expected a number")),
   ("format_version_1", _set("format_version", 1, MF + r"format version 1 is not supported.*recompile", rehash=False)),
   ("format_version_float", _set("format_version", 2.0, MF + r"format version 2\.0 is not supported", rehash=False)),
   ("format_version_true", _set("format_version", True, MF + r"format version True is not supported", rehash=False)),

@@ -252,7 +252,25 @@ def test_cli_bench_without_gpu_prints_the_estimate(monkeypatch, block, tmp_path,
   assert main(["bench", str(tmp_path / "m.onnx")]) == 0                  # --target auto: sm_86 without a GPU
   cap = capsys.readouterr()
   assert "no GPU to measure on" in cap.err and "no libcuda" in cap.err
-  assert "ESTIMATE" in cap.out and "estimated latency on rtx3090 (static model" in cap.out
+  assert "estimated latency on rtx3090 (static model, no GPU measurement)" in cap.out
+
+
+def test_cli_bench_of_a_saved_model_without_gpu_prints_its_estimate(monkeypatch, tmp_path, capsys):
+  """A saved model keeps the static model's analyses: `minicomp bench out/` prints the estimate the
+  compiled model gave, with one header, and says once why it did not measure."""
+  from minicomp.cli import main
+  monkeypatch.setitem(D._failures, "cuda", "no usable GPU through the 'cuda' backend: no libcuda.")
+  monkeypatch.delitem(D._drivers, "cuda", raising=False)
+  monkeypatch.setenv(D.ENV_BACKEND, "cuda")
+  model, _ = zoo.residual_block()
+  cm = mc.compile(model, "sm_86")
+  cm.save(tmp_path / "out")
+  assert main(["bench", str(tmp_path / "out")]) == 0
+  cap = capsys.readouterr()
+  assert cap.err.count("no GPU to measure on (no usable GPU through the 'cuda' backend: no libcuda)") == 1
+  assert ".." not in cap.err and "mod.estimate()" not in cap.err
+  assert cap.out.count("static model, no GPU measurement") == 1
+  assert f"{cm.estimate().latency_s * 1e6:.1f} us over {len(cm.calls)} kernel calls" in cap.out
 
 
 def test_target_cuda_follows_the_gpu(monkeypatch, caplog):

@@ -66,9 +66,29 @@ def test_round_trip_runs_and_matches(model, onnx_model, folder):
   np.testing.assert_allclose(got[0], run_ort(onnx_model, {"x": x})[0], rtol=1e-5, atol=1e-6)
   assert [k.source for k in loaded.kernels] == [k.source for k in model.kernels]
   m = read_manifest(folder)
-  assert m["format_version"] == saved_model.FORMAT_VERSION == 2
+  assert m["format_version"] == saved_model.FORMAT_VERSION == 3
   assert m["digest"] == saved_model.manifest_digest(m) and len(m["files"]) == 4 * len(model.kernels) + 1
   assert m["outputs"] == [{"name": n, "shape": [8, 48], "dtype": "float32"} for n in ("z", "y")]
+
+
+def test_saved_model_estimates_as_compiled(model, folder):
+  """The static model's analyses travel with the model: a loaded model estimates what the compiled one did,
+  for the target's device only, and a version-2 folder (none saved) says to recompile."""
+  from minicomp.errors import EstimateError
+  loaded = mc.load(folder)
+  assert loaded.kernels[0].program is None
+  want = model.estimate()
+  got = loaded.estimate()
+  assert got.latency_s == want.latency_s > 0
+  assert [e.latency_s for _, e in got.calls] == [e.latency_s for _, e in want.calls]
+  with pytest.raises(EstimateError, match=r"keeps the analyses for a100 only: .*compile the model again to estimate on h100"):
+    loaded.estimate("h100")
+  m = read_manifest(folder)
+  m["format_version"] = 2
+  for kd in m["kernels"]: kd.pop("facts")
+  write_manifest(folder, m)
+  with pytest.raises(EstimateError, match="keeps no analyses .*compile the model again and save it"):
+    mc.load(folder).estimate()
 
 
 def test_enough_tamper_cases():
@@ -105,6 +125,7 @@ def test_a_recomputed_digest_is_not_a_defence(folder):
   """What the digest does not do: an edit with the digests recomputed loads (load only trusted models)."""
   m = read_manifest(folder)
   m["kernels"][1]["plan"]["launches"][0]["grid"][0] = 1
+  m["kernels"][1]["facts"]["launches"][0]["blocks"] = 1      # (the static facts edited to agree)
   write_manifest(folder, m)
   assert mc.load(folder).kernels[1].plan.launches[0].grid == (1, 1, 1)
 

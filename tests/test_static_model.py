@@ -119,7 +119,8 @@ def test_estimate_is_labelled_and_has_parts():
   assert e.latency_s == pytest.approx(sum(l.latency_s for l in e.launches))
 
 
-def test_loaded_kernels_cannot_be_estimated(tmp_path):
+def test_loaded_kernels_estimate_from_their_saved_facts(tmp_path):
+  """A loaded kernel has no loop IR: its estimate comes from the facts saved with it, for that device only."""
   from onnx import helper
   from onnx_harness import make_model
   import numpy as np
@@ -127,8 +128,11 @@ def test_loaded_kernels_cannot_be_estimated(tmp_path):
   cm = mc.compile(m)
   cm.save(tmp_path / "m")
   from minicomp.search.static.estimate import EstimateError
-  with pytest.raises(EstimateError, match="loop IR"):
-    estimate(mc.load(tmp_path / "m").kernels[0])
+  loaded = mc.load(tmp_path / "m").kernels[0]
+  assert loaded.program is None
+  assert estimate(loaded).latency_s == estimate(cm.kernels[0]).latency_s
+  with pytest.raises(EstimateError, match="loop IR.*for rtx3090 only"):
+    estimate(loaded, "a100")
 
 
 def _facts(**kw):

@@ -87,8 +87,11 @@ class Kernel:
   """A compiled schedule: CUDA source, NVRTC binary, resources, and a numpy call."""
 
   def __init__(self, plan: LaunchPlan, source: str, binary: CudaBinary, target: Target, program: Program | None = None,
-               timings: dict[str, float] | None = None):
+               timings: dict[str, float] | None = None, saved_facts: tuple | None = None):
+    """``saved_facts``: (device name, the static model's LaunchFacts per launch) for a kernel loaded from
+    disk, which has no ``program`` to analyse (:mod:`minicomp.saved_model` keeps them for the target's device)."""
     self.plan, self.source, self.binary, self.target, self.program = plan, source, binary, target, program
+    self.saved_facts = saved_facts
     self._sim = None
     self._gpu: dict[str, object] = {}     # backend name -> GpuModule
     self._lock = threading.Lock()

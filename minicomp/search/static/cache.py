@@ -31,6 +31,11 @@ def get(k: tuple):
   return v
 
 
+def peek(k: tuple):
+  """The facts under ``k`` or None, not counted as a hit or a miss."""
+  return _facts.get(k)
+
+
 def put(k: tuple, facts: list) -> None:
   _facts.put(k, facts)
 

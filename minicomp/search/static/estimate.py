@@ -31,8 +31,14 @@ def launch_facts(kernel, dev) -> list[LaunchFacts]:
   from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
   from minicomp.search.static import cache
   if kernel.program is None:
-    raise EstimateError("the static model needs the kernel's loop IR; kernels loaded from disk carry only "
-                        "their binary: rebuild with minicomp.build / minicomp.compile")
+    saved = kernel.saved_facts
+    if saved is not None and saved[0] == dev.name: return list(saved[1])
+    raise EstimateError(
+      "the static model needs the kernel's loop IR, which a kernel loaded from disk does not carry; "
+      + (f"its saved model keeps the analyses for {saved[0]} only: estimate on that device, or compile the model "
+         f"again to estimate on {dev.name}" if saved is not None else
+         "this saved model keeps no analyses (saved by an older minicomp, or the static model could not analyse "
+         "this kernel): compile the model again and save it"))
   ck = cache.key(kernel, dev)
   hit = cache.get(ck)
   if hit is not None: return list(hit)
