@@ -87,7 +87,7 @@ def main(argv=None) -> int:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import build
-  from minicomp.compiler import GENSOR_BUILDS
+  from minicomp.compiler import to_build
   from minicomp.graph.schedules import default_schedule
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import construct
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
         res = construct(t.dag, tgt, seed=args.seed)
         secs = time.perf_counter() - t0
         gensor = math.inf
-        for c in res.candidates[:GENSOR_BUILDS]:
+        for c in to_build(res):
           try: gensor = min(gensor, estimate(build(c.schedule, tgt), tgt).latency_s)
           except mc.MinicompError: pass
         rows.append({"model": mname, "task": "+".join(dict.fromkeys(t.ops))[:34], "class": task_class(t), "task_obj": t,

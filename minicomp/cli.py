@@ -225,7 +225,7 @@ def _load_or_compile(path: str, target: str, shapes):
     from minicomp.saved_model_load import load
     return load(path)
   from minicomp.compiler import compile as mc_compile
-  return mc_compile(path, target=target, input_shapes=shapes)
+  return mc_compile(path, target=target, input_shapes=shapes, progress=True)
 
 
 def cmd_bench(a) -> int:

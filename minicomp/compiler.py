@@ -31,13 +31,16 @@ from minicomp.model_parts import CompileStats, IndexCheck, IOSpec, KernelCall, V
 from minicomp.pipeline import (CompileOptions, CompileState, Dumper, Phase, TaskBuild, dump_phases,
                                emit_text, graph_text, link_text, lower_text, nvrtc_text, partition_text, run_phases,
                                schedule_text, tasks_text)
-from minicomp.progress import bar
+from minicomp.progress import bar, say
 from minicomp.schedule_cache import ScheduleCache, rename_stages
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
 SCHEDULES = ("gensor", "rules")
 GENSOR_BUILDS = 3          # constructed candidates built and estimated per task (best by the analytic model first)
+GENSOR_TIE = 0.05          # ... of those, only the ones the analytic model puts within 5% of its best: the ones
+                           # it cannot separate (research/compile_choice.py: on 118 tasks, 2 targets, no candidate
+                           # further away was ever the full model's choice; 15% fewer builds)
 CONSTRUCT_SEED = 0
 
 
@@ -69,6 +72,12 @@ def build_rule_based(dag, built: Builds, name: str, key: str = "") -> Built:
   raise AssertionError("unreachable")
 
 
+def to_build(res) -> list:
+  """The candidates of a Gensor construction ``res`` that ``compile`` builds and compares with the full
+  static model: of the first :data:`GENSOR_BUILDS`, those within :data:`GENSOR_TIE` of the analytic best."""
+  return [c for c, cost in zip(res.candidates[:GENSOR_BUILDS], res.costs) if cost <= res.costs[0] * (1 + GENSOR_TIE)]
+
+
 def _construct(task: Task, built: Builds, name: str, rules: Built, stats: CompileStats) -> Built:
   """Gensor's schedule for ``task`` when the static model estimates it faster than the rule-based
   one (``rules``), else the rule-based one. Construction that fails, finds
@@ -91,7 +100,7 @@ def _construct(task: Task, built: Builds, name: str, rules: Built, stats: Compil
              "; ".join(res.reasons[:3]) or "no sketch")
     return rules
   options: list[Built] = []
-  for c in res.candidates[:GENSOR_BUILDS]:
+  for c in to_build(res):
     try:
       options.append((built.kernel(c.schedule, name), c.schedule, "gensor"))
     except BUILD_ERRORS as e:
@@ -139,9 +148,10 @@ def choose_default(task: Task, target: Target, name: str, mode: str,
   ``estimate()`` and ``save``); the same in this process and in a worker."""
   from minicomp.search.static import cache
   stats = CompileStats()
-  built = built or Builds(target)
+  own, built = built is None, built or Builds(target)
   rules = build_rule_based(task.dag, built, name, task.key)
   kernel, sched, origin = _construct(task, built, name, rules, stats) if mode == "gensor" else rules
+  if own: stats.build, stats.nvrtc = built.seconds["lower_emit"], built.seconds["nvrtc"]
   key = cache.key(kernel, target.device)
   facts = cache.peek(key)
   return sched.to_json(), origin, stats, (key, facts) if facts is not None else None
@@ -152,6 +162,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
   processes (the shared pool) when there are several tasks and the main script can be re-imported."""
   def account(s: CompileStats) -> None:
     stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
+    built.seconds["lower_emit"] += s.build; built.seconds["nvrtc"] += s.nvrtc     # (a worker's builds; 0 here)
   if opts.jobs > 1 and len(todo) > 1 and _spawn_safe():
     import concurrent.futures as cf
 
@@ -406,7 +417,7 @@ PROGRESS = {   # the line ``progress=True`` prints after a phase
 
 
 def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Sequence[int]] | None = None,
-            trials: int = 0, progress: bool = False, name: str | None = None, strategy: str = "ansor",
+            trials: int = 0, progress: bool | None = None, name: str | None = None, strategy: str = "ansor",
             log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
             time_budget_s: float | None = None, schedules: str = "gensor",
             dump_after: str | Sequence[str] | None = None, dump_dir: str | Path | None = None,
@@ -432,7 +443,8 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   the call, also with ``trials=0``: GPU timings when it measures on a GPU, else static-model estimates;
   by default the GPU when one of the target's arch is present, else the static model (every cost an
   estimate). Records of the other kind are ignored with a warning. ``progress=True`` shows progress on
-  stderr: a line per phase, and bars over the kernels built and the tuning trials. Bad tuning
+  stderr: a line per phase, and bars over the kernels built and the tuning trials; ``progress=None`` (the
+  default) one line when the compile is done (what it built, in how many seconds); ``False`` nothing. Bad tuning
   arguments (``trials="4"``) raise ``TuneError`` before any work.
 
   ``jobs``: processes that choose default schedules at once (default ``$MINICOMP_JOBS``, else one per
@@ -457,5 +469,10 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   dump = Dumper(dumps, dump_dir) if dumps else None
   opts = CompileOptions(input_shapes=input_shapes, schedules=schedules, trials=trials, strategy=strategy,
                         log_file=log_file, seed=seed, measurer=measurer, measures_per_round=measures_per_round,
-                        time_budget_s=time_budget_s, progress=progress, name=name, jobs=_jobs(jobs))
-  return run_phases(PHASES, CompileState(model, tgt, opts), dump, PROGRESS).compiled
+                        time_budget_s=time_budget_s, progress=bool(progress), name=name, jobs=_jobs(jobs))
+  t0 = time.perf_counter()
+  st = run_phases(PHASES, CompileState(model, tgt, opts), dump, PROGRESS)
+  if progress is None:
+    say(f"compiled {st.compiled.name} for {tgt} in {time.perf_counter() - t0:.1f} s: {len(st.calls)} kernel calls, "
+        + _kernels_line(st))
+  return st.compiled

@@ -13,6 +13,8 @@ def test_one_and_two_jobs_give_byte_identical_kernels():
   assert len(one.tasks) > 1
   assert [k.source for k in one.kernels] == [k.source for k in two.kernels]
   assert two.stats.constructed == one.stats.constructed and two.stats.construct > 0
+  assert two.stats.nvrtc > 0 and two.stats.build > 0        # the workers' builds are counted
+  assert two.estimate().latency_s == one.estimate().latency_s
   np.testing.assert_allclose(two.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
@@ -24,3 +26,13 @@ def test_jobs_must_be_a_positive_int(monkeypatch):
   monkeypatch.setenv("MINICOMP_JOBS", "many")
   with pytest.raises(mc.CompileError, match="MINICOMP_JOBS='many'"):
     mc.compile(model)
+
+
+def test_a_compile_says_one_line_by_default(capsys):
+  """Python's default: one line when done (what was built, in how long); progress=False: nothing."""
+  model, _ = zoo.residual_block()
+  mc.compile(model, target="sm_86", jobs=1)
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("[minicomp] compiled ") and " s: " in err[0] and "kernels" in err[0]
+  mc.compile(model, target="sm_86", jobs=1, progress=False)
+  assert capsys.readouterr().err == ""
