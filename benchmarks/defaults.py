@@ -87,10 +87,9 @@ def main(argv=None) -> int:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import build
-  from minicomp.compiler import to_build
   from minicomp.graph.schedules import default_schedule
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import construct
+  from minicomp.search.strategies.gensor import compared, construct
   from minicomp.target import as_target
 
   for line in header_lines(__file__, argv): print(line)
@@ -109,7 +108,7 @@ def main(argv=None) -> int:
         res = construct(t.dag, tgt, seed=args.seed)
         secs = time.perf_counter() - t0
         gensor = math.inf
-        for c in to_build(res):
+        for c in compared(res):
           try: gensor = min(gensor, estimate(build(c.schedule, tgt), tgt).latency_s)
           except mc.MinicompError: pass
         rows.append({"model": mname, "task": "+".join(dict.fromkeys(t.ops))[:34], "class": task_class(t), "task_obj": t,

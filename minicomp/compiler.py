@@ -37,11 +37,6 @@ from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
 SCHEDULES = ("gensor", "rules")
-GENSOR_BUILDS = 3          # constructed candidates built and estimated per task (best by the analytic model first)
-GENSOR_TIE = 0.05          # ... of those, only the ones the analytic model puts within 5% of its best: the ones
-                           # it cannot separate (research/compile_choice.py: on 118 tasks, 2 targets, no candidate
-                           # further away was ever the full model's choice; 15% fewer builds)
-CONSTRUCT_SEED = 0
 
 
 def index_checks(g) -> list[IndexCheck]:
@@ -72,20 +67,15 @@ def build_rule_based(dag, built: Builds, name: str, key: str = "") -> Built:
   raise AssertionError("unreachable")
 
 
-def to_build(res) -> list:
-  """The candidates of a Gensor construction ``res`` that ``compile`` builds and compares with the full
-  static model: of the first :data:`GENSOR_BUILDS`, those within :data:`GENSOR_TIE` of the analytic best."""
-  return [c for c, cost in zip(res.candidates[:GENSOR_BUILDS], res.costs) if cost <= res.costs[0] * (1 + GENSOR_TIE)]
-
-
 def _construct(task: Task, built: Builds, name: str, rules: Built, stats: CompileStats) -> Built:
-  """Gensor's schedule for ``task`` when the static model estimates it faster than the rule-based
+  """Gensor's schedule for ``task`` (the best by the full static model of the candidates
+  ``gensor.compared`` picks) when the static model estimates it faster than the rule-based
   one (``rules``), else the rule-based one. Construction that fails, finds
   nothing valid or does not build falls back to the rules, logged. The walk's seed is fixed
   (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on the task and the
   target only, so the default records of a tuning log stay valid across tuning seeds."""
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import construct
+  from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
   tgt = built.target
   t0 = time.perf_counter()
   try:
@@ -100,7 +90,7 @@ def _construct(task: Task, built: Builds, name: str, rules: Built, stats: Compil
              "; ".join(res.reasons[:3]) or "no sketch")
     return rules
   options: list[Built] = []
-  for c in to_build(res):
+  for c in compared(res):
     try:
       options.append((built.kernel(c.schedule, name), c.schedule, "gensor"))
     except BUILD_ERRORS as e:

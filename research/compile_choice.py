@@ -26,10 +26,9 @@ def collect(args) -> None:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import build
-  from minicomp.compiler import CONSTRUCT_SEED
   from minicomp.graph.schedules import default_schedule
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import construct
+  from minicomp.search.strategies.gensor import CONSTRUCT_SEED, construct
   from minicomp.target import as_target
   seen = set()
   with open(args.out, "a") as f:

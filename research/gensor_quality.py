@@ -35,13 +35,13 @@ def main(argv=None) -> int:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import build
-  from minicomp.compiler import GENSOR_BUILDS
+  from minicomp.search.strategies.gensor import COMPARE
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import construct
   from minicomp.target import as_target
 
   tgt = as_target(args.target)
-  builds = args.builds or GENSOR_BUILDS
+  builds = args.builds or COMPARE
   for line in header_lines(__file__, argv): print(line)
   tasks, seen = [], set()
   for fn, kw in MODELS:

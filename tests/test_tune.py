@@ -211,7 +211,7 @@ def test_report_text_and_curve(tmp_path):
 
 def test_progress_is_shown_when_asked_and_quiet_otherwise(capsys):
   m, _ = zoo.residual_block()
-  cm = mc.compile(m, "sm_86")
+  cm = mc.compile(m, "sm_86", progress=False)
   cm.estimate()
   assert capsys.readouterr().err == ""
   cm = mc.compile(m, "sm_86", progress=True, trials=4, measurer=HashMeasurer(), measures_per_round=2, strategy="random")
@@ -343,3 +343,43 @@ def test_one_strategy_factory_for_compile_the_cli_and_the_benchmarks():
   assert isinstance(s, OpEvoStrategy) and s.parents == 2
   with pytest.raises(TypeError):
     make_strategy("ansor", 0, no_such_option=1)
+
+
+class SpyStrategy(RandomStrategy):
+  """Random proposals; remembers every update (task key, candidate keys, costs) in order."""
+  def __init__(self):
+    self.updates = []
+
+  def update(self, task, candidates, costs):
+    self.updates.append((task.key, [c.key for c in candidates], list(costs)))
+
+
+def test_tuning_starts_where_the_default_is(tmp_path):
+  """The first round of a task hands its default (Gensor's, measured already) to the strategy as a measured
+  program, not a trial, and measures Gensor's constructed programs that compile did not compare ahead of the
+  strategy's own; tasks whose default takes longest go first."""
+  from minicomp.search.records import canonical_steps
+  from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
+  m, _ = zoo.residual_block()
+  base = mc.compile(m, "sm_86", progress=False)
+  spy, log = SpyStrategy(), tmp_path / "t.jsonl"
+  mc.compile(m, "sm_86", trials=6, log_file=str(log), strategy=spy, measurer="static", measures_per_round=3,
+             progress=False)
+  recs = load_records(str(log))
+  defaults = {r.workload_key: r for r in recs if r.strategy == "default"}
+  trials = sorted((r for r in recs if r.strategy != "default"), key=lambda r: r.trial)
+  assert len(trials) == 6 and len(defaults) == len(base.tasks) == 2
+  order = list(dict.fromkeys(r.workload_key for r in trials))
+  by_cost = sorted(defaults, key=lambda k: -defaults[k].cost_s * next(t.weight for t in base.tasks if t.key == k))
+  assert order == by_cost                                   # the slower default is tuned first
+  for t in base.tasks:
+    res = construct(t.dag, "sm_86", seed=CONSTRUCT_SEED)
+    default = canonical_steps(defaults[t.key].steps_json)
+    gensor = [c for c in res.candidates if canonical_steps(c.key) != default]
+    starts = [c.key for c in gensor if c not in compared(res)] + [c.key for c in gensor if c in compared(res)]
+    mine = [r.steps_json for r in trials if r.workload_key == t.key]
+    assert [canonical_steps(s) for s in mine[:len(starts)]] == [canonical_steps(s) for s in starts[:3]][:len(mine)]
+    assert default not in {canonical_steps(s) for s in mine}   # the default is never a trial
+    if any(canonical_steps(c.key) == default for c in res.candidates):   # Gensor's default: a seed
+      first = next(u for u in spy.updates if u[0] == t.key)
+      assert [canonical_steps(k) for k in first[1]] == [default] and first[2] == [defaults[t.key].cost_s]

@@ -119,14 +119,21 @@ def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy],
   best_hist: dict[str, list[float]] = {t.key: [t.best_cost] if t.trials else [] for t in tasks}
   per_round = max(1, min(measures_per_round, trials // max(1, len(tasks)))) if trials else 0
   used, rounds, curve = 0, 0, []
-  warmup = [t for t in tasks if not t.trials]       # a resumed run warms up only the tasks never measured
+  # a resumed run warms up only the tasks never measured; the ones whose default takes the most time first
+  # (a budget smaller than the task count goes where it can save the most)
+  warmup = sorted((t for t in tasks if not t.trials),
+                  key=lambda t: -t.weight * t.default_cost if math.isfinite(t.default_cost) else 0.0)
   while used < trials and alive:
     if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s: break
+    first = bool(warmup)
     task = warmup.pop(0) if warmup else pick_task(tasks, best_hist, alive, rng)
     if task is None: break
     if task.key not in alive: continue
     n = min(per_round, trials - used)
-    cands = strategy.propose(task, n, rng)
+    cands = _first_round(task, strategy, n) if first else []
+    if len(cands) < n:
+      taken = {c.key for c in cands}
+      cands += [c for c in strategy.propose(task, n - len(cands), rng) if c.key not in taken]
     if not cands:
       alive.discard(task.key); continue
     inputs = [MeasureInput(task.dag, c.key, task.target.device_name or task.target.arch, key=task.key[:12])
@@ -153,6 +160,16 @@ def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy],
       on_round(RoundInfo(rounds, task, len(cands), sum(c is None for c in costs), used, time.perf_counter() - t0, obj,
                          measurer.is_estimate))
   return TuneResult(tasks, used, rounds, time.perf_counter() - t0, measurer.is_estimate, curve)
+
+
+def _first_round(task: TuneTask, strategy: Strategy, n: int) -> list:
+  """A task's first round starts where its default is: its seeds (measured already) go to the strategy with
+  their costs, and its start programs not measured yet come first in the round (at most ``n``)."""
+  seeds = [(c, cost) for c, cost in task.seeds if c.key not in task.measured]
+  if seeds:
+    for c, cost in seeds: task.measured[c.key] = cost       # known: never proposed, nor counted as trials
+    strategy.update(task, [c for c, _ in seeds], [cost for _, cost in seeds])
+  return [c for c in task.starts if c.key not in task.measured][:n]
 
 
 def _target_key(task: TuneTask) -> str:

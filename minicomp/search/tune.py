@@ -21,6 +21,14 @@ its default (also when a log is applied with ``trials=0``). A log without defaul
 (written before this rule, or for other default rules) gets them measured by its next tuning
 run; applied with ``trials=0`` before that, its best records apply as they are (nothing is
 measured without trials).
+
+The search starts where the default is: Gensor's construction is made again for each task (the seed
+``compile`` uses, so the same programs). A default among them is handed to the strategy with its
+measured cost in the task's first round (a learned model trains on it, evolution and walks start from
+it) without being a trial; the other constructed programs are measured first in that round, those
+``compile`` did not compare before those it did. Tasks whose default takes the most time
+(weight x cost) get their first round first, so a budget smaller than the number of tasks goes where it
+can save the most.
 """
 from __future__ import annotations
 
@@ -174,6 +182,7 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
       baseline.update(_measure_defaults(tt, defaults, baseline, measurer, tkey, log_file, progress))
     for t in tt:
       if baseline.get(t.key) is not None: t.default_cost = baseline[t.key]
+    if remaining > 0 and defaults: _start_at_defaults([t for t in tt if not t.trials], defaults, progress)
     if remaining > 0:
       if records and hasattr(strat, "resume"): strat.resume(tt)
       sink = RecordLog(log_file) if log_file else None
@@ -197,6 +206,34 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
       continue
     out[t.key] = t.best_steps
   return out
+
+
+def _start_at_defaults(tasks: list[TuneTask], defaults: dict[str, str], progress: bool) -> None:
+  """Where each task's search starts: Gensor's construction as ``compile`` made it (same seed, so the same
+  candidates). The default among them is a seed (measured: its cost goes to the strategy); the others are
+  the first round's start programs, those ``compile`` did not compare first (under the static model the
+  compared ones lost to the default; on a GPU they may not, so they follow)."""
+  from minicomp.errors import MinicompError
+  from minicomp.progress import bar
+  from minicomp.search.records import canonical_steps
+  from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
+  with bar(len(tasks), "[minicomp] tuning: starting from the defaults", progress, unit="task") as shown:
+    for t in tasks:
+      try:
+        res = construct(t.dag, t.target, seed=CONSTRUCT_SEED, sketches=t.sketches)
+      except MinicompError as e:
+        log.info("task %s: no constructed programs to start from (%s)", t.name or t.key, e)
+        res = None
+      if res is not None:
+        want, seen = canonical_steps(defaults[t.key]) if t.key in defaults else None, {c.key for c in compared(res)}
+        first, later = [], []
+        for c in res.candidates:
+          if canonical_steps(c.key) == want:
+            if math.isfinite(t.default_cost): t.seeds.append((c, t.default_cost))
+          else:
+            (later if c.key in seen else first).append(c)
+        t.starts = first + later
+      shown.update()
 
 
 def _invalid_bests(records, by_key: dict[str, TuneTask]) -> set[int]:

@@ -37,6 +37,11 @@ class TuneTask:
   best_cost: float = math.inf
   best_steps: str | None = None
   default_cost: float = math.inf          # the task's default schedule (not a trial): what tuning must beat
+  # where the search starts (tune_tasks: Gensor's construction, as compile made it): programs measured
+  # already (the default), handed to the strategy with their costs in the task's first round, not trials;
+  # and programs that round measures ahead of the strategy's own proposals
+  seeds: list[tuple[Candidate, float]] = field(default_factory=list)
+  starts: list[Candidate] = field(default_factory=list)
   _sketches: list[Sketch] | None = None
 
   @property

@@ -74,6 +74,14 @@ T0 = 1.0                    # initial temperature
 CACHE_WEIGHT = 0.05         # weight of "cache" (go to the next level) at T = 1
 KEEP = 4                    # valid candidates construct() returns per task
 LOWER_TRIES = 16            # distinct best states lowered exactly, at most, to find them
+# what compile(trials=0) does with a construction (compiler._construct): from a fixed seed (a task's default
+# depends on the task and the target only, so the default records of a tuning log stay valid across tuning
+# seeds), it builds the first COMPARE candidates the analytic model puts within TIE of its best -- the ones it
+# cannot separate (research/compile_choice.py: on 118 tasks no candidate further away was ever the full static
+# model's choice) -- and keeps the best by the full static model (or the rule-based schedule)
+CONSTRUCT_SEED = 0
+COMPARE = 3
+TIE = 0.05
 
 
 @dataclass(frozen=True)
@@ -326,6 +334,11 @@ def _sizes(walker: SketchWalker, values: dict) -> str:
   return " ".join(parts)
 
 
+def compared(res: Construction) -> list[Candidate]:
+  """The candidates of ``res`` that ``compile`` builds and compares with the full static model (above)."""
+  return [c for c, cost in zip(res.candidates[:COMPARE], res.costs) if cost <= res.costs[0] * (1 + TIE)]
+
+
 class GensorStrategy(Strategy):
   """Gensor's iterative mode: every round walks again from the best measured states of the task
   (the initial state in the first round) and proposes the best unmeasured states it finds."""
@@ -348,5 +361,12 @@ class GensorStrategy(Strategy):
     for c in res.candidates: self.points[c.key] = (c.sketch_index, dict(c.values))
     return res.candidates
 
+  def update(self, task: TuneTask, candidates: list[Candidate], costs: list[float | None]) -> None:
+    """Measured programs of the task's sketches that this strategy did not propose (the task's seeds) become
+    states its walks can restart from."""
+    for c in candidates:
+      if c.key not in self.points and 0 <= c.sketch_index < len(task.sketches) and c.values:
+        self.points[c.key] = (c.sketch_index, dict(c.values))
 
-__all__ = ["Construction", "GensorStrategy", "SketchWalker", "construct", "explain"]
+
+__all__ = ["CONSTRUCT_SEED", "Construction", "GensorStrategy", "SketchWalker", "compared", "construct", "explain"]
