@@ -197,16 +197,20 @@ def test_report_text_and_curve(tmp_path):
   path = str(tmp_path / "r.jsonl")
   mc.compile(m, "sm_86", trials=8, strategy="random", log_file=path, measurer=HashMeasurer(), measures_per_round=4)
   recs = _trials(path)
+  defaults = {r.workload_key: r.cost_s for r in load_records(path) if r.strategy == "default"}
   pts = total_curve(load_records(path))
-  n_all = next(n for n in range(1, len(recs) + 1) if len({r.workload_key for r in recs[:n]}) == 2)
-  tail = [p for p in pts if p[0] >= n_all]                               # once every task is in the sum,
-  assert tail and all(b[2] <= a[2] for a, b in zip(tail, tail[1:]))      # best-so-far never gets worse
-  best = {}
+  assert len(pts) == len(recs) + 1 and pts[0][:2] == (0, 0.0)           # a total from the start: every task
+  assert pts[0][2] == pytest.approx(sum(defaults.values()))              # has its default, no partial sums
+  assert all(b[2] <= a[2] for a, b in zip(pts, pts[1:]))                 # the kept total never rises
+  kept = dict(defaults)
   for r in recs:
-    if r.ok: best[r.workload_key] = min(best.get(r.workload_key, 1.0), r.cost_s)
-  assert pts[-1][2] == pytest.approx(sum(best.values()))
+    if r.ok: kept[r.workload_key] = min(kept[r.workload_key], r.cost_s)
+  assert pts[-1][2] == pytest.approx(sum(kept.values())) and sum(kept.values()) <= sum(defaults.values())
   text = text_report(path)
   assert "8 records, 2 tasks (+ 2 default-schedule records)" in text and "kept (us)" in text
+  assert "Conv+Relu 1x8x10x10" in text and "Conv+Add+Relu 1x8x10x10" in text   # tasks named from their ops
+  tuned = sum(kept[k] < defaults[k] for k in kept)
+  assert f"{tuned} of 2 tasks tuned" in text and text.count("tuned ") + text.count("default: ") >= 2
 
 
 def test_progress_is_shown_when_asked_and_quiet_otherwise(capsys):

@@ -63,6 +63,11 @@ class Task:
   ops: list[str] = field(default_factory=list)   # ONNX op types fused in (first occurrence)
   flops: int = 0
 
+  @property
+  def label(self) -> str:
+    """A name a person can read: the fused ops and the output's shape (``Conv+Relu 1x64x56x56``)."""
+    return f"{'+'.join(dict.fromkeys(self.ops)) or self.kind} {'x'.join(map(str, self.dag.outputs[0].shape))}"
+
   def __repr__(self) -> str:
     return f"Task({self.key}, {self.kind}, weight={self.weight}, ops={'+'.join(self.ops)})"
 

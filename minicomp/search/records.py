@@ -86,6 +86,7 @@ class Record:
   version: str = field(default_factory=minicomp_version)
   strategy: str = ""
   trial: int = -1
+  task: str = ""                 # the task's name for people (``Conv+Relu 1x64x56x56``); informational
   where: str = field(default="", compare=False, repr=False)
   format: ClassVar[int] = FORMAT
 
@@ -108,15 +109,16 @@ class Record:
 
   @staticmethod
   def from_measure(key: str, target: str, steps_json: str, result: MeasureResult, strategy: str = "",
-                   trial: int = -1) -> Record:
+                   trial: int = -1, task: str = "") -> Record:
     """The record of one measurement of ``steps_json`` for workload ``key`` on ``target``."""
     return Record(key, target, steps_json, result.cost_s if result.ok else None, result.error.value, result.message,
-                  result.is_estimate, strategy=strategy, trial=trial)
+                  result.is_estimate, strategy=strategy, trial=trial, task=task)
 
   def to_dict(self) -> dict:
     return {"v": FORMAT, "workload_key": self.workload_key, "target": self.target, "steps": json.loads(self.steps_json),
             "cost_s": self.cost_s, "error": self.error, "message": self.message, "is_estimate": self.is_estimate,
-            "timestamp": self.timestamp, "version": self.version, "strategy": self.strategy, "trial": self.trial}
+            "timestamp": self.timestamp, "version": self.version, "strategy": self.strategy, "trial": self.trial,
+            **({"task": self.task} if self.task else {})}
 
   def to_line(self) -> str:
     """The record as one JSON line (no trailing newline)."""
@@ -138,7 +140,7 @@ class Record:
     if missing: raise InvalidRecord(f"record lacks field(s) {', '.join(missing)}")
     # unknown extra fields are ignored: a v1 writer may add informational fields without breaking readers
     types = {"workload_key": str, "target": str, "steps": list, "error": str, "message": str, "is_estimate": bool,
-             "version": str, "strategy": str}
+             "version": str, "strategy": str, "task": str}
     for k, t in types.items():
       if k in d and not isinstance(d[k], t): raise InvalidRecord(f"field {k!r} must be a {t.__name__}, got {d[k]!r:.60}")
     if "timestamp" in d and not _is_num(d["timestamp"]):
@@ -148,7 +150,7 @@ class Record:
     _parse_steps(d["steps"])
     return Record(d["workload_key"], d["target"], json.dumps(d["steps"]), d["cost_s"], d["error"], d.get("message", ""),
                   d.get("is_estimate", True), float(d.get("timestamp", 0.0)), d.get("version", "unknown"),
-                  d.get("strategy", ""), d.get("trial", -1), where)
+                  d.get("strategy", ""), d.get("trial", -1), d.get("task", ""), where)
 
 
 def _parse_steps(steps: list) -> None:

@@ -25,12 +25,22 @@ class TaskSummary:
   is_estimate: bool
   strategy: str
   default_s: float | None = None
+  name: str = ""                    # from the records (ops and output shape); the key's head for older logs
 
   @property
   def kept_s(self) -> float | None:
     """What compile applies: the better of the default schedule and the best trial."""
     known = [x for x in (self.best_s, self.default_s) if x is not None]
     return min(known) if known else None
+
+  @property
+  def why(self) -> str:
+    """Which schedule ``compile`` keeps for the task, and why."""
+    if self.default_s is None: return "best trial (no default measured)" if self.best_s is not None else "nothing valid"
+    if self.trials == 0: return "default: no trials"
+    if self.best_s is None: return "default: every trial failed"
+    if self.best_s < self.default_s: return "tuned"
+    return "default: faster than every trial"
 
 
 def summarize(records: list[Record]) -> list[TaskSummary]:
@@ -39,6 +49,7 @@ def summarize(records: list[Record]) -> list[TaskSummary]:
   for r in records:
     k = (r.workload_key, r.target)
     s = out.setdefault(k, TaskSummary(r.workload_key, r.target, 0, 0, None, r.is_estimate, ""))
+    s.name = s.name or r.task
     if r.strategy == DEFAULT:
       if r.ok: s.default_s = r.cost_s
       continue
@@ -50,22 +61,29 @@ def summarize(records: list[Record]) -> list[TaskSummary]:
 
 
 def total_curve(records: list[Record]) -> list[tuple[int, float, float]]:
-  """(trials, seconds since the first record, sum of per-task bests) after each trial record
-  (default-schedule records are not trials); only points where every task seen so far has a
-  valid program."""
+  """(trials, seconds since the first trial, kept total) at the start and after each trial record: the kept
+  total is the sum over every task of the log of the better of its default and its best trial so far (each
+  task once), so it never rises. Points before every task has a value (a task with neither a default record
+  nor a valid trial yet) are left out: a partial sum is not a total."""
   from minicomp.search.tune import DEFAULT
-  records = [r for r in records if r.strategy != DEFAULT]
-  best: dict[tuple[str, str], float | None] = {}
-  t0 = records[0].timestamp if records else 0.0
-  pts = []
-  for n, r in enumerate(records, 1):
+  keys = list(dict.fromkeys((r.workload_key, r.target) for r in records))
+  kept: dict[tuple[str, str], float | None] = dict.fromkeys(keys)
+  for r in records:
+    if r.strategy == DEFAULT and r.ok: kept[(r.workload_key, r.target)] = r.cost_s
+  trials = [r for r in records if r.strategy != DEFAULT]
+  t0 = trials[0].timestamp if trials else 0.0
+  pts = [(0, 0.0, sum(kept.values()))] if all(v is not None for v in kept.values()) else []
+  for n, r in enumerate(trials, 1):
     k = (r.workload_key, r.target)
-    cur = best.get(k)
-    if r.ok and (cur is None or r.cost_s < cur): best[k] = r.cost_s
-    else: best.setdefault(k, cur)
-    if best and all(v is not None for v in best.values()):
-      pts.append((n, r.timestamp - t0, sum(best.values())))
+    if r.ok and (kept[k] is None or r.cost_s < kept[k]): kept[k] = r.cost_s
+    if all(v is not None for v in kept.values()): pts.append((n, r.timestamp - t0, sum(kept.values())))
   return pts
+
+
+def default_total(records: list[Record]) -> float | None:
+  """The sum of the tasks' default-schedule costs (each task once), or None when a task has none."""
+  s = summarize(records)
+  return sum(r.default_s for r in s) if s and all(r.default_s is not None for r in s) else None
 
 
 def text_report(path: str) -> str:
@@ -78,40 +96,54 @@ def text_report(path: str) -> str:
   us = lambda x: "-" if x is None else f"{x * 1e6:.2f}"
   lines = [f"{path}: {n_trials} records, {len(rows)} tasks"
            + (f" (+ {n_default} default-schedule records)" if n_default else "")
-           + (" (costs from the static model: estimates, not GPU measurements)" if est else "")]
-  head = ("workload key", "target", "trials", "failed", "best trial (us)" + (" ESTIMATE" if est else ""),
-          "default (us)", "kept (us)", "strategy")
-  table = [(r.workload_key, r.target, str(r.trials), str(r.failed), us(r.best_s), us(r.default_s), us(r.kept_s),
-            r.strategy) for r in rows]
+           + (" (costs from the static model: ESTIMATES, not GPU measurements)" if est else "")]
+  head = ("task", "workload key", "target", "trials", "failed", "default (us)", "best trial (us)", "kept (us)",
+          "kept", "strategy")
+  table = [(r.name or "-", r.workload_key[:12], r.target, str(r.trials), str(r.failed), us(r.default_s), us(r.best_s),
+            us(r.kept_s), r.why, r.strategy) for r in rows]
   w = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]
   lines.append("  ".join(h.ljust(w[i]) for i, h in enumerate(head)))
   lines.append("  ".join("-" * x for x in w))
-  lines += ["  ".join(c.ljust(w[i]) for i, c in enumerate(t)) for t in table]
+  lines += ["  ".join(c.ljust(w[i]) for i, c in enumerate(t)).rstrip() for t in table]
   total = sum(r.kept_s for r in rows if r.kept_s is not None)
-  lines.append(f"sum of per-task kept latencies (each task once): {total * 1e6:.2f} us" + (" (estimate)" if est else ""))
+  base = default_total(records)
+  tuned = sum(r.why == "tuned" for r in rows)
+  lines.append(f"sum of per-task kept latencies (each task once): {total * 1e6:.2f} us" + (" (estimate)" if est else "")
+               + (f"; defaults {base * 1e6:.2f} us, {tuned} of {len(rows)} tasks tuned ({base / total:.3f}x)"
+                  if base is not None and total > 0 else ""))
   return "\n".join(lines)
 
 
 def plot_curve(path: str, png: str) -> str:
-  """Write the tuning curve (sum of per-task bests vs trials and vs seconds) to ``png``."""
+  """Write the tuning curve to ``png``: the kept total (every task once, the better of its default and its best
+  trial so far) against trials and against seconds, with the defaults' total as a line."""
   try:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
   except ImportError as e:
     raise ReportError("writing a PNG needs matplotlib: pip install 'minicomp[plot]'") from e
+  import os
   records = load_records(path, missing_ok=False)
   pts = total_curve(records)
   if not pts: raise ReportError(f"{path}: no point where every task has a valid program; nothing to plot")
   est = any(r.is_estimate for r in records)
-  ylabel = "sum of per-task best latency (us)" + (", ESTIMATE (static model)" if est else "")
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for ax, xi, xlabel in ((axes[0], 0, "trials"), (axes[1], 1, "seconds")):
-    ax.plot([p[xi] for p in pts], [p[2] * 1e6 for p in pts], drawstyle="steps-post")
-    ax.set_xlabel(xlabel); ax.set_ylabel(ylabel); ax.grid(alpha=0.3)
-    if max(p[2] for p in pts) / max(min(p[2] for p in pts), 1e-30) > 20: ax.set_yscale("log")
-  fig.suptitle(f"tuning curve: {path} ({len(records)} records)")
-  fig.tight_layout()
+  base = default_total(records)
+  rows = summarize(records)
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+  for ax, xi, xlabel in ((axes[0], 0, "trials"), (axes[1], 1, "seconds of tuning")):
+    ax.plot([p[xi] for p in pts], [p[2] * 1e6 for p in pts], drawstyle="steps-post", label="kept (tuned or default)")
+    if base is not None: ax.axhline(base * 1e6, color="grey", linestyle="--", label="defaults (trials=0)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("sum over tasks (us)" + (", estimate" if est else ""))
+    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+  tuned = sum(r.why == "tuned" for r in rows)
+  fig.suptitle(f"{os.path.basename(path)}: {len(rows)} tasks (each once), {len(pts) - 1 if pts[0][0] == 0 else len(pts)} "
+               f"trials plotted, {tuned} tuned" + (" -- static-model estimates, no GPU" if est else " -- GPU measurements"),
+               fontsize=10)
+  fig.tight_layout(rect=(0, 0, 1, 0.94))
   fig.savefig(png, dpi=100)
   plt.close(fig)
   return png

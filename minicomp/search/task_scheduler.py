@@ -143,7 +143,8 @@ def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy],
       results[i] = r
       if log is not None:
         log.append(Record.from_measure(task.key, _target_key(task), cands[i].key, r,
-                                       strategy=strategy_name or strategy.name, trial=first_trial + used + i))
+                                       strategy=strategy_name or strategy.name, trial=first_trial + used + i,
+                                       task=task.name))
     if any(r is None for r in results):
       from minicomp.search.measure import MeasureError
       got = sum(r is not None for r in results)

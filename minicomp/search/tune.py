@@ -168,7 +168,7 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
   baseline = _default_records(records, defaults)
   # proposal order (trial numbers; a log holds finishing order): equal costs resolve as they did in the run
   records = sorted((r for r in records if r.strategy != DEFAULT), key=lambda r: r.trial)
-  tt = [TuneTask(t.key, t.dag, tgt, t.weight, t.flops, t.kind, "+".join(t.ops)) for t in tasks]
+  tt = [TuneTask(t.key, t.dag, tgt, t.weight, t.flops, t.kind, t.label) for t in tasks]
   by_key = {t.key: t for t in tt}
   invalid = _invalid_bests(records, by_key)
   for r in records: by_key[r.workload_key].record(r.steps_json, r.cost_s if r.ok and id(r) not in invalid else None)
@@ -277,7 +277,8 @@ def _measure_defaults(tasks, defaults: dict[str, str], known: dict, measurer, tk
   if log_file:
     sink = RecordLog(log_file)
     try:
-      sink.append([Record.from_measure(t.key, tkey, defaults[t.key], r, strategy=DEFAULT) for t, r in zip(todo, results)])
+      sink.append([Record.from_measure(t.key, tkey, defaults[t.key], r, strategy=DEFAULT, task=t.name)
+                   for t, r in zip(todo, results)])
     finally:
       sink.close()
   for t, r in zip(todo, results):
