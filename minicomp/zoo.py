@@ -244,6 +244,42 @@ def resnet18(n: int = 1, hw: int = 224, classes: int = 1000, width: int = 64):
   return b.model({"x": _x(7, n, 3, hw, hw)}, [y], name="resnet18"), {"x": _x(7, n, 3, hw, hw)}
 
 
+def mobilenet_v2(n: int = 1, hw: int = 224, classes: int = 1000):
+  """A MobileNetV2-shaped model (width 1.0: stem, the 17 inverted-residual blocks of the paper's table 2, 1x1 conv
+  to 1280, global pool, FC), for compile-time benchmarks."""
+  b = _B(11)
+  six = b.const(np.array(6.0, np.float32), "six"); zero = b.const(np.array(0.0, np.float32), "zero")
+  relu6 = lambda t: b.op("Clip", [t, zero, six])   # noqa: E731
+  y = relu6(b.bn(b.conv("x", 3, 32, 3, stride=2, pad=1, bias=False), 32))
+  c = 32
+  for t, cout, reps, stride in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                                (6, 160, 3, 2), (6, 320, 1, 1)):
+    for r in range(reps):
+      e, st = c * t, stride if r == 0 else 1
+      h = relu6(b.bn(b.conv(y, c, e, 1, bias=False), e)) if t != 1 else y
+      h = relu6(b.bn(b.conv(h, e, e, 3, stride=st, pad=1, group=e, bias=False), e))
+      h = b.bn(b.conv(h, e, cout, 1, bias=False), cout)
+      y = b.op("Add", [h, y]) if st == 1 and c == cout else h
+      c = cout
+  y = relu6(b.bn(b.conv(y, c, 1280, 1, bias=False), 1280))
+  y = b.op("Flatten", [b.op("GlobalAveragePool", [y])], axis=1)
+  y = b.op("Gemm", [y, b.w(classes, 1280), b.const(np.zeros(classes, np.float32), "fc_b")], transB=1)
+  return b.model({"x": _x(11, n, 3, hw, hw)}, [y], name="mobilenet_v2"), {"x": _x(11, n, 3, hw, hw)}
+
+
+def bert_tiny(s: int = 128, layers: int = 2, d: int = 128, heads: int = 2, ff: int = 512):
+  """A BERT-tiny-shaped encoder (2 post-norm layers of width 128, 2 heads, GELU MLP of 512) on embedded inputs,
+  for compile-time benchmarks."""
+  b = _B(12)
+  h = _layernorm(b, "x", d)
+  for _ in range(layers):
+    h = _layernorm(b, b.op("Add", [h, _attention(b, h, s, d, heads)]), d)
+    m = b.op("MatMul", [_gelu_erf(b, b.op("Add", [b.op("MatMul", [h, b.w(d, ff)]), b.const(np.zeros(ff, np.float32), "b1")])),
+                        b.w(ff, d)])
+    h = _layernorm(b, b.op("Add", [h, b.op("Add", [m, b.const(np.zeros(d, np.float32), "b2")])]), d)
+  return b.model({"x": _x(12, 1, s, d)}, [h], name="bert_tiny"), {"x": _x(12, 1, s, d)}
+
+
 TEST_MODELS = {"residual_block": residual_block, "inverted_residual": inverted_residual,
                "transformer_encoder": transformer_encoder, "decoder_block": decoder_block, "generator": generator,
                "conv3d_block": conv3d_block, "llama_block": llama_block, "grouped_block": grouped_block}

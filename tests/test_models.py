@@ -22,6 +22,15 @@ def test_model_matches_onnxruntime(name):
   assert len(cm.calls) < len(model.graph.node), "nothing was fused"
 
 
+@pytest.mark.parametrize("build", [lambda: zoo.mobilenet_v2(hw=32, classes=10), lambda: zoo.bert_tiny(s=16)],
+                         ids=["mobilenet_v2", "bert_tiny"])
+def test_benchmark_models_match_onnxruntime(build):
+  """The compile-time benchmark's models (small sizes, rule-based schedules: the defaults are tested above)."""
+  model, feeds = build()
+  got = mc.compile(model, target="sm_80", schedules="rules", progress=False).run(feeds, device="cpu")[0]
+  np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_batchnorm_is_folded_into_conv():
   model, feeds = zoo.residual_block()
   cm = mc.compile(model, target="sm_80")
