@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -67,13 +67,18 @@ def build_rule_based(dag, built: Builds, name: str, key: str = "") -> Built:
   raise AssertionError("unreachable")
 
 
-def _construct(task: Task, built: Builds, name: str, rules: Built, stats: CompileStats) -> Built:
+# Tasks of these ops never keep the rule-based schedule: research/compile_choice.py (118 tasks of 9 models, sm_86
+# and h100) found it 2.8x (at best) to 8.9x (median) slower than Gensor's there, so it is built only if Gensor's fail
+RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats) -> Built:
   """Gensor's schedule for ``task`` (the best by the full static model of the candidates
   ``gensor.compared`` picks) when the static model estimates it faster than the rule-based
-  one (``rules``), else the rule-based one. Construction that fails, finds
-  nothing valid or does not build falls back to the rules, logged. The walk's seed is fixed
-  (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on the task and the
-  target only, so the default records of a tuning log stay valid across tuning seeds."""
+  one (``rules()`` builds it), else the rule-based one; for a task of :data:`RULES_NEVER_WIN` ops the rule-based
+  one is not compared. Construction that fails, finds nothing valid or does not build falls back to the rules,
+  logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
+  the task and the target only, so the default records of a tuning log stay valid across tuning seeds."""
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
   tgt = built.target
@@ -82,36 +87,41 @@ def _construct(task: Task, built: Builds, name: str, rules: Built, stats: Compil
     res = construct(task.dag, tgt, seed=CONSTRUCT_SEED)
   except MinicompError as e:
     log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
-    return rules
+    return rules()
   finally:
     stats.construct += time.perf_counter() - t0
   if not res.candidates:
     log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
              "; ".join(res.reasons[:3]) or "no sketch")
-    return rules
+    return rules()
   options: list[Built] = []
   for c in compared(res):
     try:
       options.append((built.kernel(c.schedule, name), c.schedule, "gensor"))
     except BUILD_ERRORS as e:
       log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
-  if not options: return rules
+  if not options: return rules()
+  if not set(task.ops) & RULES_NEVER_WIN: options.append(rules())
+  if len(options) == 1: return _kept(options[0], stats)
   t1 = time.perf_counter()
   try:
-    costs = [estimate(k, tgt).latency_s for k, _, _ in options + [rules]]
+    costs = [estimate(k, tgt).latency_s for k, _, _ in options]
   except MinicompError as e:
     log.info("task %s: the static model could not compare the schedules (%s); using Gensor's best by its "
              "analytic model", task.key, e)
-    return options[0]
+    return _kept(options[0], stats)
   finally:
     stats.estimate += time.perf_counter() - t1
-  best = int(min(range(len(costs)), key=lambda i: costs[i]))
-  if best == len(options):
+  best = min(range(len(costs)), key=lambda i: costs[i])
+  if options[best][2] == "rules":
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
-             costs[-1] * 1e6, min(costs[:-1]) * 1e6)
-    return rules
-  stats.constructed += 1
-  return options[best]
+             costs[best] * 1e6, min(costs[:-1]) * 1e6)
+  return _kept(options[best], stats)
+
+
+def _kept(b: Built, stats: CompileStats) -> Built:
+  stats.constructed += b[2] == "gensor"
+  return b
 
 
 def onnx_loader():
@@ -139,8 +149,8 @@ def choose_default(task: Task, target: Target, name: str, mode: str,
   from minicomp.search.static import cache
   stats = CompileStats()
   own, built = built is None, built or Builds(target)
-  rules = build_rule_based(task.dag, built, name, task.key)
-  kernel, sched, origin = _construct(task, built, name, rules, stats) if mode == "gensor" else rules
+  rules = lambda: build_rule_based(task.dag, built, name, task.key)   # noqa: E731 -- (built when needed)
+  kernel, sched, origin = _construct(task, built, name, rules, stats) if mode == "gensor" else rules()
   if own: stats.build, stats.nvrtc = built.seconds["lower_emit"], built.seconds["nvrtc"]
   key = cache.key(kernel, target.device)
   facts = cache.peek(key)
