@@ -19,7 +19,7 @@ from minicomp.search.static.analytic import SketchModel
 from minicomp.search.static.estimate import estimate
 from minicomp.search.strategies.gensor import LEVELS, SketchWalker, construct, unroll_of
 from minicomp.target import as_target
-from onnx_harness import run_ort
+from onnx_harness import make_model, run_ort
 
 # every workload of minicomp/workloads.py, small enough for the simulator
 WORKLOADS = {
@@ -176,6 +176,21 @@ def test_conv_models_get_constructed_kernels_much_faster_than_the_rules():
   rules = mc.compile(model, target="sm_86", schedules="rules")
   assert cm.stats.constructed == len(cm.tasks)
   assert cm.estimate().latency_s < rules.estimate().latency_s / 2
+
+
+def test_the_rules_are_compared_only_where_they_can_win(monkeypatch):
+  """Conv / MatMul tasks do not build the rule-based schedule (it never wins there); a softmax row does."""
+  import minicomp.compiler as C
+  built = []
+  real = C.build_rule_based
+  monkeypatch.setattr(C, "build_rule_based", lambda dag, *a, **k: built.append(dag) or real(dag, *a, **k))
+  model, _ = zoo.residual_block()
+  cm = mc.compile(model, target="sm_86", jobs=1, progress=False)
+  assert built == [] and cm.stats.constructed == len(cm.tasks) == 2
+  from onnx import helper
+  m = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], {"x": np.zeros((64, 256), np.float32)}, ["y"])
+  mc.compile(m, target="sm_86", jobs=1, progress=False)
+  assert len(built) == 1
 
 
 def test_fallback_to_the_rules_is_logged(caplog, monkeypatch):
