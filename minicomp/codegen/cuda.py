@@ -7,6 +7,10 @@ parentheses when the child binds less tightly than its operand position needs (C
 kernel (int32 or long long indices, floor helpers under the loop ranges known so far, buffer loads) the
 rules read from the renderer, the fold's ``ctx``. Statements print through one method per statement
 class (``_STMT``). Output is deterministic: the same Program gives the same text, byte for byte.
+A float16 value is stored as ``__half`` (global and shared memory, kernel parameters) and computed in float:
+a load converts it (``__half2float``), a store rounds it to nearest even (``__float2half_rn``), registers,
+arithmetic, constants and reductions are float, and a cast to float16 inside an expression rounds there
+(``_HALF``; NVRTC gets the type from ``nvrtc.HALF_HEADER``, the simulator from ``cuda_shim.h``).
 Integer ``//`` and ``%`` print as C ``/`` and ``%`` when the operands are provably
 non-negative (the common case after bound inference), else through floor helpers.
 A kernel whose ``index_dtype`` is int64 (lowering decides) computes its indices in ``long long``:
@@ -22,7 +26,7 @@ from minicomp.codegen.cse import shared_subexpressions
 from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
-from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync
+from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync, walk_stmts
 from minicomp.ir.ops import C_TYPE, Op
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
@@ -53,7 +57,21 @@ _COMB_C = {"sum": lambda a, b, t: f"{a} + {b}", "prod": lambda a, b, t: f"{a} * 
            "min": lambda a, b, t: f"{'fminf' if t == 'float32' else 'min'}({a}, {b})"}
 
 
+_HALF = {"float16": ("__half2float", "__float2half_rn")}   # storage dtype -> (to float, from float)
+
+
+def _ctype(dtype: str) -> str:
+  """The C type a value of ``dtype`` is computed in (float for a half type, else its own)."""
+  return "float" if dtype in _HALF else C_TYPE[dtype]
+
+
+def _stored(buf) -> bool:
+  """``buf`` holds a half type in memory (global or shared; a local buffer is a register array of floats)."""
+  return buf.dtype in _HALF and buf.scope != "local"
+
+
 def _float_lit(v: float, dtype: str) -> str:
+  if dtype in _HALF: dtype = "float32"
   if math.isinf(v):
     return ("__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)") if dtype == "float32" else (
       "(1.0/0.0)" if v > 0 else "(-1.0/0.0)")
@@ -142,7 +160,7 @@ class CUDARenderer:
       for n in named:
         name = f"mc_e{self._named}"
         self._named += 1
-        out.append(f"{self.indent * depth}const {C_TYPE[n.dtype]} {name} = {self.expr(n)};")
+        out.append(f"{self.indent * depth}const {_ctype(n.dtype)} {name} = {self.expr(n)};")
         self._memo[n] = (name, _ATOM)
       yield
     finally:
@@ -183,8 +201,22 @@ class CUDARenderer:
     out.append(f"{self.indent * depth}}}")
 
   def _store(self, s: Store, depth: int, out: list[str]) -> None:
+    v = s.value
+    if v.op is Op.LOAD and _stored(s.buffer) and _stored(v.arg) and v.arg.dtype == s.buffer.dtype:   # a half copy:
+      out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {v.arg.name}[{self.index(v.src[0])}];")
+      return                                                                                      # no conversions
     with self._shared([s.value], depth, out):
-      out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {self.expr(s.value)};")
+      out.append(f"{self.indent * depth}{self._assign(s.buffer, self.index(s.index), self.expr(s.value))};")
+
+  @staticmethod
+  def _assign(buf, index: str, value: str) -> str:
+    """``buf[index] = value``, rounded to the buffer's half type where it stores one."""
+    return f"{buf.name}[{index}] = {_HALF[buf.dtype][1]}({value})" if _stored(buf) else f"{buf.name}[{index}] = {value}"
+
+  @staticmethod
+  def _read(buf, index: str) -> str:
+    """``buf[index]`` as a computed value (a stored half type converted to float)."""
+    return f"{_HALF[buf.dtype][0]}({buf.name}[{index}])" if _stored(buf) else f"{buf.name}[{index}]"
 
   def _sync(self, s: Sync, depth: int, out: list[str]) -> None:
     out.append(f"{self.indent * depth}__syncthreads();")
@@ -232,8 +264,8 @@ class CUDARenderer:
   def _cross_thread(self, s: CrossThreadReduce, depth: int, out: list[str]) -> None:
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
     bx, by, bz = self.block
-    t = C_TYPE[s.dst.dtype]
-    comb = lambda a, b: _COMB_C[s.combiner](a, b, s.dst.dtype)
+    t = _ctype(s.dst.dtype)
+    comb = lambda a, b: _COMB_C[s.combiner](a, b, "float32" if s.dst.dtype in _HALF else s.dst.dtype)
     row = "((int)threadIdx.z * " + str(by) + " + (int)threadIdx.y)" if by * bz > 1 else "0"
     tx = "(int)threadIdx.x"
     final = lambda tot: comb(self.expr(s.init), tot) if s.init is not None else tot
@@ -248,7 +280,7 @@ class CUDARenderer:
       out.append(f"{ind2}if ({self.index(s.cond)}) {{")
       out.append(f"{ind2}  {t} mc_t = {s.scratch.name}[{row} * {nw}];")
       if nw > 1: out.append(f"{ind2}  for (int mc_w = 1; mc_w < {nw}; ++mc_w) mc_t = {comb('mc_t', f'{s.scratch.name}[{row} * {nw} + mc_w]')};")
-      out.append(f"{ind2}  {s.dst.name}[{self.index(s.index)}] = {final('mc_t')};")
+      out.append(f"{ind2}  {self._assign(s.dst, self.index(s.index), final('mc_t'))};")
       out.append(f"{ind2}}}")
     else:
       p2 = 1 << max(0, (bx - 1).bit_length())
@@ -260,7 +292,7 @@ class CUDARenderer:
       out.append(f"{ind2}  if ({tx} < mc_s && {tx} + mc_s < {bx}) {a} = {comb(a, b)};")
       out.append(f"{ind2}  __syncthreads();")
       out.append(f"{ind2}}}")
-      out.append(f"{ind2}if ({self.index(s.cond)}) {s.dst.name}[{self.index(s.index)}] = {final(f'{s.scratch.name}[{row} * {bx}]')};")
+      out.append(f"{ind2}if ({self.index(s.cond)}) {self._assign(s.dst, self.index(s.index), final(f'{s.scratch.name}[{row} * {bx}]'))};")
     out.append(f"{ind2}__syncthreads();")
     out.append(f"{ind}}}")
 
@@ -282,11 +314,13 @@ class CUDARenderer:
       params.append(f"{const_}{C_TYPE[b.dtype]}* __restrict__ {b.name}")
     nthreads = k.block[0] * k.block[1] * k.block[2]
     lines = [f'extern "C" __global__ void __launch_bounds__({nthreads}) {k.name}({", ".join(params)}) {{']
+    scratch = {st.scratch.name for st in walk_stmts(k.body) if isinstance(st, CrossThreadReduce)}
     for b in k.allocs:
       if not b.size.is_const: raise CodegenError(f"buffer {b.name} has a symbolic size {b.size}; substitute values first")
       n = int(b.size.arg)
-      if b.scope == "shared": lines.append(f"  __shared__ __align__(16) {C_TYPE[b.dtype]} {b.name}[{n}];")
-      else: lines.append(f"  {C_TYPE[b.dtype]} {b.name}[{n}];")
+      if b.scope == "shared":   # (a cross-thread reduction's scratch holds its partial values: computed type)
+        lines.append(f"  __shared__ __align__(16) {_ctype(b.dtype) if b.name in scratch else C_TYPE[b.dtype]} {b.name}[{n}];")
+      else: lines.append(f"  {_ctype(b.dtype)} {b.name}[{n}];")
     for v, tag in k.bindings:
       lines.append(f"  const {self.itype} {v} = {tag};")
     self.stmt(k.body, 1, lines)
@@ -336,14 +370,14 @@ def _floor(r: CUDARenderer, n: Expr, k) -> _Kid:
 
 def _minmax(r: CUDARenderer, n: Expr, k) -> _Kid:
   name = "min" if n.op is Op.MIN else "max"
-  if n.dtype == "float32": name = "f" + name + "f"
+  if n.dtype == "float32" or n.dtype in _HALF: name = "f" + name + "f"
   elif n.dtype == "float64": name = "f" + name
   elif r.i64 and n.dtype == "int32": return (f"{name}({r._ll(n.src[0], k[0])}, {r._ll(n.src[1], k[1])})", _ATOM)
   return (f"{name}({k[0][0]}, {k[1][0]})", _ATOM)
 
 
 def _call(r: CUDARenderer, n: Expr, k) -> _Kid:
-  f32 = n.dtype == "float32"
+  f32 = n.dtype == "float32" or n.dtype in _HALF
   if n.arg == "sigmoid":
     one = "1.0f" if f32 else "1.0"
     return (f"({one} / ({one} + {'expf' if f32 else 'exp'}(-{_at(k[0], 7)})))", _ATOM)
@@ -356,12 +390,15 @@ def _call(r: CUDARenderer, n: Expr, k) -> _Kid:
 
 
 def _cast(r: CUDARenderer, n: Expr, k) -> _Kid:
+  if n.dtype in _HALF:      # computed in float, rounded to the half type here
+    to, frm = _HALF[n.dtype]
+    return (f"{to}({frm}((float){_at(k[0], 7)}))", _ATOM)
   return (f"(({'long long' if r._index_int(n) else C_TYPE[n.dtype]}){_at(k[0], 7)})", _ATOM)
 
 
 def _load(r: CUDARenderer, n: Expr, k) -> _Kid:
   # no folded index (a value of an int64 kernel, whose fold does not enter loads): render it as an index
-  s = f"{n.arg.name}[{k[0][0] if k else r.index(n.src[0])}]"
+  s = r._read(n.arg, k[0][0] if k else r.index(n.src[0]))
   return (f"((long long){s})" if r._index_int(n) else s, _ATOM)
 
 

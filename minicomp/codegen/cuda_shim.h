@@ -111,6 +111,7 @@ MC_MINMAX_MIXED(double, float, double) MC_MINMAX_MIXED(double, double, float)
 typedef _Float16 half;  // storage and conversions as in cuda_fp16.h
 typedef _Float16 __half;
 inline half __float2half(float x) { return (half)x; }
+inline half __float2half_rn(float x) { return (half)x; }   // (round to nearest even, as the GPU's cvt.rn)
 inline float __half2float(half x) { return (float)x; }
 #endif
 template <class To, class From> inline To mc_sim_bitcast(From v) {

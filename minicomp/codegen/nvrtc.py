@@ -150,6 +150,21 @@ def nvrtc_version() -> tuple[int, int]:
   return int(major), int(minor)
 
 
+# The half type for NVRTC, which the pip wheel ships without cuda_fp16.h: storage and the conversions the emitter
+# writes (codegen/cuda.py), given to NVRTC in memory and included before a source that uses it. The simulator has
+# its own (cuda_shim.h). Kept out of the emitted text, which holds no asm (saved models refuse it).
+HALF_HEADER = ("minicomp_half.h", """\
+struct __align__(2) __half { unsigned short x; };
+__device__ __forceinline__ float __half2float(__half h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.x)); return f; }
+__device__ __forceinline__ __half __float2half_rn(float f) { __half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.x) : "f"(f)); return h; }
+""")
+
+
+def _headers(source: str) -> tuple[tuple[str, str], ...]:
+  """The in-memory headers ``source`` needs (the half type where it names ``__half``)."""
+  return (HALF_HEADER,) if "__half" in source else ()
+
+
 def _compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[str, bytes, str]:
   """Run NVRTC once: (ptx, cubin, log) or NVRTCError with the errors and source context.
 
@@ -157,14 +172,16 @@ def _compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[str, byt
   on some valid kernels) unless ``MINICOMP_NVRTC_ISOLATE=0``.
   """
   _nvrtc()                                       # a missing binding: say how to install it
+  headers = _headers(source)
+  options = tuple(f"--pre-include={n}" for n, _ in headers) + options
   opts = [f"--gpu-architecture={arch}", "--ptxas-options=-v", *options]
   if nvrtc_worker.isolation_enabled():
-    try: reply = nvrtc_worker.compile_isolated(source, arch, list(options), PROGRAM_NAME)
+    try: reply = nvrtc_worker.compile_isolated(source, arch, list(options), PROGRAM_NAME, headers)
     except nvrtc_worker.NVRTCCrash as e:
       raise NVRTCError(f"{e}; options: {' '.join(opts)}. Set MINICOMP_NVRTC_ISOLATE=0 to compile in this "
                        "process (a crash then kills it)", source=source) from e
   else:
-    reply = nvrtc_worker.run_nvrtc(source, arch, list(options), PROGRAM_NAME)
+    reply = nvrtc_worker.run_nvrtc(source, arch, list(options), PROGRAM_NAME, headers)
   if reply[0] == "ok":
     return reply[1], reply[2], reply[3]
   if reply[0] == "error":
@@ -282,7 +299,7 @@ def compile_cuda(source: str, arch: str | Target, options: Sequence[str] = ()) -
   if any(o.startswith(("--gpu-architecture", "-arch")) for o in options):
     raise TargetError(f"pass the arch as compile_cuda(arch=...), not in options {options}")
   version = "%d.%d" % nvrtc_version()
-  key = cache_key(source, arch, "\0".join(options), version)
+  key = cache_key(source, arch, "\0".join(options + tuple(t for _, t in _headers(source))), version)
   hit = _memory.get(key)
   if hit is not None:
     return hit

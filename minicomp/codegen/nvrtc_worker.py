@@ -86,8 +86,9 @@ def exit_with_parent(parent_pid: int, interval_s: float = 0.2) -> None:
 
 # ---- the child ---------------------------------------------------------------------------
 
-def run_nvrtc(source: str, arch: str, options: list[str], program_name: str):
-  """One NVRTC compile: ("ok", ptx, cubin, log) or ("error", status name, log)."""
+def run_nvrtc(source: str, arch: str, options: list[str], program_name: str, headers: tuple = ()):
+  """One NVRTC compile: ("ok", ptx, cubin, log) or ("error", status name, log). ``headers``: (name, text) pairs
+  NVRTC may include (in memory; ``--pre-include=name`` in ``options`` includes one before the source)."""
   from cuda.bindings import nvrtc as nv
 
   def call(fn, *args):
@@ -100,7 +101,8 @@ def run_nvrtc(source: str, arch: str, options: list[str], program_name: str):
     call(get_fn, prog, buf)
     return buf
 
-  prog = call(nv.nvrtcCreateProgram, source.encode(), program_name.encode(), 0, [], [])
+  prog = call(nv.nvrtcCreateProgram, source.encode(), program_name.encode(), len(headers),
+              [t.encode() for _, t in headers], [n.encode() for n, _ in headers])
   try:
     opts = [f"--gpu-architecture={arch}", "--ptxas-options=-v", *options]
     err, = nv.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
@@ -197,7 +199,7 @@ def _close_child() -> None:
 atexit.register(_close_child)
 
 
-def compile_isolated(source: str, arch: str, options: list[str], program_name: str) -> tuple:
+def compile_isolated(source: str, arch: str, options: list[str], program_name: str, headers: tuple = ()) -> tuple:
   """:func:`run_nvrtc` in this process's NVRTC child; retried in fresh children on a crash.
 
   Raises :class:`NVRTCCrash` when every try crashed.
@@ -208,7 +210,7 @@ def compile_isolated(source: str, arch: str, options: list[str], program_name: s
     for attempt in range(CRASH_TRIES):
       if _child is None or _child.pid != os.getpid() or _child.proc.poll() is not None:
         _child = _Child(no_aslr=attempt == 0)
-      reply = _child.request((source, arch, list(options), program_name))
+      reply = _child.request((source, arch, list(options), program_name, tuple(headers)))
       if reply is not None:
         if not _child.no_aslr: _close_child()    # the next compile gets a repeatable child again
         return reply

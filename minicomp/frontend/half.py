@@ -5,8 +5,9 @@ intermediates, ``Cast`` targets) is widened to float32 at import, and only the m
 the half type: ``CompiledModel.run`` takes float16 (or bfloat16) inputs, widens them on the host,
 and rounds the outputs back. Accumulation is in float32, as the issue asks, and values are not
 rounded to half between ops: results agree with onnxruntime to half precision and are usually
-closer to the exact value. The cost is bandwidth (kernels move 4-byte values); a native half
-storage type in the emitted CUDA C is future work.
+closer to the exact value. The cost is bandwidth (kernels move 4-byte values). The emitter can store
+float16 and compute in float32 (docs/api.md, element types); keeping a model's half values through import,
+fusion and the saved format is the next step.
 """
 from __future__ import annotations
 

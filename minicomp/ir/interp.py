@@ -19,7 +19,8 @@ shapes) and meant to be obviously right:
   the same launch: nothing orders blocks) raises. So the thread order inside a barrier interval cannot
   change a result that passes.
 - Values: every expression node yields exactly its dtype. Floats are numpy scalars of that dtype (float32
-  math in float32), ints Python ints that must fit (an int32 node of an int32 kernel in int32: lowering
+  math in float32; float16 math in float32 too, rounded to half by a cast to float16 and by a store to
+  global or shared memory, as the emitter computes it), ints Python ints that must fit (an int32 node of an int32 kernel in int32: lowering
   promises it), bools Python bools. ``//`` and ``%`` floor (the IR's meaning); casts as in C: float -> int
   truncates toward zero, int64 -> int32 wraps. ``select``, ``&&`` and ``||`` evaluate only what C
   evaluates; float min / max ignore a NaN operand (``fminf``); ``round`` rounds half away from zero.
@@ -50,6 +51,8 @@ from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Progra
 from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES, Op
 
 _FLOAT = {d: np.dtype(d).type for d in FLOAT_DTYPES}
+_FLOAT["float16"] = np.float32       # a float16 value is computed in float32, as the emitter does (codegen/cuda.py):
+                                     # rounded to half where stored in memory (global, shared) or cast to float16
 _LIMITS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
@@ -123,7 +126,9 @@ class _Launch:
 
   def _block(self, b: tuple[int, int, int]) -> None:
     k = self.k
-    alloc = lambda scope: {a.name: _Mem.empty(_const(a.size, f"size of {a.name}"), a.dtype) for a in k.allocs
+    alloc = lambda scope: {a.name: _Mem.empty(_const(a.size, f"size of {a.name}"),   # (registers: computed type)
+                                              "float32" if scope == "local" and a.dtype == "float16" else a.dtype)
+                           for a in k.allocs
                            if a.scope == scope}
     self.shared = alloc("shared")
     threads = []
@@ -248,6 +253,7 @@ class _Launch:
     return v
 
   def cast(self, v, src: str, dst: str, t: _Thread):
+    if dst == "float16": return np.float32(np.float16(v))
     if dst in INT_DTYPES and src in _FLOAT:
       if not math.isfinite(v): raise SimulatorError(f"{self.where} {t}: casts {v} to {dst}")
       return math.trunc(v)

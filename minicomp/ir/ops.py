@@ -57,7 +57,7 @@ class DType:
 DTYPE_INFO = {d.name: d for d in (
   DType("float32", 4, "numpy.float32", "float"), DType("float64", 8, "numpy.float64", "double"),
   DType("int32", 4, "numpy.int32", "int"), DType("int64", 8, "numpy.int64", "long long"),
-  DType("bool", 1, "numpy.bool_", "bool"), DType("float16", 2, "numpy.float16", "half"),
+  DType("bool", 1, "numpy.bool_", "bool"), DType("float16", 2, "numpy.float16", "__half"),
   DType("bfloat16", 2, "ml_dtypes.bfloat16", None))}
 
 DTYPE_BYTES = {n: DTYPE_INFO[n].bytes for n in DTYPES}     # IR dtype -> bytes per element

@@ -1,0 +1,121 @@
+"""float16 kernels: stored as __half, computed in float (codegen/cuda.py), built by NVRTC and run on the simulator.
+
+References are numpy computed in float32 from the same half inputs, rounded to float16 at the end. A kernel may
+accumulate in another order than numpy (tiles, threads): the tolerance is float16's rounding of the result (half
+an ulp: 2^-11 relative) plus float32 reassociation over a reduction of length K (K * 2^-24 of the sum of
+magnitudes), so rtol 2^-10 with atol from the reduction's magnitude.
+"""
+import numpy as np
+import pytest
+
+import minicomp as mc
+from minicomp.graph.schedules import default_schedule
+from minicomp.search.annotate import sample_population
+from minicomp.search.sketch import generate_sketches
+from minicomp.search.strategies.gensor import construct
+from minicomp.target import as_target
+
+TGT = as_target("sm_86")
+rng = np.random.default_rng(0)
+
+
+def _half(*shape, scale=1.0):
+  return (rng.standard_normal(shape) * scale).astype(np.float16)
+
+
+def _matmul(M, N, K):
+  A = mc.placeholder((M, K), "float16", name="A")
+  B = mc.placeholder((K, N), "float16", name="B")
+  k = mc.reduce_axis(K, name="k")
+  C = mc.compute((M, N), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
+  return [A, B], [C]
+
+
+def _softmax(M, N):
+  X = mc.placeholder((M, N), "float16", name="X")
+  k1, k2 = mc.reduce_axis(N, name="k1"), mc.reduce_axis(N, name="k2")
+  mx = mc.compute((M,), lambda i: mc.max(X[i, k1], axis=k1), name="mx")
+  e = mc.compute((M, N), lambda i, j: mc.exp(X[i, j] - mx[i]), name="e")
+  s = mc.compute((M,), lambda i: mc.sum(e[i, k2], axis=k2), name="s")
+  y = mc.compute((M, N), lambda i, j: e[i, j] / s[i], name="y")
+  return [X], [y]
+
+
+def _schedules(outs, n_random=3):
+  """The rule-based schedule, Gensor's constructed ones and random sketch samples of ``outs``."""
+  dag = mc.ComputeDAG(outs)
+  out = [("rules", default_schedule(dag, TGT))]
+  out += [(f"gensor{i}", c.schedule) for i, c in enumerate(construct(dag, TGT, seed=0).candidates[:2])]
+  out += [(f"random{i}", c.schedule) for i, c in enumerate(sample_population(generate_sketches(dag, TGT), n_random,
+                                                                              np.random.default_rng(1), TGT))]
+  return out
+
+
+def test_elementwise_is_computed_in_float_and_rounded_once():
+  A = mc.placeholder((1000,), "float16", name="A")
+  B = mc.compute((1000,), lambda i: A[i] * A[i] + 1.0, name="B")
+  s = mc.Schedule([B])
+  o, t = s.split(B, s.axis(B)[0], 128)
+  s.bind(B, o, "blockIdx.x"); s.bind(B, t, "threadIdx.x")
+  k = mc.build(s, TGT)
+  assert "const __half* __restrict__ A" in k.source and "__float2half_rn(" in k.source
+  ptx = k.binary.ptx
+  assert "ld.global.nc.u16" in ptx or "ld.global.u16" in ptx
+  assert "cvt.rn.f16.f32" in ptx and "cvt.f32.f16" in ptx
+  a = _half(1000, scale=4)
+  got = k(a)
+  assert got.dtype == np.float16
+  np.testing.assert_array_equal(got, (a.astype(np.float32) ** 2 + 1).astype(np.float16))
+
+
+def test_a_cast_to_half_inside_an_expression_rounds_there():
+  A = mc.placeholder((256,), "float32", name="A")
+  B = mc.compute((256,), lambda i: mc.cast(mc.cast(A[i], "float16"), "float32") - A[i], name="B")
+  s = mc.Schedule([B])
+  o, t = s.split(B, s.axis(B)[0], 64)
+  s.bind(B, o, "blockIdx.x"); s.bind(B, t, "threadIdx.x")
+  a = rng.standard_normal(256).astype(np.float32)
+  got = mc.build(s, TGT)(a)
+  np.testing.assert_array_equal(got, a.astype(np.float16).astype(np.float32) - a)
+  assert np.abs(got).max() > 0                  # (the rounding is really there)
+
+
+@pytest.mark.parametrize("M,N,K", [(64, 48, 96), (33, 70, 129)])
+def test_matmul_in_half_accumulates_in_float(M, N, K):
+  ins, outs = _matmul(M, N, K)
+  a, b = _half(M, K), _half(K, N)
+  want = a.astype(np.float32) @ b.astype(np.float32)
+  atol = K * 2.0**-24 * (np.abs(a.astype(np.float32)) @ np.abs(b.astype(np.float32))).max() + 2.0**-14
+  for name, sched in _schedules(outs):
+    k = mc.build(sched, TGT)
+    assert "__half" in k.source, name
+    for line in k.source.splitlines():      # a fetch into shared memory copies the half values as they are
+      if "_shared[" in line.split("=")[0] and "=" in line and "__shared__" not in line:
+        assert "__half2float" not in line and "__float2half_rn" not in line, (name, line)
+    got = k(a, b)
+    assert got.dtype == np.float16, name
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2.0**-10, atol=atol, err_msg=name)
+
+
+def test_softmax_in_half():
+  ins, outs = _softmax(16, 300)
+  x = _half(16, 300, scale=3)
+  x32 = x.astype(np.float32)
+  e = np.exp(x32 - x32.max(axis=1, keepdims=True))
+  want = e / e.sum(axis=1, keepdims=True)
+  for name, sched in _schedules(outs):
+    got = mc.build(sched, TGT)(x)
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2.0**-10, atol=2.0**-14, err_msg=name)
+
+
+def test_the_interpreter_computes_half_as_the_emitted_code_does():
+  """The loop-IR interpreter (the second oracle) follows the same rule: float math, rounding at stores and casts."""
+  from minicomp.ir.interp import run_program
+  ins, outs = _matmul(8, 6, 20)
+  a, b = _half(8, 20), _half(20, 6)
+  for name, sched in _schedules(outs, n_random=1)[:3]:
+    k = mc.build(sched, TGT)
+    want = k(a, b)
+    got = run_program(k.program, a, b)
+    np.testing.assert_allclose(np.asarray(got).astype(np.float32), want.astype(np.float32), rtol=2.0**-10, atol=2.0**-14,
+                               err_msg=name)
