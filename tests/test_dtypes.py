@@ -16,9 +16,9 @@ def test_ir_dtypes_have_every_fact():
 
 
 def test_values_are_the_ones_the_emitter_and_models_always_used():
-  assert C_TYPE == {"float32": "float", "float64": "double", "float16": "__half", "int32": "int", "int64": "long long",
-                    "bool": "bool"}
-  assert DTYPE_BYTES == {"float32": 4, "float64": 8, "float16": 2, "int32": 4, "int64": 8, "bool": 1}
+  assert C_TYPE == {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
+                    "int32": "int", "int64": "long long", "bool": "bool"}
+  assert DTYPE_BYTES == {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "bool": 1}
   assert list(NP_DTYPE) == ["float32", "float64", "int32", "int64", "bool", "float16", "bfloat16"]
   assert NP_DTYPE["bool"] is np.bool_ and NP_DTYPE["bfloat16"] is ml_dtypes.bfloat16
   assert evaluate._NP_DT == {n: NP_DTYPE[n] for n in DTYPES}

@@ -1,10 +1,12 @@
-"""float16 kernels: stored as __half, computed in float (codegen/cuda.py), built by NVRTC and run on the simulator.
+"""Half kernels (float16, bfloat16): stored in 2 bytes, computed in float (codegen/cuda.py), built by NVRTC and run
+on the simulator.
 
-References are numpy computed in float32 from the same half inputs, rounded to float16 at the end. A kernel may
-accumulate in another order than numpy (tiles, threads): the tolerance is float16's rounding of the result (half
-an ulp: 2^-11 relative) plus float32 reassociation over a reduction of length K (K * 2^-24 of the sum of
-magnitudes), so rtol 2^-10 with atol from the reduction's magnitude.
+References are numpy computed in float32 from the same half inputs, rounded to the half type at the end. A kernel
+may accumulate in another order than numpy (tiles, threads): the tolerance is the half type's rounding of the
+result (half an ulp: 2^-11 relative for float16, 2^-8 for bfloat16) plus float32 reassociation over a reduction
+of length K (K * 2^-24 of the sum of magnitudes), so rtol 2 ulp with atol from the reduction's magnitude.
 """
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -19,13 +21,16 @@ TGT = as_target("sm_86")
 rng = np.random.default_rng(0)
 
 
-def _half(*shape, scale=1.0):
-  return (rng.standard_normal(shape) * scale).astype(np.float16)
+HALF = {"float16": (np.float16, 2.0**-10), "bfloat16": (ml_dtypes.bfloat16, 2.0**-7)}   # numpy type, rtol
 
 
-def _matmul(M, N, K):
-  A = mc.placeholder((M, K), "float16", name="A")
-  B = mc.placeholder((K, N), "float16", name="B")
+def _half(*shape, scale=1.0, dtype="float16"):
+  return (rng.standard_normal(shape) * scale).astype(HALF[dtype][0])
+
+
+def _matmul(M, N, K, dtype="float16"):
+  A = mc.placeholder((M, K), dtype, name="A")
+  B = mc.placeholder((K, N), dtype, name="B")
   k = mc.reduce_axis(K, name="k")
   C = mc.compute((M, N), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
   return [A, B], [C]
@@ -80,21 +85,21 @@ def test_a_cast_to_half_inside_an_expression_rounds_there():
   assert np.abs(got).max() > 0                  # (the rounding is really there)
 
 
-@pytest.mark.parametrize("M,N,K", [(64, 48, 96), (33, 70, 129)])
-def test_matmul_in_half_accumulates_in_float(M, N, K):
-  ins, outs = _matmul(M, N, K)
-  a, b = _half(M, K), _half(K, N)
+@pytest.mark.parametrize("M,N,K,dtype", [(64, 48, 96, "float16"), (33, 70, 129, "float16"), (40, 24, 72, "bfloat16")])
+def test_matmul_in_half_accumulates_in_float(M, N, K, dtype):
+  ins, outs = _matmul(M, N, K, dtype)
+  a, b = _half(M, K, dtype=dtype), _half(K, N, dtype=dtype)
   want = a.astype(np.float32) @ b.astype(np.float32)
   atol = K * 2.0**-24 * (np.abs(a.astype(np.float32)) @ np.abs(b.astype(np.float32))).max() + 2.0**-14
   for name, sched in _schedules(outs):
     k = mc.build(sched, TGT)
-    assert "__half" in k.source, name
+    assert ("__half" if dtype == "float16" else "__nv_bfloat16") in k.source, name
     for line in k.source.splitlines():      # a fetch into shared memory copies the half values as they are
       if "_shared[" in line.split("=")[0] and "=" in line and "__shared__" not in line:
         assert "__half2float" not in line and "__float2half_rn" not in line, (name, line)
     got = k(a, b)
-    assert got.dtype == np.float16, name
-    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2.0**-10, atol=atol, err_msg=name)
+    assert got.dtype == HALF[dtype][0], name
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=HALF[dtype][1], atol=atol, err_msg=name)
 
 
 def test_softmax_in_half():
@@ -119,3 +124,24 @@ def test_the_interpreter_computes_half_as_the_emitted_code_does():
     got = run_program(k.program, a, b)
     np.testing.assert_allclose(np.asarray(got).astype(np.float32), want.astype(np.float32), rtol=2.0**-10, atol=2.0**-14,
                                err_msg=name)
+
+
+@pytest.mark.parametrize("arch", ["sm_70", "sm_86"])
+def test_bfloat16_rounds_to_nearest_even_as_ml_dtypes_does(arch):
+  """Every float32 bit pattern class: ties to even, overflow to inf, denormals, inf, NaN; the same text on sm_70
+  (no bf16 conversion instruction) and sm_86."""
+  X = mc.placeholder((4096,), "float32", name="X")
+  Y = mc.compute((4096,), lambda i: mc.cast(X[i], "bfloat16"), name="Y")
+  s = mc.Schedule([Y])
+  o, t = s.split(Y, s.axis(Y)[0], 256)
+  s.bind(Y, o, "blockIdx.x"); s.bind(Y, t, "threadIdx.x")
+  bits = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
+  bits[:8] = [0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x807fffff, 0x7f800000, 0xff800000, 0x7fc00000]
+  x = bits.view(np.float32)
+  got = mc.build(s, arch)(x)
+  with np.errstate(invalid="ignore"): want = x.astype(ml_dtypes.bfloat16)
+  assert got.dtype == ml_dtypes.bfloat16
+  g, w = got.view(np.uint16), want.view(np.uint16)
+  nan = np.isnan(x)
+  np.testing.assert_array_equal(g[~nan], w[~nan])
+  assert np.isnan(got[nan].astype(np.float32)).all()

@@ -7,10 +7,11 @@ parentheses when the child binds less tightly than its operand position needs (C
 kernel (int32 or long long indices, floor helpers under the loop ranges known so far, buffer loads) the
 rules read from the renderer, the fold's ``ctx``. Statements print through one method per statement
 class (``_STMT``). Output is deterministic: the same Program gives the same text, byte for byte.
-A float16 value is stored as ``__half`` (global and shared memory, kernel parameters) and computed in float:
-a load converts it (``__half2float``), a store rounds it to nearest even (``__float2half_rn``), registers,
-arithmetic, constants and reductions are float, and a cast to float16 inside an expression rounds there
-(``_HALF``; NVRTC gets the type from ``nvrtc.HALF_HEADER``, the simulator from ``cuda_shim.h``).
+A float16 (bfloat16) value is stored as ``__half`` (``__nv_bfloat16``) in global and shared memory and kernel
+parameters, and computed in float: a load converts it (``__half2float``), a store rounds it to nearest even
+(``__float2half_rn``), registers, arithmetic, constants and reductions are float, and a cast to the half type
+inside an expression rounds there (``_HALF``; NVRTC gets the types from ``nvrtc.HALF_HEADER``, the simulator
+from ``cuda_shim.h``).
 Integer ``//`` and ``%`` print as C ``/`` and ``%`` when the operands are provably
 non-negative (the common case after bound inference), else through floor helpers.
 A kernel whose ``index_dtype`` is int64 (lowering decides) computes its indices in ``long long``:
@@ -57,7 +58,8 @@ _COMB_C = {"sum": lambda a, b, t: f"{a} + {b}", "prod": lambda a, b, t: f"{a} * 
            "min": lambda a, b, t: f"{'fminf' if t == 'float32' else 'min'}({a}, {b})"}
 
 
-_HALF = {"float16": ("__half2float", "__float2half_rn")}   # storage dtype -> (to float, from float)
+_HALF = {"float16": ("__half2float", "__float2half_rn"),    # storage dtype -> (to float, from float)
+         "bfloat16": ("__bfloat162float", "__float2bfloat16_rn")}
 
 
 def _ctype(dtype: str) -> str:

@@ -118,6 +118,13 @@ template <class To, class From> inline To mc_sim_bitcast(From v) {
   static_assert(sizeof(To) == sizeof(From), "bit cast between types of different sizes");
   To r; __builtin_memcpy(&r, &v, sizeof r); return r;
 }
+struct __nv_bfloat16 { unsigned short x; };   // storage; conversions as minicomp's NVRTC header (codegen/nvrtc.py)
+inline float __bfloat162float(__nv_bfloat16 h) { return mc_sim_bitcast<float>((unsigned)h.x << 16); }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned u = mc_sim_bitcast<unsigned>(f); __nv_bfloat16 h;
+  h.x = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u) : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return h;
+}
 inline int __float_as_int(float x) { return mc_sim_bitcast<int>(x); }
 inline float __int_as_float(int x) { return mc_sim_bitcast<float>(x); }
 inline unsigned __float_as_uint(float x) { return mc_sim_bitcast<unsigned>(x); }

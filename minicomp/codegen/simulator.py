@@ -50,6 +50,7 @@ import numpy as np
 
 from minicomp.codegen.cache import cache_dir, cache_key
 from minicomp.errors import SimulatorCompileError, SimulatorError
+from minicomp.ir.ops import NP_DTYPE
 from minicomp.lru import LRU
 
 SHIM_PATH = Path(__file__).with_name("cuda_shim.h")
@@ -65,7 +66,7 @@ MAX_THREADS = 1024
 _DTYPES: dict[str, np.dtype] = {k: np.dtype(v) for k, v in {
   "float": np.float32, "double": np.float64, "bool": np.bool_,
   "char": np.int8, "signed char": np.int8, "int8_t": np.int8, "unsigned char": np.uint8, "uint8_t": np.uint8,
-  "half": np.float16, "__half": np.float16,
+  "half": np.float16, "__half": np.float16, "__nv_bfloat16": NP_DTYPE["bfloat16"],
   "short": np.int16, "int16_t": np.int16, "unsigned short": np.uint16, "uint16_t": np.uint16,
   "int": np.int32, "int32_t": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "uint32_t": np.uint32,
   "long long": np.int64, "long long int": np.int64, "int64_t": np.int64,

@@ -210,7 +210,8 @@ def as_expr(x: ExprLike, like: str | None = None) -> Expr:
 
 
 def _promote(a: str, b: str) -> str:
-  order = ["bool", "int32", "int64", "float16", "float32", "float64"]
+  if {a, b} == {"float16", "bfloat16"}: return "float32"      # neither holds the other
+  order = ["bool", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
   return a if order.index(a) >= order.index(b) else b
 
 

@@ -19,8 +19,8 @@ shapes) and meant to be obviously right:
   the same launch: nothing orders blocks) raises. So the thread order inside a barrier interval cannot
   change a result that passes.
 - Values: every expression node yields exactly its dtype. Floats are numpy scalars of that dtype (float32
-  math in float32; float16 math in float32 too, rounded to half by a cast to float16 and by a store to
-  global or shared memory, as the emitter computes it), ints Python ints that must fit (an int32 node of an int32 kernel in int32: lowering
+  math in float32; float16 and bfloat16 math in float32 too, rounded to the half type by a cast to it and
+  by a store to global or shared memory, as the emitter computes it), ints Python ints that must fit (an int32 node of an int32 kernel in int32: lowering
   promises it), bools Python bools. ``//`` and ``%`` floor (the IR's meaning); casts as in C: float -> int
   truncates toward zero, int64 -> int32 wraps. ``select``, ``&&`` and ``||`` evaluate only what C
   evaluates; float min / max ignore a NaN operand (``fminf``); ``round`` rounds half away from zero.
@@ -48,11 +48,11 @@ import numpy as np
 from minicomp.errors import RuntimeLaunchError, SimulatorError
 from minicomp.ir.expr import Expr
 from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Program, Seq, Store, Sync
-from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES, Op
+from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, Op, np_type
 
-_FLOAT = {d: np.dtype(d).type for d in FLOAT_DTYPES}
-_FLOAT["float16"] = np.float32       # a float16 value is computed in float32, as the emitter does (codegen/cuda.py):
-                                     # rounded to half where stored in memory (global, shared) or cast to float16
+# a half value (float16, bfloat16) is computed in float32, as the emitter does (codegen/cuda.py): rounded to its
+# type where stored in memory (global, shared) or cast to it
+_FLOAT = {d: np.float32 if d in HALF_DTYPES else np_type(d) for d in FLOAT_DTYPES}
 _LIMITS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
@@ -85,7 +85,7 @@ class _Mem:
   written: np.ndarray
 
   @staticmethod
-  def empty(n: int, dtype: str) -> "_Mem": return _Mem(np.zeros(n, np.dtype(dtype)), np.zeros(n, bool))
+  def empty(n: int, dtype: str) -> "_Mem": return _Mem(np.zeros(n, np_type(dtype)), np.zeros(n, bool))
 
 
 @dataclass
@@ -127,7 +127,7 @@ class _Launch:
   def _block(self, b: tuple[int, int, int]) -> None:
     k = self.k
     alloc = lambda scope: {a.name: _Mem.empty(_const(a.size, f"size of {a.name}"),   # (registers: computed type)
-                                              "float32" if scope == "local" and a.dtype == "float16" else a.dtype)
+                                              "float32" if scope == "local" and a.dtype in HALF_DTYPES else a.dtype)
                            for a in k.allocs
                            if a.scope == scope}
     self.shared = alloc("shared")
@@ -253,7 +253,7 @@ class _Launch:
     return v
 
   def cast(self, v, src: str, dst: str, t: _Thread):
-    if dst == "float16": return np.float32(np.float16(v))
+    if dst in HALF_DTYPES: return np.float32(np_type(dst)(v))
     if dst in INT_DTYPES and src in _FLOAT:
       if not math.isfinite(v): raise SimulatorError(f"{self.where} {t}: casts {v} to {dst}")
       return math.trunc(v)
@@ -297,7 +297,7 @@ def run_program(program: Program, *args, check_races: bool = True):
     raise RuntimeLaunchError(f"program takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
   glob: dict[str, _Mem] = {}
   for a, b in zip(args, program.inputs):
-    a, shape, want = np.asarray(a), tuple(program.shapes[b.name]), np.dtype(b.dtype)
+    a, shape, want = np.asarray(a), tuple(program.shapes[b.name]), np.dtype(np_type(b.dtype))
     if a.shape != shape or a.dtype != want:
       raise RuntimeLaunchError(f"input {b.name}: expected {want.name} {shape}, got {a.dtype.name} {a.shape}")
     glob[b.name] = _Mem(a.reshape(-1).copy(), np.ones(a.size, bool))

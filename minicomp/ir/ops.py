@@ -38,8 +38,9 @@ INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "erf": 1, "p
               "abs": 1, "floor": 1, "ceil": 1, "exp2": 1, "log2": 1, "round": 1}
 EXPENSIVE_INTRINSICS = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "sigmoid", "exp2", "log2"}
 
-DTYPES = ("bool", "int32", "int64", "float16", "float32", "float64")
-FLOAT_DTYPES = ("float16", "float32", "float64")
+DTYPES = ("bool", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+HALF_DTYPES = ("float16", "bfloat16")      # stored in 2 bytes, computed in float32 (codegen/cuda.py)
 INT_DTYPES = ("int32", "int64")
 
 
@@ -52,13 +53,13 @@ class DType:
   c_type: str | None     # None: not an IR dtype
 
 
-# Every element type minicomp knows. The IR's are DTYPES; bfloat16 only appears where a compiled model meets its
-# user (kernels compute in float32 / float16). The order is the one error messages list (codegen.kernel.NP_DTYPE).
+# Every element type minicomp knows (all are IR types, DTYPES). The order is the one error messages list
+# (codegen.kernel.NP_DTYPE).
 DTYPE_INFO = {d.name: d for d in (
   DType("float32", 4, "numpy.float32", "float"), DType("float64", 8, "numpy.float64", "double"),
   DType("int32", 4, "numpy.int32", "int"), DType("int64", 8, "numpy.int64", "long long"),
   DType("bool", 1, "numpy.bool_", "bool"), DType("float16", 2, "numpy.float16", "__half"),
-  DType("bfloat16", 2, "ml_dtypes.bfloat16", None))}
+  DType("bfloat16", 2, "ml_dtypes.bfloat16", "__nv_bfloat16"))}
 
 DTYPE_BYTES = {n: DTYPE_INFO[n].bytes for n in DTYPES}     # IR dtype -> bytes per element
 C_TYPE = {n: DTYPE_INFO[n].c_type for n in DTYPES}         # IR dtype -> CUDA C type
