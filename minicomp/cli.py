@@ -347,7 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
   """Run the command; a MinicompError (bad input, unsupported model, ...) is one line on stderr and
   exit status 2, Ctrl-C is exit status 130; any other exception is a bug and shows its traceback."""
+  from minicomp.progress import keep_interrupts
   args = build_parser().parse_args(argv)
+  keep_interrupts()
   try:
     return args.fn(args)
   except MinicompError as e:

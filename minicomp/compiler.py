@@ -31,7 +31,7 @@ from minicomp.model_parts import CompileStats, IndexCheck, IOSpec, KernelCall, V
 from minicomp.pipeline import (CompileOptions, CompileState, Dumper, Phase, TaskBuild, dump_phases,
                                emit_text, graph_text, link_text, lower_text, nvrtc_text, partition_text, run_phases,
                                schedule_text, tasks_text)
-from minicomp.progress import bar, say
+from minicomp.progress import bar, check_interrupt, say
 from minicomp.schedule_cache import ScheduleCache, rename_stages
 from minicomp.target import Target, as_target
 
@@ -172,6 +172,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
     from minicomp.search.static import cache
     done: dict[int, tuple[str, str]] = {}
     for f in cf.as_completed(futs):
+      check_interrupt()
       steps, origin, s, analysed = f.result()
       account(s)
       if analysed is not None: cache.put(*analysed)
@@ -181,6 +182,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
     return [(b, done[id(b)]) for b in todo]
   out = []
   for b in todo:
+    check_interrupt()
     shown.set_postfix_str("+".join(b.task.ops)[:40], refresh=False)
     steps, origin, s, _ = choose_default(b.task, target, b.name, opts.schedules, built)
     account(s)

@@ -367,6 +367,29 @@ def test_an_overlong_line_in_a_tuning_log_is_skipped_not_read_whole(tmp_path, ca
 
 
 # ---- Ctrl-C during a tuning run: one line, exit 130, the log kept
+def test_an_interrupt_python_ignores_is_raised_again_by_the_next_check(monkeypatch, capsys):
+  """Ctrl-C landing in a gc callback (JAX has one) is "ignored" by Python: the CLI's hook keeps it, silently,
+  and the next check in a long loop raises it (without it, `minicomp tune` went on after Ctrl-C)."""
+  import gc
+  import sys
+  from minicomp import progress
+  monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)      # (restored after the test)
+  progress.keep_interrupts()
+  progress.check_interrupt()                                            # nothing lost: no raise
+
+  def callback(phase, info):
+    if phase == "start": raise KeyboardInterrupt
+  gc.callbacks.append(callback)
+  try:
+    gc.collect()                                                        # the interrupt is "ignored" here
+  finally:
+    gc.callbacks.remove(callback)
+  assert capsys.readouterr().err == ""
+  with pytest.raises(KeyboardInterrupt):
+    progress.check_interrupt()
+  progress.check_interrupt()                                            # raised once
+
+
 def test_ctrl_c_during_tune_ends_the_run_with_one_line_and_keeps_the_log(saved, tmp_path):
   import signal
   import sys

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from minicomp.progress import check_interrupt
 from minicomp.search.measure import MeasureInput, Measurer
 from minicomp.search.strategies.base import Strategy, TuneTask
 
@@ -124,6 +125,7 @@ def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy],
   warmup = sorted((t for t in tasks if not t.trials),
                   key=lambda t: -t.weight * t.default_cost if math.isfinite(t.default_cost) else 0.0)
   while used < trials and alive:
+    check_interrupt()
     if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s: break
     first = bool(warmup)
     task = warmup.pop(0) if warmup else pick_task(tasks, best_hist, alive, rng)

@@ -214,11 +214,12 @@ def _start_at_defaults(tasks: list[TuneTask], defaults: dict[str, str], progress
   the first round's start programs, those ``compile`` did not compare first (under the static model the
   compared ones lost to the default; on a GPU they may not, so they follow)."""
   from minicomp.errors import MinicompError
-  from minicomp.progress import bar
+  from minicomp.progress import bar, check_interrupt
   from minicomp.search.records import canonical_steps
   from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
   with bar(len(tasks), "[minicomp] tuning: starting from the defaults", progress, unit="task") as shown:
     for t in tasks:
+      check_interrupt()
       try:
         res = construct(t.dag, t.target, seed=CONSTRUCT_SEED, sketches=t.sketches)
       except MinicompError as e:
