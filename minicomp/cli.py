@@ -347,11 +347,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
   """Run the command; a MinicompError (bad input, unsupported model, ...) is one line on stderr and
   exit status 2, Ctrl-C is exit status 130; any other exception is a bug and shows its traceback."""
-  from minicomp.progress import keep_interrupts
+  from minicomp.progress import deferred_interrupts
   args = build_parser().parse_args(argv)
-  keep_interrupts()
   try:
-    return args.fn(args)
+    if args.fn not in (cmd_compile, cmd_tune): return args.fn(args)
+    with deferred_interrupts():            # (their long loops stop at the next safe point)
+      return args.fn(args)
   except MinicompError as e:
     print(f"minicomp: error: {type(e).__name__}: {e}", file=sys.stderr)
     return 2

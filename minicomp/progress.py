@@ -5,36 +5,44 @@ stand-in when ``enabled`` is False, so callers never branch. Phase lines ("impor
 "partitioned ...") go through :func:`say`, which writes above a running bar instead of through it.
 Every entry point takes ``progress=`` (the CLI's ``-q`` turns it off).
 
-Ctrl-C during a long operation: Python raises KeyboardInterrupt in whatever code runs when the signal
-arrives, and where that is a garbage-collector callback (JAX registers one) or a ``__del__``, Python prints
-"Exception ignored" and goes on: the run would not stop. :func:`keep_interrupts` (the CLI installs it)
-remembers such a lost interrupt, and the long loops call :func:`check_interrupt` to raise it again.
+Ctrl-C during a long operation (the CLI's compile and tune: :func:`deferred_interrupts`) is deferred to a safe
+point: the signal only sets a flag, and the long loops (tuning rounds and measurements, choosing each task's
+default) call :func:`check_interrupt`, which raises KeyboardInterrupt there. An interrupt raised at whatever
+code runs when the signal arrives could land inside JAX (its XLA threads then crashed the exit, or its gc
+callback swallowed the exception and the run went on). A second Ctrl-C raises at once.
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import threading
 
 from tqdm import tqdm
 
-_lost_interrupt = threading.Event()
+_interrupted = threading.Event()
 
 
-def keep_interrupts() -> None:
-  """Remember a KeyboardInterrupt that Python ignored (``sys.unraisablehook``), without printing it, so the
-  next :func:`check_interrupt` raises it."""
-  previous = sys.unraisablehook
-
-  def hook(u):
-    if isinstance(u.exc_value, KeyboardInterrupt): _lost_interrupt.set()
-    else: previous(u)
-  sys.unraisablehook = hook
+@contextlib.contextmanager
+def deferred_interrupts():
+  """Within the block (main thread only), Ctrl-C sets a flag for :func:`check_interrupt` instead of raising;
+  a second Ctrl-C raises at once. The previous handler is restored after."""
+  def handler(signum, frame):
+    if _interrupted.is_set(): raise KeyboardInterrupt
+    _interrupted.set()
+  _interrupted.clear()
+  previous = signal.signal(signal.SIGINT, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+    _interrupted.clear()
 
 
 def check_interrupt() -> None:
-  """Raise the KeyboardInterrupt that :func:`keep_interrupts` saw ignored, if any (a long loop calls it)."""
-  if _lost_interrupt.is_set():
-    _lost_interrupt.clear()
+  """Raise KeyboardInterrupt if Ctrl-C came during :func:`deferred_interrupts` (a long loop calls it)."""
+  if _interrupted.is_set():
+    _interrupted.clear()
     raise KeyboardInterrupt
 
 

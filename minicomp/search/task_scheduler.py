@@ -147,6 +147,7 @@ def tune(tasks: Sequence[TuneTask], strategy: Strategy | Callable[[], Strategy],
         log.append(Record.from_measure(task.key, _target_key(task), cands[i].key, r,
                                        strategy=strategy_name or strategy.name, trial=first_trial + used + i,
                                        task=task.name))
+      check_interrupt()                       # (after logging: a measured candidate is never lost)
     if any(r is None for r in results):
       from minicomp.search.measure import MeasureError
       got = sum(r is not None for r in results)
