@@ -15,25 +15,15 @@ statement is safe: the statement computes it anyway
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Sequence
 
-from minicomp.ir.expr import Expr, walk
+from minicomp.ir.expr import Expr
+from minicomp.ir.rewrite import children_first
 from minicomp.ir.ops import Op
 
 MIN_REPEAT = 32                    # nodes of text a repetition must save: smaller ones are printed where they occur
 _LEAVES = (Op.CONST, Op.VAR)
 _FAULTS = (Op.LOAD, Op.FLOORDIV, Op.FLOORMOD)   # (true division is float only: it never traps)
-
-
-def _children_first(roots: Iterable[Expr]) -> list[Expr]:
-  """The distinct nodes under ``roots``, each after all of its children (``expr.walk`` of each root)."""
-  order: list[Expr] = []
-  seen: set[Expr] = set()
-  for r in roots:
-    for n in walk(r, seen):
-      seen.add(n)
-      order.append(n)
-  return order
 
 
 def _always_computed(order: list[Expr], roots: Sequence[Expr]) -> set[Expr]:
@@ -52,7 +42,7 @@ def shared_subexpressions(roots: Sequence[Expr], min_repeat: int | None = None) 
   """The nodes under ``roots`` to name once, children before parents (see the module; ``min_repeat``:
   :data:`MIN_REPEAT` by default)."""
   min_repeat = MIN_REPEAT if min_repeat is None else min_repeat
-  order = _children_first(roots)
+  order = children_first(roots)
   uses: dict[Expr, int] = {r: 1 for r in roots}
   for n in order:
     for s in n.src: uses[s] = uses.get(s, 0) + 1

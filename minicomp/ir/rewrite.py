@@ -106,6 +106,17 @@ def _children_first(e: Expr, memo: dict, enter: Callable[[Expr], bool] | None = 
     yield n
 
 
+def children_first(roots: Iterable[Expr]) -> list[Expr]:
+  """The distinct nodes under ``roots``, each once and after all of its children (the roots in order)."""
+  order: list[Expr] = []
+  seen: set[Expr] = set()
+  for r in roots:
+    for n in _children_first(r, seen):
+      seen.add(n)
+      order.append(n)
+  return order
+
+
 # Both walks recurse (fast) down to _DEEP levels; a deeper expression makes them start over iteratively,
 # keeping what the memo holds. The switch happens before a node's rule runs, so no rule runs twice.
 _DEEP = 128
@@ -189,12 +200,7 @@ def compile_fold(roots: list[Expr], table: dict[Op, FoldRule], what: str = "fold
   children first. For formulas evaluated again and again on new values (the analytic model's, at every
   point of a walk), it skips what ``fold`` does per node and call (recursion, memo lookups); the rules and
   their inputs are the same, so the values are too."""
-  order: list[Expr] = []
-  seen: set[Expr] = set()
-  for r in roots:
-    for n in _children_first(r, seen):
-      seen.add(n)
-      order.append(n)
+  order = children_first(roots)
   slot = {n: k for k, n in enumerate(order)}
   rules, lines = [], ["def _run(ctx):"]
   for k, n in enumerate(order):
