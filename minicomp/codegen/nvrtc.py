@@ -173,14 +173,15 @@ def _headers(source: str) -> tuple[tuple[str, str], ...]:
   return (HALF_HEADER,) if "__half" in source or "__nv_bfloat16" in source else ()
 
 
-def _compile(source: str, arch: str, options: tuple[str, ...]) -> tuple[str, bytes, str]:
-  """Run NVRTC once: (ptx, cubin, log) or NVRTCError with the errors and source context.
+def _compile(source: str, arch: str, options: tuple[str, ...], headers: tuple[tuple[str, str], ...]
+             ) -> tuple[str, bytes, str]:
+  """Run NVRTC once: (ptx, cubin, log) or NVRTCError with the errors and source context. ``headers``
+  (:func:`_headers` of the source) are given in memory and pre-included.
 
   NVRTC runs in a child process (:mod:`minicomp.codegen.nvrtc_worker`: NVRTC itself crashes
   on some valid kernels) unless ``MINICOMP_NVRTC_ISOLATE=0``.
   """
   _nvrtc()                                       # a missing binding: say how to install it
-  headers = _headers(source)
   options = tuple(f"--pre-include={n}" for n, _ in headers) + options
   opts = [f"--gpu-architecture={arch}", "--ptxas-options=-v", *options]
   if nvrtc_worker.isolation_enabled():
@@ -307,13 +308,14 @@ def compile_cuda(source: str, arch: str | Target, options: Sequence[str] = ()) -
   if any(o.startswith(("--gpu-architecture", "-arch")) for o in options):
     raise TargetError(f"pass the arch as compile_cuda(arch=...), not in options {options}")
   version = "%d.%d" % nvrtc_version()
-  key = cache_key(source, arch, "\0".join(options + tuple(t for _, t in _headers(source))), version)
+  headers = _headers(source)
+  key = cache_key(source, arch, "\0".join(options + tuple(t for _, t in headers)), version)
   hit = _memory.get(key)
   if hit is not None:
     return hit
   disk = switched_on("MINICOMP_NVRTC_CACHE")
   found = _disk_load(key) if disk else None
-  ptx, cubin, log = found if found is not None else _compile(source, arch, options)
+  ptx, cubin, log = found if found is not None else _compile(source, arch, options, headers)
   if disk and found is None:
     _disk_store(key, ptx, cubin, log)
   return _memory.put(key, CudaBinary(arch, ptx, cubin, log, parse_ptxas_log(log), options, source))

@@ -80,10 +80,10 @@ def total_curve(records: list[Record]) -> list[tuple[int, float, float]]:
   return pts
 
 
-def default_total(records: list[Record]) -> float | None:
-  """The sum of the tasks' default-schedule costs (each task once), or None when a task has none."""
-  s = summarize(records)
-  return sum(r.default_s for r in s) if s and all(r.default_s is not None for r in s) else None
+def default_total(rows: list[TaskSummary]) -> float | None:
+  """The sum of the tasks' default-schedule costs (each task once; ``rows`` from :func:`summarize`), or None
+  when a task has none."""
+  return sum(r.default_s for r in rows) if rows and all(r.default_s is not None for r in rows) else None
 
 
 def text_report(path: str) -> str:
@@ -106,7 +106,7 @@ def text_report(path: str) -> str:
   lines.append("  ".join("-" * x for x in w))
   lines += ["  ".join(c.ljust(w[i]) for i, c in enumerate(t)).rstrip() for t in table]
   total = sum(r.kept_s for r in rows if r.kept_s is not None)
-  base = default_total(records)
+  base = default_total(rows)
   tuned = sum(r.why == "tuned" for r in rows)
   lines.append(f"sum of per-task kept latencies (each task once): {total * 1e6:.2f} us" + (" (estimate)" if est else "")
                + (f"; defaults {base * 1e6:.2f} us, {tuned} of {len(rows)} tasks tuned ({base / total:.3f}x)"
@@ -128,8 +128,8 @@ def plot_curve(path: str, png: str) -> str:
   pts = total_curve(records)
   if not pts: raise ReportError(f"{path}: no point where every task has a valid program; nothing to plot")
   est = any(r.is_estimate for r in records)
-  base = default_total(records)
   rows = summarize(records)
+  base = default_total(rows)
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
   for ax, xi, xlabel in ((axes[0], 0, "trials"), (axes[1], 1, "seconds of tuning")):
     ax.plot([p[xi] for p in pts], [p[2] * 1e6 for p in pts], drawstyle="steps-post", label="kept (tuned or default)")
