@@ -160,7 +160,8 @@ def cmd_compile(a) -> int:
     raise UsageError("compile needs -o/--output FOLDER (or --dump-after / --dump-dir to only look at the phases)")
   if a.output: _check_save_path(a.output)
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
-                  schedules=a.schedules, dump_after=a.dump_after, dump_dir=a.dump_dir, jobs=a.jobs)
+                  schedules=a.schedules, dump_after=a.dump_after, dump_dir=a.dump_dir, jobs=a.jobs,
+                  precision=a.precision)
   print(cm.summary())
   if a.output: print(f"\nsaved to {cm.save(a.output)}")
   if a.dump_dir: print(f"phase dumps written to {a.dump_dir}")
@@ -172,7 +173,8 @@ def cmd_tune(a) -> int:
   if a.output: _check_save_path(a.output)
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
                   trials=a.trials, strategy=a.strategy, log_file=a.log, seed=a.seed,
-                  measures_per_round=a.per_round, time_budget_s=a.time_budget, jobs=a.jobs)
+                  measures_per_round=a.per_round, time_budget_s=a.time_budget, jobs=a.jobs,
+                  precision=a.precision)
   print(cm.estimate(progress=not a.quiet))
   if a.output:
     print(f"saved to {cm.save(a.output)}")
@@ -256,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
   p = _Parser(prog="minicomp", description="A tensor compiler: ONNX models to CUDA kernels it writes itself.")
   p.add_argument("--version", action="version", version=f"minicomp {__version__}")
   sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+  from minicomp.frontend.precision import PRECISIONS
+  precision_help = ("the float types to compute in: fp32, fp16 or bf16 (an fp32 model autocast: weights and activations "
+                    "in the half type, exp / sums / softmax / norms in fp32); default: the model's own")
   shape_help = "a size for dynamic dims: an input's shape, NAME=D1,D2,..., or one dim by its name, DIM=N (repeatable)"
 
   pi = sub.add_parser("info", help="list a model's ops, whether each is supported, and the kernels it would compile to",
@@ -272,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
   pc.add_argument("--target", default="sm_86", help="CUDA architecture, e.g. sm_80, sm_86, sm_90 (default sm_86)")
   pc.add_argument("-o", "--output", help="folder to write the compiled model to (required unless dumping)")
   pc.add_argument("-j", "--jobs", type=int, default=None, help="processes choosing default schedules at once (default: $MINICOMP_JOBS, else one per core)")
+  pc.add_argument("--precision", choices=list(PRECISIONS), default=None, help=precision_help)
   pc.add_argument("--input-shape", action="append", help=shape_help)
   pc.add_argument("--schedules", default="gensor", choices=["gensor", "rules"],
                   help="gensor (default): Gensor-constructed schedules where the static model estimates them faster "
@@ -299,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
   pt.add_argument("--time-budget", type=float, default=None, help="stop searching after this many seconds")
   pt.add_argument("-o", "--output", help="also save the compiled model to this folder")
   pt.add_argument("-j", "--jobs", type=int, default=None, help="processes choosing default schedules at once (default: $MINICOMP_JOBS, else one per core)")
+  pt.add_argument("--precision", choices=list(PRECISIONS), default=None, help=precision_help)
   pt.add_argument("--input-shape", action="append", help=shape_help)
   pt.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
   pt.set_defaults(fn=cmd_tune)

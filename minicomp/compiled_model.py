@@ -55,7 +55,7 @@ class CompiledModel:
                boundary: Mapping[str, str] | None = None, index_checks: Sequence[IndexCheck] = (),
                tasks: Sequence[Task] = (), stats: CompileStats | None = None):
     """``boundary``: graph inputs / outputs the user sees in a half type (float16, bfloat16) while
-    the kernels compute them in float32 (:mod:`minicomp.frontend.half`); ``index_checks``: the
+    the kernels compute them in float32 (``precision="fp32"``, :mod:`minicomp.frontend.precision`); ``index_checks``: the
     graph inputs ``run`` range-checks (:class:`IndexCheck`). ``tasks`` (the distinct
     :class:`~minicomp.graph.tasks.Task` of the kernels, in kernel order) and ``stats`` (seconds per
     compile phase) come from ``minicomp.compile``; a model loaded from a folder has neither (``[]``, None)."""
@@ -236,8 +236,9 @@ class CompiledModel:
     return [s for s in self.steps if isinstance(s, KernelCall)]
 
   def summary(self) -> str:
-    """One row per kernel call: fused ops, output shapes, FLOPs, launch config, registers."""
-    rows = [("#", "task", "ops", "outputs", "MFLOP", "launches (grid x block)", "regs", "smem B")]
+    """One row per kernel call: fused ops, output shapes, FLOPs, the float types its arrays are stored in and its
+    arithmetic is computed in (``fp16/fp32``: half arrays, float math), launch config, registers."""
+    rows = [("#", "task", "ops", "outputs", "MFLOP", "stored/computed", "launches (grid x block)", "regs", "smem B")]
     for k, c in enumerate(self.calls):
       kern = self.kernels[c.kernel]
       res = [kern.binary.resources.get(l.kernel) for l in kern.plan.launches]
@@ -245,7 +246,7 @@ class CompiledModel:
       launches = "; ".join(f"{l.grid}x{l.block}" for l in kern.plan.launches)
       regs = "/".join(str(r.registers) if r else "?" for r in res)
       smem = "/".join(str(r.shared_bytes) if r else "?" for r in res)
-      rows.append((str(k), c.task, "+".join(c.ops), shapes, f"{c.flops / 1e6:.2f}", launches, regs, smem))
+      rows.append((str(k), c.task, "+".join(c.ops), shapes, f"{c.flops / 1e6:.2f}", _types(kern), launches, regs, smem))
     n_views = len(self.steps) - len(self.calls)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
@@ -281,3 +282,15 @@ class CompiledModel:
     """Write the model to folder ``path`` (atomically; see :mod:`minicomp.saved_model`); returns the path."""
     from minicomp.saved_model import save
     return save(self, path)
+
+
+_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
+
+
+def _types(kern) -> str:
+  """A kernel's float storage types and the type it computes in (half types compute in float32: codegen/cuda.py),
+  e.g. ``fp16/fp32``, ``fp16+fp32/fp32``; ``-`` for a kernel without floats."""
+  stored = sorted({b.dtype for b in kern.plan.inputs + kern.plan.outputs if b.dtype in _SHORT}, key=list(_SHORT).index)
+  if not stored: return "-"
+  return "+".join(_SHORT[t] for t in stored) + "/" + ("fp64" if "float64" in stored else "fp32")
+

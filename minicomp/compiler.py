@@ -1,6 +1,6 @@
 """``minicomp.compile``: ONNX model -> CompiledModel, as one flat list of named phases (``PHASES``)::
 
-    import -> fold -> partition -> tasks -> schedule -> lower -> emit -> nvrtc -> link
+    import -> fold -> precision -> partition -> tasks -> schedule -> lower -> emit -> nvrtc -> link
 
 Each phase is a small function ``CompileState -> CompileState`` below, filling in its fields of the
 state (:mod:`minicomp.pipeline` holds the state, each phase's output as text for ``dump_after=``, and
@@ -19,6 +19,7 @@ import numpy as np
 from minicomp.codegen.kernel import Builds, Kernel
 from minicomp.compiled_model import CompiledModel
 from minicomp.errors import CompileError, LoweringError, MinicompError, MissingDependencyError, ScheduleError
+from minicomp.frontend.precision import apply_precision, check_precision
 from minicomp.graph.fold import fold_batchnorm
 from minicomp.graph.partition import partition
 from minicomp.graph.schedules import default_schedule
@@ -245,6 +246,13 @@ def fold_graph(st: CompileState) -> CompileState:
   return st
 
 
+def set_precision(st: CompileState) -> CompileState:
+  """Graph -> Graph: the float types it is computed in: its own, float32, or autocast to a half type
+  (frontend/precision.py)."""
+  st.graph = apply_precision(st.graph, st.options.precision)
+  return st
+
+
 def partition_graph(st: CompileState) -> CompileState:
   """Graph -> fused groups (one kernel each) and views, in execution order (graph/partition.py)."""
   st.partition = partition(st.graph)
@@ -391,6 +399,7 @@ def _jobs(jobs: int | None) -> int:
 PHASES: tuple[Phase, ...] = (
   Phase("import", import_onnx, graph_text),               # ONNX model -> Graph
   Phase("fold", fold_graph, graph_text),                  # Graph -> Graph (BatchNorm folded into Conv)
+  Phase("precision", set_precision, graph_text),          # Graph -> Graph (its float types: precision=)
   Phase("partition", partition_graph, partition_text),    # Graph -> fused groups and views
   Phase("tasks", make_tasks, tasks_text),                 # groups -> Tasks (ComputeDAGs) + launch order
   Phase("schedule", choose_schedules, schedule_text),     # Task -> Schedule (Gensor, rules or a tuning record)
@@ -410,8 +419,9 @@ def _kernels_line(st: CompileState) -> str:
 
 
 PROGRESS = {   # the line ``progress=True`` prints after a phase
-  "fold": lambda st: (f"imported {st.graph.name}: {len(st.graph.nodes)} nodes after constant folding "
-                      f"({st.stats.frontend:.2f} s)"),
+  "precision": lambda st: (f"imported {st.graph.name}: {len(st.graph.nodes)} nodes after constant folding"
+                           + (f", precision {st.options.precision}" if st.options.precision else "")
+                           + f" ({st.stats.frontend:.2f} s)"),
   "tasks": lambda st: (f"partitioned into {len(st.calls)} kernel calls, {len(st.tasks)} distinct tasks "
                        f"({st.stats.partition:.2f} s)"),
   "nvrtc": _kernels_line,
@@ -423,7 +433,7 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
             log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
             time_budget_s: float | None = None, schedules: str = "gensor",
             dump_after: str | Sequence[str] | None = None, dump_dir: str | Path | None = None,
-            jobs: int | None = None) -> CompiledModel:
+            jobs: int | None = None, precision: str | None = None) -> CompiledModel:
   """Compile an ONNX model (ModelProto, path or bytes) for ``target``: run :data:`PHASES` in order.
 
   ``input_shapes`` gives concrete shapes for dynamic input dims: by input (``{"x": (1, 3, 224, 224)}``) or
@@ -454,24 +464,32 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   re-import the main script: a script that compiles outside ``if __name__ == "__main__":`` is compiled in
   one process instead (said in the log).
 
+  ``precision``: the float types the model is computed in. None (the default): its own (a float16 or bfloat16
+  model's kernels load and store its type and compute in float32, accumulating in float32); ``"fp32"``: float32
+  throughout (a half model's inputs and outputs keep their type); ``"fp16"`` / ``"bf16"``: autocast float32
+  weights and activations to the half type, as ``torch.autocast`` does (exp, log, pow, sums, softmax and the
+  norms keep float32 outputs; the model's inputs and outputs keep their types). See docs/precision.md.
+
   ``dump_after``: a phase name of :data:`PHASE_NAMES` (``"lower"``), several (a list, or comma-separated),
   or ``"all"``: after each, its output is printed as text to stderr: the graph (import, fold), the fused
   groups (partition), the tasks with their tensor expressions (tasks), and per task its schedule's steps
   and loops (schedule), its loop nest (lower), its CUDA C (emit), ptxas's registers, shared memory and
   spills per kernel (nvrtc); finally the model's summary (link). ``dump_dir``: write them to files there
-  instead, one per phase and task (``06-lower-task0.txt``, ``07-emit-task0.cu``); every phase when
+  instead, one per phase and task (``07-lower-task0.txt``, ``08-emit-task0.cu``); every phase when
   ``dump_after`` is not given. An unknown phase is a ``CompileError`` naming the phases, before any work.
   """
   from minicomp.search.tune import check_options
   check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s)
   tgt = as_target(target)
+  check_precision(precision)
   if schedules not in SCHEDULES:
     raise CompileError(f"unknown schedules={schedules!r}; known: {', '.join(SCHEDULES)}")
   dumps = dump_phases("all" if dump_after is None and dump_dir is not None else dump_after, PHASE_NAMES)
   dump = Dumper(dumps, dump_dir) if dumps else None
   opts = CompileOptions(input_shapes=input_shapes, schedules=schedules, trials=trials, strategy=strategy,
                         log_file=log_file, seed=seed, measurer=measurer, measures_per_round=measures_per_round,
-                        time_budget_s=time_budget_s, progress=bool(progress), name=name, jobs=_jobs(jobs))
+                        time_budget_s=time_budget_s, progress=bool(progress), name=name, jobs=_jobs(jobs),
+                        precision=precision)
   t0 = time.perf_counter()
   st = run_phases(PHASES, CompileState(model, tgt, opts), dump, PROGRESS)
   if progress is None:

@@ -48,6 +48,7 @@ class CompileOptions:
   progress: bool = False
   name: str | None = None
   jobs: int = 1                    # processes choosing default schedules (compile's ``jobs``, resolved)
+  precision: str | None = None     # None: the model's own float types; "fp32", "fp16", "bf16" (frontend/precision.py)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from minicomp.errors import SaveError, SaveFormatError
-from minicomp.frontend.half import HALF
+from minicomp.frontend.precision import HALF
 from minicomp.model_parts import IOSpec, ViewStep
 
 FORMAT = "minicomp-compiled-model"

@@ -163,7 +163,8 @@ def _weights(raw: bytes, f: Path, const_names: set[str]) -> tuple[dict, dict]:
   weights, consts = {}, {}
   for k, a in arrays.items():
     if k[:2] not in ("w:", "c:"): raise SaveFormatError(f"{f}: array {k!r} is neither a weight (w:) nor a constant (c:)")
-    if a.dtype.fields is not None or a.dtype.kind not in "biufc":
+    if a.dtype == np.dtype("V2"): a = a.view(NP_DTYPE["bfloat16"])   # how np.savez writes bfloat16 (ml_dtypes)
+    if a.dtype.fields is not None or (a.dtype.kind not in "biufc" and a.dtype != NP_DTYPE["bfloat16"]):
       raise SaveFormatError(f"{f}: array {k!r} has dtype {a.dtype}, not a numeric one")
     (weights if k[0] == "w" else consts)[k[2:]] = a
   if set(consts) != const_names:

@@ -2,7 +2,8 @@
 
 Used by the tests, the benchmarks and the examples: each builder returns a
 :class:`Workload` holding the input placeholders, the output tensors, the intermediate
-stages by name, and a numpy reference function of the same inputs.
+stages by name, and a numpy reference function of the same inputs. ``dtype`` is the float type of the inputs
+and stages (float16 and bfloat16 too: the reference then takes the inputs widened to float32).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 import minicomp as mc
+from minicomp.ir.ops import NP_DTYPE
 
 
 @dataclass
@@ -26,35 +28,35 @@ class Workload:
   def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.integers(0, self.index_high, t.shape).astype(t.dtype) if t.dtype.startswith("int")
-            else rng.standard_normal(t.shape).astype(np.float32) for t in self.inputs]
+            else rng.standard_normal(t.shape).astype(NP_DTYPE[t.dtype]) for t in self.inputs]
 
 
-def matmul(M: int, N: int, K: int, bias_relu: bool = False) -> Workload:
+def matmul(M: int, N: int, K: int, bias_relu: bool = False, dtype: str = "float32") -> Workload:
   """C = A @ B, optionally D = relu(C + bias)."""
-  A = mc.placeholder((M, K), "float32", name="A")
-  B = mc.placeholder((K, N), "float32", name="B")
+  A = mc.placeholder((M, K), dtype, name="A")
+  B = mc.placeholder((K, N), dtype, name="B")
   k = mc.reduce_axis(K, name="k")
   C = mc.compute((M, N), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
   if not bias_relu:
     return Workload(f"matmul_{M}x{N}x{K}", [A, B], [C], lambda a, b: a @ b, {"C": C})
-  bias = mc.placeholder((N,), "float32", name="bias")
+  bias = mc.placeholder((N,), dtype, name="bias")
   D = mc.compute((M, N), lambda i, j: mc.max(C[i, j] + bias[j], 0.0), name="D")
   return Workload(f"matmul_bias_relu_{M}x{N}x{K}", [A, B, bias], [D], lambda a, b, c: np.maximum(a @ b + c, 0),
                   {"C": C, "D": D})
 
 
-def batch_matmul(Bt: int, M: int, N: int, K: int) -> Workload:
-  A = mc.placeholder((Bt, M, K), "float32", name="A")
-  B = mc.placeholder((Bt, K, N), "float32", name="B")
+def batch_matmul(Bt: int, M: int, N: int, K: int, dtype: str = "float32") -> Workload:
+  A = mc.placeholder((Bt, M, K), dtype, name="A")
+  B = mc.placeholder((Bt, K, N), dtype, name="B")
   k = mc.reduce_axis(K, name="k")
   C = mc.compute((Bt, M, N), lambda b, i, j: mc.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
   return Workload(f"batch_matmul_{Bt}x{M}x{N}x{K}", [A, B], [C], lambda a, b: np.matmul(a, b), {"C": C})
 
 
-def embedding(T: int, V: int, D: int, N: int = 0) -> Workload:
+def embedding(T: int, V: int, D: int, N: int = 0, dtype: str = "float32") -> Workload:
   """Rows of a (V, D) table at T int64 token ids (a gather: the index reads a tensor), wrapped and
   clamped into [0, V) as the ONNX Gather does; with ``N`` > 0 projected, Y = E @ W + b (N columns)."""
-  Tab = mc.placeholder((V, D), "float32", name="table")
+  Tab = mc.placeholder((V, D), dtype, name="table")
   ids = mc.placeholder((T,), "int64", name="ids")
 
   def row(t):
@@ -63,8 +65,8 @@ def embedding(T: int, V: int, D: int, N: int = 0) -> Workload:
   E = mc.compute((T, D), lambda t, d: Tab[row(t), d], name="embed")
   take = lambda x, tab: tab[np.clip(np.where(x < 0, x + V, x), 0, V - 1)]
   if N <= 0: return Workload(f"embedding_{T}x{V}x{D}", [ids, Tab], [E], take, {"embed": E}, index_high=V)
-  W = mc.placeholder((D, N), "float32", name="W")
-  b = mc.placeholder((N,), "float32", name="b")
+  W = mc.placeholder((D, N), dtype, name="W")
+  b = mc.placeholder((N,), dtype, name="b")
   k = mc.reduce_axis(D, name="k")
   C = mc.compute((T, N), lambda t, j: mc.sum(E[t, k] * W[k, j], axis=k), name="C")
   Y = mc.compute((T, N), lambda t, j: C[t, j] + b[j], name="Y")
@@ -96,10 +98,11 @@ def conv2d_ref(x, w, stride, pad, dil, groups=1):
   return out.astype(np.float32)
 
 
-def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int, stride: int = 1, pad: int = 0, dil: int = 1) -> Workload:
+def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int, stride: int = 1, pad: int = 0, dil: int = 1,
+           dtype: str = "float32") -> Workload:
   """NCHW conv2d as an inlinable pad stage plus a reduction over (rc, ry, rx)."""
-  X = mc.placeholder((N, C, H, W), "float32", name="X")
-  Wt = mc.placeholder((F, C, KH, KH), "float32", name="W")
+  X = mc.placeholder((N, C, H, W), dtype, name="X")
+  Wt = mc.placeholder((F, C, KH, KH), dtype, name="W")
   P = pad2d(X, pad)
   OH = (H + 2 * pad - dil * (KH - 1) - 1) // stride + 1
   OW = (W + 2 * pad - dil * (KH - 1) - 1) // stride + 1
@@ -110,9 +113,10 @@ def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int, stride: int = 1, pad
                   lambda x, w: conv2d_ref(x, w, stride, pad, dil), {"pad": P, "conv": Y})
 
 
-def depthwise_conv2d(N: int, C: int, H: int, W: int, KH: int, stride: int = 1, pad: int = 0) -> Workload:
-  X = mc.placeholder((N, C, H, W), "float32", name="X")
-  Wt = mc.placeholder((C, 1, KH, KH), "float32", name="W")
+def depthwise_conv2d(N: int, C: int, H: int, W: int, KH: int, stride: int = 1, pad: int = 0,
+                     dtype: str = "float32") -> Workload:
+  X = mc.placeholder((N, C, H, W), dtype, name="X")
+  Wt = mc.placeholder((C, 1, KH, KH), dtype, name="W")
   P = pad2d(X, pad)
   OH = (H + 2 * pad - KH) // stride + 1
   OW = (W + 2 * pad - KH) // stride + 1
@@ -123,9 +127,9 @@ def depthwise_conv2d(N: int, C: int, H: int, W: int, KH: int, stride: int = 1, p
                   lambda x, w: conv2d_ref(x, w, stride, pad, 1, groups=C), {"pad": P, "dwconv": Y})
 
 
-def softmax(M: int, N: int) -> Workload:
+def softmax(M: int, N: int, dtype: str = "float32") -> Workload:
   """Row softmax in three stages: row max, sum of exp, normalise."""
-  X = mc.placeholder((M, N), "float32", name="X")
+  X = mc.placeholder((M, N), dtype, name="X")
   k1, k2 = mc.reduce_axis(N, "k"), mc.reduce_axis(N, "k")
   Mx = mc.compute((M,), lambda i: mc.max(X[i, k1], axis=k1), name="rowmax")
   S = mc.compute((M,), lambda i: mc.sum(mc.exp(X[i, k2] - Mx[i]), axis=k2), name="expsum")
@@ -137,11 +141,11 @@ def softmax(M: int, N: int) -> Workload:
   return Workload(f"softmax_{M}x{N}", [X], [Y], ref, {"rowmax": Mx, "expsum": S, "softmax": Y})
 
 
-def layernorm(M: int, N: int, eps: float = 1e-5) -> Workload:
+def layernorm(M: int, N: int, eps: float = 1e-5, dtype: str = "float32") -> Workload:
   """Layer normalisation over the last axis (two-pass mean / variance), with gamma and beta."""
-  X = mc.placeholder((M, N), "float32", name="X")
-  G = mc.placeholder((N,), "float32", name="gamma")
-  Bt = mc.placeholder((N,), "float32", name="beta")
+  X = mc.placeholder((M, N), dtype, name="X")
+  G = mc.placeholder((N,), dtype, name="gamma")
+  Bt = mc.placeholder((N,), dtype, name="beta")
   k1, k2 = mc.reduce_axis(N, "k"), mc.reduce_axis(N, "k")
   mean = mc.compute((M,), lambda i: mc.sum(X[i, k1] * (1.0 / N), axis=k1), name="mean")
   var = mc.compute((M,), lambda i: mc.sum((X[i, k2] - mean[i]) * (X[i, k2] - mean[i]) * (1.0 / N), axis=k2), name="var")
@@ -154,18 +158,18 @@ def layernorm(M: int, N: int, eps: float = 1e-5) -> Workload:
   return Workload(f"layernorm_{M}x{N}", [X, G, Bt], [Y], ref, {"mean": mean, "var": var, "layernorm": Y})
 
 
-def row_sum(M: int, N: int) -> Workload:
-  X = mc.placeholder((M, N), "float32", name="X")
+def row_sum(M: int, N: int, dtype: str = "float32") -> Workload:
+  X = mc.placeholder((M, N), dtype, name="X")
   k = mc.reduce_axis(N, "k")
   R = mc.compute((M,), lambda i: mc.sum(X[i, k], axis=k), name="rowsum")
   return Workload(f"row_sum_{M}x{N}", [X], [R], lambda x: x.sum(axis=1), {"rowsum": R})
 
 
-def broadcast_chain(A: int, B: int, C: int) -> Workload:
+def broadcast_chain(A: int, B: int, C: int, dtype: str = "float32") -> Workload:
   """Z = relu(X * scale[k] + shift[j]) - 0.5 * sigmoid(X), as four elementwise stages."""
-  X = mc.placeholder((A, B, C), "float32", name="X")
-  sc = mc.placeholder((C,), "float32", name="scale")
-  sh = mc.placeholder((B,), "float32", name="shift")
+  X = mc.placeholder((A, B, C), dtype, name="X")
+  sc = mc.placeholder((C,), dtype, name="scale")
+  sh = mc.placeholder((B,), dtype, name="shift")
   T1 = mc.compute((A, B, C), lambda i, j, k: X[i, j, k] * sc[k], name="mul")
   T2 = mc.compute((A, B, C), lambda i, j, k: T1[i, j, k] + sh[j], name="add")
   T3 = mc.compute((A, B, C), lambda i, j, k: mc.max(T2[i, j, k], 0.0), name="relu")

@@ -61,3 +61,36 @@ def check_node(op_type: str, inputs: dict, attrs: dict | None = None, initialize
   node = helper.make_node(op_type, order, outs, name=f"{op_type.lower()}_node", **(attrs or {}))
   m = make_model([node], inputs, outs, initializers, opset)
   return check_model(m, inputs, rtol, atol)
+
+
+def to_half(model: onnx.ModelProto, elem: int = TensorProto.FLOAT16) -> onnx.ModelProto:
+  """``model`` with every float32 tensor in ``elem`` (FLOAT16 or BFLOAT16): initializers (rounded to nearest
+  even), inputs, outputs, value infos and Cast targets. What onnxconverter-common's float16 converter does, for
+  the zoo's models (no Constant nodes, no float attributes that are tensors)."""
+  import ml_dtypes
+  m = onnx.ModelProto()
+  m.CopyFrom(model)
+  np_t = np.float16 if elem == TensorProto.FLOAT16 else ml_dtypes.bfloat16
+  for t in m.graph.initializer:
+    if t.data_type != TensorProto.FLOAT: continue
+    with np.errstate(over="ignore"):     # a mask's -1e9 or float32's lowest: -inf in float16, as the converter does
+      a = numpy_helper.to_array(t).astype(np_t)
+    new = helper.make_tensor(t.name, elem, a.shape, a.view(np.uint16).reshape(-1).tobytes(), raw=True)
+    t.CopyFrom(new)
+  for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+    if vi.type.tensor_type.elem_type == TensorProto.FLOAT: vi.type.tensor_type.elem_type = elem
+  for n in m.graph.node:
+    for a in n.attribute:
+      if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT: a.i = elem
+  return m
+
+
+def rounded_weights(model: onnx.ModelProto, np_t) -> onnx.ModelProto:
+  """``model`` (float32) with its float32 initializers rounded to ``np_t`` and kept in float32: the float32
+  reference of a half model's weights (onnxruntime's CPU provider has no bfloat16 kernels)."""
+  m = onnx.ModelProto()
+  m.CopyFrom(model)
+  for t in m.graph.initializer:
+    if t.data_type == TensorProto.FLOAT:
+      t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np_t).astype(np.float32), t.name))
+  return m

@@ -94,9 +94,11 @@ def test_matmul_in_half_accumulates_in_float(M, N, K, dtype):
   for name, sched in _schedules(outs):
     k = mc.build(sched, TGT)
     assert ("__half" if dtype == "float16" else "__nv_bfloat16") in k.source, name
-    for line in k.source.splitlines():      # a fetch into shared memory copies the half values as they are
-      if "_shared[" in line.split("=")[0] and "=" in line and "__shared__" not in line:
-        assert "__half2float" not in line and "__float2half_rn" not in line, (name, line)
+    to_float = "__half2float" if dtype == "float16" else "__bfloat162float"
+    for line in k.source.splitlines():      # shared tiles hold floats: a fetch converts each element once, a use never
+      if "__shared__" in line: assert line.lstrip().startswith("__shared__ __align__(16) float "), (name, line)
+      elif "_shared[" in line.split("=")[0] and "=" in line: assert to_float in line, (name, line)
+      elif "=" in line: assert f"{to_float}(A_shared" not in line and f"{to_float}(B_shared" not in line, (name, line)
     got = k(a, b)
     assert got.dtype == HALF[dtype][0], name
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=HALF[dtype][1], atol=atol, err_msg=name)

@@ -69,7 +69,7 @@ def test_names_that_are_not_utf8_are_a_model_error():
     minicomp.compile(bytes(data), schedules="rules", progress=False)
 
 
-# ---- half precision: computed in float32, half at the boundary
+# ---- half precision models: in their own type (precision=None) or in float32 with half at the boundary (fp32)
 def _half_model(t):
   rng = np.random.default_rng(1)
   np_t = np.float16 if t == TensorProto.FLOAT16 else None
@@ -82,11 +82,13 @@ def _half_model(t):
   return _model(nodes, [helper.make_tensor_value_info("x", t, [4, 16])], [helper.make_tensor_value_info("y", t, [4, 8])], [w])
 
 
-def test_float16_model_runs_in_float32_and_matches_onnxruntime():
+@pytest.mark.parametrize("precision", [None, "fp32"])
+def test_float16_model_matches_onnxruntime(precision):
   m = _half_model(TensorProto.FLOAT16)
   x = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float16)
   ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-  cm = minicomp.compile(m, schedules="rules", progress=False)
+  cm = minicomp.compile(m, schedules="rules", progress=False, precision=precision)
+  assert {b.dtype for k in cm.kernels for b in k.plan.inputs} >= {"float16" if precision is None else "float32"}
   assert [(i.name, i.dtype) for i in cm.inputs] == [("x", "float16")]
   y = cm.run({"x": x}, device="cpu")[0]
   assert y.dtype == np.float16

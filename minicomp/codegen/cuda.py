@@ -28,7 +28,7 @@ from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync, walk_stmts
-from minicomp.ir.ops import C_TYPE, Op
+from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, Op
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
 
@@ -68,8 +68,9 @@ def _ctype(dtype: str) -> str:
 
 
 def _stored(buf) -> bool:
-  """``buf`` holds a half type in memory (global or shared; a local buffer is a register array of floats)."""
-  return buf.dtype in _HALF and buf.scope != "local"
+  """``buf`` holds a half type (global memory; shared tiles and registers of a half tensor hold floats:
+  ``Buffer.stored_dtype``)."""
+  return buf.stored_dtype in _HALF
 
 
 def _float_lit(v: float, dtype: str) -> str:
@@ -207,8 +208,9 @@ class CUDARenderer:
     if v.op is Op.LOAD and _stored(s.buffer) and _stored(v.arg) and v.arg.dtype == s.buffer.dtype:   # a half copy:
       out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {v.arg.name}[{self.index(v.src[0])}];")
       return                                                                                      # no conversions
-    with self._shared([s.value], depth, out):
-      out.append(f"{self.indent * depth}{self._assign(s.buffer, self.index(s.index), self.expr(s.value))};")
+    if v.op is Op.CAST and _stored(s.buffer) and v.dtype == s.buffer.dtype: v = v.src[0]   # the store rounds it
+    with self._shared([v], depth, out):
+      out.append(f"{self.indent * depth}{self._assign(s.buffer, self.index(s.index), self.expr(v))};")
 
   @staticmethod
   def _assign(buf, index: str, value: str) -> str:
@@ -320,8 +322,8 @@ class CUDARenderer:
     for b in k.allocs:
       if not b.size.is_const: raise CodegenError(f"buffer {b.name} has a symbolic size {b.size}; substitute values first")
       n = int(b.size.arg)
-      if b.scope == "shared":   # (a cross-thread reduction's scratch holds its partial values: computed type)
-        lines.append(f"  __shared__ __align__(16) {_ctype(b.dtype) if b.name in scratch else C_TYPE[b.dtype]} {b.name}[{n}];")
+      if b.scope == "shared":   # (a half tensor's tile holds floats, as a cross-thread reduction's scratch does)
+        lines.append(f"  __shared__ __align__(16) {_ctype(b.dtype)} {b.name}[{n}];")
       else: lines.append(f"  {_ctype(b.dtype)} {b.name}[{n}];")
     for v, tag in k.bindings:
       lines.append(f"  const {self.itype} {v} = {tag};")
@@ -355,7 +357,7 @@ _INFIX = {op: _infix(op) for op in _SYM}
 
 def _const(r: CUDARenderer, n: Expr, k) -> _Kid:
   if n.dtype == "bool": return ("true" if n.arg else "false", _ATOM)
-  if n.dtype.startswith("float"): return (_float_lit(n.arg, n.dtype), _ATOM)
+  if n.dtype in FLOAT_DTYPES: return (_float_lit(n.arg, n.dtype), _ATOM)
   s = str(int(n.arg)) + ("LL" if n.dtype == "int64" else "")
   return (s, 0) if n.arg < 0 else (s, _ATOM)   # precedence 0: parenthesised as any operand, `a - (-3)`
 

@@ -170,7 +170,7 @@ __device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(float f) {
 
 def _headers(source: str) -> tuple[tuple[str, str], ...]:
   """The in-memory headers ``source`` needs (the half types where it names one)."""
-  return (HALF_HEADER,) if "__half" in source or "__nv_bfloat16" in source else ()
+  return (HALF_HEADER,) if "__half" in source or "bfloat16" in source else ()
 
 
 def _compile(source: str, arch: str, options: tuple[str, ...], headers: tuple[tuple[str, str], ...]

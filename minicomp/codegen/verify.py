@@ -10,7 +10,6 @@ import math
 
 from minicomp.errors import ScheduleError
 from minicomp.ir.loop import Program
-from minicomp.ir.ops import DTYPE_BYTES
 from minicomp.ir.state import State, THREAD_TAGS
 from minicomp.target import Target
 
@@ -34,7 +33,7 @@ def check_resources(state: State, prog: Program, target: Target) -> None:
         + _steps_matching(state, lambda st: getattr(st, "annotation", None) in THREAD_TAGS or st.kind == "cross_thread_reduce"))
     if any(g > m for g, m in zip(k.grid, target.max_grid_dims)):
       raise ScheduleError(f"kernel {k.name}: grid {k.grid} exceeds the {target.arch} limits {target.max_grid_dims}")
-    smem = sum(int(b.size.arg) * DTYPE_BYTES[b.dtype] for b in k.allocs if b.scope == "shared")
+    smem = sum(int(b.size.arg) * b.element_bytes for b in k.allocs if b.scope == "shared")
     if smem > target.max_shared_bytes_per_block:
       names = [b.name for b in k.allocs if b.scope == "shared"]
       raise ScheduleError(

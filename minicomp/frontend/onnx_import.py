@@ -22,7 +22,6 @@ from onnx import helper, numpy_helper, shape_inference
 from minicomp.errors import ModelError, ShapeError, UnsupportedOpError
 from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_to_dtype
 from minicomp.frontend.graph import Graph, Node, Value
-from minicomp.frontend.half import widen_half
 
 # Opsets below MIN_OPSET are converted to it (ONNX's version converter); MAX_OPSET is the newest the
 # installed onnx defines (registry.NEWER_VERSIONS says which op versions past 21 the lowerings cover).
@@ -181,7 +180,6 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
   nodes = [node for node, _ in kept]
   outputs = [o.name for o in m.graph.output]
   g = Graph(nodes, values, inputs, outputs, opset, m.graph.name or "model")
-  g.boundary = widen_half(g)
   g.rebuild_nx()
   if check_ops:
     from minicomp.graph.registry import check_supported

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from minicomp.errors import TEError
 from minicomp.ir.expr import Expr, walk
-from minicomp.ir.ops import EXPENSIVE_INTRINSICS, Op
+from minicomp.ir.ops import EXPENSIVE_INTRINSICS, FLOAT_DTYPES, Op
 from minicomp.ir.te import Tensor
 
 
@@ -63,7 +63,7 @@ class ComputeDAG:
     for t in self.tensors:
       if t.is_placeholder: continue
       body = t.body.src[0] if t.body.op is Op.REDUCE else t.body
-      n_ops = sum(1 for n in walk(body) if n.op not in (Op.CONST, Op.VAR, Op.LOAD) and n.dtype.startswith("float"))
+      n_ops = sum(1 for n in walk(body) if n.op not in (Op.CONST, Op.VAR, Op.LOAD) and n.dtype in FLOAT_DTYPES)
       n_ops += 1 if t.body.op is Op.REDUCE else 0
       total += max(n_ops, 1) * math.prod(t.shape) * math.prod(int(a.extent.arg) for a in t.reduce_axes)
     return total

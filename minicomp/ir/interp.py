@@ -127,7 +127,7 @@ class _Launch:
   def _block(self, b: tuple[int, int, int]) -> None:
     k = self.k
     alloc = lambda scope: {a.name: _Mem.empty(_const(a.size, f"size of {a.name}"),   # (registers: computed type)
-                                              "float32" if scope == "local" and a.dtype in HALF_DTYPES else a.dtype)
+                                              a.stored_dtype)
                            for a in k.allocs
                            if a.scope == scope}
     self.shared = alloc("shared")

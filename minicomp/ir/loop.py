@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, TypeVar, Union
 
 from minicomp.ir.expr import Expr
+from minicomp.ir.ops import DTYPE_BYTES, HALF_DTYPES
 
 
 @dataclass(frozen=True, eq=False)
@@ -22,6 +23,18 @@ class Buffer:
   role: str = "temp"   # "input" | "output" | "temp"
 
   def __repr__(self): return f"Buffer({self.name}, {self.dtype}, {self.scope}, {self.size})"
+
+  @property
+  def stored_dtype(self) -> str:
+    """The type its elements are held in: a half type only in global memory. Shared tiles and registers of a
+    float16 / bfloat16 tensor hold float32, converted once where they are filled, not at every use
+    (docs/precision.md): a tile element feeds many multiply-adds, and the conversion pipe is 8x narrower."""
+    return "float32" if self.dtype in HALF_DTYPES and self.scope != "global" else self.dtype
+
+  @property
+  def element_bytes(self) -> int:
+    """Bytes of one element as held (:attr:`stored_dtype`)."""
+    return DTYPE_BYTES[self.stored_dtype]
 
 
 @dataclass(frozen=True)

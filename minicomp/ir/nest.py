@@ -8,11 +8,11 @@ cross-thread reductions and ``__syncthreads()`` around shared-memory stages.
 from __future__ import annotations
 
 from minicomp.errors import ScheduleError
-from minicomp.ir.expr import Expr, all_of, const, free_vars, max_, min_, var, walk
+from minicomp.ir.expr import Expr, all_of, cast, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync, map_stmts,
                               stmt_parts, walk_stmts)
-from minicomp.ir.ops import Op
+from minicomp.ir.ops import HALF_DTYPES, Op
 from minicomp.ir.names import c_ident
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, THREAD_TAGS, State
@@ -125,7 +125,8 @@ class NestBuilder:
     return guards + self._inherited_thread_guards(name)
 
   def _stage_body(self, name: str, i, reduce_leaves: list[str], sp_guards: list[Expr]):
-    """``(innermost statement, the reduction's init statement or None, the cross-thread combine or None)``."""
+    """``(innermost statement, the reduction's init statement or None, the statement after the reduction loops or
+    None: the cross-thread combine, or a half reduction's rounding of its float accumulator)``."""
     st = i.st
     t = st.tensor
     red = t.reduce
@@ -134,12 +135,14 @@ class NestBuilder:
     value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))
     value = simplify(value, self.ranges)
     if red is None: return Store(i.buffer, idx, value), None, None
+    leaves = st.leaves
     if not ct:
       init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
+      if t.dtype in HALF_DTYPES and i.buffer.scope != "local":
+        return self._float_accumulator(name, i, idx, value, init_v, reduce_leaves, sp_guards)
       load_self = Expr.make(Op.LOAD, t.dtype, (idx,), i.buffer)
       return (Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value)),
               self._guard(Store(i.buffer, idx, init_v), sp_guards), None)
-    leaves = st.leaves
     if any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
       raise ScheduleError(f"{_step_of(self.s, name, list(ct)[0])}: with a cross-thread reduction, every spatial loop of "
                           f"{name!r} must be outside its reduction loops; order is {list(leaves)}")
@@ -153,6 +156,24 @@ class NestBuilder:
     ctr = CrossThreadReduce(red.combiner, Expr.make(Op.LOAD, t.dtype, (const(0),), acc), i.leaf_ext[it_ct], ct[it_ct],
                             i.buffer, idx, simplify(all_of(tx_is < 1, *sp_guards), self.ranges), scratch, red.init)
     return inner, Store(acc, const(0), init_v), ctr
+
+  def _float_accumulator(self, name: str, i, idx: Expr, value: Expr, init_v: Expr, reduce_leaves: list[str],
+                         sp_guards: list[Expr]):
+    """A half reduction stored in global or shared memory accumulates in a float register and is rounded to its
+    type once, after its reduction loops (accumulating in the buffer would round at every step: 9% off over 4096
+    products). That needs every spatial loop outside the reduction loops, as a cross-thread reduction does."""
+    st, red = i.st, i.st.tensor.reduce
+    leaves = st.leaves
+    if reduce_leaves and any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
+      raise ScheduleError(f"stage {name!r} ({st.tensor.dtype}, in {i.buffer.scope} memory) has spatial loops inside its "
+                          f"reduction loops (order {list(leaves)}): it would accumulate in {st.tensor.dtype}; "
+                          "cache_write it to local, or reorder its reduction loops innermost")
+    acc = Buffer(c_ident(name + "_acc"), "float32", "local", const(1))
+    self._scratch.setdefault(i.kernel, []).append(acc)
+    load_acc = Expr.make(Op.LOAD, "float32", (const(0),), acc)
+    write_back = self._guard(Store(i.buffer, idx, cast(load_acc, st.tensor.dtype)), sp_guards)
+    return (Store(acc, const(0), _COMBINE[red.combiner](load_acc, cast(value, "float32"))),
+            Store(acc, const(0), cast(init_v, "float32")), write_back)
 
   def _guard_levels(self, name: str, i, guards: list[Expr], first_red: int | None) -> dict[int, list[Expr]]:
     """Each guard at the innermost loop it depends on (hoisted out of the loops it does not depend on), but

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from minicomp.errors import TEError
 from minicomp.ir.expr import Expr, ExprLike, ExprOps, IterVar, ReduceArg, as_expr, binary, const, var, walk
-from minicomp.ir.ops import DTYPES, Op
+from minicomp.ir.ops import DTYPES, FLOAT_DTYPES, Op
 
 
 class Tensor:
@@ -149,5 +149,5 @@ def min(a, b=None, *, axis=None, init=None):  # noqa: A001
 
 def reduce_identity(combiner: str, dtype: str) -> Expr:
   """The identity element of a combiner (0 for sum, -inf / lowest for max, ...)."""
-  big = float("inf") if dtype.startswith("float") else (2**31 - 1 if dtype == "int32" else 2**63 - 1)
+  big = float("inf") if dtype in FLOAT_DTYPES else (2**31 - 1 if dtype == "int32" else 2**63 - 1)
   return {"sum": const(0, dtype), "prod": const(1, dtype), "max": const(-big, dtype), "min": const(big, dtype)}[combiner]

@@ -7,7 +7,8 @@ import numpy as np
 
 from minicomp.errors import ShapeError
 from minicomp.frontend.dtypes import np_to_dtype
-from minicomp.ir.expr import Expr, as_expr, const
+from minicomp.ir.expr import Expr, as_expr, cast, const
+from minicomp.ir.ops import HALF_DTYPES
 from minicomp.ir.te import Tensor
 
 
@@ -53,3 +54,20 @@ def norm_axis(axis: int, rank: int, where: str = "") -> int:
 
 def scalar_expr(x, dtype: str) -> Expr:
   return as_expr(x, dtype)
+
+
+def stat_type(dtype: str) -> str:
+  """The type an op keeps its statistics in (a norm's mean and variance, softmax's max and sum): float32 for a half
+  input, which would lose them to rounding (a mean of 100 rounds by 0.03 in float16), else the input's own."""
+  return "float32" if dtype in HALF_DTYPES else dtype
+
+
+def as_stat(e: Expr) -> Expr:
+  """``e`` in :func:`stat_type` of its dtype."""
+  t = stat_type(e.dtype)
+  return e if t == e.dtype else cast(e, t)
+
+
+def back_to(e: Expr, dtype: str) -> Expr:
+  """``e`` in ``dtype`` (an op's output in its input's type after computing in :func:`stat_type`)."""
+  return e if e.dtype == dtype else cast(e, dtype)

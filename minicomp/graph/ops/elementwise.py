@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 import minicomp.ir.te as te
-from minicomp.frontend.dtypes import DTYPE_TO_NP
+from minicomp.frontend.dtypes import DTYPE_TO_NP, ONNX_TO_DTYPE
 from minicomp.graph.ops._util import broadcast_shape, dtype_of, load, operand
 from minicomp.graph.registry import op
 from minicomp.ir.expr import (Expr, abs_, call, cast, const, eq, erf, exp, log, max_, min_, ne, power, select, sigmoid,
@@ -20,9 +21,9 @@ from minicomp.ir.expr import (Expr, abs_, call, cast, const, eq, erf, exp, log, 
 from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES
 from minicomp.ir.te import Tensor
 
-FLOATS = ("float32", "float64")
+FLOATS = FLOAT_DTYPES
 # ONNX TensorProto element types minicomp can cast to
-_ONNX_DTYPES = {1: "float32", 11: "float64", 6: "int32", 7: "int64", 9: "bool"}
+_ONNX_DTYPES = ONNX_TO_DTYPE
 
 
 def _where(ctx) -> str: return f"{ctx.node.op_type} node {ctx.node.name!r}"
@@ -272,7 +273,7 @@ def clip(ctx, x, lo=None, hi=None):
   onnxruntime); NaN stays NaN. ``min(max(x, lo), hi)``: when lo > hi every value is hi."""
   d = _check(ctx, [x, lo, hi], FLOATS + INT_DTYPES, "supported")
   if d in FLOATS:
-    fi = np.finfo(DTYPE_TO_NP[d])
+    fi = ml_dtypes.finfo(DTYPE_TO_NP[d])
     lo = np.array(fi.min, fi.dtype) if lo is None else lo
     hi = np.array(fi.max, fi.dtype) if hi is None else hi
   vals = [x] + [v for v in (lo, hi) if v is not None]
@@ -324,8 +325,8 @@ def _cast(ctx, x, to: str):
 
 @op("Cast", kind="elementwise", since=13)
 def cast_op(ctx, x):
-  """ONNX Cast between float32 / float64 / int32 / int64 / bool (``saturate``, opset 19, only
-  concerns float8 types and is ignored)."""
+  """ONNX Cast between float16 / bfloat16 / float32 / float64 / int32 / int64 / bool (``saturate``, opset 19,
+  only concerns float8 types and is ignored)."""
   to = int(ctx.attr("to"))
   if to not in _ONNX_DTYPES:
     from onnx import TensorProto

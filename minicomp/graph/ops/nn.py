@@ -12,8 +12,11 @@ import numpy as np
 
 import minicomp.ir.te as te
 from minicomp.errors import ModelError, ShapeError
+from minicomp.frontend.dtypes import DTYPE_TO_NP
+from minicomp.graph.ops._util import as_stat, back_to, stat_type
 from minicomp.graph.registry import op
 from minicomp.ir.expr import all_of, as_expr, eq, power, rsqrt, select
+from minicomp.ir.ops import FLOAT_DTYPES
 from minicomp.ir.te import Tensor
 
 
@@ -250,7 +253,7 @@ def batch_norm(ctx, x, scale, bias, mean, var):
   if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
     a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
     bb = bias.astype(np.float64) - mean.astype(np.float64) * a
-    dt = np.float64 if X.dtype == "float64" else np.float32
+    dt = DTYPE_TO_NP[X.dtype] if X.dtype in FLOAT_DTYPES else np.float32   # (coefficients in X's type)
     A, Bt = ctx.const(a.astype(dt), "scale"), ctx.const(bb.astype(dt), "shift")
     return [ctx.compute(X.shape, lambda *i: X[i] * A[i[1]] + Bt[i[1]])]
   S, B, Mn, V = (ctx.tensor(v) for v in (scale, bias, mean, var))
@@ -271,18 +274,19 @@ def instance_norm(ctx, x, scale, bias):
   if X.ndim < 3: raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} < 3")
   C, sp = X.shape[1], X.shape[2:]
   S, B = (ctx.tensor(_chan(ctx, v, C, w)) for v, w in ((scale, "scale"), (bias, "B")))
-  cnt = as_expr(1.0 / math.prod(sp), X.dtype)
+  st = stat_type(X.dtype)                       # a half X: statistics in float32
+  cnt = as_expr(1.0 / math.prod(sp), st)
   r1 = [ctx.reduce_axis(n, f"r{d}") for d, n in enumerate(sp)]
-  tot = ctx.compute(X.shape[:2], lambda n, c: te.sum(X[(n, c, *r1)], axis=r1), "sum")
+  tot = ctx.compute(X.shape[:2], lambda n, c: te.sum(as_stat(X[(n, c, *r1)]), axis=r1), "sum")
   r2 = [ctx.reduce_axis(n, f"r{d}") for d, n in enumerate(sp)]
 
   def sq(n, c):
-    dv = X[(n, c, *r2)] - tot[n, c] * cnt
+    dv = as_stat(X[(n, c, *r2)]) - tot[n, c] * cnt
     return te.sum(dv * dv, axis=r2)
   var = ctx.compute(X.shape[:2], sq, "var")
-  e = as_expr(eps, X.dtype)
-  return [ctx.compute(X.shape, lambda *i: (X[i] - tot[i[0], i[1]] * cnt) * rsqrt(var[i[0], i[1]] * cnt + e)
-                      * S[i[1]] + B[i[1]])]
+  e = as_expr(eps, st)
+  return [ctx.compute(X.shape, lambda *i: back_to((as_stat(X[i]) - tot[i[0], i[1]] * cnt)
+                                                  * rsqrt(var[i[0], i[1]] * cnt + e) * S[i[1]] + B[i[1]], X.dtype))]
 
 
 @op("LRN", kind="reduction", since=1)
@@ -294,16 +298,16 @@ def lrn(ctx, x):
   alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
   X = ctx.tensor(x)
   if X.ndim < 3: raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} < 3")
-  if X.dtype not in ("float32", "float64"): raise ctx.error(f"dtype {X.dtype} is not supported (float32, float64)")
+  if X.dtype not in FLOAT_DTYPES: raise ctx.error(f"dtype {X.dtype} is not supported ({', '.join(FLOAT_DTYPES)})")
   if size <= 0: raise ModelError(f"{_where(ctx)}: size must be positive, got {size}")
   C, sp = X.shape[1], X.shape[2:]
   P = pad_stage(ctx, X, [(size - 1) // 2] + [0] * len(sp), [C + size - 1, *sp], 0.0, first=1)
   r = ctx.reduce_axis(size, "rc") if size > 1 else None
 
-  def sq(n, c, *s):
-    if r is None: return X[(n, c, *s)] * X[(n, c, *s)]
-    v = P[(n, c + r, *s)]
+  def sq(n, c, *s):                            # (a half X: the sum of squares in float32)
+    if r is None: return as_stat(X[(n, c, *s)]) * as_stat(X[(n, c, *s)])
+    v = as_stat(P[(n, c + r, *s)])
     return te.sum(v * v, axis=r)
   ss = ctx.compute(X.shape, sq, "sqsum")
-  k, b, e = (as_expr(v, X.dtype) for v in (alpha / size, bias, beta))
-  return [ctx.compute(X.shape, lambda *i: X[i] / power(ss[i] * k + b, e))]
+  k, b, e = (as_expr(v, ss.dtype) for v in (alpha / size, bias, beta))
+  return [ctx.compute(X.shape, lambda *i: back_to(as_stat(X[i]) / power(ss[i] * k + b, e), X.dtype))]

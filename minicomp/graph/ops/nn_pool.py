@@ -12,6 +12,7 @@ from minicomp.graph.ops._util import norm_axis
 from minicomp.graph.ops.nn import pad_stage, window
 from minicomp.graph.registry import op
 from minicomp.ir.expr import as_expr, call, cast, const, max_, min_, select
+from minicomp.ir.ops import FLOAT_DTYPES
 from minicomp.ir.te import Tensor
 
 
@@ -21,7 +22,7 @@ def _where(ctx) -> str: return f"{ctx.node.op_type} node {ctx.node.name!r}"
 def _pool_setup(ctx, x):
   X = ctx.tensor(x)
   if X.ndim < 3: raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} < 3")
-  if not X.dtype.startswith("float"): raise ctx.error(f"dtype {X.dtype} is not supported (float only)")
+  if X.dtype not in FLOAT_DTYPES: raise ctx.error(f"dtype {X.dtype} is not supported (float only)")
   sp = X.shape[2:]
   ks = ctx.attr("kernel_shape")
   ks = [int(k) for k in ks]

@@ -15,13 +15,13 @@ import numpy as np
 
 import minicomp.ir.te as te
 from minicomp.errors import ShapeError
-from minicomp.graph.ops._util import broadcast_shape, load, norm_axis, operand
+from minicomp.graph.ops._util import as_stat, back_to, broadcast_shape, load, norm_axis, operand, stat_type
 from minicomp.graph.registry import op
 from minicomp.ir.expr import Expr, ReduceArg, abs_, cast, const, eq, exp, log, ne, rsqrt, select, sqrt
-from minicomp.ir.ops import Op
+from minicomp.ir.ops import FLOAT_DTYPES, Op
 from minicomp.ir.te import Tensor
 
-_FLOATS = ("float32", "float64")
+_FLOATS = FLOAT_DTYPES
 
 
 def _where(ctx) -> str:
@@ -168,11 +168,12 @@ def _softmax(ctx, x, logsm: bool):
   x = ctx.tensor(x)
   if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
   ax = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
-  m = _stage(ctx, x, [ax], True, "max", lambda i, o: x[i], "max")
-  s = _stage(ctx, x, [ax], True, "sum", lambda i, o: exp(x[i] - m[o]), "sumexp")
+  X = lambda i: as_stat(x[i])                   # a half x: max and sum kept in float32
+  m = _stage(ctx, x, [ax], True, "max", lambda i, o: X(i), "max")
+  s = _stage(ctx, x, [ax], True, "sum", lambda i, o: exp(X(i) - m[o]), "sumexp")
   red = lambda i: tuple(0 if d == ax else v for d, v in enumerate(i))
-  if logsm: return [ctx.compute(x.shape, lambda *i: x[i] - m[red(i)] - log(s[red(i)]))]
-  return [ctx.compute(x.shape, lambda *i: exp(x[i] - m[red(i)]) / s[red(i)])]
+  if logsm: return [ctx.compute(x.shape, lambda *i: back_to(X(i) - m[red(i)] - log(s[red(i)]), x.dtype))]
+  return [ctx.compute(x.shape, lambda *i: back_to(exp(X(i) - m[red(i)]) / s[red(i)], x.dtype))]
 
 
 @op("Softmax", kind="reduction", since=13)
@@ -193,7 +194,8 @@ def layer_norm(ctx, x, scale, bias=None):
   """Normalise over dims axis..last (``axis`` negative ok): two-pass mean and variance,
   InvStdDev = rsqrt(var + epsilon), Y = (x - mean) * InvStdDev * Scale + B (Scale / B broadcast
   to x's trailing dims). Outputs Mean / InvStdDev (keepdims shape) in the stash type;
-  stash_type must be 1 (float32); a float64 X is computed in float64, its stats cast to float32."""
+  stash_type must be 1 (float32); a float64 X is computed in float64, its stats cast to float32; a float16 /
+  bfloat16 X has its statistics computed and kept in float32."""
   x = ctx.tensor(x)
   if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
   if int(ctx.attr("stash_type", 1)) != 1: raise ctx.error("only stash_type=1 (float32 statistics) is supported")
@@ -205,23 +207,24 @@ def layer_norm(ctx, x, scale, bias=None):
   for v, nm in ((scale, "Scale"), (bias, "B")):
     if v is not None and broadcast_shape(v.shape, x.shape, where=_where(ctx)) != x.shape:
       raise ShapeError(f"{_where(ctx)}: {nm} of shape {tuple(v.shape)} does not broadcast to X {x.shape}")
-  mean = _stage(ctx, x, ax, True, "sum", lambda i, o: x[i] * (1.0 / n), "mean")
+  X, st = (lambda i: as_stat(x[i])), stat_type(x.dtype)     # a half x: statistics in float32
+  mean = _stage(ctx, x, ax, True, "sum", lambda i, o: X(i) * (1.0 / n), "mean")
 
   def sq(i, o):
-    d = x[i] - mean[o]
+    d = X(i) - mean[o]
     return d * d * (1.0 / n)
   var = _stage(ctx, x, ax, True, "sum", sq, "var")
   # a variance past the type's range (|x| near 1e38) would give rsqrt(inf) = 0 and outputs of 0: NaN
   # instead, as onnxruntime and ONNX's reference give (their float math overflows too)
-  inv = ctx.compute(var.shape, lambda *o: select(var[o] < const(math.inf, x.dtype), rsqrt(var[o] + eps),
-                                                 const(math.nan, x.dtype)), "invstd")
+  inv = ctx.compute(var.shape, lambda *o: select(var[o] < const(math.inf, st), rsqrt(var[o] + eps),
+                                                 const(math.nan, st)), "invstd")
   red = lambda i: tuple(0 if d >= a0 else v for d, v in enumerate(i))
 
   def y(*i):
-    v = (x[i] - mean[red(i)]) * inv[red(i)] * load(S, x.shape, i)
-    return v + load(B, x.shape, i) if B is not None else v
+    v = (X(i) - mean[red(i)]) * inv[red(i)] * load(S, x.shape, i)
+    return back_to(v + load(B, x.shape, i) if B is not None else v, x.dtype)
   out = ctx.compute(x.shape, y)
-  if x.dtype != "float32":
+  if st != "float32":
     to32 = lambda v: cast(v, "float32")
     mean, inv = _map(ctx, mean, to32, "mean32"), _map(ctx, inv, to32, "inv32")
   return [out, mean, inv]

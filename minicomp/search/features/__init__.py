@@ -24,7 +24,7 @@ from minicomp.ir.arith import add, div, fl, gt, ifl, lnot, mul, num, onehot, slo
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr
 from minicomp.ir.loop import Program
-from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, INT_DTYPES, Op
+from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES, Op
 from minicomp.ir.rewrite import fold
 from minicomp.search.features.memory import (BUF_FEATURE_NAMES, CACHE_LINE, N_BUF_FEATURES, N_CURVE, buffer_features,
                                             intensity_curve)
@@ -119,7 +119,7 @@ def _row(sites: list[Site], j: int, loop_vars: set[str], alloc_at: dict[str, int
     depth = alloc_at[s.buffer.name]
     aop = fl(1.0)
     for lp in s.loops[:depth]: aop = mul(aop, lp.ext)
-    size = mul(s.buffer.size, DTYPE_BYTES[s.buffer.dtype])
+    size = mul(s.buffer.size, s.buffer.element_bytes)
     row += [slog(size), slog(mul(s.buffer.size, aop)), slog(aop), slog(div(outer_prod, aop))]
   else:
     row += [fl(0.0)] * 4

@@ -23,7 +23,7 @@ import numpy as np
 from minicomp.errors import ExprError, MinicompError
 from minicomp.ir.evaluate import fold_table
 from minicomp.ir.expr import Expr, const
-from minicomp.ir.ops import DTYPE_BYTES, Op
+from minicomp.ir.ops import Op
 from minicomp.ir.rewrite import compile_fold, fold
 from minicomp.search.sketch_types import Sketch
 from minicomp.target import Target
@@ -89,10 +89,10 @@ class SketchFormulas:
     self.rows = extract_program_exprs(prog)
     self.unroll_col = feature_names().index(UNROLL_COLUMN)
     self.kernels = [(tuple(_e(d) for d in k.block), tuple(_e(d) for d in k.grid),
-                     [(_e(b.size), DTYPE_BYTES[b.dtype]) for b in k.allocs if b.scope == "shared"])
+                     [(_e(b.size), b.element_bytes) for b in k.allocs if b.scope == "shared"])
                     for k in prog.kernels]
     # per kernel: (elements, bytes) of each per-thread local buffer: the register estimate Felix penalises
-    self.local = [[(_e(b.size), DTYPE_BYTES[b.dtype]) for b in k.allocs if b.scope == "local"] for k in prog.kernels]
+    self.local = [[(_e(b.size), b.element_bytes) for b in k.allocs if b.scope == "local"] for k in prog.kernels]
 
   def _env(self, values: list[dict]) -> dict[str, np.ndarray]:
     names = self.sketch.schedule.params()

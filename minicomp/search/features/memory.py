@@ -10,7 +10,6 @@ from __future__ import annotations
 from minicomp.ir.arith import (add, div, eq, fl, fmax, fmin, ge, gt, ifl, land, lnot, log2, lor, mul, ne, num,
                                onehot, slog, sub)
 from minicomp.ir.expr import Expr
-from minicomp.ir.ops import DTYPE_BYTES
 from minicomp.search.features.sites import Site, nontrivial, unit_steps
 
 N_BUF_FEATURES = 18
@@ -30,14 +29,14 @@ def _entries(sites: list[Site], j: int, lv: int) -> list[tuple[Site, str]]:
   return [(s, b) for s in sites[:j + 1] if len(s.loops) > lv and s.loops[lv].key == key for b in s.acc]
 
 
-def _bytes(s: Site, b: str) -> int: return DTYPE_BYTES[s.acc[b][0].dtype]
+def _bytes(s: Site, b: str) -> int: return s.acc[b][0].element_bytes
 
 
 def buffer_features(sites: list[Site], j: int, name: str, outer_prod: Expr, loop_vars: set[str]) -> list[Expr]:
   """The N_BUF_FEATURES features of buffer ``name`` at store ``j`` (``outer_prod``: its loops' product)."""
   s = sites[j]
   buf, kind, _ = s.acc[name]
-  eb = DTYPE_BYTES[buf.dtype]
+  eb = buf.element_bytes
   n = len(s.loops)
   bytes_ = mul(outer_prod, eb)
   unique_bytes = mul(s.regions[name][0], eb)

@@ -162,7 +162,7 @@ class SketchModel:
   # -- building the formulas (once per sketch)
   def _kernel(self, k, sizes: dict[str, int]) -> _KernelFormulas:
     kf = _KernelFormulas(_prod(_e(d) for d in k.grid), _prod(_e(d) for d in k.block),
-                         sum((_e(b.size) * DTYPE_BYTES[b.dtype] for b in k.allocs if b.scope == "shared"), const(0)),
+                         sum((_e(b.size) * b.element_bytes for b in k.allocs if b.scope == "shared"), const(0)),
                          sum((_e(b.size) for b in k.allocs if b.scope == "local"), const(0)),
                          {b.name: _e(b.size) for b in k.allocs if b.scope == "shared"})
     self._threads = {v for v, tag in k.bindings if tag.startswith("threadIdx")}
@@ -244,7 +244,7 @@ class SketchModel:
           if scope == "local": continue
           d = deps(n.src[0])
           inner = max(d) if d else None
-          accesses.append(_Access(scope, False, self._step(n.src[0]), width, DTYPE_BYTES.get(b.dtype, 4), d,
+          accesses.append(_Access(scope, False, self._step(n.src[0]), width, b.element_bytes, d,
                                   fetch if scope == "global" else None, inner,
                                   self._along(n.src[0], loops[inner][0]) if inner is not None else None,
                                   _divmods(n.src[0], varying)))
@@ -260,7 +260,7 @@ class SketchModel:
     if n_mul + n_add - 2 * fma:
       counts["fp32_arith"] = counts.get("fp32_arith", const(0)) + width * (n_mul + n_add - 2 * fma)
     if buf.scope != "local" and index is not None:
-      accesses.append(_Access(buf.scope, True, self._step(index), width, DTYPE_BYTES.get(buf.dtype, 4), deps(index),
+      accesses.append(_Access(buf.scope, True, self._step(index), width, buf.element_bytes, deps(index),
                               divmods=_divmods(index, varying)))
       if vvar is not None: vector += self._vector_probes(index, vvar, width)
     return _Site([(x, kind) for _, x, kind in loops], accesses, counts, vector)

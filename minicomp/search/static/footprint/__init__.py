@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minicomp.ir.loop import LoopKernel, Program
-from minicomp.ir.ops import DTYPE_BYTES
 from minicomp.search.static.footprint.coalescing import AccessPattern, access_patterns
 from minicomp.search.static.footprint.counting import DistinctCounter, sum_unique
 from minicomp.search.static.footprint.isl_build import N_HW, access_map, collect_accesses
@@ -113,7 +112,7 @@ def data_movement(kernel_ir: LoopKernel, l1_bytes: int = 128 * 1024, l2_bytes: i
   count = DistinctCounter(kernel_ir)
   bufs = {b.name: b for b in list(kernel_ir.params) + list(kernel_ir.allocs)}
   for m in maps: bufs.setdefault(m.access.buffer.name, m.access.buffer)
-  nbytes = {n: DTYPE_BYTES.get(b.dtype, 4) for n, b in bufs.items()}
+  nbytes = {n: b.element_bytes for n, b in bufs.items()}
   dyn = [m.instance_count() for m in maps]
   glob = [n for n, b in bufs.items() if b.scope == "global"]
   smem = sum(int(b.size.arg) * nbytes[b.name] for b in kernel_ir.allocs if b.scope == "shared")

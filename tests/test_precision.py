@@ -1,0 +1,252 @@
+"""Half precision end to end: float16 / bfloat16 models kept in their type, ``precision=`` (fp32, fp16, bf16).
+
+Tolerances. A half kernel loads its type, computes in float32 and rounds once per value it stores (codegen/cuda.py);
+reductions accumulate in float32 (ir/nest.py), so a reduction of length K adds K * 2^-24 of its magnitude, far below
+a half rounding here (K <= 600). A value stored in half memory is rounded by half an ulp of the type (eps / 2 relative,
+eps = 2^-10 for float16, 2^-7 for bfloat16). The workloads below store at most 4 half values on any path (a chain of
+stages a random schedule does not inline): ``rtol = atol / max|ref| = 4 eps``. A model is a chain of such kernels
+and its reference (onnxruntime) rounds in its own places: ``4 eps`` of the output's largest magnitude again, which
+the models meet with 6-10x to spare (the largest error seen: 0.6 eps for float16, 1.9 eps for bfloat16).
+"""
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+import minicomp as mc
+from minicomp import workloads as W
+from minicomp import zoo
+from minicomp.errors import CompileError, ScheduleError
+from minicomp.graph.schedules import default_schedule
+from minicomp.ir.dag import ComputeDAG
+from minicomp.search.annotate import sample_population
+from minicomp.search.sketch import generate_sketches
+from minicomp.search.strategies.gensor import construct
+from minicomp.target import as_target
+from onnx_harness import rounded_weights, run_ort, to_half
+
+TGT = as_target("sm_86")
+EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+ONNX = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+PRECISION = {"float16": "fp16", "bfloat16": "bf16"}
+
+
+def _close(got, want, dtype, what=""):
+  got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+  tol = 4 * EPS[dtype]
+  np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max())), err_msg=what)
+
+
+# ---- every workload of minicomp/workloads.py in float16 and bfloat16, under several schedules
+
+WORKLOADS = {
+  "matmul": lambda d: W.matmul(48, 40, 72, dtype=d),
+  "matmul_bias_relu": lambda d: W.matmul(32, 24, 40, bias_relu=True, dtype=d),
+  "batch_matmul": lambda d: W.batch_matmul(2, 16, 24, 20, dtype=d),
+  "embedding_matmul": lambda d: W.embedding(6, 20, 16, N=12, dtype=d),
+  "conv2d": lambda d: W.conv2d(1, 8, 10, 10, 8, 3, 1, 1, dtype=d),
+  "depthwise_conv2d": lambda d: W.depthwise_conv2d(1, 8, 10, 10, 3, 1, 1, dtype=d),
+  "softmax": lambda d: W.softmax(12, 40, dtype=d),
+  "layernorm": lambda d: W.layernorm(10, 48, dtype=d),
+  "row_sum": lambda d: W.row_sum(16, 100, dtype=d),
+  "broadcast_chain": lambda d: W.broadcast_chain(4, 6, 8, dtype=d),
+}
+
+
+def _schedules(dag, n_random=2):
+  out = [("rules", default_schedule(dag, TGT)), ("gensor", construct(dag, TGT, seed=0).candidates[0].schedule)]
+  sketches = generate_sketches(dag, TGT)
+  out += [(f"random{i}", c.schedule) for i, c in enumerate(sample_population(sketches, n_random,
+                                                                              np.random.default_rng(3), TGT))]
+  return out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_workload_in_half_matches_numpy(name, dtype):
+  wl = WORKLOADS[name](dtype)
+  ins = wl.random_inputs(1)
+  assert any(a.dtype == NP[dtype] for a in ins)
+  want = wl.reference(*[a.astype(np.float32) if a.dtype == NP[dtype] else a for a in ins])
+  for sname, sched in _schedules(ComputeDAG(wl.outputs)):
+    try:
+      kern = mc.build(sched, TGT)
+    except ScheduleError as e:   # a random schedule that would accumulate in half (see below) is invalid, as others are
+      assert "accumulate" in str(e) and sname.startswith("random"), (sname, e)
+      continue
+    got = kern(*ins, device="cpu")
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert got.dtype == NP[dtype], sname
+    _close(got, want, dtype, f"{name} {sname}")
+
+
+def test_a_half_reduction_in_global_memory_accumulates_in_float():
+  """Accumulating 4096 float16 products in the output buffer itself rounded at every step: 9% off."""
+  A = mc.placeholder((16, 4096), "float16", name="A")
+  B = mc.placeholder((4096, 16), "float16", name="B")
+  k = mc.reduce_axis(4096, name="k")
+  C = mc.compute((16, 16), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
+  s = mc.Schedule([C])
+  i, j = s.axis(C)[:2]
+  s.bind(C, i, "blockIdx.x"); s.bind(C, j, "threadIdx.x")
+  kern = mc.build(s, TGT)
+  assert "float C_acc[1];" in kern.source and "C[i * 16 + j] = __float2half_rn(C_acc[0]);" in kern.source
+  rng = np.random.default_rng(0)
+  a, b = rng.random((16, 4096)).astype(np.float16), rng.random((4096, 16)).astype(np.float16)
+  want = a.astype(np.float32) @ b.astype(np.float32)
+  np.testing.assert_allclose(kern(a, b, device="cpu").astype(np.float32), want, rtol=2.0**-10)
+
+
+def test_a_half_reduction_with_spatial_loops_inside_it_is_refused():
+  A = mc.placeholder((64, 32), "float16", name="A")
+  k = mc.reduce_axis(32, name="k")
+  R = mc.compute((64,), lambda i: mc.sum(A[i, k], axis=k), name="R")
+  s = mc.Schedule([R])
+  o, t = s.split(R, s.axis(R)[0], 32)
+  s.reorder(R, o, "k", t)                           # i.outer, k, i.inner: a spatial loop inside the reduction
+  s.bind(R, o, "blockIdx.x")
+  with pytest.raises(ScheduleError, match="accumulate in float16"):
+    mc.build(s, TGT)
+
+
+def test_bfloat16_constants_are_floats():
+  """A bfloat16 constant was printed as an integer: x * 0.0625 became x * 0."""
+  X = mc.placeholder((64,), "bfloat16", name="X")
+  Y = mc.compute((64,), lambda i: X[i] * 0.0625 + 0.5, name="Y")
+  s = mc.Schedule([Y])
+  s.bind(Y, s.axis(Y)[0], "threadIdx.x")
+  x = np.random.default_rng(0).standard_normal(64).astype(ml_dtypes.bfloat16)
+  got = mc.build(s, TGT)(x, device="cpu")
+  np.testing.assert_array_equal(got, (x.astype(np.float32) * 0.0625 + 0.5).astype(ml_dtypes.bfloat16))
+
+
+# ---- ONNX models in float16 / bfloat16, kept in their type
+
+MODELS = ["residual_block", "inverted_residual", "transformer_encoder", "llama_block", "generator", "conv3d_block"]
+
+
+def _float_types(cm) -> set[str]:
+  return {b.dtype for k in cm.kernels for b in k.plan.inputs + k.plan.outputs if b.dtype.startswith(("float", "bfloat"))}
+
+
+# (ONNX types Conv and ConvTranspose for bfloat16 only from opset 22: a bfloat16 conv model at opset 17 is ill-typed)
+@pytest.mark.parametrize("name,dtype", [(m, "float16") for m in MODELS]
+                         + [(m, "bfloat16") for m in ("transformer_encoder", "llama_block")])
+def test_half_model_is_computed_in_its_type(name, dtype):
+  model, feeds = getattr(zoo, name)()
+  half = to_half(model, ONNX[dtype])
+  hfeeds = {k: v.astype(NP[dtype]) for k, v in feeds.items()}
+  if dtype == "float16":
+    want = run_ort(half, hfeeds)[0]
+  else:   # onnxruntime has no bfloat16 CPU kernels: the float32 model on the same rounded weights and inputs
+    want = run_ort(rounded_weights(model, NP[dtype]), {k: v.astype(np.float32) for k, v in hfeeds.items()})[0]
+  cm = mc.compile(half, schedules="rules", progress=False)
+  assert _float_types(cm) == {dtype}, _float_types(cm)
+  got = cm.run(hfeeds, device="cpu")[0]
+  assert got.dtype == NP[dtype]
+  _close(got, want, dtype, name)
+
+
+def test_half_model_with_constructed_schedules():
+  model, feeds = zoo.residual_block()
+  half = to_half(model)
+  hfeeds = {k: v.astype(np.float16) for k, v in feeds.items()}
+  cm = mc.compile(half, progress=False, jobs=1)
+  assert cm.stats.constructed == len(cm.kernels)
+  _close(cm.run(hfeeds, device="cpu")[0], run_ort(half, hfeeds)[0], "float16")
+
+
+def test_precision_fp32_widens_a_half_model():
+  model, feeds = zoo.transformer_encoder()
+  half = to_half(model)
+  hfeeds = {k: v.astype(np.float16) for k, v in feeds.items()}
+  cm = mc.compile(half, schedules="rules", progress=False, precision="fp32")
+  assert _float_types(cm) == {"float32"}
+  got = cm.run(hfeeds, device="cpu")[0]
+  assert got.dtype == np.float16 and [i.dtype for i in cm.inputs] == ["float16"]
+  _close(got, run_ort(half, hfeeds)[0], "float16")
+
+
+# ---- precision="fp16" / "bf16": autocast a float32 model
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["residual_block", "transformer_encoder", "llama_block"])
+def test_autocast_matches_fp32_within_the_half_tolerance(name, dtype):
+  model, feeds = getattr(zoo, name)()
+  cm = mc.compile(model, schedules="rules", progress=False, precision=PRECISION[dtype])
+  assert dtype in _float_types(cm)
+  assert [i.dtype for i in cm.inputs] == ["float32"] * len(cm.inputs)
+  got = cm.run(feeds, device="cpu")[0]
+  assert got.dtype == np.float32
+  _close(got, run_ort(model, feeds)[0], dtype, name)
+  # the kernels move 2-byte values: 16-bit global loads in the PTX of the ones reading half weights
+  ptx = "\n".join(k.binary.ptx for k in cm.kernels)
+  assert any(f"ld.global{s}" in ptx for s in (".nc.u16", ".u16", ".nc.b16", ".b16", ".nc.v2.u16", ".v2.u16"))
+  assert cm.weights and any(w.dtype == NP[dtype] for w in cm.weights.values())
+
+
+def _graph(model, precision):
+  from minicomp.frontend.onnx_import import load_onnx
+  from minicomp.frontend.precision import apply_precision
+  return apply_precision(load_onnx(model), precision)
+
+
+def test_autocast_keeps_range_ops_in_float32_and_the_boundary_types():
+  model, _ = zoo.transformer_encoder()
+  g = _graph(model, "fp16")
+  by_op = {}
+  for n in g.nodes:
+    by_op.setdefault(n.op_type, set()).update(g.values[o].dtype for o in n.outputs[:1] if o in g.values)
+  assert by_op["Softmax"] == {"float32"} and by_op["LayerNormalization"] == {"float32"}
+  assert by_op["MatMul"] == {"float16"}
+  assert [g.values[i].dtype for i in g.inputs] == ["float32"] and [g.values[o].dtype for o in g.outputs] == ["float32"]
+
+
+def test_autocast_leaves_a_constant_past_the_half_range_in_float32():
+  """An attention mask's -1e9 is -inf in float16 (and a row of -inf a softmax of NaN): the Add reading it is
+  computed in float32, and so is the softmax after it."""
+  b = zoo._B(0)
+  x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+  mask = np.where(np.arange(16) < 12, 0.0, -1e9).astype(np.float32)
+  y = b.op("Softmax", [b.op("Add", [b.op("Mul", ["x", b.const(np.float32(2.0))]), b.const(mask)])], axis=-1)
+  model = b.model({"x": x}, [y])
+  g = _graph(model, "fp16")
+  assert {n.op_type: g.values[n.outputs[0]].dtype for n in g.nodes if n.op_type != "Cast"} == \
+    {"Mul": "float16", "Add": "float32", "Softmax": "float32"}
+  got = mc.compile(model, schedules="rules", progress=False, precision="fp16").run({"x": x}, device="cpu")[0]
+  assert np.isfinite(got).all() and (got[:, 12:] == 0).all()
+  _close(got, run_ort(model, {"x": x})[0], "float16")
+
+
+def test_unknown_precision_is_a_compile_error():
+  with pytest.raises(CompileError, match="precision='fp8'.*fp32, fp16, bf16"):
+    mc.compile(zoo.residual_block()[0], precision="fp8")
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_saved_half_model_loads_and_runs(tmp_path, precision):
+  model, feeds = zoo.transformer_encoder()
+  cm = mc.compile(model, schedules="rules", progress=False, precision=precision)
+  back = mc.load(cm.save(tmp_path / "m"))
+  assert sorted(str(w.dtype) for w in back.weights.values()) == sorted(str(w.dtype) for w in cm.weights.values())
+  np.testing.assert_array_equal(back.run(feeds, device="cpu")[0], cm.run(feeds, device="cpu")[0])
+
+
+def test_cli_precision(tmp_path):
+  path = tmp_path / "m.onnx"
+  model, feeds = zoo.residual_block()
+  onnx.save(model, str(path))
+  r = subprocess.run([sys.executable, "-m", "minicomp.cli", "compile", str(path), "-q", "--schedules", "rules",
+                      "--precision", "bf16", "-o", str(tmp_path / "out")], capture_output=True, text=True)
+  assert r.returncode == 0, r.stderr
+  assert "bf16/fp32" in r.stdout                       # the summary's stored/computed column
+  cm = mc.load(tmp_path / "out")
+  assert any(w.dtype == ml_dtypes.bfloat16 for w in cm.weights.values())
+  r = subprocess.run([sys.executable, "-m", "minicomp.cli", "compile", str(path), "--precision", "fp8", "-o",
+                      str(tmp_path / "x")], capture_output=True, text=True)
+  assert r.returncode == 2 and "fp8" in r.stderr and "fp16" in r.stderr
