@@ -5,8 +5,11 @@ import numpy as np
 from minicomp.codegen import cuda, verify
 from minicomp.ir import evaluate
 from minicomp.ir.ops import C_TYPE, DTYPE_BYTES, DTYPE_INFO, DTYPES, NP_DTYPE, np_type
+from minicomp.ir.expr import const
+from minicomp.ir.loop import Buffer
 from minicomp.search import features
-from minicomp.search.static import footprint
+from minicomp.search.features import formulas, memory
+from minicomp.search.static import analytic, footprint
 
 
 def test_ir_dtypes_have_every_fact():
@@ -25,5 +28,12 @@ def test_values_are_the_ones_the_emitter_and_models_always_used():
 
 
 def test_one_source_of_truth():
+  """Element sizes come from one place, ``Buffer.element_bytes`` over the table: the resource check, the static
+  model and the features keep no table of their own."""
   assert cuda.C_TYPE is C_TYPE
-  assert verify.DTYPE_BYTES is footprint.DTYPE_BYTES is features.DTYPE_BYTES is DTYPE_BYTES
+  for m in (verify, footprint, features, analytic, formulas, memory):
+    assert not hasattr(m, "DTYPE_BYTES"), m.__name__
+  for dtype, nbytes in DTYPE_BYTES.items():
+    assert Buffer("b", dtype, "global", const(1)).element_bytes == nbytes
+  # a half tensor's shared tile and registers hold floats (docs/precision.md)
+  assert Buffer("b", "float16", "shared", const(1)).element_bytes == Buffer("b", "bfloat16", "local", const(1)).element_bytes == 4

@@ -7,9 +7,9 @@ parentheses when the child binds less tightly than its operand position needs (C
 kernel (int32 or long long indices, floor helpers under the loop ranges known so far, buffer loads) the
 rules read from the renderer, the fold's ``ctx``. Statements print through one method per statement
 class (``_STMT``). Output is deterministic: the same Program gives the same text, byte for byte.
-A float16 (bfloat16) value is stored as ``__half`` (``__nv_bfloat16``) in global and shared memory and kernel
-parameters, and computed in float: a load converts it (``__half2float``), a store rounds it to nearest even
-(``__float2half_rn``), registers, arithmetic, constants and reductions are float, and a cast to the half type
+A float16 (bfloat16) value is stored as ``__half`` (``__nv_bfloat16``) in global memory (kernel parameters), and
+computed in float: a load converts it (``__half2float``), a store rounds it to nearest even (``__float2half_rn``),
+registers, shared tiles, arithmetic, constants and reductions are float (``Buffer.stored_dtype``), and a cast to the half type
 inside an expression rounds there (``_HALF``; NVRTC gets the types from ``nvrtc.HALF_HEADER``, the simulator
 from ``cuda_shim.h``).
 Integer ``//`` and ``%`` print as C ``/`` and ``%`` when the operands are provably

@@ -9,12 +9,14 @@
 - ``"fp32"``: every float16 / bfloat16 value of the graph (initializers, intermediates, ``Cast`` targets) is widened
   to float32 (:func:`widen_half`); only the model's boundary keeps the half type: ``CompiledModel.run`` takes half
   inputs, widens them on the host and rounds the outputs back. Twice the bytes, no rounding between ops.
-- ``"fp16"`` / ``"bf16"``: :func:`autocast` an fp32 model as ``torch.autocast`` does: weights and activations in
-  the half type, except the outputs of the ops in :data:`KEPT_IN_FP32` (exp, log, pow, sums and products, softmax,
-  the norms: ops whose values need float32's range), which stay float32; ``Cast`` nodes convert between the two
-  where a value crosses (they fuse into the kernels around them). The model's inputs and outputs keep their own
-  types. float64 values are left alone, and a node that reads a float constant past the half type's range (an
-  attention mask's -1e9 in float16) is computed in float32 too.
+- ``"fp16"`` / ``"bf16"``: :func:`autocast` an fp32 model as ``torch.autocast`` does: the matmuls and
+  convolutions (:data:`HALF_OPS`) in the half type, their weights converted once; the ops whose values need
+  float32's range (:data:`KEPT_IN_FP32`: exp, log, pow, sums and products, softmax, the norms) in float32; every
+  other op in the widest type of its runtime inputs, so a chain after a convolution stays half and a transformer's
+  residual stream, which starts from a float32 input, stays float32. ``Cast`` nodes convert where a value crosses
+  (they fuse into the kernels around them). The model's inputs and outputs keep their own types, explicit ``Cast``
+  nodes theirs; float64 values are left alone; a node that reads a float constant past the half type's range (an
+  attention mask's -1e9 in float16) is computed in float32.
 """
 from __future__ import annotations
 
@@ -36,10 +38,12 @@ KEPT_IN_FP32 = frozenset({
   "Exp", "Log", "Pow", "Reciprocal", "Softplus", "Softmax", "LogSoftmax", "CumSum",
   "ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
   "LayerNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization", "MeanVarianceNormalization"})
+# torch.autocast's lower-precision list, in ONNX ops: the matmuls and convolutions, where the bytes and the math are
+HALF_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "PRelu"})
 # inputs an op reads in float32 whatever the model computes in: (op, input position)
 _FIXED_INPUTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
-# ops whose float output type is not their inputs' (an attribute or nothing says it): their inputs are left alone
-_ANY_INPUT = {"Cast", "Shape", "Size"}
+# ops whose output type is not their inputs': left alone (as are the ops of _DTYPE_ATTRS, whose type is explicit)
+_ANY_INPUT = {"Shape", "Size"}
 
 
 def check_precision(precision) -> str | None:
@@ -83,8 +87,12 @@ def widen_half(g: Graph) -> dict[str, str]:
 
 
 def autocast(g: Graph, half: str) -> Graph:
-  """A new Graph computing ``g``'s float32 (and other half type's) values in ``half``, but for the outputs of
-  :data:`KEPT_IN_FP32`; the graph's inputs and outputs keep their types."""
+  """A new Graph computing ``g`` as ``torch.autocast`` would: :data:`HALF_OPS` in ``half``, :data:`KEPT_IN_FP32`
+  in float32, every other op in the widest float type of its runtime inputs (float32 if one of them is); constants
+  take the type of the node reading them. The graph's inputs and outputs keep their types; explicit ``Cast`` nodes
+  keep theirs. A model holding the other half type is widened to float32 first (:func:`widen_half`)."""
+  if any(v.dtype in HALF - {half} for v in g.values.values()):
+    g.boundary = widen_half(g)
   values = dict(g.values)
   nodes: list[Node] = []
   casts: dict[tuple[str, str], str] = {}       # (value, dtype) -> the value cast to dtype
@@ -102,43 +110,50 @@ def autocast(g: Graph, half: str) -> Graph:
     v = values[name]
     new = fresh(f"{name}_{dtype}")
     if v.is_const:
-      values[new] = Value(new, v.shape, dtype, np.asarray(v.const).astype(DTYPE_TO_NP[dtype]))
+      with np.errstate(over="ignore"):    # (a node whose constants overflow the half type is computed in float32)
+        values[new] = Value(new, v.shape, dtype, np.asarray(v.const).astype(DTYPE_TO_NP[dtype]))
     else:
       values[new] = Value(new, v.shape, dtype)
       nodes.append(Node(fresh(f"autocast_{new}"), "Cast", [name], [new], {"to": DTYPE_TO_ONNX[dtype]}))
     casts[name, dtype] = new
     return new
 
-  def castable(name: str) -> bool:
-    return bool(name) and name in values and values[name].dtype in ("float32",) + tuple(HALF)
+  def floats(n: Node) -> list[int]:
+    """The positions of ``n``'s float inputs whose type follows the node's."""
+    return [k for k, name in enumerate(n.inputs) if name and name in values and values[name].dtype in ("float32", half)
+            and (n.op_type, k) not in _FIXED_INPUTS]
+
+  def node_type(n: Node) -> str | None:
+    if n.op_type in _DTYPE_ATTRS or n.op_type in _ANY_INPUT: return None      # explicit types: left alone
+    if n.op_type in KEPT_IN_FP32 or _overflows(n, values, top): return "float32"
+    if n.op_type in HALF_OPS: return half
+    runtime = {values[n.inputs[k]].dtype for k in floats(n) if not values[n.inputs[k]].is_const}
+    if not runtime: return None
+    return "float32" if "float32" in runtime else half
 
   outputs = set(g.outputs)
   top = float(ml_dtypes.finfo(DTYPE_TO_NP[half]).max)
   for n in g.nodes:
-    want = "float32" if n.op_type in KEPT_IN_FP32 or _overflows(n, values, top) else half
+    want = node_type(n)
+    if want is None:
+      nodes.append(n)
+      continue
     ins = list(n.inputs)
-    if n.op_type not in _ANY_INPUT:
-      for k, name in enumerate(ins):
-        if castable(name) and (n.op_type, k) not in _FIXED_INPUTS and values[name].dtype != want:
-          ins[k] = as_type(name, want)
-    attrs = dict(n.attrs)
-    key = _DTYPE_ATTRS.get(n.op_type)
-    if key in attrs and int(attrs[key]) in {DTYPE_TO_ONNX["float32"]} | _HALF_ONNX:
-      attrs[key] = DTYPE_TO_ONNX[want]
+    for k in floats(n):
+      if values[ins[k]].dtype != want: ins[k] = as_type(ins[k], want)
     outs, after = list(n.outputs), []
     for k, name in enumerate(outs):
-      if not castable(name): continue
-      v = values[name]
+      v = values.get(name) if name else None
+      if v is None or v.dtype not in ("float32", half) or v.dtype == want: continue
       if n.op_type == "LayerNormalization" and k > 0: continue         # its statistics: float32 (stash_type)
-      if v.dtype == want: continue
       if name in outputs:          # a graph output keeps its type: computed under another name, then cast
         outs[k] = fresh(f"{name}_{want}")
         values[outs[k]] = Value(outs[k], v.shape, want)
         after.append(Node(fresh(f"autocast_{name}"), "Cast", [outs[k]], [name], {"to": DTYPE_TO_ONNX[v.dtype]}))
         casts[name, want] = outs[k]                # its readers in the graph read it before the cast
       else:
-        values[name] = Value(name, v.shape, want, None if v.const is None else np.asarray(v.const).astype(DTYPE_TO_NP[want]))
-    nodes.append(Node(n.name, n.op_type, ins, outs, attrs, n.domain))
+        values[name] = Value(name, v.shape, want)
+    nodes.append(Node(n.name, n.op_type, ins, outs, dict(n.attrs), n.domain))
     nodes.extend(after)
   out = Graph(nodes, values, list(g.inputs), list(g.outputs), g.opset, g.name, boundary=dict(g.boundary))
   out.rebuild_nx()

@@ -138,7 +138,7 @@ class NestBuilder:
     leaves = st.leaves
     if not ct:
       init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
-      if t.dtype in HALF_DTYPES and i.buffer.scope != "local":
+      if i.buffer.stored_dtype in HALF_DTYPES:      # (a half tensor's shared tile and registers hold floats)
         return self._float_accumulator(name, i, idx, value, init_v, reduce_leaves, sp_guards)
       load_self = Expr.make(Op.LOAD, t.dtype, (idx,), i.buffer)
       return (Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value)),
@@ -159,13 +159,13 @@ class NestBuilder:
 
   def _float_accumulator(self, name: str, i, idx: Expr, value: Expr, init_v: Expr, reduce_leaves: list[str],
                          sp_guards: list[Expr]):
-    """A half reduction stored in global or shared memory accumulates in a float register and is rounded to its
+    """A half reduction stored in global memory accumulates in a float register and is rounded to its
     type once, after its reduction loops (accumulating in the buffer would round at every step: 9% off over 4096
     products). That needs every spatial loop outside the reduction loops, as a cross-thread reduction does."""
     st, red = i.st, i.st.tensor.reduce
     leaves = st.leaves
     if reduce_leaves and any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
-      raise ScheduleError(f"stage {name!r} ({st.tensor.dtype}, in {i.buffer.scope} memory) has spatial loops inside its "
+      raise ScheduleError(f"stage {name!r} ({st.tensor.dtype}, in global memory) has spatial loops inside its "
                           f"reduction loops (order {list(leaves)}): it would accumulate in {st.tensor.dtype}; "
                           "cache_write it to local, or reorder its reduction loops innermost")
     acc = Buffer(c_ident(name + "_acc"), "float32", "local", const(1))

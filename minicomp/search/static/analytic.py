@@ -62,7 +62,7 @@ import numpy as np
 from minicomp.ir.expr import Expr, const, free_vars, walk
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, Store, Sync, walk_scoped, walk_stmts
-from minicomp.ir.ops import DTYPE_BYTES, FLOAT_DTYPES, Op
+from minicomp.ir.ops import FLOAT_DTYPES, Op
 from minicomp.search.features.formulas import FormulaProgram
 from minicomp.search.static.model import LaunchFacts, launch_time
 from minicomp.search.static.ptx import LATENCY_CYCLES
@@ -154,7 +154,7 @@ class SketchModel:
     self.sketch, self.target, self.dev, self.unroll = sketch, target, target.device, unroll
     prog = sketch.schedule.lower()
     self.names = sketch.schedule.params()
-    sizes = {b.name: math.prod(prog.shapes[b.name]) * DTYPE_BYTES[b.dtype] for b in prog.inputs + prog.outputs}
+    sizes = {b.name: math.prod(prog.shapes[b.name]) * b.element_bytes for b in prog.inputs + prog.outputs}
     self.kernels = [self._kernel(k, sizes) for k in prog.kernels]
     # each evaluation asks the same formulas on new values: compiled after the first (FormulaProgram)
     self._facts_f, self._whole_f, self._valid_f = FormulaProgram(), FormulaProgram(), FormulaProgram()
