@@ -62,6 +62,9 @@ _HALF = {"float16": ("__half2float", "__float2half_rn"),    # storage dtype -> (
          "bfloat16": ("__bfloat162float", "__float2bfloat16_rn")}
 
 
+_VECTOR = ("float32", "float16", "bfloat16")   # element types (as held) a vectorize loop moves in one access
+
+
 def _ctype(dtype: str) -> str:
   """The C type a value of ``dtype`` is computed in (float for a half type, else its own)."""
   return "float" if dtype in _HALF else C_TYPE[dtype]
@@ -229,20 +232,25 @@ class CUDARenderer:
     out.append(f"{self.indent * depth}// {s.text}")
 
   def _vectorized(self, s: For, depth: int, out: list[str]) -> bool:
-    """Emit a vectorize loop as float2/float4 loads and stores when every access is provably
-    contiguous in the loop variable and aligned; return False (scalar fallback) otherwise."""
+    """Emit a vectorize loop as float2/float4 loads and stores (2 or 4 half values: one 4- or 8-byte load or store)
+    when every access is provably contiguous in the loop variable and aligned; return False (scalar fallback)
+    otherwise."""
     n = int(s.extent.arg)
     st = s.body
-    if n not in (2, 4) or not isinstance(st, Store) or st.buffer.dtype != "float32" or st.buffer.scope == "local": return False
+    if n not in (2, 4) or not isinstance(st, Store) or st.buffer.scope == "local": return False
+    if st.buffer.stored_dtype not in _VECTOR: return False
     v = s.var
     vec_loads: dict[Expr, int] = {}
     for node in walk(st.value):
       if node.op is Op.LOAD and v in free_vars(node.src[0]):
-        if node.arg.scope == "local" or node.dtype != "float32" or _aligned_base(node.src[0], v, n) is None: return False
+        if node.arg.scope == "local" or node.arg.stored_dtype not in _VECTOR or _aligned_base(node.src[0], v, n) is None:
+          return False
         vec_loads.setdefault(node, len(vec_loads))
     if _aligned_base(st.index, v, n) is None: return False
     rest = map_loads(st.value, lambda x: const(0.0) if x in vec_loads else x)
     if v in free_vars(rest): return False   # the loop variable is used outside contiguous loads
+    if st.buffer.stored_dtype in _HALF or any(x.arg.stored_dtype in _HALF for x in vec_loads):
+      return self._vectorized_half(s, st, n, vec_loads, depth, out)
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
     vt = f"float{n}"
     out.append(f"{ind}{{  // {s.var}: vectorized ({vt})")
@@ -262,6 +270,50 @@ class CUDARenderer:
       with self._shared([val], depth + 1, out):
         out.append(f"{ind2}mc_r.{comp} = {self.expr(val)};")
     out.append(f"{ind2}{dst} = mc_r;")
+    out.append(f"{ind}}}")
+    return True
+
+  def _vectorized_half(self, s: For, st: Store, n: int, vec_loads: dict, depth: int, out: list[str]) -> bool:
+    """The vectorize loop of :meth:`_vectorized` when a half buffer takes part: each half load of n values is one
+    raw load (``unsigned int`` / ``uint2``) into an aligned array of n halves, converted lane by lane; a half store
+    rounds each lane into such an array and writes it with one raw store (a half-to-half copy moves the raw bits);
+    a float store (a shared tile) is one float2 / float4 store."""
+    v = s.var
+    ind, ind2 = self.indent * depth, self.indent * (depth + 1)
+    raw = {2: "unsigned int", 4: "uint2"}[n]
+    dst_t = st.buffer.stored_dtype
+    out.append(f"{ind}{{  // {s.var}: vectorized ({n} x {C_TYPE[dst_t]})")
+    src = lambda x, k: (f"*reinterpret_cast<const {raw}*>({x.arg.name} + {self.index(_aligned_base(x.src[0], v, n))})"
+                        if x.arg.stored_dtype in _HALF else None)
+    dst = f"{st.buffer.name} + {self.index(_aligned_base(st.index, v, n))}"
+    if len(vec_loads) == 1 and st.value in vec_loads and st.value.arg.stored_dtype == dst_t:   # a raw copy
+      out.append(f"{ind2}*reinterpret_cast<{raw}*>({dst}) = {src(st.value, 0)};")
+      out.append(f"{ind}}}")
+      return True
+    lane_of = {}
+    for x, k in vec_loads.items():
+      if x.arg.stored_dtype in _HALF:
+        out.append(f"{ind2}__align__({2 * n}) {C_TYPE[x.arg.stored_dtype]} mc_h{k}[{n}];")
+        out.append(f"{ind2}*reinterpret_cast<{raw}*>(mc_h{k}) = {src(x, k)};")
+        lane_of[x] = lambda lane, k=k, t=x.arg.stored_dtype: var(f"{_HALF[t][0]}(mc_h{k}[{lane}])", "float32")
+      else:
+        out.append(f"{ind2}const float{n} mc_v{k} = *reinterpret_cast<const float{n}*>({x.arg.name} + "
+                   f"{self.index(_aligned_base(x.src[0], v, n))});")
+        lane_of[x] = lambda lane, k=k: var(f"mc_v{k}.{'xyzw'[lane]}", "float32")
+    value = st.value
+    if value.op is Op.CAST and value.dtype == st.buffer.dtype and dst_t in _HALF: value = value.src[0]  # rounded below
+    if dst_t in _HALF:
+      out.append(f"{ind2}__align__({2 * n}) {C_TYPE[dst_t]} mc_o[{n}];")
+    else:
+      out.append(f"{ind2}float{n} mc_r;")
+    for lane in range(n):
+      val = map_loads(value, lambda x: lane_of[x](lane) if x in lane_of else x)
+      val = simplify(substitute(val, {v: const(lane)}), self.ranges)
+      with self._shared([val], depth + 1, out):
+        if dst_t in _HALF: out.append(f"{ind2}mc_o[{lane}] = {_HALF[dst_t][1]}({self.expr(val)});")
+        else: out.append(f"{ind2}mc_r.{'xyzw'[lane]} = {self.expr(val)};")
+    if dst_t in _HALF: out.append(f"{ind2}*reinterpret_cast<{raw}*>({dst}) = *reinterpret_cast<const {raw}*>(mc_o);")
+    else: out.append(f"{ind2}*reinterpret_cast<float{n}*>({dst}) = mc_r;")
     out.append(f"{ind}}}")
     return True
 
