@@ -294,3 +294,15 @@ def test_vectorized_half_loads_and_stores(dtype, width):
   rng = np.random.default_rng(0)
   x, y = rng.standard_normal(4096).astype(NP[dtype]), rng.standard_normal(4096).astype(np.float32)
   np.testing.assert_array_equal(k(x, y, device="cpu"), (x.astype(np.float32) * 2 + y).astype(NP[dtype]))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_padded_half_fetch_selects_the_raw_value(dtype):
+  """``c ? __half2float(x[i]) : 0.0f`` was a branch per element (NVRTC does not if-convert around the conversion);
+  the emitter selects the raw half and converts once. The padded conv still matches numpy."""
+  wl = W.conv2d(1, 8, 10, 10, 8, 3, 1, 1, dtype=dtype)
+  kern = mc.build(construct(ComputeDAG(wl.outputs), TGT, seed=0).candidates[0].schedule, TGT)
+  zero = "__half{0}" if dtype == "float16" else "__nv_bfloat16{0}"
+  assert zero in kern.source and f"? 0.0f" not in kern.source
+  ins = wl.random_inputs(2)
+  _close(kern(*ins, device="cpu"), wl.reference(*[a.astype(np.float32) for a in ins]), dtype)

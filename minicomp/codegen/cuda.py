@@ -458,6 +458,21 @@ def _load(r: CUDARenderer, n: Expr, k) -> _Kid:
   return (f"((long long){s})" if r._index_int(n) else s, _ATOM)
 
 
+def _select(n: Expr, k) -> _Kid:
+  """``(c ? a : b)``. A half load against a zero (a padded fetch) selects the raw value and converts once,
+  ``__half2float(c ? x[i] : __half{0})``: NVRTC cannot if-convert around the conversion (inline asm), so
+  ``c ? __half2float(x[i]) : 0.0f`` became a branch per element where a float load is a predicated one."""
+  for i, (ld, zero) in ((1, (n.src[1], n.src[2])), (2, (n.src[2], n.src[1]))):
+    if not (ld.op is Op.LOAD and _stored(ld.arg) and zero.op is Op.CONST and zero.arg == 0.0
+            and math.copysign(1.0, zero.arg) > 0): continue
+    to, text = _HALF[ld.arg.stored_dtype][0], k[i][0]
+    if not (text.startswith(to + "(") and text.endswith(")")): continue
+    raw, z = text[len(to) + 1:-1], f"{C_TYPE[ld.arg.stored_dtype]}{{0}}"      # (+0.0: all bits zero, both types)
+    a, b = (raw, z) if i == 1 else (z, raw)
+    return (f"{to}({_at(k[0], 1)} ? {a} : {b})", _ATOM)
+  return (f"({_at(k[0], 1)} ? {_at(k[1], 1)} : {_at(k[2], 1)})", _ATOM)
+
+
 def _unrenderable(r: CUDARenderer, n: Expr, k) -> _Kid:
   raise CodegenError(f"failed to render {n.op.name} node: {n}")
 
@@ -468,7 +483,7 @@ CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, tuple[_Kid, ...]], _Kid]] = 
   Op.MIN: _minmax, Op.MAX: _minmax,
   Op.NEG: lambda r, n, k: (f"-{_at(k[0], 7)}", _ATOM),
   Op.NOT: lambda r, n, k: (f"!{_at(k[0], 7)}", _ATOM),
-  Op.SELECT: lambda r, n, k: (f"({_at(k[0], 1)} ? {_at(k[1], 1)} : {_at(k[2], 1)})", _ATOM),
+  Op.SELECT: lambda r, n, k: _select(n, k),
   Op.CAST: _cast,
   Op.CALL: _call,
   Op.LOAD: _load,
