@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from minicomp.ir.ops import NP_DTYPE
 from minicomp.saved_model import manifest_digest, sha256
 
 Tamper = Callable[[Path], "str | None"]
@@ -251,6 +252,9 @@ CASES: list[tuple[str, Tamper]] = [
   ("weight_shape_shrunk", weights(_one_shorter, MF + r"steps\[\d+\]\.call\.inputs\[\d+\]: const .* was compiled for")),
   ("weight_dtype_changed", weights(lambda a: a.astype(np.float64 if a.dtype != np.float64 else np.float32),
                                    MF + r"steps\[\d+\]\.call\.inputs\[\d+\]: const .* was compiled for")),
+  ("weight_as_bfloat16", weights(lambda a: a.astype(NP_DTYPE["bfloat16"]),   # (npz: 2-byte records, read as bfloat16)
+                                 MF + r"steps\[\d+\]\.call\.inputs\[\d+\]: const .* was compiled for")),
+  ("weight_as_records", weights(lambda a: np.zeros(a.shape, "V4"), r"weights\.npz: array .* not a numeric one")),
   ("weights_not_npz", edit_file("weights.npz", lambda b: b"PK\x03\x04garbage", r"weights\.npz: corrupted", rehash=True)),
   ("view_count_changed", _first_view(lambda k, v: v.update(shape=v["shape"] + [2]) or MF + rf"steps\[{k}\]\.view\.shape")),
   ("input_renamed", _input(_renamed)),
