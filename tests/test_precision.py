@@ -242,6 +242,19 @@ def test_autocast_leaves_a_constant_past_the_half_range_in_float32():
   _close(got, run_ort(model, {"x": x})[0], "float16")
 
 
+def test_autocast_leaves_a_model_already_in_its_type_alone():
+  half = to_half(zoo.transformer_encoder()[0])
+  g, h = _graph(half, None), _graph(half, "fp16")
+  assert [(n.op_type, n.inputs, n.outputs) for n in h.nodes] == [(n.op_type, n.inputs, n.outputs) for n in g.nodes]
+  assert {v.dtype for v in h.values.values()} == {v.dtype for v in g.values.values()}
+  b = _graph(half, "bf16")                     # the other half type: widened, then autocast
+  assert any(v.dtype == "bfloat16" for v in b.values.values()) and b.boundary == {"x": "float16", g.outputs[0]: "float16"}
+  feeds = {k: v.astype(np.float16) for k, v in zoo.transformer_encoder()[1].items()}
+  y = mc.compile(half, schedules="rules", progress=False, precision="bf16").run(feeds, device="cpu")[0]
+  assert y.dtype == np.float16
+  _close(y, run_ort(half, feeds)[0], "bfloat16")
+
+
 def test_unknown_precision_is_a_compile_error():
   with pytest.raises(CompileError, match="precision='fp8'.*fp32, fp16, bf16"):
     mc.compile(zoo.residual_block()[0], precision="fp8")

@@ -90,9 +90,11 @@ def autocast(g: Graph, half: str) -> Graph:
   """A new Graph computing ``g`` as ``torch.autocast`` would: :data:`HALF_OPS` in ``half``, :data:`KEPT_IN_FP32`
   in float32, every other op in the widest float type of its runtime inputs (float32 if one of them is); constants
   take the type of the node reading them. The graph's inputs and outputs keep their types; explicit ``Cast`` nodes
-  keep theirs. A model holding the other half type is widened to float32 first (:func:`widen_half`)."""
+  keep theirs. A model holding the other half type is widened to float32 first (:func:`widen_half`); a model with
+  no float32 value (one already in ``half``) is returned as it is."""
   if any(v.dtype in HALF - {half} for v in g.values.values()):
     g.boundary = widen_half(g)
+  if not any(v.dtype == "float32" for v in g.values.values()): return g
   values = dict(g.values)
   nodes: list[Node] = []
   casts: dict[tuple[str, str], str] = {}       # (value, dtype) -> the value cast to dtype
