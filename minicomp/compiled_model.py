@@ -293,4 +293,3 @@ def _types(kern) -> str:
   stored = sorted({b.dtype for b in kern.plan.inputs + kern.plan.outputs if b.dtype in _SHORT}, key=list(_SHORT).index)
   if not stored: return "-"
   return "+".join(_SHORT[t] for t in stored) + "/" + ("fp64" if "float64" in stored else "fp32")
-

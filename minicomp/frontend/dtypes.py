@@ -13,6 +13,7 @@ from minicomp.ir.ops import np_type
 
 DTYPE_TO_ONNX = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9, "float16": 10, "bfloat16": 16}
 ONNX_TO_DTYPE = {v: k for k, v in DTYPE_TO_ONNX.items()}
+_SUPPORTED = ", ".join(DTYPE_TO_ONNX)
 DTYPE_TO_NP = {n: np_type(n) for n in DTYPE_TO_ONNX}     # from the one dtype table (minicomp.ir.ops)
 
 
@@ -20,7 +21,7 @@ def onnx_to_dtype(elem_type: int, where: str = "") -> str:
   if elem_type not in ONNX_TO_DTYPE:
     from onnx import TensorProto   # only an ONNX model has other element types
     name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
-    raise UnsupportedOpError(f"{where}: element type {name} is not supported (supported: float32, float64, int64, int32, bool)")
+    raise UnsupportedOpError(f"{where}: element type {name} is not supported (supported: {_SUPPORTED})")
   return ONNX_TO_DTYPE[elem_type]
 
 
@@ -29,4 +30,4 @@ def np_to_dtype(dt, where=None) -> str:
   for k, v in DTYPE_TO_NP.items():
     if np.dtype(v) == dt: return k
   w = f"{where.op_type} node {where.name!r}: " if where is not None and hasattr(where, "op_type") else ""
-  raise UnsupportedOpError(f"{w}element type {dt} is not supported (supported: float32, float64, int64, int32, bool)")
+  raise UnsupportedOpError(f"{w}element type {dt} is not supported (supported: {_SUPPORTED})")
