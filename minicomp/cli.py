@@ -125,6 +125,7 @@ def _ops_only(model, why: str) -> int:
 
 
 def cmd_info(a) -> int:
+  from collections import Counter
   from minicomp.compiler import onnx_loader
   from minicomp.errors import ShapeError
   from minicomp.graph.partition import partition
@@ -137,6 +138,11 @@ def cmd_info(a) -> int:
   print(f"model {g.name}: opset {g.opset}, {len(g.nodes)} nodes after constant folding")
   print("inputs:  " + ", ".join(f"{n} {list(g.values[n].shape)} {g.values[n].dtype}" for n in g.inputs))
   print("outputs: " + ", ".join(g.outputs))
+  sizes = Counter()
+  for v in g.values.values():
+    if v.is_const: sizes[v.dtype] += v.const.nbytes
+  if sizes: print("weights: " + ", ".join(f"{b / 1e6:.2f} MB {t}" for t, b in sizes.most_common())
+                  + " (compiled in the model's own float types; --precision fp32|fp16|bf16 changes them)")
   print("\nops:")
   bad = 0
   for op_type, count in sorted(g.op_counts().items()):

@@ -279,6 +279,10 @@ def test_cli_precision(tmp_path):
   assert re.search(r"bf16(\+fp32)?/fp32", r.stdout)     # the summary's stored/computed column
   cm = mc.load(tmp_path / "out")
   assert any(w.dtype == ml_dtypes.bfloat16 for w in cm.weights.values())
+  half = tmp_path / "h.onnx"
+  onnx.save(to_half(model), str(half))
+  r = subprocess.run([sys.executable, "-m", "minicomp.cli", "info", str(half)], capture_output=True, text=True)
+  assert r.returncode == 0 and re.search(r"^weights: [\d.]+ MB float16 ", r.stdout, re.M), r.stdout
   r = subprocess.run([sys.executable, "-m", "minicomp.cli", "compile", str(path), "--precision", "fp8", "-o",
                       str(tmp_path / "x")], capture_output=True, text=True)
   assert r.returncode == 2 and "fp8" in r.stderr and "fp16" in r.stderr
