@@ -87,6 +87,27 @@ def test_workload_in_half_matches_numpy(name, dtype):
     _close(got, want, dtype, f"{name} {sname}")
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_an_8_wide_half_fetch_is_one_16_byte_load(dtype):
+  """The sketch offers half fetches 8 lanes (16 bytes, as 4 floats are); each is one v4.u32 load into two float4
+  stores of the shared tile. Every vector width of the matmul's A fetch matches numpy."""
+  from minicomp.search.sketch_rules import HALF_VECTOR_CHOICES
+  assert 8 in HALF_VECTOR_CHOICES
+  wl = W.matmul(64, 64, 64, dtype=dtype)
+  dag = ComputeDAG(wl.outputs)
+  sk = [x for x in generate_sketches(dag, TGT) if any(c.var.endswith("_vec") for c in x.choices)][0]
+  ins = wl.random_inputs(1)
+  want = wl.reference(*[a.astype(np.float32) for a in ins])
+  seen = set()
+  for c in sample_population([sk], 12, np.random.default_rng(5), TGT):
+    k = mc.build(c.schedule, TGT)
+    if "vectorized (8 x float)" in k.source:
+      seen.add(8)
+      assert "ld.global.nc.v4.u32" in k.binary.ptx
+    _close(k(*ins, device="cpu"), want, dtype)
+  assert 8 in seen
+
+
 def test_a_half_reduction_in_global_memory_accumulates_in_float():
   """Accumulating 4096 float16 products in the output buffer itself rounded at every step: 9% off."""
   A = mc.placeholder((16, 4096), "float16", name="A")
@@ -305,10 +326,11 @@ def test_tuning_a_half_model(tmp_path, strategy):
   _close(cm.run(hfeeds, device="cpu")[0], run_ort(half, hfeeds)[0], "float16")
 
 
-@pytest.mark.parametrize("dtype,width", [("float16", 4), ("bfloat16", 2), ("float16", 3)])
+@pytest.mark.parametrize("dtype,width", [("float16", 4), ("bfloat16", 2), ("float16", 8), ("float16", 3)])
 def test_vectorized_half_loads_and_stores(dtype, width):
-  """A vectorize loop over 2 or 4 contiguous, aligned half values is one 4- or 8-byte load and store (the PTX's
-  v2 loads), converted lane by lane; a width of 3 stays scalar. Checked against numpy."""
+  """A vectorize loop over 2, 4 or 8 contiguous, aligned half values is one 4-, 8- or 16-byte load and store (the
+  PTX's v2 / v4 loads), converted lane by lane; a width of 3 stays scalar, and so does 8 with a float32 operand
+  (no 32-byte float access). Checked against numpy."""
   X = mc.placeholder((4096,), dtype, name="X")
   Y = mc.placeholder((4096,), "float32", name="Y")
   Z = mc.compute((4096,), lambda i: X[i] * 2.0 + Y[i], name="Z")
@@ -319,7 +341,7 @@ def test_vectorized_half_loads_and_stores(dtype, width):
   s.bind(C, o, "blockIdx.x"); s.bind(C, t, "threadIdx.x"); s.vectorize(C, v)
   k = mc.build(s, TGT)
   vectorized = f"vectorized ({width} x {'__half' if dtype == 'float16' else '__nv_bfloat16'})" in k.source
-  assert vectorized == (width in (2, 4))
+  assert vectorized == (width in (2, 4))        # (Y is float32: 8 of them would be a 32-byte access)
   if vectorized:
     assert "ld.global.nc.v2" in k.binary.ptx or "ld.global.nc.u32" in k.binary.ptx
     assert f"ld.global.nc.v{width}.f32" in k.binary.ptx or "ld.global.nc.f32" not in k.binary.ptx
