@@ -232,9 +232,9 @@ class CUDARenderer:
     out.append(f"{self.indent * depth}// {s.text}")
 
   def _vectorized(self, s: For, depth: int, out: list[str]) -> bool:
-    """Emit a vectorize loop as float2/float4 loads and stores (2, 4 or 8 half values: one 4-, 8- or 16-byte load or
-    store) when every access is provably contiguous in the loop variable and aligned; return False (scalar
-    fallback) otherwise."""
+    """Emit a vectorize loop as float2/float4 loads and stores (2 or 4 half values: one 4- or 8-byte load or store;
+    8 between half buffers: 16 bytes) when every access is provably contiguous in the loop variable and aligned;
+    return False (scalar fallback) otherwise."""
     n = int(s.extent.arg)
     st = s.body
     if n not in (2, 4, 8) or not isinstance(st, Store) or st.buffer.scope == "local": return False
@@ -249,7 +249,8 @@ class CUDARenderer:
     if _aligned_base(st.index, v, n) is None: return False
     rest = map_loads(st.value, lambda x: const(0.0) if x in vec_loads else x)
     if v in free_vars(rest): return False   # the loop variable is used outside contiguous loads
-    if n == 8 and (not vec_loads or any(x.arg.stored_dtype not in _HALF for x in vec_loads)): return False
+    if n == 8 and (st.buffer.stored_dtype not in _HALF or any(x.arg.stored_dtype not in _HALF for x in vec_loads)):
+      return False                              # 8 lanes: half only (16 bytes); 8 floats would be 32
     if st.buffer.stored_dtype in _HALF or any(x.arg.stored_dtype in _HALF for x in vec_loads):
       return self._vectorized_half(s, st, n, vec_loads, depth, out)
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
@@ -278,7 +279,7 @@ class CUDARenderer:
     """The vectorize loop of :meth:`_vectorized` when a half buffer takes part: each half load of n values is one
     raw load (``unsigned int`` / ``uint2`` / ``uint4``) into an aligned array of n halves, converted lane by lane; a
     half store rounds each lane into such an array and writes it with one raw store (a half-to-half copy moves the
-    raw bits); a float store (a shared tile) is one float2 / float4 store per 4 lanes."""
+    raw bits); a float store (a shared tile) is one float2 / float4 store."""
     v = s.var
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
     raw = {2: "unsigned int", 4: "uint2", 8: "uint4"}[n]
@@ -303,21 +304,18 @@ class CUDARenderer:
         lane_of[x] = lambda lane, k=k: var(f"mc_v{k}.{'xyzw'[lane]}", "float32")
     value = st.value
     if value.op is Op.CAST and value.dtype == st.buffer.dtype and dst_t in _HALF: value = value.src[0]  # rounded below
-    w = min(n, 4)                                     # float lanes per float store
     if dst_t in _HALF:
       out.append(f"{ind2}__align__({2 * n}) {C_TYPE[dst_t]} mc_o[{n}];")
     else:
-      out.append(f"{ind2}float{w} {', '.join(f'mc_r{j}' for j in range(n // w))};")
+      out.append(f"{ind2}float{n} mc_r;")
     for lane in range(n):
       val = map_loads(value, lambda x: lane_of[x](lane) if x in lane_of else x)
       val = simplify(substitute(val, {v: const(lane)}), self.ranges)
       with self._shared([val], depth + 1, out):
         if dst_t in _HALF: out.append(f"{ind2}mc_o[{lane}] = {_HALF[dst_t][1]}({self.expr(val)});")
-        else: out.append(f"{ind2}mc_r{lane // w}.{'xyzw'[lane % w]} = {self.expr(val)};")
+        else: out.append(f"{ind2}mc_r.{'xyzw'[lane]} = {self.expr(val)};")
     if dst_t in _HALF: out.append(f"{ind2}*reinterpret_cast<{raw}*>({dst}) = *reinterpret_cast<const {raw}*>(mc_o);")
-    else:
-      for j in range(n // w):
-        out.append(f"{ind2}*reinterpret_cast<float{w}*>({dst}{f' + {j * w}' if j else ''}) = mc_r{j};")
+    else: out.append(f"{ind2}*reinterpret_cast<float{n}*>({dst}) = mc_r;")
     out.append(f"{ind}}}")
     return True
 

@@ -30,7 +30,7 @@ import math
 
 from minicomp.ir.dag import has_data_reuse, is_injective, reads
 from minicomp.ir.expr import Expr, var
-from minicomp.ir.ops import HALF_DTYPES, Op
+from minicomp.ir.ops import Op
 from minicomp.ir.schedule import Schedule
 from minicomp.ir.state import BLOCK_TAGS, INLINE, ROOT, THREAD_TAGS
 from minicomp.search.sketch_types import Choice, Decision, SketchInfo, SketchRule, TileGroup
@@ -38,8 +38,7 @@ from minicomp.search.sketch_types import Choice, Decision, SketchInfo, SketchRul
 TILE_STRUCTURE = "SSSRRSRS"        # Ansor's gpu_multi_level_tiling_structure
 SPATIAL_LEVELS, REDUCE_LEVELS = 5, 3
 THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)
-VECTOR_CHOICES = (1, 2, 4)
-HALF_VECTOR_CHOICES = (1, 2, 4, 8)      # a float16 / bfloat16 fetch: up to 16 bytes, as 4 floats are
+VECTOR_CHOICES = (1, 2, 4)   # elements, in any type (8 half lanes made the defaults worse: docs/precision.md)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,8 +163,7 @@ class AddCacheRead(SketchRule):
     loops = s.loops(xs)
     f = s.fuse(xs, *loops) if len(loops) > 1 else loops[0]
     vec = info.new_var(f"{xs}_vec")
-    widths = HALF_VECTOR_CHOICES if st.tensor.dtype in HALF_DTYPES else VECTOR_CHOICES
-    info.choices.append(Choice(vec.arg, widths, f"vector width of the {xs} fetch"))
+    info.choices.append(Choice(vec.arg, VECTOR_CHOICES, f"vector width of the {xs} fetch"))
     tvars = info.threads.get(root, [])
     parts = s.split(xs, f, [var(v) for v in tvars] + [vec])
     if tvars: _fuse_bind(s, xs, list(parts[1:-1]), "threadIdx.x")
