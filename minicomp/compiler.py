@@ -466,9 +466,10 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
 
   ``precision``: the float types the model is computed in. None (the default): its own (a float16 or bfloat16
   model's kernels load and store its type and compute in float32, accumulating in float32); ``"fp32"``: float32
-  throughout (a half model's inputs and outputs keep their type); ``"fp16"`` / ``"bf16"``: autocast float32
-  weights and activations to the half type, as ``torch.autocast`` does (exp, log, pow, sums, softmax and the
-  norms keep float32 outputs; the model's inputs and outputs keep their types). See docs/precision.md.
+  throughout (a half model's inputs and outputs keep their type); ``"fp16"`` / ``"bf16"``: autocast an fp32
+  model as ``torch.autocast`` does (matmuls and convolutions in the half type, exp, log, pow, sums, softmax and
+  the norms in float32, every other op in the widest type of its inputs; the model's inputs and outputs keep
+  their types). See docs/precision.md.
 
   ``dump_after``: a phase name of :data:`PHASE_NAMES` (``"lower"``), several (a list, or comma-separated),
   or ``"all"``: after each, its output is printed as text to stderr: the graph (import, fold), the fused

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from minicomp.errors import SaveError, SaveFormatError
-from minicomp.frontend.precision import HALF
+from minicomp.ir.ops import HALF_DTYPES
 from minicomp.model_parts import IOSpec, ViewStep
 
 FORMAT = "minicomp-compiled-model"
@@ -214,7 +214,7 @@ def check_boundary(boundary: dict, checks: list, inputs: list[IOSpec], outputs: 
   dtypes = {i.name: i.dtype for i in inputs}
   for n, dt in boundary.items():
     if n not in dtypes and n not in outputs: raise BadField(f"boundary[{n!r}]", "is neither a graph input nor an output")
-    if dt not in HALF: raise BadField(f"boundary[{n!r}]", f"{dt!r} is not a half type ({', '.join(sorted(HALF))})")
+    if dt not in HALF_DTYPES: raise BadField(f"boundary[{n!r}]", f"{dt!r} is not a half type ({', '.join(sorted(HALF_DTYPES))})")
     if n in dtypes and dtypes[n] != dt: raise BadField(f"boundary[{n!r}]", f"{dt} but the input is declared {dtypes[n]}")
     if n in outputs and known[n][1] != "float32": raise BadField(f"boundary[{n!r}]", "output is not computed in float32")
   for j, c in enumerate(checks):

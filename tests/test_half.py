@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import minicomp as mc
+from minicomp import workloads as W
 from minicomp.graph.schedules import default_schedule
 from minicomp.search.annotate import sample_population
 from minicomp.search.sketch import generate_sketches
@@ -29,11 +30,8 @@ def _half(*shape, scale=1.0, dtype="float16"):
 
 
 def _matmul(M, N, K, dtype="float16"):
-  A = mc.placeholder((M, K), dtype, name="A")
-  B = mc.placeholder((K, N), dtype, name="B")
-  k = mc.reduce_axis(K, name="k")
-  C = mc.compute((M, N), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
-  return [A, B], [C]
+  wl = W.matmul(M, N, K, dtype=dtype)
+  return wl.inputs, wl.outputs
 
 
 def _softmax(M, N):

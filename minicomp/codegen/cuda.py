@@ -76,6 +76,11 @@ def _stored(buf) -> bool:
   return buf.stored_dtype in _HALF
 
 
+def _unrounded(buf, value: Expr) -> Expr:
+  """``value`` without a cast to ``buf``'s half type at its top: storing into ``buf`` rounds it anyway."""
+  return value.src[0] if value.op is Op.CAST and _stored(buf) and value.dtype == buf.dtype else value
+
+
 def _float_lit(v: float, dtype: str) -> str:
   if dtype in _HALF: dtype = "float32"
   if math.isinf(v):
@@ -211,7 +216,7 @@ class CUDARenderer:
     if v.op is Op.LOAD and _stored(s.buffer) and _stored(v.arg) and v.arg.dtype == s.buffer.dtype:   # a half copy:
       out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {v.arg.name}[{self.index(v.src[0])}];")
       return                                                                                      # no conversions
-    if v.op is Op.CAST and _stored(s.buffer) and v.dtype == s.buffer.dtype: v = v.src[0]   # the store rounds it
+    v = _unrounded(s.buffer, v)
     with self._shared([v], depth, out):
       out.append(f"{self.indent * depth}{self._assign(s.buffer, self.index(s.index), self.expr(v))};")
 
@@ -285,25 +290,23 @@ class CUDARenderer:
     raw = {2: "unsigned int", 4: "uint2", 8: "uint4"}[n]
     dst_t = st.buffer.stored_dtype
     out.append(f"{ind}{{  // {s.var}: vectorized ({n} x {C_TYPE[dst_t]})")
-    src = lambda x, k: (f"*reinterpret_cast<const {raw}*>({x.arg.name} + {self.index(_aligned_base(x.src[0], v, n))})"
-                        if x.arg.stored_dtype in _HALF else None)
+    src = lambda x: f"*reinterpret_cast<const {raw}*>({x.arg.name} + {self.index(_aligned_base(x.src[0], v, n))})"
     dst = f"{st.buffer.name} + {self.index(_aligned_base(st.index, v, n))}"
     if len(vec_loads) == 1 and st.value in vec_loads and st.value.arg.stored_dtype == dst_t:   # a raw copy
-      out.append(f"{ind2}*reinterpret_cast<{raw}*>({dst}) = {src(st.value, 0)};")
+      out.append(f"{ind2}*reinterpret_cast<{raw}*>({dst}) = {src(st.value)};")
       out.append(f"{ind}}}")
       return True
     lane_of = {}
     for x, k in vec_loads.items():
       if x.arg.stored_dtype in _HALF:
         out.append(f"{ind2}__align__({2 * n}) {C_TYPE[x.arg.stored_dtype]} mc_h{k}[{n}];")
-        out.append(f"{ind2}*reinterpret_cast<{raw}*>(mc_h{k}) = {src(x, k)};")
+        out.append(f"{ind2}*reinterpret_cast<{raw}*>(mc_h{k}) = {src(x)};")
         lane_of[x] = lambda lane, k=k, t=x.arg.stored_dtype: var(f"{_HALF[t][0]}(mc_h{k}[{lane}])", "float32")
       else:
         out.append(f"{ind2}const float{n} mc_v{k} = *reinterpret_cast<const float{n}*>({x.arg.name} + "
                    f"{self.index(_aligned_base(x.src[0], v, n))});")
         lane_of[x] = lambda lane, k=k: var(f"mc_v{k}.{'xyzw'[lane]}", "float32")
-    value = st.value
-    if value.op is Op.CAST and value.dtype == st.buffer.dtype and dst_t in _HALF: value = value.src[0]  # rounded below
+    value = _unrounded(st.buffer, st.value)
     if dst_t in _HALF:
       out.append(f"{ind2}__align__({2 * n}) {C_TYPE[dst_t]} mc_o[{n}];")
     else:

@@ -26,10 +26,10 @@ import numpy as np
 from minicomp.errors import CompileError
 from minicomp.frontend.dtypes import DTYPE_TO_NP, DTYPE_TO_ONNX
 from minicomp.frontend.graph import Graph, Node, Value
+from minicomp.ir.ops import HALF_DTYPES
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-HALF = {"float16", "bfloat16"}
-_HALF_ONNX = {DTYPE_TO_ONNX[t] for t in HALF}
+_HALF_ONNX = {DTYPE_TO_ONNX[t] for t in HALF_DTYPES}
 _DTYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
                 "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Multinomial": "dtype", "Bernoulli": "dtype"}
 
@@ -75,9 +75,9 @@ def _overflows(n: Node, values: dict[str, Value], top: float) -> bool:
 
 def widen_half(g: Graph) -> dict[str, str]:
   """Widen ``g``'s half values to float32 in place; returns {input or output name: its half dtype}."""
-  boundary = {n: g.values[n].dtype for n in g.inputs + g.outputs if n in g.values and g.values[n].dtype in HALF}
+  boundary = {n: g.values[n].dtype for n in g.inputs + g.outputs if n in g.values and g.values[n].dtype in HALF_DTYPES}
   for name, v in list(g.values.items()):
-    if v.dtype not in HALF: continue
+    if v.dtype not in HALF_DTYPES: continue
     const = None if v.const is None else np.asarray(v.const).astype(np.float32)
     g.values[name] = Value(v.name, v.shape, "float32", const)
   for n in g.nodes:
@@ -92,7 +92,7 @@ def autocast(g: Graph, half: str) -> Graph:
   take the type of the node reading them. The graph's inputs and outputs keep their types; explicit ``Cast`` nodes
   keep theirs. A model holding the other half type is widened to float32 first (:func:`widen_half`); a model with
   no float32 value (one already in ``half``) is returned as it is."""
-  if any(v.dtype in HALF - {half} for v in g.values.values()):
+  if any(v.dtype in HALF_DTYPES and v.dtype != half for v in g.values.values()):
     g.boundary = widen_half(g)
   if not any(v.dtype == "float32" for v in g.values.values()): return g
   values = dict(g.values)

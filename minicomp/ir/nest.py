@@ -135,7 +135,6 @@ class NestBuilder:
     value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))
     value = simplify(value, self.ranges)
     if red is None: return Store(i.buffer, idx, value), None, None
-    leaves = st.leaves
     if not ct:
       init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
       if i.buffer.stored_dtype in HALF_DTYPES:      # (a half tensor's shared tile and registers hold floats)
@@ -143,9 +142,9 @@ class NestBuilder:
       load_self = Expr.make(Op.LOAD, t.dtype, (idx,), i.buffer)
       return (Store(i.buffer, idx, _COMBINE[red.combiner](load_self, value)),
               self._guard(Store(i.buffer, idx, init_v), sp_guards), None)
-    if any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
+    if _spatial_inside(st, reduce_leaves):
       raise ScheduleError(f"{_step_of(self.s, name, list(ct)[0])}: with a cross-thread reduction, every spatial loop of "
-                          f"{name!r} must be outside its reduction loops; order is {list(leaves)}")
+                          f"{name!r} must be outside its reduction loops; order is {list(st.leaves)}")
     acc = Buffer(c_ident(name + "_red"), t.dtype, "local", const(1))
     init_v = reduce_identity(red.combiner, t.dtype)
     inner = Store(acc, const(0), _COMBINE[red.combiner](Expr.make(Op.LOAD, t.dtype, (const(0),), acc), value))
@@ -163,10 +162,9 @@ class NestBuilder:
     type once, after its reduction loops (accumulating in the buffer would round at every step: 9% off over 4096
     products). That needs every spatial loop outside the reduction loops, as a cross-thread reduction does."""
     st, red = i.st, i.st.tensor.reduce
-    leaves = st.leaves
-    if reduce_leaves and any(st.kind(x) == "spatial" for x in leaves[leaves.index(reduce_leaves[0]):]):
+    if _spatial_inside(st, reduce_leaves):
       raise ScheduleError(f"stage {name!r} ({st.tensor.dtype}, in global memory) has spatial loops inside its "
-                          f"reduction loops (order {list(leaves)}): it would accumulate in {st.tensor.dtype}; "
+                          f"reduction loops (order {list(st.leaves)}): it would accumulate in {st.tensor.dtype}; "
                           "cache_write it to local, or reorder its reduction loops innermost")
     acc = Buffer(c_ident(name + "_acc"), "float32", "local", const(1))
     self._scratch.setdefault(i.kernel, []).append(acc)
@@ -270,3 +268,9 @@ def _step_of(s: State, stage: str, it: str | None, kind: str | None = None) -> s
     if (it is not None and getattr(st, "iter", None) == it) or (kind is not None and st.kind == kind):
       return f"step {k} {st}"
   return f"stage {stage}" + (f" loop {it}" if it else "")
+
+
+def _spatial_inside(st, reduce_leaves: list[str]) -> bool:
+  """Whether a spatial loop of stage ``st`` lies inside its first reduction loop (so one register cannot
+  accumulate the reduction: a cross-thread or a half one needs them all outside)."""
+  return bool(reduce_leaves) and any(st.kind(x) == "spatial" for x in st.leaves[st.leaves.index(reduce_leaves[0]):])
