@@ -156,6 +156,8 @@ extern int nthreads, cur;               // threads in the block; the running one
 void syncthreads(int line);
 void warp_sync(unsigned mask);
 unsigned ballot(unsigned mask, int p);
+[[noreturn]] void fail_msg(const char* msg);  // abandon the launch with an error naming the block and thread
+extern unsigned long long block_serial;       // counts the blocks run (per-thread state of one block: cp.async)
 int launch(const unsigned* cfg, void (*fn)(void**), void** a);
 }  // namespace mc_sim
 extern "C" const char* mc_sim_error();
@@ -205,6 +207,7 @@ Fiber fib[MAXT];
 char* stacks[MAXT];  // mapped at the start of a launch, reused by its blocks, unmapped at its end
 Warp warps[MAXT / 32];
 unsigned long long slots[MAXT];  // per-lane values exchanged by shuffles and votes
+unsigned long long block_serial;
 int waiters[MAXT], queue[MAXT];  // block-barrier arrivals; ready fibers (ring)
 int nthreads, cur, live, arrived, bar_line, qhead, qlen, failed;
 Ctx sched;  // the launching OS thread
@@ -287,6 +290,7 @@ inline void exit_fiber() {  // an exited thread counts as arrived at every barri
   else deadlock();
 }
 inline void entry() { body(args); exit_fiber(); }
+void fail_msg(const char* msg) { fail("%s", msg); }
 unsigned ballot(unsigned mask, int p) {
   int me = cur;
   slots[me] = p != 0;
@@ -328,7 +332,7 @@ inline int run_grid() {
   for (unsigned long long b = 0; b < nblocks && !failed; ++b) {
     blockIdx = {(unsigned)(b % gridDim.x), (unsigned)(b / gridDim.x % gridDim.y),
                 (unsigned)(b / ((unsigned long long)gridDim.x * gridDim.y))};
-    live = nthreads; arrived = 0; qhead = 0; qlen = 0;
+    live = nthreads; arrived = 0; qhead = 0; qlen = 0; ++block_serial;
     for (int w = 0; w < (nthreads + 31) / 32; ++w)
       warps[w] = {nthreads - 32 * w >= 32 ? ~0u : (1u << (nthreads - 32 * w)) - 1, 0u, 0u};
     for (int t = 0; t < nthreads; ++t) { fib[t].started = false; push(t); }
@@ -408,3 +412,134 @@ template <class T> inline T __shfl_xor_sync(unsigned m, T v, int lm, int w = 32)
 inline unsigned __ballot_sync(unsigned m, int p) { return mc_sim::ballot(m, p); }
 inline int __any_sync(unsigned m, int p) { return mc_sim::ballot(m, p) != 0; }
 inline int __all_sync(unsigned m, int p) { return mc_sim::ballot(m, !p) == 0; }
+
+// ---- tensor cores: mma.sync, ldmatrix, cp.async (minicomp/codegen/tensor_core.py) ---------
+// Each instruction as the PTX ISA defines it for the warp: mma.sync and ldmatrix exchange the
+// lanes' registers / addresses through the warp's fibers; a cp.async copy lands in shared
+// memory at the cp.async.wait_group that covers it, not before.
+namespace mc_sim __attribute__((visibility("hidden"))) {
+inline unsigned frag[MAXT][6];  // per lane: its A registers (0..3), then its B registers (4, 5)
+inline void whole_warp(const char* what) {
+  if ((nthreads & 31) || (warps[cur >> 5].live != ~0u)) {
+    char m[160];
+    snprintf(m, sizeof m, "%s needs all 32 lanes of the warp (a block of %d threads, or lanes that returned)",
+             what, nthreads);
+    fail_msg(m);
+  }
+}
+inline float f16_value(unsigned short h) {  // IEEE binary16 -> float, exactly
+  unsigned s = (h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3ffu;
+  if (e == 31) return mc_sim_bitcast<float>(s | 0x7f800000u | (m << 13));
+  if (e == 0) { float v = (float)m * 5.9604644775390625e-8f; return s ? -v : v; }  // m * 2^-24
+  return mc_sim_bitcast<float>(s | ((e + 112u) << 23) | (m << 13));
+}
+inline unsigned tf32_bits(float x) {  // cvt.rna.tf32.f32: 10 mantissa bits, round to nearest, ties away
+  unsigned u = mc_sim_bitcast<unsigned>(x);
+  return (u & 0x7f800000u) == 0x7f800000u ? u : (u + 0x1000u) & ~0x1fffu;
+}
+// kind: 0 f16 (k16), 1 bf16 (k16), 2 f16 (k8), 3 tf32 (k8)
+inline float element(int kind, unsigned reg, int half) {
+  if (kind == 3) return mc_sim_bitcast<float>(reg);
+  unsigned short h = (unsigned short)(reg >> (16 * half));
+  return kind == 1 ? mc_sim_bitcast<float>((unsigned)h << 16) : f16_value(h);
+}
+// A(row, col) and B(row = k, col = n) of the warp: the lane and register holding them, from the ISA's
+// fragment figures for .m16n8k16 / .m16n8k8 (groupID = lane >> 2, threadID_in_group = lane % 4)
+inline float a_at(int kind, int base, int row, int col) {
+  int hi = row >> 3;
+  if (kind == 3) return element(3, frag[base + (row & 7) * 4 + (col & 3)][hi + 2 * (col >> 2)], 0);
+  int i = (col & 1) + 2 * hi + 4 * (col >> 3);
+  return element(kind, frag[base + (row & 7) * 4 + ((col & 7) >> 1)][i >> 1], i & 1);
+}
+inline float b_at(int kind, int base, int row, int col) {
+  if (kind == 3) return element(3, frag[base + col * 4 + (row & 3)][4 + (row >> 2)], 0);
+  int i = (row & 1) + 2 * (row >> 3);
+  return element(kind, frag[base + col * 4 + ((row & 7) >> 1)][4 + (i >> 1)], i & 1);
+}
+inline void mma(int kind, int k, float* d, const unsigned* a, int na, const unsigned* b, int nb) {
+  whole_warp("mma.sync");
+  int me = cur, lane = me & 31, base = me & ~31;
+  for (int i = 0; i < na; ++i) frag[me][i] = a[i];
+  for (int i = 0; i < nb; ++i) frag[me][4 + i] = b[i];
+  warp_sync(~0u);
+  float out[4];
+  for (int c = 0; c < 4; ++c) {  // D's (row, col) of this lane: (groupID + 8 (c / 2), 2 threadID_in_group + c % 2)
+    int row = (lane >> 2) + 8 * (c >> 1), col = 2 * (lane & 3) + (c & 1);
+    float s = d[c];
+    for (int kk = 0; kk < k; ++kk) s += a_at(kind, base, row, kk) * b_at(kind, base, kk, col);
+    out[c] = s;
+  }
+  warp_sync(~0u);  // no lane overwrites its registers before every lane has read them
+  for (int c = 0; c < 4; ++c) d[c] = out[c];
+}
+inline void ldmatrix(unsigned* r, const void* p, int count, bool trans) {
+  whole_warp("ldmatrix");
+  int me = cur, lane = me & 31, base = me & ~31;
+  if (lane < 8 * count && ((uintptr_t)p & 15)) fail_msg("ldmatrix: a row address that is not 16-byte aligned");
+  slots[me] = (unsigned long long)(uintptr_t)p;
+  warp_sync(~0u);
+  for (int j = 0; j < count; ++j) {  // matrix j's rows come from lanes 8j .. 8j + 7
+    unsigned e[2];
+    for (int h = 0; h < 2; ++h) {
+      int row = trans ? 2 * (lane & 3) + h : lane >> 2, col = trans ? lane >> 2 : 2 * (lane & 3) + h;
+      e[h] = ((const unsigned short*)(uintptr_t)slots[base + 8 * j + row])[col];
+    }
+    r[j] = e[0] | e[1] << 16;
+  }
+  warp_sync(~0u);
+}
+constexpr int CP_PENDING = 64;  // copies one thread may have in flight
+struct CpCopy { void* dst; unsigned char data[16]; int n; unsigned group; };
+struct CpState { unsigned long long block; unsigned committed, count; CpCopy q[CP_PENDING]; };
+inline CpState cp_state[MAXT];
+inline CpState& cp_here() {  // this thread's copies in flight (none at the start of a block)
+  CpState& s = cp_state[cur];
+  if (s.block != block_serial) { s.block = block_serial; s.committed = 0; s.count = 0; }
+  return s;
+}
+inline void cp_async(void* dst, const void* src, int n, bool valid) {
+  if ((uintptr_t)dst % n || (uintptr_t)src % n) {
+    char m[120];
+    snprintf(m, sizeof m, "cp.async of %d bytes: an address not aligned to %d bytes", n, n);
+    fail_msg(m);
+  }
+  CpState& s = cp_here();
+  if (s.count == CP_PENDING) fail_msg("cp.async: more than 64 copies in flight in one thread");
+  CpCopy& c = s.q[s.count++];
+  c.dst = dst; c.n = n; c.group = s.committed;
+  if (valid) __builtin_memcpy(c.data, src, n);
+  else __builtin_memset(c.data, 0, n);
+}
+inline void cp_commit() { ++cp_here().committed; }
+inline void cp_wait(unsigned pending) {  // every committed group but the `pending` most recent ones lands
+  CpState& s = cp_here();
+  unsigned keep = 0;
+  for (unsigned i = 0; i < s.count; ++i) {
+    CpCopy& c = s.q[i];
+    if (c.group + pending < s.committed) __builtin_memcpy(c.dst, c.data, c.n);
+    else s.q[keep++] = c;
+  }
+  s.count = keep;
+}
+}  // namespace mc_sim
+
+inline void mc_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(0, 16, d, a, 4, b, 2); }
+inline void mc_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(1, 16, d, a, 4, b, 2); }
+inline void mc_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(2, 8, d, a, 2, b, 1); }
+inline void mc_mma_m16n8k8_tf32(float* d, const float* a, const float* b) {
+  unsigned ra[4], rb[2];
+  for (int i = 0; i < 4; ++i) ra[i] = mc_sim::tf32_bits(a[i]);
+  for (int i = 0; i < 2; ++i) rb[i] = mc_sim::tf32_bits(b[i]);
+  mc_sim::mma(3, 8, d, ra, 4, rb, 2);
+}
+inline void mc_ldmatrix_x1(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 1, false); }
+inline void mc_ldmatrix_x2(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 2, false); }
+inline void mc_ldmatrix_x4(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 4, false); }
+inline void mc_ldmatrix_x1_trans(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 1, true); }
+inline void mc_ldmatrix_x2_trans(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 2, true); }
+inline void mc_ldmatrix_x4_trans(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 4, true); }
+inline void mc_cp_async_4(void* dst, const void* src, bool valid) { mc_sim::cp_async(dst, src, 4, valid); }
+inline void mc_cp_async_8(void* dst, const void* src, bool valid) { mc_sim::cp_async(dst, src, 8, valid); }
+inline void mc_cp_async_16(void* dst, const void* src, bool valid) { mc_sim::cp_async(dst, src, 16, valid); }
+inline void mc_cp_async_commit() { mc_sim::cp_commit(); }
+template <int N> inline void mc_cp_async_wait() { mc_sim::cp_wait(N); }

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from minicomp.codegen import nvrtc_worker
+from minicomp.codegen import nvrtc_worker, tensor_core
 from minicomp.codegen.cache import atomic_write, cache_dir, cache_key, switched_on
 from minicomp.errors import NVRTCError
 from minicomp.lru import LRU
@@ -169,8 +169,10 @@ __device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(float f) {
 
 
 def _headers(source: str) -> tuple[tuple[str, str], ...]:
-  """The in-memory headers ``source`` needs (the half types where it names one)."""
-  return (HALF_HEADER,) if "__half" in source or "bfloat16" in source else ()
+  """The in-memory headers ``source`` needs: the half types where it names one, the tensor-core helpers
+  (:mod:`minicomp.codegen.tensor_core`) where it calls one."""
+  half = "__half" in source or "bfloat16" in source
+  return ((HALF_HEADER,) if half else ()) + ((tensor_core.HEADER,) if tensor_core.uses_tensor_core_helpers(source) else ())
 
 
 def _compile(source: str, arch: str, options: tuple[str, ...], headers: tuple[tuple[str, str], ...]

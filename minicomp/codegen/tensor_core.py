@@ -1,0 +1,185 @@
+"""The tensor-core instructions minicomp's kernels call: warp-level ``mma.sync``, ``ldmatrix`` and ``cp.async``.
+
+A kernel never holds inline assembly (saved models refuse it); it calls the ``mc_*`` helpers below, which
+NVRTC gets from the in-memory header :data:`HEADER` (``codegen/nvrtc.py`` includes it where a source names
+one) and the CPU simulator from ``cuda_shim.h``, which implements each instruction across the fibers of a warp
+with its per-lane semantics, so a kernel that puts an element in the wrong lane computes the wrong answer in
+the simulator as on the GPU.
+
+**mma.sync** (PTX ISA, "Matrix multiply-accumulate operation using mma instruction", the fragment figures of
+the ``.m16n8k16`` / ``.m16n8k8`` shapes): the 32 lanes of a warp together compute
+``D[16 x n] = A[16 x k] B[k x n] + C`` (row-major A, column-major B: ``.row.col``, the only form every shape
+has), each lane holding a few elements of each operand in registers. With ``g = lane >> 2`` (groupID) and
+``t = lane % 4`` (threadID_in_group):
+
+============================  ==========  =====================================================================
+intrinsic (helper)            arch        per-lane elements (row, col); A is m x k, B is k x n, C/D m x n
+============================  ==========  =====================================================================
+``m16n8k16_f16`` / ``_bf16``  sm_80       A a0..a7 (4 regs, 2 halves each, low half first):
+                                          (g + 8 * (i // 2 % 2), 2t + i % 2 + 8 * (i // 4));
+                                          B b0..b3 (2 regs): (2t + i % 2 + 8 * (i // 2), g)
+``m16n8k8_f16``               sm_75       A a0..a3 (2 regs): (g + 8 * (i // 2), 2t + i % 2);
+                                          B b0, b1 (1 reg): (2t + i, g)
+``m16n8k8_tf32``              sm_80       A a0..a3 (4 regs, one tf32 each): (g + 8 * (i % 2), t + 4 * (i // 2));
+                                          B b0, b1 (2 regs): (t + 4 * i, g)
+every shape                               C/D c0..c3 (4 floats): (g + 8 * (i // 2), 2t + i % 2)
+============================  ==========  =====================================================================
+
+The products are accumulated in float32 (``.f32`` C and D). tf32 operands are given as floats and rounded to
+tf32 (10 mantissa bits, round to nearest, ties away: ``cvt.rna.tf32.f32``) inside the helper, as cuBLAS rounds
+them. The simulator adds the k products to C in order in float32; the GPU's adder tree rounds differently, so
+the two agree to the float32 rounding of a k-long sum, not bit for bit.
+
+**ldmatrix** (sm_75+): ``mc_ldmatrix_x{1,2,4}[_trans](unsigned* r, const void* row)`` loads 1, 2 or 4 8x8
+matrices of 16-bit elements from shared memory. Lanes ``8j .. 8j + 7`` give the addresses of matrix j's 8 rows
+(16 bytes each, 16-byte aligned); lane l receives in ``r[j]`` row ``l >> 2``, columns ``2 (l % 4)`` and
+``2 (l % 4) + 1`` of matrix j (``_trans``: of its transpose). Four matrices of a row-major 16x16 half tile
+(rows 0-7 / 8-15 x columns 0-7 / 8-15, in the order top-left, bottom-left, top-right, bottom-right) are an
+``m16n8k16`` A fragment; ``_trans`` of a row-major k x n tile gives B fragments.
+
+**cp.async** (sm_80+): ``mc_cp_async_{4,8,16}(void* shared, const void* global, bool valid)`` copies 4, 8 or
+16 bytes global -> shared without passing through registers (``valid`` false writes zeros: the padding of a
+guarded fetch); ``mc_cp_async_commit()`` closes a group of copies; ``mc_cp_async_wait<N>()`` waits until at
+most N groups are still in flight. A copy is only guaranteed in shared memory after the wait that covers
+it: the simulator writes it there at that wait and not before, so a kernel that reads a tile before waiting
+for it reads stale data in the simulator too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minicomp.errors import TargetError
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+  """One ``mma.sync`` shape and type: ``D[m x n] (float32) += A[m x k] B[k x n]``, warp-wide."""
+  name: str            # "m16n8k16_f16": the helper is mc_mma_<name>
+  m: int
+  n: int
+  k: int
+  dtype: str           # the operands' element type: "float16", "bfloat16" or "tfloat32" (floats rounded)
+  min_cc: tuple[int, int]
+  a_regs: int          # 32-bit registers per lane
+  b_regs: int
+
+  @property
+  def helper(self) -> str: return f"mc_mma_{self.name}"
+
+  @property
+  def per_register(self) -> int:
+    """Operand elements per 32-bit register: 2 for the 16-bit types, 1 for tf32."""
+    return 1 if self.dtype == "tfloat32" else 2
+
+  def a_element(self, lane: int, i: int) -> tuple[int, int]:
+    """(row, col) in A (m x k) of element ``i`` of ``lane``'s A fragment."""
+    g, t = lane >> 2, lane % 4
+    if self.dtype == "tfloat32": return g + 8 * (i % 2), t + 4 * (i // 2)
+    if self.k == 8: return g + 8 * (i // 2), 2 * t + i % 2
+    return g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4)
+
+  def b_element(self, lane: int, i: int) -> tuple[int, int]:
+    """(row, col) in B (k x n) of element ``i`` of ``lane``'s B fragment."""
+    g, t = lane >> 2, lane % 4
+    if self.dtype == "tfloat32": return t + 4 * i, g
+    return 2 * t + i % 2 + 8 * (i // 2), g
+
+  def c_element(self, lane: int, i: int) -> tuple[int, int]:
+    """(row, col) in C / D (m x n) of element ``i`` (0..3) of ``lane``'s accumulator."""
+    g, t = lane >> 2, lane % 4
+    return g + 8 * (i // 2), 2 * t + i % 2
+
+  @property
+  def a_elements(self) -> int: return self.a_regs * self.per_register
+
+  @property
+  def b_elements(self) -> int: return self.b_regs * self.per_register
+
+
+INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
+  Intrinsic("m16n8k16_f16", 16, 8, 16, "float16", (8, 0), 4, 2),
+  Intrinsic("m16n8k16_bf16", 16, 8, 16, "bfloat16", (8, 0), 4, 2),
+  Intrinsic("m16n8k8_f16", 16, 8, 8, "float16", (7, 5), 2, 1),
+  Intrinsic("m16n8k8_tf32", 16, 8, 8, "tfloat32", (8, 0), 4, 2),
+)}
+LDMATRIX_MIN_CC = (7, 5)
+CP_ASYNC_MIN_CC = (8, 0)
+
+
+def intrinsic(name: str) -> Intrinsic:
+  """The intrinsic called ``name`` (a key of :data:`INTRINSICS`), or a TargetError listing them."""
+  try:
+    return INTRINSICS[name]
+  except KeyError:
+    raise TargetError(f"no tensor-core intrinsic {name!r}; minicomp has {', '.join(sorted(INTRINSICS))}") from None
+
+
+def check_arch(what: Intrinsic | str, arch: str) -> None:
+  """TargetError unless ``arch`` (e.g. ``"sm_86"``) has ``what``: an :class:`Intrinsic`, ``"ldmatrix"`` or
+  ``"cp.async"``. sm_70's tensor cores (``mma.m8n8k4``) are not used by minicomp: refused like any older arch."""
+  from minicomp.target import arch_compute_capability
+  cc = arch_compute_capability(arch)
+  if isinstance(what, Intrinsic): need, name = what.min_cc, f"mma.sync {what.name}"
+  elif what == "ldmatrix": need, name = LDMATRIX_MIN_CC, "ldmatrix"
+  elif what == "cp.async": need, name = CP_ASYNC_MIN_CC, "cp.async"
+  else: raise TargetError(f"unknown tensor-core instruction {what!r}")
+  if cc < need:
+    raise TargetError(f"{name} needs sm_{need[0]}{need[1]} or newer; {arch} does not have it"
+                      + (" (sm_70's tensor cores take only mma.m8n8k4, which minicomp does not use)"
+                         if cc < (7, 5) else ""))
+
+
+def _mma(i: Intrinsic) -> str:
+  a = ", ".join(f"%{4 + r}" for r in range(i.a_regs))
+  b = ", ".join(f"%{4 + i.a_regs + r}" for r in range(i.b_regs))
+  ptype = {"float16": "f16", "bfloat16": "bf16", "tfloat32": "tf32"}[i.dtype]
+  asm = (f"mma.sync.aligned.m{i.m}n{i.n}k{i.k}.row.col.f32.{ptype}.{ptype}.f32 "
+         f"{{%0, %1, %2, %3}}, {{{a}}}, {{{b}}}, {{%0, %1, %2, %3}};")
+  if i.dtype == "tfloat32":
+    ins = ", ".join([f'"r"(mc_tf32(a[{r}]))' for r in range(i.a_regs)] + [f'"r"(mc_tf32(b[{r}]))' for r in range(i.b_regs)])
+    args = "const float* a, const float* b"
+  else:
+    ins = ", ".join([f'"r"(a[{r}])' for r in range(i.a_regs)] + [f'"r"(b[{r}])' for r in range(i.b_regs)])
+    args = "const unsigned* a, const unsigned* b"
+  return (f"__device__ __forceinline__ void {i.helper}(float* d, {args}) {{\n"
+          f'  asm volatile("{asm}"\n'
+          f'    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : {ins});\n}}\n')
+
+
+def _ldmatrix(count: int, trans: bool) -> str:
+  regs = ", ".join(f"%{r}" for r in range(count))
+  outs = ", ".join(f'"=r"(r[{r}])' for r in range(count))
+  return (f"__device__ __forceinline__ void mc_ldmatrix_x{count}{'_trans' if trans else ''}(unsigned* r, const void* p) "
+          f'{{\n  asm volatile("ldmatrix.sync.aligned.m8n8.x{count}{".trans" if trans else ""}.shared.b16 '
+          f'{{{regs}}}, [%{count}];" : {outs} : "r"(mc_shared_address(p)));\n}}\n')
+
+
+def _cp_async(nbytes: int) -> str:
+  cache = "cg" if nbytes == 16 else "ca"     # .cg (bypass L1) takes only 16 bytes
+  return (f"__device__ __forceinline__ void mc_cp_async_{nbytes}(void* dst, const void* src, bool valid) {{\n"
+          f'  asm volatile("cp.async.{cache}.shared.global [%0], [%1], {nbytes}, %2;"\n'
+          f'    :: "r"(mc_shared_address(dst)), "l"(src), "r"(valid ? {nbytes} : 0) : "memory");\n}}\n')
+
+
+# NVRTC's header (codegen/nvrtc.py includes it before a source that calls an mc_ helper of this module).
+HEADER = ("minicomp_tensor_core.h", "".join([
+  "__device__ __forceinline__ unsigned mc_shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }\n",
+  "__device__ __forceinline__ unsigned mc_tf32(float x) { unsigned r; asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : "
+  "\"f\"(x)); return r; }\n",
+  *(_mma(i) for i in INTRINSICS.values()),
+  *(_ldmatrix(c, t) for c in (1, 2, 4) for t in (False, True)),
+  *(_cp_async(n) for n in (4, 8, 16)),
+  '__device__ __forceinline__ void mc_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }\n',
+  'template <int N> __device__ __forceinline__ void mc_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) '
+  ': "memory"); }\n',
+]))
+HELPER_PREFIXES = ("mc_mma_", "mc_ldmatrix_", "mc_cp_async_")
+
+
+def uses_tensor_core_helpers(source: str) -> bool:
+  """Whether ``source`` calls a helper of :data:`HEADER`."""
+  return any(p in source for p in HELPER_PREFIXES)
+
+
+__all__ = ["CP_ASYNC_MIN_CC", "HEADER", "INTRINSICS", "Intrinsic", "LDMATRIX_MIN_CC", "check_arch", "intrinsic",
+           "uses_tensor_core_helpers"]
