@@ -27,7 +27,8 @@ from minicomp.codegen.cse import shared_subexpressions
 from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
-from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync, walk_stmts
+from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Program, Seq, Store, Sync, walk_stmts
+from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, Op
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
@@ -322,6 +323,27 @@ class CUDARenderer:
     out.append(f"{ind}}}")
     return True
 
+  def _mma(self, s: Mma, depth: int, out: list[str]) -> None:
+    """A warp's mma.sync (``Schedule.tensorize``): the lane's accumulator elements gathered, its A and B fragment
+    elements packed into registers (two 16-bit values per register, the lower-numbered in the low half; tf32
+    as floats, rounded by the helper), the helper of ``codegen/tensor_core.py`` called, the elements put back."""
+    ind, ind2 = self.indent * depth, self.indent * (depth + 1)
+    intr = INTRINSICS[s.intrinsic]
+    out.append(f"{ind}{{  // mma.sync {s.intrinsic} (tensorized: {s.acc.name})")
+    with self._shared(list(s.acc_index + s.a + s.b), depth + 1, out):
+      acc = [f"{s.acc.name}[{self.index(i)}]" for i in s.acc_index]
+      out.append(f"{ind2}float mma_d[4] = {{{', '.join(acc)}}};")
+      for name, vals in (("mma_a", s.a), ("mma_b", s.b)):
+        texts = [self.expr(v) for v in vals]
+        if intr.per_register == 2:
+          pack = "mc_pack_bf16" if intr.dtype == "bfloat16" else "mc_pack_f16"
+          regs = [f"{pack}({texts[r]}, {texts[r + 1]})" for r in range(0, len(texts), 2)]
+          out.append(f"{ind2}const unsigned {name}[{len(regs)}] = {{{', '.join(regs)}}};")
+        else: out.append(f"{ind2}const float {name}[{len(texts)}] = {{{', '.join(texts)}}};")
+      out.append(f"{ind2}{intr.helper}(mma_d, mma_a, mma_b);")
+      for c, text in enumerate(acc): out.append(f"{ind2}{text} = mma_d[{c}];")
+    out.append(f"{ind}}}")
+
   def _cross_thread(self, s: CrossThreadReduce, depth: int, out: list[str]) -> None:
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
     bx, by, bz = self.block
@@ -497,7 +519,8 @@ CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, tuple[_Kid, ...]], _Kid]] = 
 CODE_FOR_OP.update({op: _unrenderable for op in Op if op not in CODE_FOR_OP})
 
 _STMT = {Seq: CUDARenderer._seq, For: CUDARenderer._for, If: CUDARenderer._if, Store: CUDARenderer._store,
-         Sync: CUDARenderer._sync, Comment: CUDARenderer._comment, CrossThreadReduce: CUDARenderer._cross_thread}
+         Sync: CUDARenderer._sync, Comment: CUDARenderer._comment, CrossThreadReduce: CUDARenderer._cross_thread,
+         Mma: CUDARenderer._mma}
 
 
 def _aligned_base(index: Expr, v: str, n: int) -> Expr | None:

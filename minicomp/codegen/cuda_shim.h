@@ -433,6 +433,14 @@ inline float f16_value(unsigned short h) {  // IEEE binary16 -> float, exactly
   if (e == 0) { float v = (float)m * 5.9604644775390625e-8f; return s ? -v : v; }  // m * 2^-24
   return mc_sim_bitcast<float>(s | ((e + 112u) << 23) | (m << 13));
 }
+inline unsigned short f16_bits(float f) {  // float -> binary16, round to nearest even (cvt.rn.f16.f32)
+  unsigned u = mc_sim_bitcast<unsigned>(f), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(s | 0x7fffu);             // NaN (the GPU's canonical one)
+  if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u);            // >= 65520: infinity
+  if (a < 0x38800000u)                                                   // below 2^-14: a multiple of 2^-24
+    return (unsigned short)(s | (unsigned)__builtin_rintf(mc_sim_bitcast<float>(a) * 16777216.0f));
+  return (unsigned short)(s | (((a + 0xfffu + ((a >> 13) & 1u)) >> 13) - (112u << 10)));
+}
 inline unsigned tf32_bits(float x) {  // cvt.rna.tf32.f32: 10 mantissa bits, round to nearest, ties away
   unsigned u = mc_sim_bitcast<unsigned>(x);
   return (u & 0x7f800000u) == 0x7f800000u ? u : (u + 0x1000u) & ~0x1fffu;
@@ -523,6 +531,10 @@ inline void cp_wait(unsigned pending) {  // every committed group but the `pendi
 }
 }  // namespace mc_sim
 
+inline unsigned mc_pack_f16(float lo, float hi) { return mc_sim::f16_bits(lo) | (unsigned)mc_sim::f16_bits(hi) << 16; }
+inline unsigned mc_pack_bf16(float lo, float hi) {
+  return __float2bfloat16_rn(lo).x | (unsigned)__float2bfloat16_rn(hi).x << 16;
+}
 inline void mc_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(0, 16, d, a, 4, b, 2); }
 inline void mc_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(1, 16, d, a, 4, b, 2); }
 inline void mc_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(2, 8, d, a, 2, b, 1); }

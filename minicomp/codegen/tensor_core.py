@@ -46,72 +46,12 @@ for it reads stale data in the simulator too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from minicomp.errors import TargetError
+from minicomp.ir.mma import INTRINSICS, Intrinsic
 
 
-@dataclass(frozen=True)
-class Intrinsic:
-  """One ``mma.sync`` shape and type: ``D[m x n] (float32) += A[m x k] B[k x n]``, warp-wide."""
-  name: str            # "m16n8k16_f16": the helper is mc_mma_<name>
-  m: int
-  n: int
-  k: int
-  dtype: str           # the operands' element type: "float16", "bfloat16" or "tfloat32" (floats rounded)
-  min_cc: tuple[int, int]
-  a_regs: int          # 32-bit registers per lane
-  b_regs: int
-
-  @property
-  def helper(self) -> str: return f"mc_mma_{self.name}"
-
-  @property
-  def per_register(self) -> int:
-    """Operand elements per 32-bit register: 2 for the 16-bit types, 1 for tf32."""
-    return 1 if self.dtype == "tfloat32" else 2
-
-  def a_element(self, lane: int, i: int) -> tuple[int, int]:
-    """(row, col) in A (m x k) of element ``i`` of ``lane``'s A fragment."""
-    g, t = lane >> 2, lane % 4
-    if self.dtype == "tfloat32": return g + 8 * (i % 2), t + 4 * (i // 2)
-    if self.k == 8: return g + 8 * (i // 2), 2 * t + i % 2
-    return g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4)
-
-  def b_element(self, lane: int, i: int) -> tuple[int, int]:
-    """(row, col) in B (k x n) of element ``i`` of ``lane``'s B fragment."""
-    g, t = lane >> 2, lane % 4
-    if self.dtype == "tfloat32": return t + 4 * i, g
-    return 2 * t + i % 2 + 8 * (i // 2), g
-
-  def c_element(self, lane: int, i: int) -> tuple[int, int]:
-    """(row, col) in C / D (m x n) of element ``i`` (0..3) of ``lane``'s accumulator."""
-    g, t = lane >> 2, lane % 4
-    return g + 8 * (i // 2), 2 * t + i % 2
-
-  @property
-  def a_elements(self) -> int: return self.a_regs * self.per_register
-
-  @property
-  def b_elements(self) -> int: return self.b_regs * self.per_register
-
-
-INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
-  Intrinsic("m16n8k16_f16", 16, 8, 16, "float16", (8, 0), 4, 2),
-  Intrinsic("m16n8k16_bf16", 16, 8, 16, "bfloat16", (8, 0), 4, 2),
-  Intrinsic("m16n8k8_f16", 16, 8, 8, "float16", (7, 5), 2, 1),
-  Intrinsic("m16n8k8_tf32", 16, 8, 8, "tfloat32", (8, 0), 4, 2),
-)}
 LDMATRIX_MIN_CC = (7, 5)
 CP_ASYNC_MIN_CC = (8, 0)
-
-
-def intrinsic(name: str) -> Intrinsic:
-  """The intrinsic called ``name`` (a key of :data:`INTRINSICS`), or a TargetError listing them."""
-  try:
-    return INTRINSICS[name]
-  except KeyError:
-    raise TargetError(f"no tensor-core intrinsic {name!r}; minicomp has {', '.join(sorted(INTRINSICS))}") from None
 
 
 def check_arch(what: Intrinsic | str, arch: str) -> None:
@@ -166,6 +106,13 @@ HEADER = ("minicomp_tensor_core.h", "".join([
   "__device__ __forceinline__ unsigned mc_shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }\n",
   "__device__ __forceinline__ unsigned mc_tf32(float x) { unsigned r; asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : "
   "\"f\"(x)); return r; }\n",
+  # two floats rounded to a 16-bit type and packed into one register (the first in the low half), as the
+  # emitter fills A and B fragments (codegen/cuda.py)
+  "__device__ __forceinline__ unsigned mc_pack_f16(float lo, float hi) { unsigned short a, b;\n"
+  "  asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(a) : \"f\"(lo)); asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(b) : \"f\"(hi));\n"
+  "  return (unsigned)a | ((unsigned)b << 16);\n}\n",
+  "__device__ __forceinline__ unsigned mc_pack_bf16(float lo, float hi) { unsigned r;\n"
+  "  asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo)); return r;\n}\n",
   *(_mma(i) for i in INTRINSICS.values()),
   *(_ldmatrix(c, t) for c in (1, 2, 4) for t in (False, True)),
   *(_cp_async(n) for n in (4, 8, 16)),
@@ -173,7 +120,7 @@ HEADER = ("minicomp_tensor_core.h", "".join([
   'template <int N> __device__ __forceinline__ void mc_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) '
   ': "memory"); }\n',
 ]))
-HELPER_PREFIXES = ("mc_mma_", "mc_ldmatrix_", "mc_cp_async_")
+HELPER_PREFIXES = ("mc_mma_", "mc_ldmatrix_", "mc_cp_async_", "mc_pack_")
 
 
 def uses_tensor_core_helpers(source: str) -> bool:
@@ -181,5 +128,5 @@ def uses_tensor_core_helpers(source: str) -> bool:
   return any(p in source for p in HELPER_PREFIXES)
 
 
-__all__ = ["CP_ASYNC_MIN_CC", "HEADER", "INTRINSICS", "Intrinsic", "LDMATRIX_MIN_CC", "check_arch", "intrinsic",
+__all__ = ["CP_ASYNC_MIN_CC", "HEADER", "INTRINSICS", "Intrinsic", "LDMATRIX_MIN_CC", "check_arch",
            "uses_tensor_core_helpers"]

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 
-from minicomp.errors import ScheduleError
+from minicomp.codegen.tensor_core import check_arch
+from minicomp.errors import ScheduleError, TargetError
 from minicomp.ir.loop import Program
+from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.state import State, THREAD_TAGS
 from minicomp.target import Target
 
@@ -20,7 +22,14 @@ def _steps_matching(state: State, pred) -> str:
 
 
 def check_resources(state: State, prog: Program, target: Target) -> None:
-  """Threads per block, block dims, shared memory per block and vthread extents against ``target``."""
+  """Threads per block, block dims, shared memory per block and vthread extents against ``target``; the
+  tensor-core instructions of tensorize steps against its arch."""
+  for k, st in enumerate(state.steps):
+    if st.kind == "tensorize":
+      try:
+        check_arch(INTRINSICS[st.intrinsic], target.arch)
+      except TargetError as e:
+        raise ScheduleError(f"step {k} {st}: {e}") from None
   for k in prog.kernels:
     if not all(isinstance(d, int) for d in k.grid + k.block) or not all(b.size.is_const for b in k.allocs):
       raise ScheduleError(f"kernel {k.name}: the program is symbolic (grid={k.grid}, block={k.block}); "

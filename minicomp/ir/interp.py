@@ -47,7 +47,7 @@ import numpy as np
 
 from minicomp.errors import RuntimeLaunchError, SimulatorError
 from minicomp.ir.expr import Expr
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Program, Seq, Store, Sync
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Mma, Program, Seq, Store, Sync
 from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, Op, np_type
 
 # a half value (float16, bfloat16) is computed in float32, as the emitter does (codegen/cuda.py): rounded to its
@@ -195,6 +195,10 @@ class _Launch:
   def _comment(self, s: Comment, t: _Thread):
     yield from ()
 
+  def _mma(self, s: Mma, t: _Thread):
+    """A tensorized nest runs its scalar loops: the same sums in float32, operands not rounded to tf32."""
+    yield from self.run_stmt(s.body, t)
+
   def _cross_thread(self, s: CrossThreadReduce, t: _Thread):
     if s.combiner not in _COMBINE: raise SimulatorError(f"{self.where}: unknown combiner {s.combiner!r}")
     yield s, self.ev(s.value, t)
@@ -282,7 +286,7 @@ class _Launch:
 
 
 _STMT = {Seq: _Launch._seq, For: _Launch._for, If: _Launch._if, Store: _Launch._store, Sync: _Launch._sync,
-         Comment: _Launch._comment, CrossThreadReduce: _Launch._cross_thread}
+         Comment: _Launch._comment, CrossThreadReduce: _Launch._cross_thread, Mma: _Launch._mma}
 
 
 def run_program(program: Program, *args, check_races: bool = True):

@@ -93,7 +93,23 @@ class CrossThreadReduce:
   init: Expr | None = None
 
 
-Stmt = Union[For, Seq, If, Store, Sync, Comment, CrossThreadReduce]
+@dataclass(frozen=True)
+class Mma:
+  """A warp's tensor-core multiply-accumulate (``Schedule.tensorize``; ``minicomp/ir/mma.py``) in place of the
+  loops ``body`` it computes: each lane adds to the four accumulator elements ``acc[acc_index[c]]`` the
+  product of the warp's A and B fragments, whose elements this lane supplies as the values ``a`` and ``b``
+  (float expressions, in the order of ``codegen/tensor_core.Intrinsic``). ``body`` holds the scalar loops
+  (two spatial loops of extent 2, one reduction loop): what the interpreter runs, and what the static model
+  and the features read."""
+  intrinsic: str
+  acc: Buffer
+  acc_index: tuple[Expr, ...]
+  a: tuple[Expr, ...]
+  b: tuple[Expr, ...]
+  body: "Stmt"
+
+
+Stmt = Union[For, Seq, If, Store, Sync, Comment, CrossThreadReduce, Mma]
 
 # what each statement holds: its child statements and the expressions its threads evaluate, in the order the
 # emitter prints them (a reduction's ``init`` is not one of them: it is the identity the combiner starts from)
@@ -105,6 +121,7 @@ _PARTS = {
   Sync: lambda s: ((), ()),
   Comment: lambda s: ((), ()),
   CrossThreadReduce: lambda s: ((), (s.value, s.index, s.cond)),
+  Mma: lambda s: ((s.body,), s.acc_index + s.a + s.b),
 }
 
 
@@ -141,7 +158,8 @@ def walk_scoped(s: Stmt, ctx: C, into: Callable[[Stmt, C], C]) -> Iterator[tuple
 
 
 # a statement rebuilt on new children
-_WITH_KIDS = {For: lambda s, k: replace(s, body=k[0]), Seq: lambda s, k: Seq(tuple(k)), If: lambda s, k: replace(s, then=k[0])}
+_WITH_KIDS = {For: lambda s, k: replace(s, body=k[0]), Seq: lambda s, k: Seq(tuple(k)), If: lambda s, k: replace(s, then=k[0]),
+              Mma: lambda s, k: replace(s, body=k[0])}
 
 
 def map_stmts(s: Stmt, fn: Callable[[Stmt], Stmt]) -> Stmt:

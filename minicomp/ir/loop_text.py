@@ -15,7 +15,7 @@ same tree as C; this text is for reading the loop structure::
 from __future__ import annotations
 
 from minicomp.errors import LoweringError
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Program, Seq, Store, Sync, walk_scoped
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Program, Seq, Store, Sync, walk_scoped
 
 INDENT = "  "
 
@@ -39,6 +39,9 @@ def _line(s) -> str | None:
     init = "" if s.init is None else f", init={s.init!r}"
     return (f"{s.dst.name}[{s.index!r}] = {s.combiner}_over_threadIdx.x({s.value!r}, threads={s.extent!r}, "
             f"method={s.method}, scratch={s.scratch.name}{init})  if {s.cond!r}")
+  if isinstance(s, Mma):
+    return (f"mma_sync_{s.intrinsic}({s.acc.name}[{', '.join(map(repr, s.acc_index))}], a=[{', '.join(map(repr, s.a))}], "
+            f"b=[{', '.join(map(repr, s.b))}]):  # computes:")
   raise LoweringError(f"loop_text: no text form for the statement {s!r}")
 
 

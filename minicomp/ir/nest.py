@@ -10,8 +10,9 @@ from __future__ import annotations
 from minicomp.errors import ScheduleError
 from minicomp.ir.expr import Expr, all_of, cast, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import substitute
-from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Seq, Store, Sync, map_stmts,
-                              stmt_parts, walk_stmts)
+from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Seq, Store, Sync, map_stmts,
+                              stmt_parts, walk_scoped, walk_stmts)
+from minicomp.ir.mma import INTRINSICS, mma_statement
 from minicomp.ir.ops import HALF_DTYPES, Op
 from minicomp.ir.names import c_ident
 from minicomp.ir.simplify import simplify
@@ -43,7 +44,9 @@ class NestBuilder:
           block[d] = simplify(max_(block[d], e))
         bindings.append((i.cvar[it], a))
     self.block = block
+    self._lane_vars = [cv for cv, a in bindings if a == "threadIdx.x"]
     body = _tidy(self._stage_stmt(root))
+    _check_mma_guards(body, {cv for cv, a in bindings if a in THREAD_TAGS})
     params_seen: dict[str, tuple[Buffer, bool]] = {}
     allocs = []
     for n in members:
@@ -77,6 +80,7 @@ class NestBuilder:
     unroll_kind = self._auto_unroll(i)
     first_red = leaves.index(reduce_leaves[0]) if reduce_leaves else None
     at_level = self._guard_levels(name, i, guards, first_red)
+    mma = dict(st.tensorize)
 
     def loop(it, body):
       a = anns.get(it, "none")
@@ -94,6 +98,7 @@ class NestBuilder:
       if j + 1 < len(leaves): body = self._guard(body, at_level.get(j, []))
       body = Seq(tuple(attached) + (body,)) if attached else body
       stmt = loop(it, body)
+      if it in mma: stmt = self._mma(name, i, j, stmt, mma[it])
       if first_red is not None and j == first_red:
         init_nest = init_stmt
         for x in reversed(leaves[j:]):
@@ -103,6 +108,18 @@ class NestBuilder:
       return stmt
     return Seq((Comment(f"stage {name}" + (f" ({i.scope})" if st.attach.kind == "at" else "")),
                 self._guard(nest(0), at_level.get(-1, []))))
+
+  def _mma(self, name: str, i, j: int, scalar, intrinsic: str):
+    """The tensorized loops of stage ``name`` (from leaf ``j`` inward, lowered to ``scalar``) as a warp's mma.sync."""
+    where = _step_of(self.s, name, None, "tensorize")
+    b0 = self.block[0]
+    if not (b0.is_const and int(b0.arg) % 32 == 0):
+      raise ScheduleError(f"{where}: the block's x dimension ({b0!r} threads) must be a multiple of 32: each warp "
+                          "computes its tiles together")
+    leaves = i.st.leaves[j:]
+    spatial = tuple(i.cvar[x] for x in leaves if i.st.kind(x) == "spatial")
+    k_var = next(i.cvar[x] for x in leaves if i.st.kind(x) == "reduce")
+    return mma_statement(scalar, INTRINSICS[intrinsic], spatial, k_var, self._lane_vars, self.ranges, where)
 
   def _guard(self, stmt, gs: list[Expr]):
     return If(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
@@ -268,6 +285,20 @@ def _step_of(s: State, stage: str, it: str | None, kind: str | None = None) -> s
     if (it is not None and getattr(st, "iter", None) == it) or (kind is not None and st.kind == kind):
       return f"step {k} {st}"
   return f"stage {stage}" + (f" loop {it}" if it else "")
+
+
+def _check_mma_guards(body, thread_vars: set[str]) -> None:
+  """A guard around a tensorized loop nest must be the same for every lane of a warp (mma.sync needs all 32)."""
+  def into(s, conds):
+    return conds + (s.cond,) if isinstance(s, If) else conds
+  for s, conds in walk_scoped(body, (), into):
+    if not isinstance(s, Mma): continue
+    for c in conds:
+      used = {v for v in free_vars(c) if v in thread_vars or v.startswith("threadIdx")}
+      if used:
+        raise ScheduleError(f"the tensorized loops of {s.acc.name} sit under the guard {c!r}, which depends on the "
+                            f"thread index ({', '.join(sorted(used))}): some lanes of a warp would skip mma.sync. "
+                            "Make the tiles divide the tensor and the threads fill the block")
 
 
 def _spatial_inside(st, reduce_leaves: list[str]) -> bool:

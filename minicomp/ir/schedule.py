@@ -581,6 +581,86 @@ class Schedule:
     """
     self._do(S.CrossThreadReduceStep(_name(t), _name(loop), method))
 
+  def tensorize(self, t, loop, intrinsic: str) -> None:
+    """Compute the loops of a sum reduction from ``loop`` inward with a warp's tensor-core ``mma.sync``.
+
+    The loops from ``loop`` inward must be two spatial loops of extent 2 and one reduction loop of the
+    intrinsic's k (16 for ``"m16n8k16_f16"`` / ``"m16n8k16_bf16"``, 8 for ``"m16n8k8_f16"`` / ``"m16n8k8_tf32"``),
+    of a stage held in registers (``cache_write(C, "local")``) inside loops whose threadIdx.x extent is a multiple
+    of 32. Each warp computes 16 x 8 accumulator elements per instruction, four per lane: lane
+    ``threadIdx.x % 32`` = 4 g + t holds rows (g, r) and columns (t, c) for r, c in {0, 1}, so the row operand may
+    depend on the lane only through g and the column operand only through t (lowering checks it:
+    ``minicomp/ir/mma.py``; docs/tensor_cores.md shows a matmul schedule). The operands are rounded to the
+    intrinsic's type (fp16, bf16 or tf32) and the products accumulated in float32.
+
+    Parameters
+    ----------
+    t : Tensor or str
+        The stage (a sum reduction, usually the ``cache_write`` stage of a matmul or convolution).
+    loop : str
+        The outermost of its three innermost loops.
+    intrinsic : str
+        A name of ``minicomp.ir.mma.INTRINSICS``.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ScheduleError
+        If ``t`` is not a sum reduction, the intrinsic is unknown, the loops from ``loop`` inward are not two
+        spatial loops and one reduction loop, one of them is annotated, or ``t`` is already tensorized or has a
+        cross-thread reduction. Lowering raises it for extents that do not fit the intrinsic, guards inside
+        the loops or around them that depend on the thread, and operands whose lanes do not fit the fragments.
+
+    Examples
+    --------
+    >>> import minicomp as mc
+    >>> A = mc.placeholder((16, 32), "float16", name="A")
+    >>> B = mc.placeholder((32, 8), "float16", name="B")
+    >>> k = mc.reduce_axis(32, name="k")
+    >>> C = mc.compute((16, 8), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    >>> s = mc.Schedule([C])
+    >>> CL = s.cache_write(C, "local")
+    >>> i0, i1 = s.split(C, "ax0", 2)
+    >>> j0, j1 = s.split(C, "ax1", 2)
+    >>> s.reorder(C, i0, j0, i1, j1)
+    >>> s.bind(C, s.fuse(C, i0, j0), "threadIdx.x")
+    >>> s.compute_at(CL, C, "ax0.0.ax1.0.fused")
+    >>> k0, k1 = s.split(CL, "k", 16)
+    >>> s.reorder(CL, k0, "i", "j", k1)
+    >>> print(s)
+    Placeholder: A
+    Placeholder: B
+    Stage C.local (at C.ax0.0.ax1.0.fused) scope=local
+      for k.0 in 0..2
+        for i in 0..16
+          for j in 0..8
+            for k.1 in 0..16
+    Stage C
+      for ax0.0.ax1.0.fused in 0..32  @threadIdx.x
+        for ax0.1 in 0..2
+          for ax1.1 in 0..2
+    >>> s.tensorize(CL, "i", "m16n8k16_f16")
+    >>> print(s)
+    Placeholder: A
+    Placeholder: B
+    Stage C.local (at C.ax0.0.ax1.0.fused) scope=local
+      for k.0 in 0..2
+        for i in 0..16  @mma.sync m16n8k16_f16
+          for j in 0..8
+            for k.1 in 0..16
+    Stage C
+      for ax0.0.ax1.0.fused in 0..32  @threadIdx.x
+        for ax0.1 in 0..2
+          for ax1.1 in 0..2
+
+    One warp (32 threads: lane ``4 g + t`` = ``ax0.0 * 4 + ax1.0``) computes C; ``C.local``'s loops ``i`` and ``j``
+    cover the lane's 2 x 2 box (rows ``2 g + r``, columns ``2 t + c``) once bound inference has sized them.
+    """
+    self._do(S.TensorizeStep(_name(t), _name(loop), intrinsic))
+
   def rfactor(self, t, loop) -> str:
     """Factor a split reduction into a new stage ``<t>.rf`` that keeps ``loop`` as a spatial axis.
 

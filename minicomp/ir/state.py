@@ -65,6 +65,7 @@ class Stage:
   auto_unroll_max_step: int = 0
   storage_align: tuple[tuple[int, int, int], ...] = ()   # (axis, factor, offset)
   cross_thread: tuple[tuple[str, str], ...] = ()         # (reduce iter, "shuffle" | "tree")
+  tensorize: tuple[tuple[str, str], ...] = ()            # (iter, tensor-core intrinsic): the loops from it inward
 
   @property
   def is_placeholder(self) -> bool: return self.tensor.is_placeholder
@@ -153,8 +154,9 @@ class State:
       head = f"Stage {s.name}" + ("" if s.attach == ROOT else f" ({s.attach})") + (f" scope={s.scope}" if s.scope else "")
       lines.append(head)
       for d, it in enumerate(s.leaves):
-        ann = s.annotation(it)
-        lines.append("  " * (d + 1) + f"for {it} in 0..{ext[it]}" + ("" if ann == "none" else f"  @{ann}"))
+        ann, mma = s.annotation(it), dict(s.tensorize).get(it)
+        lines.append("  " * (d + 1) + f"for {it} in 0..{ext[it]}" + ("" if ann == "none" else f"  @{ann}")
+                     + (f"  @mma.sync {mma}" if mma else ""))
     return "\n".join(lines)
 
 

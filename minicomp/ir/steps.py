@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from minicomp.errors import ScheduleError
 from minicomp.ir.expr import Expr, var
+from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.ops import Op
 from minicomp.ir.state import (ANNOTATIONS, BLOCK_TAGS, INLINE, ROOT, THREAD_TAGS, Attach, Fuse, Split, State,
                                check_positive_factor, unique_name)
@@ -207,6 +208,36 @@ class PragmaStep(Step):
     if self.pragma != "auto_unroll_max_step": raise ScheduleError(f"pragma {self.pragma!r} unknown; known: auto_unroll_max_step")
     if not isinstance(self.value, int) or self.value < 0: raise ScheduleError(f"pragma auto_unroll_max_step: value must be an int >= 0, got {self.value!r}")
     s.set_stage(replace(st, auto_unroll_max_step=self.value))
+
+
+@register
+@dataclass(frozen=True)
+class TensorizeStep(Step):
+  """Compute the loops of a sum reduction from ``iter`` inward with a warp's tensor-core ``mma.sync``
+  (``intrinsic``, a name of ``codegen/tensor_core.INTRINSICS``). Lowering checks the loops' shape and the lanes
+  (``minicomp/ir/mma.py``)."""
+  kind: ClassVar[str] = "tensorize"
+  stage: str
+  iter: str
+  intrinsic: str
+
+  def apply(self, s: State):
+    st = _loop(s, self.stage, self.iter, "tensorize")
+    where = f"tensorize {self.stage}.{self.iter}"
+    intr = INTRINSICS.get(self.intrinsic)
+    if intr is None: raise ScheduleError(f"{where}: no tensor-core intrinsic {self.intrinsic!r}; use one of {sorted(INTRINSICS)}")
+    red = st.tensor.reduce
+    if red is None or red.combiner != "sum": raise ScheduleError(f"{where}: {self.stage!r} is not a sum reduction")
+    if st.cross_thread: raise ScheduleError(f"{where}: {self.stage!r} has a cross-thread reduction")
+    if st.tensorize: raise ScheduleError(f"{where}: {self.stage!r} is already tensorized at {st.tensorize[0][0]!r}")
+    inner = st.leaves[st.leaves.index(self.iter):]
+    kinds = sorted(st.kind(x) for x in inner)
+    if kinds != ["reduce", "spatial", "spatial"]:
+      raise ScheduleError(f"{where}: the loops from {self.iter!r} inward must be two spatial loops of extent 2 (the "
+                          f"accumulator's row and column pairs) and one reduction loop of extent {intr.k}; they are {list(inner)}")
+    bad = [x for x in inner if st.annotation(x) != "none"]
+    if bad: raise ScheduleError(f"{where}: loop {bad[0]!r} is annotated {st.annotation(bad[0])!r}; the tensorized loops are the instruction's")
+    s.set_stage(replace(st, tensorize=((self.iter, self.intrinsic),)))
 
 
 def _check_attachable(s: State, name: str, what: str):

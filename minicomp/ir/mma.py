@@ -1,0 +1,197 @@
+"""Tensorized reductions: a warp's ``mma.sync`` in the loop IR (``Schedule.tensorize``).
+
+**The intrinsics.** :class:`Intrinsic` describes one ``mma.sync`` shape and type and where each of its
+operands' elements lives across the 32 lanes of a warp (the PTX ISA's fragment figures; the CUDA side, the
+helpers kernels call and the arch check, is ``minicomp/codegen/tensor_core.py``, and docs/tensor_cores.md
+lists the layouts).
+
+**The lowering.** ``tensorize(C, loop, intrinsic)`` names the innermost three loops of a sum reduction: two
+spatial loops of extent 2 (``r`` and ``c``) and one reduction loop of extent k. In the scalar program, each
+thread adds, for its own (r, c), the k products ``x(r, kk) * y(c, kk)`` to its accumulator element. The warp's
+instruction computes the same sums when the lanes are arranged as the accumulator fragment says: lane
+``(g, t)`` (``g = lane / 4``, ``t = lane % 4``) holds fragment rows ``g + 8 r`` and columns ``2 t + c``, so
+
+- the operand ``x`` (A) may depend on the lane only through ``g`` (and on ``r``, ``kk``, the warp, the outer
+  loops), and
+- the operand ``y`` (B) only through ``t`` (and ``c``, ``kk``, ...).
+
+Which tensor rows and columns those are is the schedule's choice (rows ``2 g + r`` keep a lane's four
+elements in a 2 x 2 box, which bound inference sizes exactly). :func:`mma_statement` checks both conditions on
+the lowered index expressions (over every thread of a warp and every (r, c, kk), at sample values of the outer
+loops) and writes each lane's fragment elements by substituting into ``x`` and ``y``: A's element i of lane
+(g, t) is ``x`` at ``r = (row - g) / 8``, ``kk = col``; B's element i is ``y`` at the lane ``(g, g / 2)``,
+``c = g % 2``, ``kk = row``. The statement keeps the scalar loops as its body.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minicomp.errors import ScheduleError
+from minicomp.ir.evaluate import evaluate
+from minicomp.ir.expr import Expr, cast, const, free_vars, var, walk
+from minicomp.ir.loop import For, Mma, Store
+from minicomp.ir.ops import Op
+from minicomp.ir.rewrite import map_loads, substitute
+from minicomp.ir.simplify import simplify
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+  """One ``mma.sync`` shape and type: ``D[m x n] (float32) += A[m x k] B[k x n]``, warp-wide."""
+  name: str            # "m16n8k16_f16": the helper is mc_mma_<name>
+  m: int
+  n: int
+  k: int
+  dtype: str           # the operands' element type: "float16", "bfloat16" or "tfloat32" (floats rounded)
+  min_cc: tuple[int, int]
+  a_regs: int          # 32-bit registers per lane
+  b_regs: int
+
+  @property
+  def helper(self) -> str: return f"mc_mma_{self.name}"
+
+  @property
+  def per_register(self) -> int:
+    """Operand elements per 32-bit register: 2 for the 16-bit types, 1 for tf32."""
+    return 1 if self.dtype == "tfloat32" else 2
+
+  # The layouts as functions of groupID ``g`` and threadID_in_group ``t`` (ints, or index Exprs: lowering writes
+  # a lane's fragment elements with them), and of the lane.
+  def a_at(self, g, t, i: int):
+    """(row, col) in A (m x k) of element ``i`` of the A fragment of the lane with groupID ``g``, thread ``t``."""
+    if self.dtype == "tfloat32": return g + 8 * (i % 2), t + 4 * (i // 2)
+    if self.k == 8: return g + 8 * (i // 2), 2 * t + i % 2
+    return g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4)
+
+  def b_at(self, g, t, i: int):
+    """(row, col) in B (k x n) of element ``i`` of the B fragment of lane (``g``, ``t``)."""
+    if self.dtype == "tfloat32": return t + 4 * i, g
+    return 2 * t + i % 2 + 8 * (i // 2), g
+
+  @staticmethod
+  def c_at(g, t, i: int):
+    """(row, col) in C / D (m x n) of element ``i`` (0..3) of lane (``g``, ``t``)'s accumulator: every shape's."""
+    return g + 8 * (i // 2), 2 * t + i % 2
+
+  def a_element(self, lane: int, i: int) -> tuple[int, int]: return self.a_at(lane // 4, lane % 4, i)
+  def b_element(self, lane: int, i: int) -> tuple[int, int]: return self.b_at(lane // 4, lane % 4, i)
+  def c_element(self, lane: int, i: int) -> tuple[int, int]: return self.c_at(lane // 4, lane % 4, i)
+
+  @property
+  def a_elements(self) -> int: return self.a_regs * self.per_register
+
+  @property
+  def b_elements(self) -> int: return self.b_regs * self.per_register
+
+
+INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
+  Intrinsic("m16n8k16_f16", 16, 8, 16, "float16", (8, 0), 4, 2),
+  Intrinsic("m16n8k16_bf16", 16, 8, 16, "bfloat16", (8, 0), 4, 2),
+  Intrinsic("m16n8k8_f16", 16, 8, 8, "float16", (7, 5), 2, 1),
+  Intrinsic("m16n8k8_tf32", 16, 8, 8, "tfloat32", (8, 0), 4, 2),
+)}
+
+
+def _one_load(e: Expr, what: str, where: str) -> Expr:
+  """The index of the single tensor read in operand ``e``."""
+  loads = [n for n in walk(e) if n.op is Op.LOAD]
+  if len(loads) != 1:
+    raise ScheduleError(f"{where}: operand {what} ({e!r}) must read exactly one tensor element, it reads {len(loads)}")
+  return loads[0].src[0]
+
+
+def _probe(e: Expr) -> Expr:
+  """Operand ``e`` with its tensor read replaced by the read's index: what must not change between lanes that
+  share a fragment element (the element read, and any condition around it, such as a padding select)."""
+  return map_loads(e, lambda n: cast(n.src[0], n.dtype))
+
+
+def _scalar_nest(scalar, where: str):
+  """(the three loops, the update) of the tensorized loops: nested loops around one store, nothing else."""
+  loops, s = [], scalar
+  while isinstance(s, For):
+    loops.append(s)
+    s = s.body
+  if not isinstance(s, Store) or len(loops) != 3:
+    what = "a guard" if type(s).__name__ == "If" else f"{len(loops)} loops around a {type(s).__name__}"
+    raise ScheduleError(f"{where}: the tensorized loops must be exactly three loops (extents 2, 2 and k) around the "
+                        f"update, with no guard; found {what} (a loop of extent 1 is dropped, a split that does "
+                        "not divide its loop adds a guard)")
+  return loops, s
+
+
+def mma_statement(scalar, intr: Intrinsic, spatial: tuple[str, str], k_var: str, lane_vars: list[str],
+                  ranges: dict, where: str) -> Mma:
+  """The :class:`Mma` of the scalar nest ``scalar`` (the stage's loops from the tensorized one inward).
+  ``spatial``: the C variables of its two spatial loops, ``k_var`` its reduction loop's; ``lane_vars``: the
+  variables bound to threadIdx.x (a multiple of 32 threads); ``ranges``: every loop variable's (lo, hi)."""
+  loops, store = _scalar_nest(scalar, where)
+  ext = {lp.var: lp.extent for lp in loops}
+  if set(ext) != {*spatial, k_var}:
+    raise ScheduleError(f"{where}: the tensorized loops are {list(ext)}, expected {[*spatial, k_var]}")
+  for v, want in ((spatial[0], 2), (spatial[1], 2), (k_var, intr.k)):
+    if not (ext[v].is_const and int(ext[v].arg) == want):
+      raise ScheduleError(f"{where}: loop {v} has extent {ext[v]!r}; {intr.name} needs {want}")
+  value = store.value
+  acc_load = Expr.make(Op.LOAD, value.dtype, (store.index,), store.buffer)
+  if store.buffer.scope != "local" or value.op is not Op.ADD or value.src[0] != acc_load or value.src[1].op is not Op.MUL:
+    raise ScheduleError(f"{where}: the tensorized update must be acc[...] = acc[...] + x * y with acc in registers "
+                        f"(cache_write the stage to local); it is {store.buffer.name}[...] = {value!r}")
+  x, y = value.src[1].src
+  deps = [set(free_vars(_one_load(e, n, where))) & set(spatial) for e, n in ((x, "x"), (y, "y"))]
+  if len(deps[0]) != 1 or len(deps[1]) != 1 or deps[0] == deps[1]:
+    raise ScheduleError(f"{where}: each operand must vary with one of the two spatial loops {list(spatial)} and not the "
+                        f"other (A with the rows, B with the columns); they vary with {sorted(deps[0])} and {sorted(deps[1])}")
+  r_var, c_var = next(iter(deps[0])), next(iter(deps[1]))
+  _check_lanes(_probe(x), _probe(y), r_var, c_var, k_var, intr.k, lane_vars, ranges, where)
+  lanes = {v: var(v) for v in lane_vars}
+  used = set(free_vars(x)) | set(free_vars(y)) | set(free_vars(store.index))
+  first = next((v for v in lane_vars if v in used), lane_vars[0])     # (all are threadIdx.x; the stage's own reads best)
+  g, t = var(first) % 32 // 4, var(first) % 4
+  a = []
+  for i in range(intr.a_elements):
+    row0, col = intr.a_at(0, t, i)          # row g + 8 r: r = row0 / 8
+    a.append(simplify(substitute(x, {r_var: const(int(row0) // 8), c_var: const(0), k_var: col}), ranges))
+  b = []
+  for i in range(intr.b_elements):
+    row, _ = intr.b_at(g, t, i)             # column g of B: the lane (g, g / 2), c = g % 2
+    moved = {v: lanes[v] // 32 * 32 + g // 2 for v in lane_vars}   # B does not vary with the lane's g: take g = 0
+    b.append(simplify(substitute(y, {**moved, c_var: g % 2, r_var: const(0), k_var: row}), ranges))
+  acc = tuple(simplify(substitute(store.index, {r_var: const(i // 2), c_var: const(i % 2), k_var: const(0)}), ranges)
+              for i in range(4))
+  return Mma(intr.name, store.buffer, acc, tuple(a), tuple(b), scalar)
+
+
+def _check_lanes(pa: Expr, pb: Expr, r_var: str, c_var: str, k_var: str, k: int, lane_vars: list[str],
+                 ranges: dict, where: str) -> None:
+  """A's probe (:func:`_probe`) may depend on the lane only through g and not on c; B's only through t and not on
+  r: checked on every thread of the first and the last warp, every (r, c, kk), at the low, middle and high value
+  of the other variables (all low, all middle, all high: a sample, not a proof; schedules that tile with splits
+  give indices linear in each loop, for which it is)."""
+  _, hi = ranges.get(lane_vars[0], (0, None))
+  if hi is None: raise ScheduleError(f"{where}: the threads' extent must be known to tensorize")
+  n_threads = hi + 1
+  others = sorted((set(free_vars(pa)) | set(free_vars(pb))) - {r_var, c_var, k_var, *lane_vars})
+  for setting in range(3):
+    env = {}
+    for v in others:
+      l, h = ranges.get(v, (0, 0))
+      h = l if h is None else h
+      env[v] = (l, (l + h) // 2, h)[setting]
+    for w0 in sorted({0, (n_threads // 32 - 1) * 32}):
+      # axes: g (8), t (4), r (2), c (2), kk (k)
+      g, t, r, c, kk = np.meshgrid(np.arange(8), np.arange(4), np.arange(2), np.arange(2), np.arange(k), indexing="ij")
+      full = {**env, **{v: w0 + g * 4 + t for v in lane_vars}, r_var: r, c_var: c, k_var: kk}
+      va = np.broadcast_to(np.asarray(evaluate(pa, full)), g.shape)
+      vb = np.broadcast_to(np.asarray(evaluate(pb, full)), g.shape)
+      if not ((va == va[:, :1, :, :1, :]).all()):
+        raise ScheduleError(f"{where}: operand A ({pa!r}, reads as their indices) changes with the lane's column (threadIdx.x % 4) or "
+                            "the column loop: lanes would need each other's A elements in a layout mma.sync does not have")
+      if not ((vb == vb[:1, :, :1, :, :]).all()):
+        raise ScheduleError(f"{where}: operand B ({pb!r}, reads as their indices) changes with the lane's row (threadIdx.x % 32 / 4) or "
+                            "the row loop: mma.sync's B fragment cannot hold it")
+
+
+__all__ = ["INTRINSICS", "Intrinsic", "mma_statement"]
