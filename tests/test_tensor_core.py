@@ -439,3 +439,30 @@ def test_the_docs_matmul_example_builds_on_mma():
   scope: dict = {}
   exec(compile(text[start:text.index("```", start)], "docs/tensor_cores.md", "exec"), scope)
   assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in scope["kern"].binary.ptx
+
+
+def test_the_static_model_counts_mma_on_the_tensor_pipe():
+  """Each mma.sync of the PTX is m n k FMAs at the device's dense tensor rate: the 64^3 matmul's 8 blocks of 4
+  warps, 4 k-steps each, put 4 x 4 m16n8k16 on the busiest SM (one block per SM)."""
+  from minicomp.search.static.estimate import estimate
+  wl, s = tensorized_matmul("m16n8k16_f16")
+  k = mc.build(s, target="sm_80")
+  for name in ("a100", "rtx3090", "h100"):
+    dev = mc.Target(name).device
+    parts = estimate(k, mc.Target(name)).launches[0].parts
+    assert parts["tensor_s"] == pytest.approx(4 * 4 * 2048 / dev.tensor_fma_per_clock_per_sm("fp16") / dev.clock_hz)
+  # a kernel without mma.sync has no tensor term
+  from minicomp import workloads as W
+  from minicomp.graph.schedules import default_schedule
+  plain = mc.build(default_schedule(W.matmul(64, 64, 64).outputs), target="sm_80")
+  assert "tensor_s" not in estimate(plain, mc.Target("a100")).launches[0].parts
+
+
+def test_tensor_rates_from_the_datasheets():
+  from minicomp.target import DEVICES
+  rate = lambda n, kind: DEVICES[n].tensor_fma_per_clock_per_sm(kind)   # noqa: E731
+  assert rate("a100", "fp16") == pytest.approx(1024, rel=0.01) and rate("a100", "tf32") == pytest.approx(512, rel=0.01)
+  # GeForce GA102 / AD102 accumulate in FP32 at half the rate of the professional parts on the same chip
+  assert rate("rtx3090", "fp16") == pytest.approx(rate("a6000", "fp16") / 2, rel=0.01)
+  assert rate("rtx4090", "fp16") == pytest.approx(rate("l4", "fp16") / 2, rel=0.01)
+  assert rate("t4", "tf32") == 0 and rate("v100", "tf32") == 0

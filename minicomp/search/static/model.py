@@ -14,6 +14,8 @@ For one launch, on the busiest SM (``ceil(blocks / SMs)`` blocks: the tail effec
   special functions, 0.5 for conversions, and load/store-unit lanes / 32 for loads, stores
   and shuffles (16 LD/ST lanes per SM on GA10x / AD10x / TU10x, 32 on GV100 / GA100 / GH100:
   the SM diagrams of the architecture whitepapers);
+- **tensor cores**: each ``mma.sync`` of a warp does m x n x k FMAs on the SM's tensor cores at the device's
+  dense rate per clock (its published FP16 / TF32 tensor TFLOP/s at its boost clock; ``target.py``);
 - **shared memory**: every shared load/store is ``conflict degree`` wavefronts, one per cycle;
 - **L1**: global loads and stores are processed one 128-byte line (four 32-byte sectors) per
   cycle, so a warp request touching ``s`` sectors in ``l`` distinct lines costs
@@ -43,6 +45,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from minicomp.search.static.ptx_parse import TENSOR_FMAS
 
 # warp instructions per cycle per SM for a unit, given lanes per SM (CUDA C++ Programming Guide)
 CVT_PER_CYCLE = 0.5           # type conversions: 16 per SM per cycle on sm_80 / sm_86
@@ -113,6 +117,9 @@ def launch_time(f: LaunchFacts, dev) -> LaunchEstimate:
     "l1": f.l1_cycles_per_block * on_sm,
     "latency": math.ceil(on_sm / max(f.blocks_per_sm, 1)) * f.chain_cycles,
   }
+  if any(c.get(cls) for cls in TENSOR_FMAS):   # (a term only where the kernel has mma.sync: other estimates keep their parts)
+    pipes["tensor"] = sum(warp_instr(cls) * fmas / max(dev.tensor_fma_per_clock_per_sm(kind), 1e-9)
+                          for cls, (fmas, kind) in TENSOR_FMAS.items() if c.get(cls))
   sm_cycles = max(pipes.values()) if pipes else 0.0
   resident = min(f.blocks_per_sm, on_sm) * warps
   bytes_per_cycle_sm = dev.dram_bandwidth_gbs * 1e9 / clock / dev.sm_count

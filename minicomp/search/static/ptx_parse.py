@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from minicomp.errors import PTXAnalysisError
 
 CLASSES = ("fp32_fma", "fp32_arith", "fp64", "int", "sfu", "conversion", "ld_global", "st_global", "ld_shared",
-           "st_shared", "ld_local", "st_local", "ld_param", "ld_const", "atomic", "bar_sync", "shfl", "branch", "other")
+           "st_shared", "ld_local", "st_local", "ld_param", "ld_const", "atomic", "bar_sync", "shfl", "branch", "other",
+           "tensor_k16", "tensor_k8", "tensor_tf32")
+# a warp's mma.sync by the FMAs it does and their type: m16n8k16 fp16 / bf16 (2048), m16n8k8 fp16 (1024), m16n8k8 tf32
+TENSOR_FMAS = {"tensor_k16": (2048, "fp16"), "tensor_k8": (1024, "fp16"), "tensor_tf32": (1024, "tf32")}
 MEMORY_CLASSES = ("ld_global", "st_global", "ld_shared", "st_shared", "ld_local", "st_local", "ld_param", "ld_const",
                   "atomic")
 
@@ -167,6 +170,8 @@ def classify(opcode: str) -> tuple[str, int]:
     return f"{'st' if base == 'st' else 'ld'}_{space}", nbytes
   if base == "cp":
     return "ld_global", 0
+  if base == "mma":
+    return "tensor_tf32" if "tf32" in mods else "tensor_k16" if "m16n8k16" in mods else "tensor_k8", 0
   if base in ("bar", "barrier"):
     return ("other", 0) if "warp" in mods else ("bar_sync", 0)
   if base == "shfl":
