@@ -357,6 +357,11 @@ def test_tensorized_matmul_matches_numpy_in_the_simulator(intr):
   arch = "sm_75" if intr == "m16n8k8_f16" else "sm_80"
   k = mc.build(s, target=arch)
   assert f"mma.sync.aligned.m16n8k{tc.INTRINSICS[intr].k}" in k.binary.ptx and tc.INTRINSICS[intr].helper in k.source
+  if TYPES[intr] != "float32":
+    # the tiles the tensor cores read hold the half values; A's pairs are adjacent: one 32-bit read each
+    ctype = "__half" if TYPES[intr] == "float16" else "__nv_bfloat16"
+    assert f"__shared__ __align__(16) {ctype} A_shared[" in k.source and f"__shared__ __align__(16) {ctype} B_shared[" in k.source
+    assert "reinterpret_cast<const unsigned*>(A_shared + " in k.source and "mc_pack_h2(B_shared[" in k.source
   a, b = wl.random_inputs()
   a32, b32 = a.astype(np.float32), b.astype(np.float32)
   ref = a32.astype(np.float64) @ b32.astype(np.float64)

@@ -334,15 +334,27 @@ class CUDARenderer:
       acc = [f"{s.acc.name}[{self.index(i)}]" for i in s.acc_index]
       out.append(f"{ind2}float mma_d[4] = {{{', '.join(acc)}}};")
       for name, vals in (("mma_a", s.a), ("mma_b", s.b)):
-        texts = [self.expr(v) for v in vals]
         if intr.per_register == 2:
-          pack = "mc_pack_bf16" if intr.dtype == "bfloat16" else "mc_pack_f16"
-          regs = [f"{pack}({texts[r]}, {texts[r + 1]})" for r in range(0, len(texts), 2)]
+          regs = [self._fragment_register(vals[r], vals[r + 1], intr.dtype) for r in range(0, len(vals), 2)]
           out.append(f"{ind2}const unsigned {name}[{len(regs)}] = {{{', '.join(regs)}}};")
-        else: out.append(f"{ind2}const float {name}[{len(texts)}] = {{{', '.join(texts)}}};")
+        else: out.append(f"{ind2}const float {name}[{len(vals)}] = {{{', '.join(self.expr(v) for v in vals)}}};")
       out.append(f"{ind2}{intr.helper}(mma_d, mma_a, mma_b);")
       for c, text in enumerate(acc): out.append(f"{ind2}{text} = mma_d[{c}];")
     out.append(f"{ind}}}")
+
+  def _fragment_register(self, lo: Expr, hi: Expr, dtype: str) -> str:
+    """One 32-bit fragment register of two 16-bit elements (``lo`` in the low half). Two reads of a buffer held
+    in the operand's type are packed raw: one 32-bit read where they are adjacent and the first is at an even
+    index, else ``mc_pack_h2`` of the two; any other values are rounded (``mc_pack_f16`` / ``mc_pack_bf16``)."""
+    if lo.op is Op.LOAD and hi.op is Op.LOAD and lo.arg is hi.arg and lo.arg.stored_dtype == dtype:
+      buf, i0, i1 = lo.arg, lo.src[0], hi.src[0]
+      terms, c = linear(i0)
+      even = c % 2 == 0 and all((k * multiple_of(t)) % 2 == 0 for t, k in terms.items())
+      if even and simplify(i1 - i0, self.ranges).is_const and simplify(i1 - i0, self.ranges).arg == 1:
+        return f"*reinterpret_cast<const unsigned*>({buf.name} + {self.index(i0)})"
+      return f"mc_pack_h2({buf.name}[{self.index(i0)}], {buf.name}[{self.index(i1)}])"
+    pack = "mc_pack_bf16" if dtype == "bfloat16" else "mc_pack_f16"
+    return f"{pack}({self.expr(lo)}, {self.expr(hi)})"
 
   def _cross_thread(self, s: CrossThreadReduce, depth: int, out: list[str]) -> None:
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
@@ -401,8 +413,8 @@ class CUDARenderer:
     for b in k.allocs:
       if not b.size.is_const: raise CodegenError(f"buffer {b.name} has a symbolic size {b.size}; substitute values first")
       n = int(b.size.arg)
-      if b.scope == "shared":   # (a half tensor's tile holds floats, as a cross-thread reduction's scratch does)
-        lines.append(f"  __shared__ __align__(16) {_ctype(b.dtype)} {b.name}[{n}];")
+      if b.scope == "shared":   # (a half tensor's tile holds floats, as a cross-thread reduction's scratch does, but
+        lines.append(f"  __shared__ __align__(16) {C_TYPE[b.stored_dtype]} {b.name}[{n}];")   # a tensor-core tile)
       else: lines.append(f"  {_ctype(b.dtype)} {b.name}[{n}];")
     for v, tag in k.bindings:
       lines.append(f"  const {self.itype} {v} = {tag};")

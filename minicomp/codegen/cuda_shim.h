@@ -532,6 +532,12 @@ inline void cp_wait(unsigned pending) {  // every committed group but the `pendi
 }  // namespace mc_sim
 
 inline unsigned mc_pack_f16(float lo, float hi) { return mc_sim::f16_bits(lo) | (unsigned)mc_sim::f16_bits(hi) << 16; }
+#ifdef __FLT16_MAX__
+inline unsigned mc_pack_h2(half lo, half hi) {
+  return mc_sim_bitcast<unsigned short>(lo) | (unsigned)mc_sim_bitcast<unsigned short>(hi) << 16;
+}
+#endif
+inline unsigned mc_pack_h2(__nv_bfloat16 lo, __nv_bfloat16 hi) { return lo.x | (unsigned)hi.x << 16; }
 inline unsigned mc_pack_bf16(float lo, float hi) {
   return __float2bfloat16_rn(lo).x | (unsigned)__float2bfloat16_rn(hi).x << 16;
 }

@@ -171,8 +171,9 @@ __device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(float f) {
 def _headers(source: str) -> tuple[tuple[str, str], ...]:
   """The in-memory headers ``source`` needs: the half types where it names one, the tensor-core helpers
   (:mod:`minicomp.codegen.tensor_core`) where it calls one."""
-  half = "__half" in source or "bfloat16" in source
-  return ((HALF_HEADER,) if half else ()) + ((tensor_core.HEADER,) if tensor_core.uses_tensor_core_helpers(source) else ())
+  tensor = tensor_core.uses_tensor_core_helpers(source)      # (its helpers take the half types)
+  half = tensor or "__half" in source or "bfloat16" in source
+  return ((HALF_HEADER,) if half else ()) + ((tensor_core.HEADER,) if tensor else ())
 
 
 def _compile(source: str, arch: str, options: tuple[str, ...], headers: tuple[tuple[str, str], ...]

@@ -101,7 +101,8 @@ def _cp_async(nbytes: int) -> str:
           f'    :: "r"(mc_shared_address(dst)), "l"(src), "r"(valid ? {nbytes} : 0) : "memory");\n}}\n')
 
 
-# NVRTC's header (codegen/nvrtc.py includes it before a source that calls an mc_ helper of this module).
+# NVRTC's header (codegen/nvrtc.py includes it, after the half types' header, before a source that calls an mc_ helper
+# of this module).
 HEADER = ("minicomp_tensor_core.h", "".join([
   "__device__ __forceinline__ unsigned mc_shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }\n",
   "__device__ __forceinline__ unsigned mc_tf32(float x) { unsigned r; asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : "
@@ -113,6 +114,9 @@ HEADER = ("minicomp_tensor_core.h", "".join([
   "  return (unsigned)a | ((unsigned)b << 16);\n}\n",
   "__device__ __forceinline__ unsigned mc_pack_bf16(float lo, float hi) { unsigned r;\n"
   "  asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo)); return r;\n}\n",
+  # two 16-bit values packed raw (no conversion): fragment elements read from a tile held in their type
+  "__device__ __forceinline__ unsigned mc_pack_h2(__half lo, __half hi) { return lo.x | ((unsigned)hi.x << 16); }\n",
+  "__device__ __forceinline__ unsigned mc_pack_h2(__nv_bfloat16 lo, __nv_bfloat16 hi) { return lo.x | ((unsigned)hi.x << 16); }\n",
   *(_mma(i) for i in INTRINSICS.values()),
   *(_ldmatrix(c, t) for c in (1, 2, 4) for t in (False, True)),
   *(_cp_async(n) for n in (4, 8, 16)),

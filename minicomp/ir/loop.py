@@ -21,15 +21,18 @@ class Buffer:
   scope: str           # "global" | "shared" | "local"
   size: Expr           # elements
   role: str = "temp"   # "input" | "output" | "temp"
+  half_tile: bool = False   # a shared tile of a half tensor read only by tensor-core instructions: held in its type
 
   def __repr__(self): return f"Buffer({self.name}, {self.dtype}, {self.scope}, {self.size})"
 
   @property
   def stored_dtype(self) -> str:
-    """The type its elements are held in: a half type only in global memory. Shared tiles and registers of a
+    """The type its elements are held in: a half type in global memory and in the shared tiles the tensor cores
+    read (``half_tile``: their fragments take the half values as they are). Other shared tiles and registers of a
     float16 / bfloat16 tensor hold float32, converted once where they are filled, not at every use
     (docs/precision.md): a tile element feeds many multiply-adds, and the conversion pipe is 8x narrower."""
-    return "float32" if self.dtype in HALF_DTYPES and self.scope != "global" else self.dtype
+    keep = self.scope == "global" or self.half_tile
+    return "float32" if self.dtype in HALF_DTYPES and not keep else self.dtype
 
   @property
   def element_bytes(self) -> int:

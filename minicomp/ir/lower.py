@@ -26,7 +26,7 @@ from minicomp.ir.bound import max_over, relax, shift_free_extent
 from minicomp.ir.expr import Expr, as_expr, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import Buffer, For, LoopKernel, Program, stmt_parts, walk_stmts
-from minicomp.ir.ops import Op
+from minicomp.ir.ops import HALF_DTYPES, Op
 from minicomp.ir.linear import _bounds, _ctx
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
@@ -321,7 +321,8 @@ class _Lowerer(NestBuilder):
       i.strides = strides
       if st.attach.kind != "root":
         for _, e in reversed(i.vdims): acc = simplify(acc * e)
-        i.buffer = Buffer(c_ident(n), dt, i.scope, acc, "temp")
+        mma_only = i.scope == "shared" and all(self.s.stage(c).tensorize for c in self.s.consumers(n))
+        i.buffer = Buffer(c_ident(n), dt, i.scope, acc, "temp", half_tile=mma_only and dt in HALF_DTYPES)
 
   def _flat(self, i: _Info, idx) -> Expr:
     e = const(0)

@@ -2,7 +2,8 @@
 
 Each index is evaluated for the 32 lanes of the first warp (``threadIdx`` linearised x fastest,
 block 0) at a few loop iterations: every loop at 0, and each loop in turn at 1 and at its last
-value; the lanes of ``vectorize`` loops (2 or 4 float32) form one request. A global access gets the
+value; the lanes of ``vectorize`` loops form one request where the emitter writes one vector access (2 or 4
+float32; 2, 4 or 8 float16 / bfloat16 values held as such). A global access gets the
 distinct 32-byte sectors and 128-byte lines per warp request and its efficiency (requested bytes
 over moved bytes); a shared access the largest number of distinct words one bank serves in a
 phase (1: no conflict).
@@ -46,9 +47,13 @@ def _lanes(kernel: LoopKernel) -> dict[str, np.ndarray]:
   return env
 
 
-def _requests(a, lanes: dict[str, np.ndarray], vec: bool):
+# the vector widths the emitter writes as one access, by the type a buffer holds (codegen/cuda.py)
+VECTOR_WIDTHS = {"float32": (2, 4), "float16": (2, 4, 8), "bfloat16": (2, 4, 8)}
+
+
+def _requests(a, lanes: dict[str, np.ndarray], widths: tuple[int, ...]):
   """Per sampled iteration: (active-lane mask over the flattened lanes x vector elements, element indices, lane ids)."""
-  vloops = [lp for lp in a.loops if vec and lp.kind == "vectorize" and lp.extent in (2, 4)]
+  vloops = [lp for lp in a.loops if lp.kind == "vectorize" and lp.extent in widths]
   others = [lp for lp in a.loops if lp not in vloops]
   samples = [{}] + [{lp.var: v} for lp in others for v in sorted({1, lp.extent - 1}) if v > 0]
   nl = len(lanes["threadIdx.x"])
@@ -75,11 +80,11 @@ def access_patterns(kernel: LoopKernel, maps, dyn, nbytes) -> list[AccessPattern
     b = a.buffer
     if b.scope not in ("global", "shared"): continue
     size = nbytes[b.name]
-    vec = b.dtype == "float32"
+    widths = VECTOR_WIDTHS.get(b.stored_dtype, ())
     pat = {"buffer": b.name, "scope": b.scope, "kind": a.kind, "index": repr(a.index), "count": count}
     if not m.affine_index:
       out.append(AccessPattern(**pat)); continue
-    try: reqs = [(act, idx[act], lid[act]) for act, idx, lid in _requests(a, lanes, vec) if act.any()]
+    try: reqs = [(act, idx[act], lid[act]) for act, idx, lid in _requests(a, lanes, widths) if act.any()]
     except ExprError:
       out.append(AccessPattern(**pat)); continue
     if not reqs:
