@@ -310,10 +310,11 @@ def test_ldmatrix_and_cp_async_on_the_gpu():
 TYPES = {"m16n8k16_f16": "float16", "m16n8k16_bf16": "bfloat16", "m16n8k8_f16": "float16", "m16n8k8_tf32": "float32"}
 
 
-def tensorized_matmul(intr: str, M=64, N=64, K=64, lanes=("g", "t"), k_split=None):
-  """C = A @ B with 128 threads a block (2 x 2 warps), each warp a 16 x 8 tile of C per instruction: rows
-  ``i = block + 16 wm + 2 g + r`` and columns ``j = block + 8 wn + 2 t + c``, so lane 4 g + t holds a 2 x 2 box;
-  A and B staged in shared memory per k-step. ``lanes`` orders g and t inside the thread index."""
+def tensorized_matmul(intr: str, M=64, N=64, K=64, lanes=("g", "t"), k_split=None, mi=1, ni=1):
+  """C = A @ B with 128 threads a block (2 x 2 warps), each warp ``mi`` x ``ni`` tiles of 16 x 8 per k-step: rows
+  ``i = block + wm (16 mi) + g (2 mi) + 2 m + r`` and columns ``j = block + wn (8 ni) + t (2 ni) + 2 n + c``, so
+  lane 4 g + t holds a (2 mi) x (2 ni) box; A and B staged in shared memory per k-step. ``lanes`` orders g and t
+  inside the thread index."""
   from minicomp import workloads as W
   dtype = TYPES[intr]
   wl = W.matmul(M, N, K, dtype=dtype)
@@ -321,21 +322,24 @@ def tensorized_matmul(intr: str, M=64, N=64, K=64, lanes=("g", "t"), k_split=Non
   s = mc.Schedule([C])
   CL = s.cache_write(C, "local")
   i, j = s.axis(C)
-  io, wm, g, r = s.split(C, i, [2, 8, 2])
-  jo, wn, t, c = s.split(C, j, [2, 4, 2])
-  s.reorder(C, io, jo, wm, wn, *(g, t) if lanes == ("g", "t") else (t, g), r, c)
+  io, wm, g, m, r = s.split(C, i, [2, 8, mi, 2])
+  jo, wn, t, n, c = s.split(C, j, [2, 4, ni, 2])
+  s.reorder(C, io, jo, wm, wn, *(g, t) if lanes == ("g", "t") else (t, g), m, n, r, c)
   s.bind(C, s.fuse(C, io, jo), "blockIdx.x")
   tx = s.fuse(C, wm, wn, *(g, t) if lanes == ("g", "t") else (t, g))
   s.bind(C, tx, "threadIdx.x")
   s.compute_at(CL, C, tx)
   ci, cj, ck = s.loops(CL)
+  cm, cr = s.split(CL, ci, 2)
+  cn, cc = s.split(CL, cj, 2)
   k0, k1 = s.split(CL, ck, k_split or tc.INTRINSICS[intr].k)
-  s.reorder(CL, k0, ci, cj, k1)
+  s.reorder(CL, k0, cm, cn, cr, cc, k1)
   for X in (A, B):
     XS = s.cache_read(X, "shared", [CL])
     s.compute_at(XS, CL, k0)
     s.bind(XS, s.split(XS, s.fuse(XS, *s.loops(XS)), 128)[1], "threadIdx.x")
-  s.tensorize(CL, ci, intr)
+  s.unroll(CL, cm); s.unroll(CL, cn)
+  s.tensorize(CL, cr, intr)
   return wl, s
 
 
@@ -376,6 +380,23 @@ def test_tensorized_matmul_matches_numpy_in_the_simulator(intr):
   ref = a32.astype(np.float64) @ b32.astype(np.float64)
   interp = run_program(s.lower(), a, b).astype(np.float64)
   assert (np.abs(interp - ref) <= _matmul_tolerance(intr, a32, b32, ref)).all()
+
+
+def test_a_warp_tile_of_several_mma_matches_numpy_and_reuses_its_fragments():
+  """2 x 4 instructions per warp and k-step (32 x 32 per warp): correct, and NVVM reads each A fragment once for
+  the 4 instructions of its row and each B fragment once for the 2 of its column (the helpers' asm is not
+  volatile): 2 x 4 (A) + 4 x 4 (B: 16-bit reads) shared reads per k-step, not 8 x 8."""
+  wl, s = tensorized_matmul("m16n8k16_f16", M=128, N=128, K=32, mi=2, ni=4)
+  k = mc.build(s, target="sm_80")
+  a, b = wl.random_inputs()
+  a32, b32 = a.astype(np.float32), b.astype(np.float32)
+  ref = a32.astype(np.float64) @ b32.astype(np.float64)
+  out = k(a, b, device="cpu").astype(np.float64)
+  assert (np.abs(out - ref) <= _matmul_tolerance("m16n8k16_f16", a32, b32, ref)).all()
+  from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
+  prof = analyze_ptx(k.binary.ptx, k.plan.launches[0].kernel, hints=ir_loop_extents(k.program.kernels[0].body))
+  per_step = prof.counts["ld_shared"] / (prof.counts["tensor_k16"] / 8)
+  assert prof.counts["tensor_k16"] == 2 * 8 and per_step == 2 * 4 + 4 * 4
 
 
 def test_tensorize_replays_from_json_and_prints():
