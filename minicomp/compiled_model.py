@@ -237,7 +237,8 @@ class CompiledModel:
 
   def summary(self) -> str:
     """One row per kernel call: fused ops, output shapes, FLOPs, the float types its arrays are stored in and its
-    arithmetic is computed in (``fp16/fp32``: half arrays, float math), launch config, registers."""
+    arithmetic is computed in (``fp16/fp32``: half arrays, float math; ``fp16/fp32 tensor cores``: products on
+    the tensor cores, accumulated in float32), launch config, registers."""
     rows = [("#", "task", "ops", "outputs", "MFLOP", "stored/computed", "launches (grid x block)", "regs", "smem B")]
     for k, c in enumerate(self.calls):
       kern = self.kernels[c.kernel]
@@ -292,4 +293,5 @@ def _types(kern) -> str:
   e.g. ``fp16/fp32``, ``fp16+fp32/fp32``; ``-`` for a kernel without floats."""
   stored = sorted({b.dtype for b in kern.plan.inputs + kern.plan.outputs if b.dtype in _SHORT}, key=list(_SHORT).index)
   if not stored: return "-"
-  return "+".join(_SHORT[t] for t in stored) + "/" + ("fp64" if "float64" in stored else "fp32")
+  mma = " tensor cores" if "mc_mma_" in (getattr(kern, "source", "") or "") else ""   # (mma.sync: docs/tensor_cores.md)
+  return "+".join(_SHORT[t] for t in stored) + "/" + ("fp64" if "float64" in stored else "fp32") + mma

@@ -83,26 +83,27 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
   tgt = built.target
+  tensor = _tensor_core_options(task, built, name)
   t0 = time.perf_counter()
   try:
     res = construct(task.dag, tgt, seed=CONSTRUCT_SEED)
   except MinicompError as e:
     log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
-    return rules()
+    res = None
   finally:
     stats.construct += time.perf_counter() - t0
-  if not res.candidates:
+  if res is not None and not res.candidates:
     log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
              "; ".join(res.reasons[:3]) or "no sketch")
-    return rules()
   options: list[Built] = []
-  for c in compared(res):
+  for c in compared(res) if res is not None else ():
     try:
       options.append((built.kernel(c.schedule, name), c.schedule, "gensor"))
     except BUILD_ERRORS as e:
       log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
-  if not options: return rules()
-  if not set(task.ops) & RULES_NEVER_WIN: options.append(rules())
+  if not options and not tensor: return rules()
+  options += tensor
+  if not set(task.ops) & RULES_NEVER_WIN or len(options) == len(tensor): options.append(rules())
   if len(options) == 1: return _kept(options[0], stats)
   t1 = time.perf_counter()
   try:
@@ -114,14 +115,36 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   finally:
     stats.estimate += time.perf_counter() - t1
   best = min(range(len(costs)), key=lambda i: costs[i])
-  if options[best][2] == "rules":
+  if options[best][2] == "rules" and len(costs) > 1:
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
              costs[best] * 1e6, min(costs[:-1]) * 1e6)
   return _kept(options[best], stats)
 
 
+# Tasks offered tensor-core schedules: matmuls. Convolutions are not (yet): on ResNet-18 at 64x64 in fp16 for sm_80
+# the static model kept Gensor's FP32 kernel on all 21 tasks, and building the candidates took the cold compile
+# from 17.6 to 79.7 s (2026-11-29; docs/tensor_cores.md).
+TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm"})
+
+
+def _tensor_core_options(task: Task, built: Builds, name: str) -> list[Built]:
+  """The task's tensor-core schedules (``graph/tensor_core_schedules.py``: half-precision matmul-like tasks on a
+  target with mma.sync; tasks of :data:`TENSOR_CORE_OPS` without a convolution), built; the ones that do not build
+  are dropped, logged."""
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  if not set(task.ops) & TENSOR_CORE_OPS or set(task.ops) & {"Conv", "ConvTranspose"}: return []
+  out: list[Built] = []
+  for sched in tensor_core_schedules(task.dag, built.target):
+    try:
+      out.append((built.kernel(sched, name), sched, "tensor cores"))
+    except BUILD_ERRORS as e:
+      log.info("task %s: a tensor-core schedule did not build (%s)", task.key, e)
+  return out
+
+
 def _kept(b: Built, stats: CompileStats) -> Built:
   stats.constructed += b[2] == "gensor"
+  stats.tensor_cores += b[2] == "tensor cores"
   return b
 
 
@@ -163,6 +186,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
   processes (the shared pool) when there are several tasks and the main script can be re-imported."""
   def account(s: CompileStats) -> None:
     stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
+    stats.tensor_cores += s.tensor_cores
     built.seconds["lower_emit"] += s.build; built.seconds["nvrtc"] += s.nvrtc     # (a worker's builds; 0 here)
   if opts.jobs > 1 and len(todo) > 1 and _spawn_safe():
     import concurrent.futures as cf
@@ -224,6 +248,7 @@ def _from_cache(b: TaskBuild, cache: ScheduleCache, built: Builds, tkey: str, st
   b.schedule, b.origin = sched, hit.origin
   stats.cached += 1
   stats.constructed += hit.origin == "gensor"
+  stats.tensor_cores += hit.origin == "tensor cores"
   return True
 
 
@@ -414,7 +439,8 @@ PHASE_NAMES = tuple(p.name for p in PHASES)
 def _kernels_line(st: CompileState) -> str:
   s, tuned = st.stats, sum(b.origin == "tuned" for b in st.builds.values())
   return (f"{len(st.builds)} kernels: {tuned} tuned, {len(st.builds) - tuned} default schedules "
-          f"({s.constructed} constructed by Gensor, {s.cached} from the schedule cache; {s.construct:.2f} s constructing, {s.estimate:.2f} s "
+          f"({s.constructed} constructed by Gensor, " + (f"{s.tensor_cores} on tensor cores, " if s.tensor_cores else "")
+          + f"{s.cached} from the schedule cache; {s.construct:.2f} s constructing, {s.estimate:.2f} s "
           f"estimating, {s.build + s.nvrtc:.2f} s building, NVRTC {s.nvrtc:.2f} s of it)")
 
 

@@ -60,6 +60,7 @@ class CompileStats:
   tasks: int = 0
   calls: int = 0
   constructed: int = 0
+  tensor_cores: int = 0            # tasks whose default schedule is a tensor-core one (graph/tensor_core_schedules.py)
   cached: int = 0                  # tasks whose default schedule came from the schedule cache
   phases: dict[str, float] = field(default_factory=dict)
 

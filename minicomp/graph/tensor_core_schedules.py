@@ -1,0 +1,174 @@
+"""Tensor-core schedules for matmul-like tasks: the candidates ``compile`` adds for half-precision tasks.
+
+A task qualifies when its one data-reuse reduction ``R`` is a sum of products ``x * y`` of two half operands
+(float16 or bfloat16: a MatMul, Gemm, batched MatMul or convolution) and reaches the task's one output ``O``
+through elementwise stages (bias, folded batch norm, activation, residual: inlined, as the rule-based
+schedules do). ``R``'s spatial axes are classed by the operands that read them: **rows** (read by ``x`` only:
+a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only: j, the output channels) and
+**batch** (both). A schedule (docs/tensor_cores.md) then
+
+- fuses ``O``'s row axes and its column axes, and splits them into block, warp, lane and register parts:
+  ``row = block (BM) + warp (16 MI) + g (2 MI) + m (2) + r`` for the lane's groupID ``g``, and columns with the
+  lane's ``t`` alike, so each lane's accumulators form one box of (2 MI) x (2 NI), as bound inference needs;
+- computes ``R`` in registers at the thread loop, its reduction fused and split into k-steps of ``KSTEP``
+  (staged through shared memory, fetched by the whole block) and the intrinsic's k, unrolls the warp tile and
+  tensorizes the innermost (r, c, k) loops.
+
+``CONFIGS`` are the (warps in rows, warps in columns, MI, NI) offered, largest tile first; one that does not
+divide the task's rows and columns is skipped. Of the others, the largest tile that still gives every SM of the
+target a block and the next larger one are built (``MAX_CANDIDATES``); one whose lowering fails (a lane box that
+bound inference cannot size, too much shared memory) is dropped. The static model picks among the ones that
+build and Gensor's FP32 candidates (``compiler._construct``).
+"""
+from __future__ import annotations
+
+import math
+
+from minicomp.errors import LoweringError, ScheduleError
+from minicomp.ir.dag import ComputeDAG, has_data_reuse, is_injective, reads
+from minicomp.ir.expr import free_vars, walk
+from minicomp.ir.mma import INTRINSICS
+from minicomp.ir.names import c_ident
+from minicomp.ir.ops import Op
+from minicomp.ir.schedule import Schedule
+from minicomp.target import Target
+
+# (warps on rows, on columns, MI, NI), largest tile first: 128 x 64, 64 x 64, 64 x 32, 32 x 32, 32 x 16, 16 x 8
+CONFIGS = ((2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2), (2, 2, 1, 1), (1, 1, 1, 1))
+KSTEP = 32                  # reduction elements per shared-memory step (two m16n8k16 per warp tile)
+MAX_CANDIDATES = 2
+FETCH_VECTOR = 8            # half values a thread copies to shared memory at once (one 16-byte access)
+
+
+def intrinsic_for(dtype: str, target: Target) -> str | None:
+  """The mma.sync intrinsic for operands of ``dtype`` on ``target``, or None."""
+  cc = target.device.compute_capability
+  if dtype == "float16": return "m16n8k16_f16" if cc >= (8, 0) else "m16n8k8_f16" if cc >= (7, 5) else None
+  if dtype == "bfloat16": return "m16n8k16_bf16" if cc >= (8, 0) else None
+  return None
+
+
+def _operands(r) -> tuple | None:
+  """(x, y): the two factors of ``r``'s summand, or None when it is not a product of two reads."""
+  body = r.body.src[0] if r.body is not None and r.body.op is Op.REDUCE else None
+  if body is None or body.op is not Op.MUL: return None
+  x, y = body.src
+  if sum(n.op is Op.LOAD for n in walk(x)) != 1 or sum(n.op is Op.LOAD for n in walk(y)) != 1: return None
+  return x, y
+
+
+def _classes(r, x, y) -> list[str] | None:
+  """Per spatial axis of ``r``: "row", "col" or "batch"."""
+  axes = [a.name for a in r.axes]
+  dx = {v for n in walk(x) if n.op is Op.LOAD for e in n.src for v in free_vars(e)}
+  dy = {v for n in walk(y) if n.op is Op.LOAD for e in n.src for v in free_vars(e)}
+  out = ["batch" if (a in dx) == (a in dy) else "row" if a in dx else "col" for a in axes]
+  return out if "row" in out and "col" in out else None
+
+
+def _output_of(dag: ComputeDAG, r) -> str | None:
+  """The output ``r`` reaches through elementwise stages that read it at its own index (or ``r`` itself)."""
+  outs = {t.name for t in dag.outputs}
+  if r.name in outs: return r.name
+  cur = r
+  while True:
+    cons = dag.consumers(cur)
+    if len(cons) != 1: return None
+    c = cons[0]
+    if c.shape != r.shape or not is_injective(c): return None
+    if any([e.arg if e.op is Op.VAR else None for e in idx] != [a.name for a in c.axes] for idx in reads(c).get(cur, [])):
+      return None
+    if c.name in outs: return c.name
+    cur = c
+
+
+def tensor_core_schedules(dag: ComputeDAG, target: Target) -> list[Schedule]:
+  """Up to :data:`MAX_CANDIDATES` tensor-core schedules of ``dag`` (see the module docstring); [] when the task
+  does not qualify or ``target`` has no tensor-core instruction for its type."""
+  reds = [t for t in dag.tensors if t.reduce_axes]
+  if len(dag.outputs) != 1 or len(reds) != 1 or not has_data_reuse(reds[0]): return []
+  r = reds[0]
+  if r.reduce.combiner != "sum": return []
+  ops = _operands(r)
+  if ops is None: return []
+  dtypes = {n.arg.dtype for e in ops for n in walk(e) if n.op is Op.LOAD}
+  intr_name = intrinsic_for(dtypes.pop(), target) if len(dtypes) == 1 else None
+  if intr_name is None: return []
+  intr = INTRINSICS[intr_name]
+  classes = _classes(r, *ops)
+  out = _output_of(dag, r)
+  if classes is None or out is None: return []
+  shape = [int(a.extent.arg) for a in r.axes]
+  rows = math.prod(s for s, c in zip(shape, classes) if c == "row")
+  cols = math.prod(s for s, c in zip(shape, classes) if c == "col")
+  inner_row = next(s for s, c in zip(reversed(shape), reversed(classes)) if c == "row")
+  inner_col = next(s for s, c in zip(reversed(shape), reversed(classes)) if c == "col")
+  k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
+  if k % KSTEP: return []
+  batch = math.prod(s for s, c in zip(shape, classes) if c == "batch")
+  fits = [(wm, wn, mi, ni) for wm, wn, mi, ni in CONFIGS
+          if not (rows % (wm * 16 * mi) or cols % (wn * 8 * ni) or inner_row % (2 * mi) or inner_col % (2 * ni))]
+  # the largest tile that still gives every SM a block, and the next larger one (fewer, busier blocks)
+  blocks = [batch * rows // (wm * 16 * mi) * cols // (wn * 8 * ni) for wm, wn, mi, ni in fits]
+  first = next((i for i, b in enumerate(blocks) if b >= target.device.sm_count), len(fits) - 1)
+  found = []
+  for wm, wn, mi, ni in fits[max(first - 1, 0):]:
+    try:
+      found.append(_schedule(dag, r.name, out, classes, intr_name, wm, wn, mi, ni))
+    except (ScheduleError, LoweringError):   # (a step this task's stages do not allow: no candidate of this shape)
+      continue
+    if len(found) == MAX_CANDIDATES: break
+  return found
+
+
+def _schedule(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm: int, wn: int, mi: int,
+              ni: int) -> Schedule:
+  """The schedule of one configuration; each shared tile is fetched ``FETCH_VECTOR`` values per thread at once,
+  or fewer where its size (known once lowered) does not split evenly over the block's threads."""
+  sizes = {b.name: int(b.size.arg) for k in _build(dag, r, out, classes, intr, wm, wn, mi, ni, {}).lower().kernels
+           for b in k.allocs if b.scope == "shared"}
+  threads = wm * wn * 32
+  widths = {n: next((v for v in (FETCH_VECTOR, 4, 2) if size % (threads * v) == 0), 1) for n, size in sizes.items()}
+  return _build(dag, r, out, classes, intr, wm, wn, mi, ni, widths)
+
+
+def _build(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm: int, wn: int, mi: int, ni: int,
+           widths: dict[str, int]) -> Schedule:
+  s = Schedule(dag)
+  for t in dag.tensors:
+    if not t.is_placeholder and t.name != out and not t.reduce_axes: s.compute_inline(t.name)
+  local = r if r != out else s.cache_write(out, "local")
+  ax = s.axis(out)
+  by = {c: [a for a, k in zip(ax, classes) if k == c] for c in ("batch", "row", "col")}
+  fuse = lambda st, names: s.fuse(st, *names) if len(names) > 1 else names[0]   # noqa: E731
+  s.reorder(out, *by["batch"], *by["row"], *by["col"])
+  rf, cf = fuse(out, by["row"]), fuse(out, by["col"])
+  io, w_m, g, m, rr = s.split(out, rf, [wm, 8, mi, 2])
+  jo, w_n, t, n, cc = s.split(out, cf, [wn, 4, ni, 2])
+  s.reorder(out, *by["batch"], io, jo, w_m, w_n, g, t, m, n, rr, cc)
+  s.bind(out, s.fuse(out, *by["batch"], io, jo), "blockIdx.x")
+  tx = s.fuse(out, w_m, w_n, g, t)
+  s.bind(out, tx, "threadIdx.x")
+  s.compute_at(local, out, tx)
+  lax = s.axis(local) if local == r else s.loops(local)[:len(classes)]
+  lby = {c: [a for a, k in zip(lax, classes) if k == c] for c in ("batch", "row", "col")}
+  red = s.reduce_axis(local)
+  s.reorder(local, *lby["batch"], *lby["row"], *lby["col"], *red)
+  lm, lr = s.split(local, fuse(local, lby["row"]), 2)
+  ln, lc = s.split(local, fuse(local, lby["col"]), 2)
+  ko, k1, ki = s.split(local, fuse(local, red), [KSTEP // INTRINSICS[intr].k, INTRINSICS[intr].k])
+  s.reorder(local, *lby["batch"], ko, k1, lm, ln, lr, lc, ki)
+  threads = wm * wn * 32
+  for src in [t.name for t in s.state.stage(local).tensor.inputs]:
+    xs = s.cache_read(src, "shared", [local])
+    s.compute_at(xs, local, ko)
+    width = widths.get(c_ident(xs), 1)
+    o, thr, v = s.split(xs, fuse(xs, s.loops(xs)), [threads, width])
+    s.bind(xs, thr, "threadIdx.x"); s.unroll(xs, o)
+    if width > 1: s.vectorize(xs, v)
+  s.unroll(local, k1); s.unroll(local, lm); s.unroll(local, ln)
+  s.tensorize(local, lr, intr)
+  return s
+
+
+__all__ = ["CONFIGS", "KSTEP", "intrinsic_for", "tensor_core_schedules"]
