@@ -129,9 +129,11 @@ TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm"})
 
 def _tensor_core_options(task: Task, built: Builds, name: str) -> list[Built]:
   """The task's tensor-core schedules (``graph/tensor_core_schedules.py``: half-precision matmul-like tasks on a
-  target with mma.sync; tasks of :data:`TENSOR_CORE_OPS` without a convolution), built; the ones that do not build
-  are dropped, logged."""
+  target with mma.sync; tasks of :data:`TENSOR_CORE_OPS` without a convolution; none with
+  ``MINICOMP_TENSOR_CORES=0``), built; the ones that do not build are dropped, logged."""
+  from minicomp.codegen.cache import switched_on
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  if not switched_on("MINICOMP_TENSOR_CORES"): return []          # (=0: the FP32 pipes only, as before issue 47)
   if not set(task.ops) & TENSOR_CORE_OPS or set(task.ops) & {"Conv", "ConvTranspose"}: return []
   out: list[Built] = []
   for sched in tensor_core_schedules(task.dag, built.target):
@@ -233,9 +235,16 @@ def _spawn_safe() -> bool:
   return False
 
 
+def _cache_mode(schedules: str) -> str:
+  """The schedule cache's mode for ``schedules``: a choice made without tensor-core candidates
+  (``MINICOMP_TENSOR_CORES=0``) is kept apart from one made with them."""
+  from minicomp.codegen.cache import switched_on
+  return schedules if schedules != "gensor" or switched_on("MINICOMP_TENSOR_CORES") else "gensor-fp32-pipes"
+
+
 def _from_cache(b: TaskBuild, cache: ScheduleCache, built: Builds, tkey: str, stats: CompileStats) -> bool:
   """The task's schedule from the schedule cache, built; False when there is none or it no longer builds."""
-  hit = cache.get(b.task.key, tkey, "gensor")
+  hit = cache.get(b.task.key, tkey, _cache_mode("gensor"))
   if hit is None: return False
   names = [t.name for t in b.task.dag.tensors]
   rename = {a: n for a, n in zip(hit.stages, names) if a != n} if len(hit.stages) == len(names) else {}
@@ -340,7 +349,7 @@ def choose_schedules(st: CompileState) -> CompileState:
     for b, (steps, origin) in _choose_defaults(todo, st.target, opts, stats, st.built, shown):
       b.schedule, b.origin = Schedule.from_json(b.task.dag, steps), origin
       if cache is not None:
-        cache.put(b.task.key, tkey, opts.schedules, steps, origin, [t.name for t in b.task.dag.tensors])
+        cache.put(b.task.key, tkey, _cache_mode(opts.schedules), steps, origin, [t.name for t in b.task.dag.tensors])
     for b in st.builds.values(): b.default = (b.schedule, b.origin)
   if opts.trials or opts.log_file:
     from minicomp.search.tune import tune_tasks

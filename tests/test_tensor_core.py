@@ -554,6 +554,7 @@ def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
   """The static model estimates the tensor-core schedule of an fp16 MatMul+Add+Relu faster than Gensor's FP32
   ones on an A100: compile keeps it, the summary says so, and the model computes what numpy does."""
   monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_SCHEDULE_CACHE", "1")
   model, w, b = _fp16_mlp()
   cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
   assert cm.stats.tensor_cores == 1 and "fp16/fp32 tensor cores" in cm.summary()
@@ -564,3 +565,6 @@ def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
   assert np.abs(out.astype(np.float64) - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
   # computed in float32 (precision="fp32" widens the model), it is not offered tensor cores (no "tf32" yet)
   assert mc.compile(model, target="sm_80", progress=False, jobs=1, precision="fp32").stats.tensor_cores == 0
+  monkeypatch.setenv("MINICOMP_TENSOR_CORES", "0")        # the switch: FP32 pipes only (the schedule cache apart)
+  off = mc.compile(model, target="sm_80", progress=False, jobs=1)
+  assert off.stats.tensor_cores == 0 and "tensor cores" not in off.summary()
