@@ -93,7 +93,7 @@ def _tile(s: Schedule, name: str, producer: str | None = None, shared: bool = Tr
     if n_threads > 1: s.bind(xs, x, "threadIdx.x")
 
 
-def _epilogue_output(dag: ComputeDAG, t, out_names: set[str]) -> str | None:
+def epilogue_output(dag: ComputeDAG, t, out_names: set[str]) -> str | None:
   """The output reached from ``t`` through a chain of single-consumer stages that each read
   their producer elementwise (bias, folded BN, activation, ...: all inlined), or None."""
   cur = t
@@ -170,7 +170,7 @@ def default_schedule(outputs, target: Target | str = "sm_86", simple: bool = Fal
   fused_into: dict[str, str] = {}    # output -> the data-reuse reduction it is tiled together with
   for t in dag.tensors:
     if t.reduce_axes and has_data_reuse(t) and t.name not in out_names:
-      o = _epilogue_output(dag, t, out_names)
+      o = epilogue_output(dag, t, out_names)
       if o is not None and o not in fused_into: fused_into[o] = t.name
   rows: dict[str, tuple[list[str], int]] = {}
   for o in dag.outputs:

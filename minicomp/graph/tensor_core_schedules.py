@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 
 from minicomp.errors import LoweringError, ScheduleError
-from minicomp.ir.dag import ComputeDAG, has_data_reuse, is_injective, reads
+from minicomp.graph.schedules import epilogue_output
+from minicomp.ir.dag import ComputeDAG, has_data_reuse
 from minicomp.ir.expr import free_vars, walk
 from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.names import c_ident
@@ -66,22 +67,6 @@ def _classes(r, x, y) -> list[str] | None:
   return out if "row" in out and "col" in out else None
 
 
-def _output_of(dag: ComputeDAG, r) -> str | None:
-  """The output ``r`` reaches through elementwise stages that read it at its own index (or ``r`` itself)."""
-  outs = {t.name for t in dag.outputs}
-  if r.name in outs: return r.name
-  cur = r
-  while True:
-    cons = dag.consumers(cur)
-    if len(cons) != 1: return None
-    c = cons[0]
-    if c.shape != r.shape or not is_injective(c): return None
-    if any([e.arg if e.op is Op.VAR else None for e in idx] != [a.name for a in c.axes] for idx in reads(c).get(cur, [])):
-      return None
-    if c.name in outs: return c.name
-    cur = c
-
-
 def tensor_core_schedules(dag: ComputeDAG, target: Target) -> list[Schedule]:
   """Up to :data:`MAX_CANDIDATES` tensor-core schedules of ``dag`` (see the module docstring); [] when the task
   does not qualify or ``target`` has no tensor-core instruction for its type."""
@@ -94,9 +79,9 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target) -> list[Schedule]:
   dtypes = {n.arg.dtype for e in ops for n in walk(e) if n.op is Op.LOAD}
   intr_name = intrinsic_for(dtypes.pop(), target) if len(dtypes) == 1 else None
   if intr_name is None: return []
-  intr = INTRINSICS[intr_name]
   classes = _classes(r, *ops)
-  out = _output_of(dag, r)
+  outs = {t.name for t in dag.outputs}
+  out = r.name if r.name in outs else epilogue_output(dag, r, outs)
   if classes is None or out is None: return []
   shape = [int(a.extent.arg) for a in r.axes]
   rows = math.prod(s for s, c in zip(shape, classes) if c == "row")
