@@ -293,5 +293,8 @@ def _types(kern) -> str:
   e.g. ``fp16/fp32``, ``fp16+fp32/fp32``; ``-`` for a kernel without floats."""
   stored = sorted({b.dtype for b in kern.plan.inputs + kern.plan.outputs if b.dtype in _SHORT}, key=list(_SHORT).index)
   if not stored: return "-"
-  mma = " tensor cores" if "mc_mma_" in (getattr(kern, "source", "") or "") else ""   # (mma.sync: docs/tensor_cores.md)
-  return "+".join(_SHORT[t] for t in stored) + "/" + ("fp64" if "float64" in stored else "fp32") + mma
+  src = getattr(kern, "source", "") or ""
+  if "mc_mma_m16n8k8_tf32" in src: computed = "tf32 tensor cores"      # (products of TF32-rounded floats)
+  elif "mc_mma_" in src: computed = "fp32 tensor cores"                  # (half products, float32 sums)
+  else: computed = "fp64" if "float64" in stored else "fp32"
+  return "+".join(_SHORT[t] for t in stored) + "/" + computed

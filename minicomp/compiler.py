@@ -73,7 +73,8 @@ def build_rule_based(dag, built: Builds, name: str, key: str = "") -> Built:
 RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 
 
-def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats) -> Built:
+def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,
+               tf32: bool = False) -> Built:
   """Gensor's schedule for ``task`` (the best by the full static model of the candidates
   ``gensor.compared`` picks) when the static model estimates it faster than the rule-based
   one (``rules()`` builds it), else the rule-based one; for a task of :data:`RULES_NEVER_WIN` ops the rule-based
@@ -83,7 +84,7 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
   tgt = built.target
-  tensor = _tensor_core_options(task, built, name)
+  tensor = _tensor_core_options(task, built, name, tf32)
   t0 = time.perf_counter()
   try:
     res = construct(task.dag, tgt, seed=CONSTRUCT_SEED)
@@ -127,16 +128,16 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
 TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm"})
 
 
-def _tensor_core_options(task: Task, built: Builds, name: str) -> list[Built]:
+def _tensor_core_options(task: Task, built: Builds, name: str, tf32: bool = False) -> list[Built]:
   """The task's tensor-core schedules (``graph/tensor_core_schedules.py``: half-precision matmul-like tasks on a
-  target with mma.sync; tasks of :data:`TENSOR_CORE_OPS` without a convolution; none with
-  ``MINICOMP_TENSOR_CORES=0``), built; the ones that do not build are dropped, logged."""
+  target with mma.sync; float32 ones on TF32 with ``tf32``; tasks of :data:`TENSOR_CORE_OPS` without a
+  convolution; none with ``MINICOMP_TENSOR_CORES=0``), built; the ones that do not build are dropped, logged."""
   from minicomp.codegen.cache import switched_on
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
   if not switched_on("MINICOMP_TENSOR_CORES"): return []          # (=0: the FP32 pipes only, as before issue 47)
   if not set(task.ops) & TENSOR_CORE_OPS or set(task.ops) & {"Conv", "ConvTranspose"}: return []
   out: list[Built] = []
-  for sched in tensor_core_schedules(task.dag, built.target):
+  for sched in tensor_core_schedules(task.dag, built.target, tf32=tf32):
     try:
       out.append((built.kernel(sched, name), sched, "tensor cores"))
     except BUILD_ERRORS as e:
@@ -168,7 +169,8 @@ def _fall_back(b: TaskBuild, e: MinicompError) -> None:
 
 def choose_default(task: Task, target: Target, name: str, mode: str,
                    built: Builds | None = None) -> tuple[str, str, CompileStats, tuple | None]:
-  """One task's default schedule (its steps and where they come from: "gensor" or "rules"), the seconds
+  """One task's default schedule (its steps and where they come from: "gensor", "tensor cores" or "rules"; ``mode``:
+  :func:`_mode`'s), the seconds
   choosing took, and the static model's analysis of the chosen kernel where choosing made one (its
   :mod:`~minicomp.search.static.cache` entry, which a worker of ``jobs`` hands to the main process for
   ``estimate()`` and ``save``); the same in this process and in a worker."""
@@ -176,7 +178,8 @@ def choose_default(task: Task, target: Target, name: str, mode: str,
   stats = CompileStats()
   own, built = built is None, built or Builds(target)
   rules = lambda: build_rule_based(task.dag, built, name, task.key)   # noqa: E731 -- (built when needed)
-  kernel, sched, origin = _construct(task, built, name, rules, stats) if mode == "gensor" else rules()
+  kernel, sched, origin = _construct(task, built, name, rules, stats, tf32=mode == "gensor+tf32") \
+      if mode.startswith("gensor") else rules()
   if own: stats.build, stats.nvrtc = built.seconds["lower_emit"], built.seconds["nvrtc"]
   key = cache.key(kernel, target.device)
   facts = cache.peek(key)
@@ -195,7 +198,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
 
     from minicomp.search.workers import shared_pool
     pool = shared_pool(opts.jobs)
-    futs = {pool.submit(choose_default, b.task, target, b.name, opts.schedules): b for b in todo}
+    futs = {pool.submit(choose_default, b.task, target, b.name, _mode(opts)): b for b in todo}
     from minicomp.search.static import cache
     done: dict[int, tuple[str, str]] = {}
     for f in cf.as_completed(futs):
@@ -211,7 +214,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
   for b in todo:
     check_interrupt()
     shown.set_postfix_str("+".join(b.task.ops)[:40], refresh=False)
-    steps, origin, s, _ = choose_default(b.task, target, b.name, opts.schedules, built)
+    steps, origin, s, _ = choose_default(b.task, target, b.name, _mode(opts), built)
     account(s)
     out.append((b, (steps, origin)))
     shown.update()
@@ -235,16 +238,19 @@ def _spawn_safe() -> bool:
   return False
 
 
-def _cache_mode(schedules: str) -> str:
-  """The schedule cache's mode for ``schedules``: a choice made without tensor-core candidates
-  (``MINICOMP_TENSOR_CORES=0``) is kept apart from one made with them."""
+def _mode(opts) -> str:
+  """How default schedules are chosen, which the schedule cache keys its choices by: "rules", "gensor" (Gensor's
+  candidates, and tensor-core ones for half matmuls), "gensor+tf32" (``precision="tf32"``: also for float32
+  matmuls, on TF32) or "gensor-fp32-pipes" (``MINICOMP_TENSOR_CORES=0``: no tensor-core candidates)."""
   from minicomp.codegen.cache import switched_on
-  return schedules if schedules != "gensor" or switched_on("MINICOMP_TENSOR_CORES") else "gensor-fp32-pipes"
+  if opts.schedules != "gensor": return opts.schedules
+  if not switched_on("MINICOMP_TENSOR_CORES"): return "gensor-fp32-pipes"
+  return "gensor+tf32" if opts.precision == "tf32" else "gensor"
 
 
-def _from_cache(b: TaskBuild, cache: ScheduleCache, built: Builds, tkey: str, stats: CompileStats) -> bool:
+def _from_cache(b: TaskBuild, cache: ScheduleCache, built: Builds, tkey: str, stats: CompileStats, mode: str) -> bool:
   """The task's schedule from the schedule cache, built; False when there is none or it no longer builds."""
-  hit = cache.get(b.task.key, tkey, _cache_mode("gensor"))
+  hit = cache.get(b.task.key, tkey, mode)
   if hit is None: return False
   names = [t.name for t in b.task.dag.tensors]
   rename = {a: n for a, n in zip(hit.stages, names) if a != n} if len(hit.stages) == len(names) else {}
@@ -344,12 +350,12 @@ def choose_schedules(st: CompileState) -> CompileState:
     for k, (key, task) in enumerate(st.tasks.items()):
       shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
       b = st.builds[key] = TaskBuild(task, f"task{k}")
-      if cache is not None and _from_cache(b, cache, st.built, tkey, stats): shown.update()
+      if cache is not None and _from_cache(b, cache, st.built, tkey, stats, _mode(opts)): shown.update()
     todo = [b for b in st.builds.values() if b.schedule is None]
     for b, (steps, origin) in _choose_defaults(todo, st.target, opts, stats, st.built, shown):
       b.schedule, b.origin = Schedule.from_json(b.task.dag, steps), origin
       if cache is not None:
-        cache.put(b.task.key, tkey, _cache_mode(opts.schedules), steps, origin, [t.name for t in b.task.dag.tensors])
+        cache.put(b.task.key, tkey, _mode(opts), steps, origin, [t.name for t in b.task.dag.tensors])
     for b in st.builds.values(): b.default = (b.schedule, b.origin)
   if opts.trials or opts.log_file:
     from minicomp.search.tune import tune_tasks
@@ -501,7 +507,9 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
 
   ``precision``: the float types the model is computed in. None (the default): its own (a float16 or bfloat16
   model's kernels load and store its type and compute in float32, accumulating in float32); ``"fp32"``: float32
-  throughout (a half model's inputs and outputs keep their type); ``"fp16"`` / ``"bf16"``: autocast an fp32
+  throughout (a half model's inputs and outputs keep their type); ``"tf32"``: float32, and the MatMul / Gemm
+  layers may run on the tensor cores with their operands rounded to TF32 (10 mantissa bits, as PyTorch's
+  ``allow_tf32``; docs/tensor_cores.md); ``"fp16"`` / ``"bf16"``: autocast an fp32
   model as ``torch.autocast`` does (matmuls and convolutions in the half type, exp, log, pow, sums, softmax and
   the norms in float32, every other op in the widest type of its inputs; the model's inputs and outputs keep
   their types). See docs/precision.md.

@@ -568,3 +568,30 @@ def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
   monkeypatch.setenv("MINICOMP_TENSOR_CORES", "0")        # the switch: FP32 pipes only (the schedule cache apart)
   off = mc.compile(model, target="sm_80", progress=False, jobs=1)
   assert off.stats.tensor_cores == 0 and "tensor cores" not in off.summary()
+
+
+def test_precision_tf32_puts_fp32_matmuls_on_tf32_tensor_cores(tmp_path, monkeypatch):
+  """``precision="tf32"``: an fp32 MatMul+Add+Relu (256 x 256 x 512, where the static model finds TF32 faster on an
+  A100) runs on m16n8k8.tf32, within TF32's rounding of numpy; without it, or on sm_75 (no TF32), the FP32 pipes."""
+  from onnx import TensorProto, helper, numpy_helper
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  rng = np.random.default_rng(0)
+  w, b = rng.standard_normal((256, 512)).astype(np.float32), rng.standard_normal((512,)).astype(np.float32)
+  g = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"]),
+     helper.make_node("Relu", ["z"], ["o"])], "mlp32",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+    [helper.make_tensor_value_info("o", TensorProto.FLOAT, [256, 512])],
+    [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+  model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  cm = mc.compile(model, target="sm_80", precision="tf32", progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1 and "fp32/tf32 tensor cores" in cm.summary()
+  assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in cm.kernels[0].binary.ptx
+  x = rng.standard_normal((256, 256)).astype(np.float32)
+  out = np.asarray(cm.run({"x": x}, device="cpu")[0], np.float64)
+  exact = np.maximum(x.astype(np.float64) @ w + b, 0)
+  bound = 2.0 ** -10 * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)))   # two operands at 2^-11 each
+  assert (np.abs(out - exact) <= bound + 1e-5).all()
+  assert np.abs(out - exact).max() > 1e-4          # (rounded: not the float32 result)
+  assert mc.compile(model, target="sm_80", progress=False, jobs=1).stats.tensor_cores == 0
+  assert mc.compile(model, target="sm_75", precision="tf32", progress=False, jobs=1).stats.tensor_cores == 0

@@ -9,6 +9,9 @@
 - ``"fp32"``: every float16 / bfloat16 value of the graph (initializers, intermediates, ``Cast`` targets) is widened
   to float32 (:func:`widen_half`); only the model's boundary keeps the half type: ``CompiledModel.run`` takes half
   inputs, widens them on the host and rounds the outputs back. Twice the bytes, no rounding between ops.
+- ``"tf32"``: as ``"fp32"`` here; ``compile`` then also offers the MatMul / Gemm tasks tensor-core schedules whose
+  products round the float32 operands to TF32 (10 mantissa bits; docs/tensor_cores.md), as PyTorch's
+  ``torch.backends.cuda.matmul.allow_tf32 = True`` does.
 - ``"fp16"`` / ``"bf16"``: :func:`autocast` an fp32 model as ``torch.autocast`` does: the matmuls and
   convolutions (:data:`HALF_OPS`) in the half type, their weights converted once; the ops whose values need
   float32's range (:data:`KEPT_IN_FP32`: exp, log, pow, sums and products, softmax, the norms) in float32; every
@@ -28,7 +31,7 @@ from minicomp.frontend.dtypes import DTYPE_TO_NP, DTYPE_TO_ONNX
 from minicomp.frontend.graph import Graph, Node, Value
 from minicomp.ir.ops import HALF_DTYPES
 
-PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+PRECISIONS = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 _HALF_ONNX = {DTYPE_TO_ONNX[t] for t in HALF_DTYPES}
 _DTYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "RandomUniform": "dtype",
                 "RandomNormalLike": "dtype", "RandomUniformLike": "dtype", "Multinomial": "dtype", "Bernoulli": "dtype"}
@@ -56,7 +59,7 @@ def check_precision(precision) -> str | None:
 def apply_precision(g: Graph, precision: str | None) -> Graph:
   """``g`` computed in ``precision`` (see the module docstring); ``g`` itself for None."""
   if precision is None: return g
-  if precision == "fp32":
+  if precision in ("fp32", "tf32"):      # (tf32: float32 values; compile puts the matmuls on TF32 tensor cores)
     g.boundary = widen_half(g)
     return g
   return autocast(g, PRECISIONS[precision])

@@ -1,7 +1,7 @@
 """Tensor-core schedules for matmul-like tasks: the candidates ``compile`` adds for half-precision tasks.
 
 A task qualifies when its one data-reuse reduction ``R`` is a sum of products ``x * y`` of two half operands
-(float16 or bfloat16: a MatMul, Gemm, batched MatMul or convolution) and reaches the task's one output ``O``
+(float16 or bfloat16; float32 with ``precision="tf32"``: a MatMul, Gemm, batched MatMul or convolution) and reaches the task's one output ``O``
 through elementwise stages (bias, folded batch norm, activation, residual: inlined, as the rule-based
 schedules do). ``R``'s spatial axes are classed by the operands that read them: **rows** (read by ``x`` only:
 a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only: j, the output channels) and
@@ -38,14 +38,15 @@ from minicomp.target import Target
 CONFIGS = ((2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2), (2, 2, 1, 1), (1, 1, 1, 1))
 KSTEP = 32                  # reduction elements per shared-memory step (two m16n8k16 per warp tile)
 MAX_CANDIDATES = 2
-FETCH_VECTOR = 8            # half values a thread copies to shared memory at once (one 16-byte access)
+FETCH_BYTES = 16            # bytes a thread copies to shared memory at once (one 16-byte access: 8 halves, 4 floats)
 
 
-def intrinsic_for(dtype: str, target: Target) -> str | None:
-  """The mma.sync intrinsic for operands of ``dtype`` on ``target``, or None."""
+def intrinsic_for(dtype: str, target: Target, tf32: bool = False) -> str | None:
+  """The mma.sync intrinsic for operands of ``dtype`` on ``target`` (float32 ones only with ``tf32``), or None."""
   cc = target.device.compute_capability
   if dtype == "float16": return "m16n8k16_f16" if cc >= (8, 0) else "m16n8k8_f16" if cc >= (7, 5) else None
   if dtype == "bfloat16": return "m16n8k16_bf16" if cc >= (8, 0) else None
+  if dtype == "float32" and tf32: return "m16n8k8_tf32" if cc >= (8, 0) else None
   return None
 
 
@@ -67,9 +68,10 @@ def _classes(r, x, y) -> list[str] | None:
   return out if "row" in out and "col" in out else None
 
 
-def tensor_core_schedules(dag: ComputeDAG, target: Target) -> list[Schedule]:
+def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -> list[Schedule]:
   """Up to :data:`MAX_CANDIDATES` tensor-core schedules of ``dag`` (see the module docstring); [] when the task
-  does not qualify or ``target`` has no tensor-core instruction for its type."""
+  does not qualify or ``target`` has no tensor-core instruction for its type. float32 operands qualify only with
+  ``tf32`` (``precision="tf32"``), on the TF32 instruction."""
   reds = [t for t in dag.tensors if t.reduce_axes]
   if len(dag.outputs) != 1 or len(reds) != 1 or not has_data_reuse(reds[0]): return []
   r = reds[0]
@@ -77,7 +79,7 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target) -> list[Schedule]:
   ops = _operands(r)
   if ops is None: return []
   dtypes = {n.arg.dtype for e in ops for n in walk(e) if n.op is Op.LOAD}
-  intr_name = intrinsic_for(dtypes.pop(), target) if len(dtypes) == 1 else None
+  intr_name = intrinsic_for(dtypes.pop(), target, tf32) if len(dtypes) == 1 else None
   if intr_name is None: return []
   classes = _classes(r, *ops)
   outs = {t.name for t in dag.outputs}
@@ -108,12 +110,14 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target) -> list[Schedule]:
 
 def _schedule(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm: int, wn: int, mi: int,
               ni: int) -> Schedule:
-  """The schedule of one configuration; each shared tile is fetched ``FETCH_VECTOR`` values per thread at once,
+  """The schedule of one configuration; each shared tile is fetched ``FETCH_BYTES`` per thread at once,
   or fewer where its size (known once lowered) does not split evenly over the block's threads."""
-  sizes = {b.name: int(b.size.arg) for k in _build(dag, r, out, classes, intr, wm, wn, mi, ni, {}).lower().kernels
-           for b in k.allocs if b.scope == "shared"}
+  tiles = [b for k in _build(dag, r, out, classes, intr, wm, wn, mi, ni, {}).lower().kernels for b in k.allocs
+           if b.scope == "shared"]
   threads = wm * wn * 32
-  widths = {n: next((v for v in (FETCH_VECTOR, 4, 2) if size % (threads * v) == 0), 1) for n, size in sizes.items()}
+  widths = {b.name: next((v for v in (FETCH_BYTES // b.element_bytes, 4, 2)
+                          if v <= FETCH_BYTES // b.element_bytes and int(b.size.arg) % (threads * v) == 0), 1)
+            for b in tiles}
   return _build(dag, r, out, classes, intr, wm, wn, mi, ni, widths)
 
 
