@@ -10,7 +10,9 @@ a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only:
 - fuses ``O``'s row axes and its column axes, and splits them into block, warp, lane and register parts:
   ``row = block (BM) + warp (16 MI) + g (2 MI) + m (2) + r`` for the lane's groupID ``g``, and columns with the
   lane's ``t`` alike, so each lane's accumulators form one box of (2 MI) x (2 NI), as bound inference needs;
-- computes ``R`` in registers at the thread loop, its reduction fused and split into k-steps of ``KSTEP``
+- computes ``R`` in registers at the thread loop, its reduction fused (the longest reduction axis innermost: a
+  convolution's input channels, so a k-step reads 32 channels at one filter tap, not a few channels' whole
+  halo) and split into k-steps of ``KSTEP``
   (staged through shared memory, fetched by the whole block) and the intrinsic's k, unrolls the warp tile and
   tensorizes the innermost (r, c, k) loops.
 
@@ -141,7 +143,8 @@ def _build(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm:
   s.compute_at(local, out, tx)
   lax = s.axis(local) if local == r else s.loops(local)[:len(classes)]
   lby = {c: [a for a, k in zip(lax, classes) if k == c] for c in ("batch", "row", "col")}
-  red = s.reduce_axis(local)
+  ext = {a.name: int(a.extent.arg) for a in s.state.stage(local).tensor.reduce_axes}
+  red = sorted(s.reduce_axis(local), key=lambda a: ext[a])      # the longest (a convolution's channels) innermost
   s.reorder(local, *lby["batch"], *lby["row"], *lby["col"], *red)
   lm, lr = s.split(local, fuse(local, lby["row"]), 2)
   ln, lc = s.split(local, fuse(local, lby["col"]), 2)
