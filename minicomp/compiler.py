@@ -122,9 +122,9 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   return _kept(options[best], stats)
 
 
-# Tasks offered tensor-core schedules: matmuls. Convolutions are not (yet): on ResNet-18 at 64x64 in fp16 for sm_80
-# the static model kept Gensor's FP32 kernel on all 21 tasks, and building the candidates took the cold compile
-# from 17.6 to 79.7 s (2026-11-29; docs/tensor_cores.md).
+# Tasks offered tensor-core schedules: matmuls. Convolutions are not (yet): the template's fused pixel axis loses to
+# Gensor's kernels by the static model (conv 3x3 56x56x64 fp16: 2x on an A100), and on ResNet-18 at 64x64 in fp16
+# for sm_80 it kept Gensor's kernel on all 21 tasks (2026-11-29; docs/tensor_cores.md).
 TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm"})
 
 
