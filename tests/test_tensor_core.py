@@ -595,3 +595,18 @@ def test_precision_tf32_puts_fp32_matmuls_on_tf32_tensor_cores(tmp_path, monkeyp
   assert np.abs(out - exact).max() > 1e-4          # (rounded: not the float32 result)
   assert mc.compile(model, target="sm_80", progress=False, jobs=1).stats.tensor_cores == 0
   assert mc.compile(model, target="sm_75", precision="tf32", progress=False, jobs=1).stats.tensor_cores == 0
+
+
+def test_an_fp16_bert_runs_its_matmuls_on_tensor_cores_and_matches_onnxruntime(tmp_path, monkeypatch):
+  """The zoo's BERT-tiny (2 layers, s128) in float16 for sm_80: the static model puts 6 of its 12 tasks on the
+  tensor cores; the whole model against onnxruntime's float16 run (tolerance of tests/test_precision.py)."""
+  from minicomp import zoo
+  from onnx_harness import run_ort, to_half
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  model, feeds = zoo.bert_tiny()
+  half = to_half(model)
+  hfeeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+  cm = mc.compile(half, target="sm_80", progress=False, jobs=1)
+  assert cm.stats.tensor_cores >= 4
+  got, ref = cm.run(hfeeds, device="cpu")[0].astype(np.float32), run_ort(half, hfeeds)[0].astype(np.float32)
+  assert np.abs(got - ref).max() <= 4 * 2.0 ** -10 * np.abs(ref).max()
