@@ -610,3 +610,17 @@ def test_an_fp16_bert_runs_its_matmuls_on_tensor_cores_and_matches_onnxruntime(t
   assert cm.stats.tensor_cores >= 4
   got, ref = cm.run(hfeeds, device="cpu")[0].astype(np.float32), run_ort(half, hfeeds)[0].astype(np.float32)
   assert np.abs(got - ref).max() <= 4 * 2.0 ** -10 * np.abs(ref).max()
+
+
+def test_tuning_starts_from_a_tensor_core_default(tmp_path, monkeypatch):
+  """A few trials of Ansor on the fp16 MLP for sm_80: the tuner starts from the tensor-core default (a schedule
+  with a tensorize step in the records), keeps it unless a trial beats it, and the model stays correct."""
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  model, w, b = _fp16_mlp()
+  log = tmp_path / "tune.jsonl"
+  cm = mc.compile(model, target="sm_80", trials=4, strategy="ansor", log_file=str(log), progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1 and '"tensorize"' in log.read_text()
+  x = np.random.default_rng(2).standard_normal((64, 256)).astype(np.float16)
+  out = np.asarray(cm.run({"x": x}, device="cpu")[0], np.float64)
+  ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+  assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
