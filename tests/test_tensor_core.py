@@ -563,6 +563,12 @@ def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
   out = np.asarray(out[0] if isinstance(out, (list, tuple)) else next(iter(out.values())) if isinstance(out, dict) else out)
   ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
   assert np.abs(out.astype(np.float64) - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+  # saved and loaded (the kernel text calls the helpers, holds no asm), it computes the same
+  loaded = mc.load(cm.save(tmp_path / "saved"))
+  again = loaded.run({"x": x}, device="cpu")
+  again = np.asarray(again[0] if isinstance(again, (list, tuple)) else next(iter(again.values())) if isinstance(again, dict) else again)
+  np.testing.assert_array_equal(again, out)
+  assert "tensor cores" in loaded.summary()
   # computed in float32 (precision="fp32" widens the model), it is not offered tensor cores (no "tf32" yet)
   assert mc.compile(model, target="sm_80", progress=False, jobs=1, precision="fp32").stats.tensor_cores == 0
   monkeypatch.setenv("MINICOMP_TENSOR_CORES", "0")        # the switch: FP32 pipes only (the schedule cache apart)

@@ -1,6 +1,8 @@
 """The tensor-core instructions minicomp's kernels call: warp-level ``mma.sync``, ``ldmatrix`` and ``cp.async``.
 
-A kernel never holds inline assembly (saved models refuse it); it calls the ``mc_*`` helpers below, which
+The intrinsics, their shapes and per-lane layouts are :class:`minicomp.ir.mma.Intrinsic` (lowering needs them; they
+are re-exported here). A kernel never holds inline assembly (saved models refuse it); it calls the ``mc_*`` helpers
+below, which
 NVRTC gets from the in-memory header :data:`HEADER` (``codegen/nvrtc.py`` includes it where a source names
 one) and the CPU simulator from ``cuda_shim.h``, which implements each instruction across the fibers of a warp
 with its per-lane semantics, so a kernel that puts an element in the wrong lane computes the wrong answer in

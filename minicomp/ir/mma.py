@@ -19,8 +19,9 @@ Which tensor rows and columns those are is the schedule's choice (rows ``2 g + r
 elements in a 2 x 2 box, which bound inference sizes exactly). :func:`mma_statement` checks both conditions on
 the lowered index expressions (over every thread of a warp and every (r, c, kk), at sample values of the outer
 loops) and writes each lane's fragment elements by substituting into ``x`` and ``y``: A's element i of lane
-(g, t) is ``x`` at ``r = (row - g) / 8``, ``kk = col``; B's element i is ``y`` at the lane ``(g, g / 2)``,
-``c = g % 2``, ``kk = row``. The statement keeps the scalar loops as its body.
+(g, t) is ``x`` at ``r = (row - g) / 8``, ``kk = col``; B's element i (column g of the fragment) is ``y`` as the
+lane of the same warp with ``t = g / 2`` reads it (its own g does not matter: 0 is taken), at ``c = g % 2``,
+``kk = row``. The statement keeps the scalar loops as its body.
 """
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def mma_statement(scalar, intr: Intrinsic, spatial: tuple[str, str], k_var: str,
     a.append(simplify(substitute(x, {r_var: const(int(row0) // 8), c_var: const(0), k_var: col}), ranges))
   b = []
   for i in range(intr.b_elements):
-    row, _ = intr.b_at(g, t, i)             # column g of B: the lane (g, g / 2), c = g % 2
+    row, _ = intr.b_at(g, t, i)             # column g of B: as the lane with t = g / 2 reads it, c = g % 2
     moved = {v: lanes[v] // 32 * 32 + g // 2 for v in lane_vars}   # B does not vary with the lane's g: take g = 0
     b.append(simplify(substitute(y, {**moved, c_var: g % 2, r_var: const(0), k_var: row}), ranges))
   acc = tuple(simplify(substitute(store.index, {r_var: const(i // 2), c_var: const(i % 2), k_var: const(0)}), ranges)
