@@ -76,8 +76,9 @@ RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,
                tf32: bool = False) -> Built:
   """Gensor's schedule for ``task`` (the best by the full static model of the candidates
-  ``gensor.compared`` picks) when the static model estimates it faster than the rule-based
-  one (``rules()`` builds it), else the rule-based one; for a task of :data:`RULES_NEVER_WIN` ops the rule-based
+  ``gensor.compared`` picks), or a tensor-core one (:func:`_tensor_core_options`; float32 matmuls too with
+  ``tf32``), whichever the static model estimates fastest, unless the rule-based one (``rules()`` builds it)
+  is faster still; for a task of :data:`RULES_NEVER_WIN` ops the rule-based
   one is not compared. Construction that fails, finds nothing valid or does not build falls back to the rules,
   logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
   the task and the target only, so the default records of a tuning log stay valid across tuning seeds."""
