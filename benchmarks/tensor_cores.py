@@ -2,6 +2,12 @@
 
     python benchmarks/tensor_cores.py                        # a100 and h100; fp16 and bf16
     python benchmarks/tensor_cores.py --targets h100 --dtypes float16 --only matmul_4096
+    python benchmarks/tensor_cores.py --gpu                  # on a GPU machine: measured, and PyTorch's time
+
+``--gpu`` measures the same kernels (built for the GPU's own arch) with ``GPUMeasurer`` (CUDA events, L2 flushed,
+median, the result checked against the CPU simulator for small outputs) and times ``torch.matmul`` /
+``torch.nn.functional.conv2d`` in the same dtype where torch is importable (cuBLAS / cuDNN, tensor cores allowed);
+without a GPU it says so and stops.
 
 Per workload, dtype and device: the ESTIMATE (no GPU) of the best tensor-core schedule of
 ``graph/tensor_core_schedules.py`` and of the best of Gensor's constructed FP32-pipe candidates (what
@@ -59,6 +65,62 @@ def kernel_row(name: str, dtype: str, device: str) -> list[str]:
           f"{t1 - t0:.1f}", f"{t2 - t1:.1f}"]
 
 
+TORCH = {   # the same workloads through PyTorch: (input shapes, call)
+  "matmul_4096": ([(4096, 4096), (4096, 4096)], lambda F, a, b: a @ b),
+  "conv3x3_56x56x64": ([(1, 64, 56, 56), (64, 64, 3, 3)], lambda F, x, w: F.conv2d(x, w, padding=1)),
+}
+
+
+def _torch_s(name: str, dtype: str) -> float | None:
+  """PyTorch's median seconds for ``name`` in ``dtype`` (events, L2 flushed), or None without torch."""
+  try:
+    import torch
+    import torch.nn.functional as F
+  except ImportError:
+    return None
+  import statistics
+  torch.backends.cudnn.benchmark = True
+  t = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+  shapes, op = TORCH[name]
+  xs = [torch.randn(sh, device="cuda", dtype=t) for sh in shapes]
+  flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+  for _ in range(3): op(F, *xs)
+  torch.cuda.synchronize()
+  a, b, ts = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
+  while len(ts) < 200 and (sum(ts) < 0.2 or len(ts) < 5):
+    flush.zero_()
+    a.record(); op(F, *xs); b.record(); b.synchronize()
+    ts.append(a.elapsed_time(b) / 1e3)
+  return statistics.median(ts)
+
+
+def gpu_rows(dtypes: list[str], names: list[str]) -> list[list[str]]:
+  """Measured on this machine's GPU: the best-estimated tensor-core and FP32-pipe kernels, and PyTorch."""
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  from minicomp.search.measure import GPUMeasurer, MeasureInput
+  from minicomp.search.static.estimate import estimate
+  from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
+  tgt = mc.Target("cuda")
+  measurer = GPUMeasurer()
+  rows = []
+  for dtype in dtypes:
+    for name in [n for n in names if n in KERNELS]:
+      dag = ComputeDAG(KERNELS[name](dtype).outputs)
+      best = {}
+      for side, scheds in (("tc", tensor_core_schedules(dag, tgt)),
+                           ("fp32", [c.schedule for c in compared(construct(dag, tgt, seed=CONSTRUCT_SEED))])):
+        est = [(estimate(mc.build(sc, target=tgt), tgt).latency_s, sc) for sc in scheds]
+        if est: best[side] = min(est, key=lambda e: e[0])[1]
+      got = {side: measurer.measure([MeasureInput(dag, sc.to_json(), tgt.arch, name)])[0] for side, sc in best.items()}
+      us = {side: f"{r.cost_s * 1e6:.1f}" if r.ok else f"failed: {r.error.name}" for side, r in got.items()}
+      torch_s = _torch_s(name, dtype)
+      rows.append([name, dtype, tgt.device_name or tgt.arch, us.get("tc", "-"), us.get("fp32", "-"),
+                   f"{torch_s * 1e6:.1f}" if torch_s else "-"])
+      print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
+  return rows
+
+
 def bert_row(dtype: str, device: str) -> list[str]:
   """One BERT-base layer compiled whole in fresh processes, with and without tensor-core candidates."""
   out = {}
@@ -88,9 +150,24 @@ def main() -> int:
   ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
   ap.add_argument("--only", nargs="+", default=[*KERNELS, "bert"])
   ap.add_argument("--bert-child", nargs=2, help=argparse.SUPPRESS)
+  ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU (and PyTorch, where importable)")
   args = ap.parse_args()
   if args.bert_child:
     bert_child(*args.bert_child)
+    return 0
+  if args.gpu:
+    if not mc.gpu_available():
+      print(f"no GPU: {mc.gpu_status()}; run without --gpu for the static model's estimates")
+      return 1
+    rows = [["workload", "dtype", "GPU", "tensor cores us", "FP32 pipes us", "PyTorch us"]] + gpu_rows(args.dtypes, args.only)
+    print(f"command:  python benchmarks/tensor_cores.py {' '.join(sys.argv[1:])}")
+    print(f"date:     {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
+    print(f"gpu:      {mc.gpu_status()}; measured (CUDA events, L2 flushed, median); the kernels: the best by the static "
+          "model of each side, built for this GPU's arch")
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for k, r in enumerate(rows):
+      print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
+      if k == 0: print("  ".join("-" * w for w in widths))
     return 0
   head = ["workload", "dtype", "device", "tensor cores us", "FP32 pipes us", "speedup", "TC s", "FP32 s"]
   rows = [head]
