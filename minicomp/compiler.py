@@ -123,9 +123,10 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   return _kept(options[best], stats)
 
 
-# Tasks offered tensor-core schedules: matmuls. Convolutions are not (yet): the template's fused pixel axis loses to
-# Gensor's kernels by the static model (conv 3x3 56x56x64 fp16: 2x on an A100), and on ResNet-18 at 64x64 in fp16
-# for sm_80 it kept Gensor's kernel on all 21 tasks (2026-11-29; docs/tensor_cores.md).
+# Tasks offered tensor-core schedules: matmuls. Convolutions are not (yet): the template loses to Gensor's kernels by
+# the static model (conv 3x3 56x56x64 fp16 on an A100: 56 against 35 us; its OIHW weights are gathered at a stride
+# of 9), and an earlier version kept Gensor's kernel on all 21 tasks of a fp16 ResNet-18 (2026-11-29;
+# docs/tensor_cores.md).
 TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm"})
 
 

@@ -9,10 +9,13 @@ a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only:
 
 - fuses ``O``'s row axes and its column axes, and splits them into block, warp, lane and register parts:
   ``row = block (BM) + warp (16 MI) + g (2 MI) + m (2) + r`` for the lane's groupID ``g``, and columns with the
-  lane's ``t`` alike, so each lane's accumulators form one box of (2 MI) x (2 NI), as bound inference needs;
-- computes ``R`` in registers at the thread loop, its reduction fused (the longest reduction axis innermost: a
-  convolution's input channels, so a k-step reads 32 channels at one filter tap, not a few channels' whole
-  halo) and split into k-steps of ``KSTEP``
+  lane's ``t`` alike, so each lane's accumulators form one box of (2 MI) x (2 NI), as bound inference needs.
+  With two row axes whose last is a multiple of 8 (a convolution's output pixels), the rows are tiled in two
+  dimensions instead: ``g`` along the last axis (8 columns of pixels), warp, ``m`` and ``r`` along the one before,
+  so a block's input tile is a 2-D box;
+- computes ``R`` in registers at the thread loop, its longest reduction axis (a convolution's input channels)
+  innermost and split into k-steps of ``KSTEP`` where it divides (the other reduction axes loop around them, so a
+  step reads 32 channels at one filter tap: a box bound inference sizes exactly), else all of them fused
   (staged through shared memory, fetched by the whole block) and the intrinsic's k, unrolls the warp tile and
   tensorizes the innermost (r, c, k) loops.
 
@@ -95,15 +98,23 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
   if k % KSTEP: return []
   batch = math.prod(s for s, c in zip(shape, classes) if c == "batch")
-  fits = [(wm, wn, mi, ni) for wm, wn, mi, ni in CONFIGS
-          if not (rows % (wm * 16 * mi) or cols % (wn * 8 * ni) or inner_row % (2 * mi) or inner_col % (2 * ni))]
+  row_ext = [s for s, c in zip(shape, classes) if c == "row" and s > 1]
+  # two row axes (a convolution's output rows and columns): a warp's 16 fragment rows are 8 columns x 2 rows of
+  # pixels (g along the columns, r and the register tile along the rows), so a block's tile is a 2-D box
+  two_d = len(row_ext) >= 2 and row_ext[-1] % 8 == 0
+  if two_d:
+    fits = [(wm, wn, mi, ni) for wm, wn, mi, ni in CONFIGS
+            if not (row_ext[-2] % (wm * 2 * mi) or cols % (wn * 8 * ni) or inner_col % (2 * ni))]
+  else:
+    fits = [(wm, wn, mi, ni) for wm, wn, mi, ni in CONFIGS
+            if not (rows % (wm * 16 * mi) or cols % (wn * 8 * ni) or inner_row % (2 * mi) or inner_col % (2 * ni))]
   # the largest tile that still gives every SM a block, and the next larger one (fewer, busier blocks)
   blocks = [batch * rows // (wm * 16 * mi) * cols // (wn * 8 * ni) for wm, wn, mi, ni in fits]
   first = next((i for i, b in enumerate(blocks) if b >= target.device.sm_count), len(fits) - 1)
   found = []
   for wm, wn, mi, ni in fits[max(first - 1, 0):]:
     try:
-      found.append(_schedule(dag, r.name, out, classes, intr_name, wm, wn, mi, ni))
+      found.append(_schedule(dag, r.name, out, classes, intr_name, wm, wn, mi, ni, two_d))
     except (ScheduleError, LoweringError):   # (a step this task's stages do not allow: no candidate of this shape)
       continue
     if len(found) == MAX_CANDIDATES: break
@@ -111,20 +122,20 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
 
 
 def _schedule(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm: int, wn: int, mi: int,
-              ni: int) -> Schedule:
+              ni: int, two_d: bool = False) -> Schedule:
   """The schedule of one configuration; each shared tile is fetched ``FETCH_BYTES`` per thread at once,
   or fewer where its size (known once lowered) does not split evenly over the block's threads."""
-  tiles = [b for k in _build(dag, r, out, classes, intr, wm, wn, mi, ni, {}).lower().kernels for b in k.allocs
+  tiles = [b for k in _build(dag, r, out, classes, intr, wm, wn, mi, ni, {}, two_d).lower().kernels for b in k.allocs
            if b.scope == "shared"]
   threads = wm * wn * 32
   widths = {b.name: next((v for v in (FETCH_BYTES // b.element_bytes, 4, 2)
                           if v <= FETCH_BYTES // b.element_bytes and int(b.size.arg) % (threads * v) == 0), 1)
             for b in tiles}
-  return _build(dag, r, out, classes, intr, wm, wn, mi, ni, widths)
+  return _build(dag, r, out, classes, intr, wm, wn, mi, ni, widths, two_d)
 
 
 def _build(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm: int, wn: int, mi: int, ni: int,
-           widths: dict[str, int]) -> Schedule:
+           widths: dict[str, int], two_d: bool = False) -> Schedule:
   s = Schedule(dag)
   for t in dag.tensors:
     if not t.is_placeholder and t.name != out and not t.reduce_axes: s.compute_inline(t.name)
@@ -133,11 +144,18 @@ def _build(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm:
   by = {c: [a for a, k in zip(ax, classes) if k == c] for c in ("batch", "row", "col")}
   fuse = lambda st, names: s.fuse(st, *names) if len(names) > 1 else names[0]   # noqa: E731
   s.reorder(out, *by["batch"], *by["row"], *by["col"])
-  rf, cf = fuse(out, by["row"]), fuse(out, by["col"])
-  io, w_m, g, m, rr = s.split(out, rf, [wm, 8, mi, 2])
+  cf = fuse(out, by["col"])
+  if two_d:        # rows: the last row axis -> (blocks, g), the one before -> (blocks, warp, m, r), others -> blocks
+    *lead, hax, wax = by["row"]
+    wo, g = s.split(out, wax, 8)
+    ho, w_m, m, rr = s.split(out, hax, [wm, mi, 2])
+    io = [*lead, ho, wo]
+  else:
+    io, w_m, g, m, rr = s.split(out, fuse(out, by["row"]), [wm, 8, mi, 2])
+    io = [io]
   jo, w_n, t, n, cc = s.split(out, cf, [wn, 4, ni, 2])
-  s.reorder(out, *by["batch"], io, jo, w_m, w_n, g, t, m, n, rr, cc)
-  s.bind(out, s.fuse(out, *by["batch"], io, jo), "blockIdx.x")
+  s.reorder(out, *by["batch"], *io, jo, w_m, w_n, g, t, m, n, rr, cc)
+  s.bind(out, s.fuse(out, *by["batch"], *io, jo), "blockIdx.x")
   tx = s.fuse(out, w_m, w_n, g, t)
   s.bind(out, tx, "threadIdx.x")
   s.compute_at(local, out, tx)
@@ -148,8 +166,11 @@ def _build(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm:
   s.reorder(local, *lby["batch"], *lby["row"], *lby["col"], *red)
   lm, lr = s.split(local, fuse(local, lby["row"]), 2)
   ln, lc = s.split(local, fuse(local, lby["col"]), 2)
-  ko, k1, ki = s.split(local, fuse(local, red), [KSTEP // INTRINSICS[intr].k, INTRINSICS[intr].k])
-  s.reorder(local, *lby["batch"], ko, k1, lm, ln, lr, lc, ki)
+  # k-steps of KSTEP along the longest reduction axis when it divides, the others loops around them (each step
+  # then reads a box bound inference sizes exactly: 32 channels at one filter tap); else over all of them fused
+  outer, inner = (red[:-1], red[-1]) if ext[red[-1]] % KSTEP == 0 else ([], fuse(local, red))
+  ko, k1, ki = s.split(local, inner, [KSTEP // INTRINSICS[intr].k, INTRINSICS[intr].k])
+  s.reorder(local, *lby["batch"], *outer, ko, k1, lm, ln, lr, lc, ki)
   threads = wm * wn * 32
   for src in [t.name for t in s.state.stage(local).tensor.inputs]:
     xs = s.cache_read(src, "shared", [local])
