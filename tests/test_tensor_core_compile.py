@@ -1,0 +1,144 @@
+"""What compile does with the tensor cores (graph/tensor_core_schedules.py, compiler._construct): the tensor-core
+schedules of matmul-like tasks against numpy in the simulator, where they are not offered, fp16 / TF32 models
+compiled onto them (saved, loaded, tuned), a BERT against onnxruntime."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minicomp as mc
+
+TC_WORKLOADS = {
+  "matmul": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).matmul(64, 128, 96, dtype=dt),
+  "matmul_bias_relu": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).matmul(32, 64, 64, bias_relu=True, dtype=dt),
+  "batch_matmul": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).batch_matmul(2, 32, 32, 64, dtype=dt),
+  "conv2d": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype=dt),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(TC_WORKLOADS))
+def test_tensor_core_schedules_of_matmul_like_tasks_match_numpy(name, dtype):
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  wl = TC_WORKLOADS[name](dtype)
+  scheds = tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("sm_80"))
+  assert scheds, f"no tensor-core schedule for {name}"
+  ins = wl.random_inputs()
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  bits = 10 if dtype == "float16" else 7
+  for s in scheds:
+    k = mc.build(s, target="sm_80")
+    assert "mma.sync.aligned.m16n8k16" in k.binary.ptx
+    out = k(*ins, device="cpu").astype(np.float64)
+    # rounding to the output type (half an ulp) plus the float32 sum (k ulps of the sum of |products|)
+    assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3, (name, np.abs(out - ref).max())
+
+
+def test_tensor_core_schedules_only_where_they_apply():
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  dag = lambda wl: ComputeDAG(wl.outputs)   # noqa: E731
+  assert tensor_core_schedules(dag(W.matmul(64, 64, 64)), mc.Target("sm_80")) == []            # float32
+  assert tensor_core_schedules(dag(W.matmul(64, 64, 64, dtype="float16")), mc.Target("sm_70")) == []
+  assert tensor_core_schedules(dag(W.matmul(64, 64, 64, dtype="bfloat16")), mc.Target("sm_75")) == []
+  assert tensor_core_schedules(dag(W.matmul(64, 64, 40, dtype="float16")), mc.Target("sm_80")) == []   # k % 32
+  assert tensor_core_schedules(dag(W.softmax(64, 128, dtype="float16")), mc.Target("sm_80")) == []
+  on_turing = tensor_core_schedules(dag(W.matmul(64, 64, 64, dtype="float16")), mc.Target("sm_75"))
+  assert on_turing and all("m16n8k8_f16" in s.to_json() for s in on_turing)
+
+
+def _fp16_mlp():
+  from onnx import TensorProto, helper, numpy_helper
+  rng = np.random.default_rng(0)
+  w, b = rng.standard_normal((256, 128)).astype(np.float16), rng.standard_normal((128,)).astype(np.float16)
+  g = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"]),
+     helper.make_node("Relu", ["z"], ["o"])], "mlp",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [64, 256])],
+    [helper.make_tensor_value_info("o", TensorProto.FLOAT16, [64, 128])],
+    [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), w, b
+
+
+def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
+  """The static model estimates the tensor-core schedule of an fp16 MatMul+Add+Relu faster than Gensor's FP32
+  ones on an A100: compile keeps it, the summary says so, and the model computes what numpy does."""
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_SCHEDULE_CACHE", "1")
+  model, w, b = _fp16_mlp()
+  cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1 and "fp16/fp32 tensor cores" in cm.summary()
+  x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float16)
+  out = cm.run({"x": x}, device="cpu")
+  out = np.asarray(out[0] if isinstance(out, (list, tuple)) else next(iter(out.values())) if isinstance(out, dict) else out)
+  ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+  assert np.abs(out.astype(np.float64) - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+  # saved and loaded (the kernel text calls the helpers, holds no asm), it computes the same
+  loaded = mc.load(cm.save(tmp_path / "saved"))
+  again = loaded.run({"x": x}, device="cpu")
+  again = np.asarray(again[0] if isinstance(again, (list, tuple)) else next(iter(again.values())) if isinstance(again, dict) else again)
+  np.testing.assert_array_equal(again, out)
+  assert "tensor cores" in loaded.summary()
+  # computed in float32 (precision="fp32" widens the model), it is not offered tensor cores (no "tf32" yet)
+  assert mc.compile(model, target="sm_80", progress=False, jobs=1, precision="fp32").stats.tensor_cores == 0
+  monkeypatch.setenv("MINICOMP_TENSOR_CORES", "0")        # the switch: FP32 pipes only (the schedule cache apart)
+  off = mc.compile(model, target="sm_80", progress=False, jobs=1)
+  assert off.stats.tensor_cores == 0 and "tensor cores" not in off.summary()
+
+
+def test_precision_tf32_puts_fp32_matmuls_on_tf32_tensor_cores(tmp_path, monkeypatch):
+  """``precision="tf32"``: an fp32 MatMul+Add+Relu (256 x 256 x 512, where the static model finds TF32 faster on an
+  A100) runs on m16n8k8.tf32, within TF32's rounding of numpy; without it, or on sm_75 (no TF32), the FP32 pipes."""
+  from onnx import TensorProto, helper, numpy_helper
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  rng = np.random.default_rng(0)
+  w, b = rng.standard_normal((256, 512)).astype(np.float32), rng.standard_normal((512,)).astype(np.float32)
+  g = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"]),
+     helper.make_node("Relu", ["z"], ["o"])], "mlp32",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+    [helper.make_tensor_value_info("o", TensorProto.FLOAT, [256, 512])],
+    [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+  model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  cm = mc.compile(model, target="sm_80", precision="tf32", progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1 and "fp32/tf32 tensor cores" in cm.summary()
+  assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in cm.kernels[0].binary.ptx
+  x = rng.standard_normal((256, 256)).astype(np.float32)
+  out = np.asarray(cm.run({"x": x}, device="cpu")[0], np.float64)
+  exact = np.maximum(x.astype(np.float64) @ w + b, 0)
+  bound = 2.0 ** -10 * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)))   # two operands at 2^-11 each
+  assert (np.abs(out - exact) <= bound + 1e-5).all()
+  assert np.abs(out - exact).max() > 1e-4          # (rounded: not the float32 result)
+  assert mc.compile(model, target="sm_80", progress=False, jobs=1).stats.tensor_cores == 0
+  assert mc.compile(model, target="sm_75", precision="tf32", progress=False, jobs=1).stats.tensor_cores == 0
+
+
+def test_an_fp16_bert_runs_its_matmuls_on_tensor_cores_and_matches_onnxruntime(tmp_path, monkeypatch):
+  """The zoo's BERT-tiny (2 layers, s128) in float16 for sm_80: the static model puts 6 of its 12 tasks on the
+  tensor cores; the whole model against onnxruntime's float16 run (tolerance of tests/test_precision.py)."""
+  from minicomp import zoo
+  from onnx_harness import run_ort, to_half
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  model, feeds = zoo.bert_tiny()
+  half = to_half(model)
+  hfeeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+  cm = mc.compile(half, target="sm_80", progress=False, jobs=1)
+  assert cm.stats.tensor_cores >= 4
+  got, ref = cm.run(hfeeds, device="cpu")[0].astype(np.float32), run_ort(half, hfeeds)[0].astype(np.float32)
+  assert np.abs(got - ref).max() <= 4 * 2.0 ** -10 * np.abs(ref).max()
+
+
+def test_tuning_starts_from_a_tensor_core_default(tmp_path, monkeypatch):
+  """A few trials of Ansor on the fp16 MLP for sm_80: the tuner starts from the tensor-core default (a schedule
+  with a tensorize step in the records), keeps it unless a trial beats it, and the model stays correct."""
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  model, w, b = _fp16_mlp()
+  log = tmp_path / "tune.jsonl"
+  cm = mc.compile(model, target="sm_80", trials=4, strategy="ansor", log_file=str(log), progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1 and '"tensorize"' in log.read_text()
+  x = np.random.default_rng(2).standard_normal((64, 256)).astype(np.float16)
+  out = np.asarray(cm.run({"x": x}, device="cpu")[0], np.float64)
+  ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+  assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3

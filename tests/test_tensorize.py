@@ -1,0 +1,195 @@
+"""Schedule.tensorize (ir/mma.py): matmuls whose inner tiles run on mma.sync, in the CPU simulator and the loop-IR
+interpreter against numpy; the lowering's refusals; fragment reuse across a warp tile; the static model's tensor
+pipe; on a GPU (gpu-marked) the same kernels."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minicomp as mc
+from minicomp.codegen import tensor_core as tc
+from minicomp.errors import TargetError
+from test_tensor_core import _gpu
+
+TYPES = {"m16n8k16_f16": "float16", "m16n8k16_bf16": "bfloat16", "m16n8k8_f16": "float16", "m16n8k8_tf32": "float32"}
+
+
+def tensorized_matmul(intr: str, M=64, N=64, K=64, lanes=("g", "t"), k_split=None, mi=1, ni=1):
+  """C = A @ B with 128 threads a block (2 x 2 warps), each warp ``mi`` x ``ni`` tiles of 16 x 8 per k-step: rows
+  ``i = block + wm (16 mi) + g (2 mi) + 2 m + r`` and columns ``j = block + wn (8 ni) + t (2 ni) + 2 n + c``, so
+  lane 4 g + t holds a (2 mi) x (2 ni) box; A and B staged in shared memory per k-step. ``lanes`` orders g and t
+  inside the thread index."""
+  from minicomp import workloads as W
+  dtype = TYPES[intr]
+  wl = W.matmul(M, N, K, dtype=dtype)
+  C, (A, B) = wl.stages["C"], wl.inputs
+  s = mc.Schedule([C])
+  CL = s.cache_write(C, "local")
+  i, j = s.axis(C)
+  io, wm, g, m, r = s.split(C, i, [2, 8, mi, 2])
+  jo, wn, t, n, c = s.split(C, j, [2, 4, ni, 2])
+  s.reorder(C, io, jo, wm, wn, *(g, t) if lanes == ("g", "t") else (t, g), m, n, r, c)
+  s.bind(C, s.fuse(C, io, jo), "blockIdx.x")
+  tx = s.fuse(C, wm, wn, *(g, t) if lanes == ("g", "t") else (t, g))
+  s.bind(C, tx, "threadIdx.x")
+  s.compute_at(CL, C, tx)
+  ci, cj, ck = s.loops(CL)
+  cm, cr = s.split(CL, ci, 2)
+  cn, cc = s.split(CL, cj, 2)
+  k0, k1 = s.split(CL, ck, k_split or tc.INTRINSICS[intr].k)
+  s.reorder(CL, k0, cm, cn, cr, cc, k1)
+  for X in (A, B):
+    XS = s.cache_read(X, "shared", [CL])
+    s.compute_at(XS, CL, k0)
+    s.bind(XS, s.split(XS, s.fuse(XS, *s.loops(XS)), 128)[1], "threadIdx.x")
+  s.unroll(CL, cm); s.unroll(CL, cn)
+  s.tensorize(CL, cr, intr)
+  return wl, s
+
+
+def _matmul_tolerance(intr: str, a32, b32, ref) -> np.ndarray:
+  """Per element: half an ulp of C's type (its rounding) plus the float32 sum's error, and for tf32 the operands'
+  rounding (2^-11 relative each)."""
+  out_bits = {"float16": 10, "bfloat16": 7, "float32": 23}[TYPES[intr]]
+  mag = np.abs(a32.astype(np.float64)) @ np.abs(b32.astype(np.float64))
+  per_product = 2.0 ** -10 if intr.endswith("tf32") else a32.shape[1] * 2.0 ** -23
+  return 2.0 ** -(out_bits + 1) * np.abs(ref) + per_product * mag + 1e-30
+
+
+@pytest.mark.parametrize("intr", sorted(TYPES))
+def test_tensorized_matmul_matches_numpy_in_the_simulator(intr):
+  wl, s = tensorized_matmul(intr)
+  arch = "sm_75" if intr == "m16n8k8_f16" else "sm_80"
+  k = mc.build(s, target=arch)
+  assert f"mma.sync.aligned.m16n8k{tc.INTRINSICS[intr].k}" in k.binary.ptx and tc.INTRINSICS[intr].helper in k.source
+  if TYPES[intr] != "float32":
+    # the tiles the tensor cores read hold the half values; A's pairs are adjacent: one 32-bit read each
+    ctype = "__half" if TYPES[intr] == "float16" else "__nv_bfloat16"
+    assert f"__shared__ __align__(16) {ctype} A_shared[" in k.source and f"__shared__ __align__(16) {ctype} B_shared[" in k.source
+    assert "reinterpret_cast<const unsigned*>(A_shared + " in k.source and "mc_pack_h2(B_shared[" in k.source
+  a, b = wl.random_inputs()
+  a32, b32 = a.astype(np.float32), b.astype(np.float32)
+  ref = a32.astype(np.float64) @ b32.astype(np.float64)
+  out = k(a, b, device="cpu").astype(np.float64)
+  assert (np.abs(out - ref) <= _matmul_tolerance(intr, a32, b32, ref)).all(), np.abs(out - ref).max()
+  # the loop-IR interpreter runs the scalar loops the statement stands for (float32 products, no tf32 rounding;
+  # one block of 32 x 16: the interpreter is slow)
+  from minicomp.ir.interp import run_program
+  wl, s = tensorized_matmul(intr, M=32, N=16, K=2 * tc.INTRINSICS[intr].k)
+  a, b = wl.random_inputs(seed=1)
+  a32, b32 = a.astype(np.float32), b.astype(np.float32)
+  ref = a32.astype(np.float64) @ b32.astype(np.float64)
+  interp = run_program(s.lower(), a, b).astype(np.float64)
+  assert (np.abs(interp - ref) <= _matmul_tolerance(intr, a32, b32, ref)).all()
+
+
+def test_a_warp_tile_of_several_mma_matches_numpy_and_reuses_its_fragments():
+  """2 x 4 instructions per warp and k-step (32 x 32 per warp): correct, and NVVM reads each A fragment once for
+  the 4 instructions of its row and each B fragment once for the 2 of its column (the helpers' asm is not
+  volatile): 2 x 4 (A) + 4 x 4 (B: 16-bit reads) shared reads per k-step, not 8 x 8."""
+  wl, s = tensorized_matmul("m16n8k16_f16", M=128, N=128, K=32, mi=2, ni=4)
+  k = mc.build(s, target="sm_80")
+  a, b = wl.random_inputs()
+  a32, b32 = a.astype(np.float32), b.astype(np.float32)
+  ref = a32.astype(np.float64) @ b32.astype(np.float64)
+  out = k(a, b, device="cpu").astype(np.float64)
+  assert (np.abs(out - ref) <= _matmul_tolerance("m16n8k16_f16", a32, b32, ref)).all()
+  from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
+  prof = analyze_ptx(k.binary.ptx, k.plan.launches[0].kernel, hints=ir_loop_extents(k.program.kernels[0].body))
+  per_step = prof.counts["ld_shared"] / (prof.counts["tensor_k16"] / 8)
+  assert prof.counts["tensor_k16"] == 2 * 8 and per_step == 2 * 4 + 4 * 4
+
+
+def test_tensorize_replays_from_json_and_prints():
+  wl, s = tensorized_matmul("m16n8k16_f16")
+  again = mc.Schedule.from_json(wl.outputs, s.to_json())
+  assert mc.build(again, target="sm_86").source == mc.build(s, target="sm_86").source
+  assert "@mma.sync m16n8k16_f16" in str(s)
+  from minicomp.ir.loop_text import program_text
+  assert "mma_sync_m16n8k16_f16(C_local[" in program_text(s.lower())
+
+
+@pytest.mark.parametrize("case, message", [
+  ("lanes", "operand A .* changes with the lane's column"),
+  ("k_extent", "loop k_1 has extent 8; m16n8k16_f16 needs 16"),
+  ("guard", "no guard"),
+  ("arch", "mma.sync m16n8k16_f16 needs sm_80 or newer; sm_75 does not have it"),
+])
+def test_tensorize_refuses_what_mma_cannot_compute(case, message):
+  """Lanes in the wrong order (t outside g), a reduction loop of the wrong extent, tiles that do not divide the
+  matrix (a guard inside the tensorized loops), an arch without the instruction: ScheduleError naming the step."""
+  from minicomp.errors import ScheduleError
+  with pytest.raises(ScheduleError, match=message):
+    if case == "lanes": mc.build(tensorized_matmul("m16n8k16_f16", lanes=("t", "g"))[1], target="sm_86")
+    elif case == "k_extent": mc.build(tensorized_matmul("m16n8k16_f16", k_split=8)[1], target="sm_86")
+    elif case == "guard": mc.build(tensorized_matmul("m16n8k16_f16", K=56)[1], target="sm_86")
+    else: mc.build(tensorized_matmul("m16n8k16_f16")[1], target="sm_75")
+
+
+def test_tensorize_step_checks():
+  from minicomp.errors import ScheduleError
+  from minicomp import workloads as W
+  wl = W.matmul(32, 32, 32, dtype="float16")
+  C = wl.stages["C"]
+  s = mc.Schedule([C])
+  with pytest.raises(ScheduleError, match="no tensor-core intrinsic 'm16n16k16'"):
+    s.tensorize(C, "i", "m16n16k16")
+  with pytest.raises(ScheduleError, match="must be two spatial loops of extent 2 .* they are \\['j', 'k'\\]"):
+    s.tensorize(C, "j", "m16n8k16_f16")
+  wl = W.softmax(4, 16)
+  with pytest.raises(ScheduleError, match="is not a sum reduction"):
+    t = next(x for x in wl.stages.values() if x.reduce is not None and x.reduce.combiner == "max")
+    mc.Schedule(wl.outputs).tensorize(t, mc.Schedule(wl.outputs).loops(t)[0], "m16n8k16_f16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("intr", sorted(TYPES))
+def test_tensorized_matmul_on_the_gpu(intr):
+  drv, arch = _gpu()
+  try:
+    tc.check_arch(tc.INTRINSICS[intr], arch)
+  except TargetError as e:
+    pytest.skip(str(e))
+  wl, s = tensorized_matmul(intr, M=128, N=128, K=256)
+  k = mc.build(s, target=arch)
+  a, b = wl.random_inputs()
+  a32, b32 = a.astype(np.float32), b.astype(np.float32)
+  ref = a32.astype(np.float64) @ b32.astype(np.float64)
+  out = k(a, b, device="gpu").astype(np.float64)
+  assert (np.abs(out - ref) <= _matmul_tolerance(intr, a32, b32, ref)).all(), np.abs(out - ref).max()
+
+
+def test_the_docs_matmul_example_builds_on_mma():
+  from pathlib import Path
+  text = (Path(__file__).resolve().parents[1] / "docs" / "tensor_cores.md").read_text()
+  start = text.index("```python\n") + len("```python\n")
+  scope: dict = {}
+  exec(compile(text[start:text.index("```", start)], "docs/tensor_cores.md", "exec"), scope)
+  assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in scope["kern"].binary.ptx
+
+
+def test_the_static_model_counts_mma_on_the_tensor_pipe():
+  """Each mma.sync of the PTX is m n k FMAs at the device's dense tensor rate: the 64^3 matmul's 8 blocks of 4
+  warps, 4 k-steps each, put 4 x 4 m16n8k16 on the busiest SM (one block per SM)."""
+  from minicomp.search.static.estimate import estimate
+  wl, s = tensorized_matmul("m16n8k16_f16")
+  k = mc.build(s, target="sm_80")
+  for name in ("a100", "rtx3090", "h100"):
+    dev = mc.Target(name).device
+    parts = estimate(k, mc.Target(name)).launches[0].parts
+    assert parts["tensor_s"] == pytest.approx(4 * 4 * 2048 / dev.tensor_fma_per_clock_per_sm("fp16") / dev.clock_hz)
+  # a kernel without mma.sync has no tensor term
+  from minicomp import workloads as W
+  from minicomp.graph.schedules import default_schedule
+  plain = mc.build(default_schedule(W.matmul(64, 64, 64).outputs), target="sm_80")
+  assert "tensor_s" not in estimate(plain, mc.Target("a100")).launches[0].parts
+
+
+def test_tensor_rates_from_the_datasheets():
+  from minicomp.target import DEVICES
+  rate = lambda n, kind: DEVICES[n].tensor_fma_per_clock_per_sm(kind)   # noqa: E731
+  assert rate("a100", "fp16") == pytest.approx(1024, rel=0.01) and rate("a100", "tf32") == pytest.approx(512, rel=0.01)
+  # GeForce GA102 / AD102 accumulate in FP32 at half the rate of the professional parts on the same chip
+  assert rate("rtx3090", "fp16") == pytest.approx(rate("a6000", "fp16") / 2, rel=0.01)
+  assert rate("rtx4090", "fp16") == pytest.approx(rate("l4", "fp16") / 2, rel=0.01)
+  assert rate("t4", "tf32") == 0 and rate("v100", "tf32") == 0
