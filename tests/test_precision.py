@@ -253,7 +253,7 @@ def test_autocast_leaves_a_model_already_in_its_type_alone():
 
 
 def test_unknown_precision_is_a_compile_error():
-  with pytest.raises(CompileError, match="precision='fp8'.*fp32, fp16, bf16"):
+  with pytest.raises(CompileError, match="precision='fp8'.*fp32, tf32, fp16, bf16"):
     mc.compile(zoo.residual_block()[0], precision="fp8")
 
 

@@ -142,3 +142,23 @@ def test_tuning_starts_from_a_tensor_core_default(tmp_path, monkeypatch):
   out = np.asarray(cm.run({"x": x}, device="cpu")[0], np.float64)
   ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
   assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+
+
+def test_cli_precision_tf32(tmp_path):
+  """``minicomp compile --precision tf32``: the summary shows the TF32 tensor-core kernel."""
+  import subprocess
+  import sys
+
+  import onnx
+  from onnx import TensorProto, helper, numpy_helper
+  rng = np.random.default_rng(0)
+  w = rng.standard_normal((256, 512)).astype(np.float32)
+  g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "mm",
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 512])], [numpy_helper.from_array(w, "W")])
+  onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "mm.onnx"))
+  r = subprocess.run([sys.executable, "-m", "minicomp.cli", "compile", str(tmp_path / "mm.onnx"), "-q", "--target", "sm_80",
+                      "--precision", "tf32", "-o", str(tmp_path / "out")], capture_output=True, text=True,
+                     env={**__import__("os").environ, "MINICOMP_CACHE_DIR": str(tmp_path / "cache"), "MINICOMP_JOBS": "1"})
+  assert r.returncode == 0, r.stderr
+  assert "fp32/tf32 tensor cores" in r.stdout
