@@ -162,3 +162,37 @@ def test_cli_precision_tf32(tmp_path):
                      env={**__import__("os").environ, "MINICOMP_CACHE_DIR": str(tmp_path / "cache"), "MINICOMP_JOBS": "1"})
   assert r.returncode == 0, r.stderr
   assert "fp32/tf32 tensor cores" in r.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("kind", ["matmul", "batch_matmul", "conv2d"])
+def test_random_tensor_core_schedules_match_numpy(kind, dtype, monkeypatch):
+  """Random tile configurations (warps 1-2 x 1-2, warp tiles 1-2 x 1-2 instructions) on random shapes that fit
+  them, built for a random one of sm_80 / sm_86 / sm_90: PTX holds mma.sync, ptxas keeps within 255 registers
+  without spills, and the simulator's result is numpy's (8 samples per kind and type, seeded)."""
+  import minicomp.graph.tensor_core_schedules as T
+  from minicomp import workloads as W
+  from minicomp.ir.dag import ComputeDAG
+  import zlib
+  rng = np.random.default_rng(zlib.crc32(f"{kind}-{dtype}".encode()))
+  bits = 10 if dtype == "float16" else 7
+  for _ in range(8):
+    wm, wn, mi, ni = (int(x) for x in rng.integers(1, 3, 4))
+    monkeypatch.setattr(T, "CONFIGS", ((wm, wn, mi, ni),))
+    rows, cols = 16 * wm * mi * int(rng.integers(1, 3)), 8 * wn * ni * int(rng.integers(1, 3))
+    k = 32 * int(rng.integers(1, 3))
+    if kind == "matmul": wl = W.matmul(rows, cols, k, dtype=dtype)
+    elif kind == "batch_matmul": wl = W.batch_matmul(2, rows, cols, k, dtype=dtype)
+    else:                      # output pixels (2 wm mi) x 8: one block's 2-D tile of rows; k = 32 channels x 3 x 3
+      wl = W.conv2d(1, 32, 2 * wm * mi, 8, cols, 3, pad=1, dtype=dtype)
+    arch = str(rng.choice(["sm_80", "sm_86", "sm_90"]))
+    scheds = T.tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target(arch))
+    assert scheds, (kind, dtype, wm, wn, mi, ni, rows, cols, k)
+    kern = mc.build(scheds[0], target=arch)
+    assert "mma.sync.aligned.m16n8k16" in kern.binary.ptx
+    res = next(iter(kern.binary.resources.values()))
+    assert res.registers <= 255 and res.spill_stores == 0
+    ins = wl.random_inputs(seed=int(rng.integers(1 << 30)))
+    ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+    out = kern(*ins, device="cpu").astype(np.float64)
+    assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3, (kind, wm, wn, mi, ni)
