@@ -74,10 +74,10 @@ RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 
 
 def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,
-               tf32: bool = False) -> Built:
+               tensor_cores: str = "half") -> Built:
   """Gensor's schedule for ``task`` (the best by the full static model of the candidates
-  ``gensor.compared`` picks), or a tensor-core one (:func:`_tensor_core_options`; float32 matmuls too with
-  ``tf32``), whichever the static model estimates fastest, unless the rule-based one (``rules()`` builds it)
+  ``gensor.compared`` picks), or a tensor-core one (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32"
+  or "off"), whichever the static model estimates fastest, unless the rule-based one (``rules()`` builds it)
   is faster still; for a task of :data:`RULES_NEVER_WIN` ops the rule-based
   one is not compared. Construction that fails, finds nothing valid or does not build falls back to the rules,
   logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
@@ -85,7 +85,7 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
   tgt = built.target
-  tensor = _tensor_core_options(task, built, name, tf32)
+  tensor = _tensor_core_options(task, built, name, tensor_cores)
   t0 = time.perf_counter()
   try:
     res = construct(task.dag, tgt, seed=CONSTRUCT_SEED)
@@ -130,16 +130,15 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
 TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm"})
 
 
-def _tensor_core_options(task: Task, built: Builds, name: str, tf32: bool = False) -> list[Built]:
+def _tensor_core_options(task: Task, built: Builds, name: str, tensor_cores: str) -> list[Built]:
   """The task's tensor-core schedules (``graph/tensor_core_schedules.py``: half-precision matmul-like tasks on a
-  target with mma.sync; float32 ones on TF32 with ``tf32``; tasks of :data:`TENSOR_CORE_OPS` without a
-  convolution; none with ``MINICOMP_TENSOR_CORES=0``), built; the ones that do not build are dropped, logged."""
-  from minicomp.codegen.cache import switched_on
+  target with mma.sync; float32 ones too on TF32 with ``tensor_cores="tf32"``; none with "off"; tasks of
+  :data:`TENSOR_CORE_OPS` without a convolution), built; the ones that do not build are dropped, logged."""
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
-  if not switched_on("MINICOMP_TENSOR_CORES"): return []          # (=0: the FP32 pipes only, as before issue 47)
+  if tensor_cores == "off": return []
   if not set(task.ops) & TENSOR_CORE_OPS or set(task.ops) & {"Conv", "ConvTranspose"}: return []
   out: list[Built] = []
-  for sched in tensor_core_schedules(task.dag, built.target, tf32=tf32):
+  for sched in tensor_core_schedules(task.dag, built.target, tf32=tensor_cores == "tf32"):
     try:
       out.append((built.kernel(sched, name), sched, "tensor cores"))
     except BUILD_ERRORS as e:
@@ -180,8 +179,8 @@ def choose_default(task: Task, target: Target, name: str, mode: str,
   stats = CompileStats()
   own, built = built is None, built or Builds(target)
   rules = lambda: build_rule_based(task.dag, built, name, task.key)   # noqa: E731 -- (built when needed)
-  kernel, sched, origin = _construct(task, built, name, rules, stats, tf32=mode == "gensor+tf32") \
-      if mode.startswith("gensor") else rules()
+  kernel, sched, origin = _construct(task, built, name, rules, stats, _TENSOR_CORES[mode]) \
+      if mode in _TENSOR_CORES else rules()
   if own: stats.build, stats.nvrtc = built.seconds["lower_emit"], built.seconds["nvrtc"]
   key = cache.key(kernel, target.device)
   facts = cache.peek(key)
@@ -238,6 +237,9 @@ def _spawn_safe() -> bool:
   log.info("choosing schedules in this process: the script %s has no `if __name__ == \"__main__\":` guard, "
            "which worker processes need (they re-import it)", path)
   return False
+
+
+_TENSOR_CORES = {"gensor": "half", "gensor+tf32": "tf32", "gensor-fp32-pipes": "off"}   # Gensor's modes (_mode)
 
 
 def _mode(opts) -> str:

@@ -350,7 +350,8 @@ class CUDARenderer:
       buf, i0, i1 = lo.arg, lo.src[0], hi.src[0]
       terms, c = linear(i0)
       even = c % 2 == 0 and all((k * multiple_of(t)) % 2 == 0 for t, k in terms.items())
-      if even and simplify(i1 - i0, self.ranges).is_const and simplify(i1 - i0, self.ranges).arg == 1:
+      gap = simplify(i1 - i0, self.ranges)
+      if even and gap.is_const and gap.arg == 1:
         return f"*reinterpret_cast<const unsigned*>({buf.name} + {self.index(i0)})"
       return f"mc_pack_h2({buf.name}[{self.index(i0)}], {buf.name}[{self.index(i1)}])"
     pack = "mc_pack_bf16" if dtype == "bfloat16" else "mc_pack_f16"

@@ -147,7 +147,6 @@ def mma_statement(scalar, intr: Intrinsic, spatial: tuple[str, str], k_var: str,
                         f"other (A with the rows, B with the columns); they vary with {sorted(deps[0])} and {sorted(deps[1])}")
   r_var, c_var = next(iter(deps[0])), next(iter(deps[1]))
   _check_lanes(_probe(x), _probe(y), r_var, c_var, k_var, intr.k, lane_vars, ranges, where)
-  lanes = {v: var(v) for v in lane_vars}
   used = set(free_vars(x)) | set(free_vars(y)) | set(free_vars(store.index))
   first = next((v for v in lane_vars if v in used), lane_vars[0])     # (all are threadIdx.x; the stage's own reads best)
   g, t = var(first) % 32 // 4, var(first) % 4
@@ -158,7 +157,7 @@ def mma_statement(scalar, intr: Intrinsic, spatial: tuple[str, str], k_var: str,
   b = []
   for i in range(intr.b_elements):
     row, _ = intr.b_at(g, t, i)             # column g of B: as the lane with t = g / 2 reads it, c = g % 2
-    moved = {v: lanes[v] // 32 * 32 + g // 2 for v in lane_vars}   # B does not vary with the lane's g: take g = 0
+    moved = {v: var(v) // 32 * 32 + g // 2 for v in lane_vars}   # B does not vary with the lane's g: take g = 0
     b.append(simplify(substitute(y, {**moved, c_var: g % 2, r_var: const(0), k_var: row}), ranges))
   acc = tuple(simplify(substitute(store.index, {r_var: const(i // 2), c_var: const(i % 2), k_var: const(0)}), ranges)
               for i in range(4))
@@ -175,6 +174,8 @@ def _check_lanes(pa: Expr, pb: Expr, r_var: str, c_var: str, k_var: str, k: int,
   if hi is None: raise ScheduleError(f"{where}: the threads' extent must be known to tensorize")
   n_threads = hi + 1
   others = sorted((set(free_vars(pa)) | set(free_vars(pb))) - {r_var, c_var, k_var, *lane_vars})
+  # axes: g (8), t (4), r (2), c (2), kk (k)
+  g, t, r, c, kk = np.meshgrid(np.arange(8), np.arange(4), np.arange(2), np.arange(2), np.arange(k), indexing="ij")
   for setting in range(3):
     env = {}
     for v in others:
@@ -182,8 +183,6 @@ def _check_lanes(pa: Expr, pb: Expr, r_var: str, c_var: str, k_var: str, k: int,
       h = l if h is None else h
       env[v] = (l, (l + h) // 2, h)[setting]
     for w0 in sorted({0, (n_threads // 32 - 1) * 32}):
-      # axes: g (8), t (4), r (2), c (2), kk (k)
-      g, t, r, c, kk = np.meshgrid(np.arange(8), np.arange(4), np.arange(2), np.arange(2), np.arange(k), indexing="ij")
       full = {**env, **{v: w0 + g * 4 + t for v in lane_vars}, r_var: r, c_var: c, k_var: kk}
       va = np.broadcast_to(np.asarray(evaluate(pa, full)), g.shape)
       vb = np.broadcast_to(np.asarray(evaluate(pb, full)), g.shape)
