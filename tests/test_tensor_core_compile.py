@@ -49,17 +49,22 @@ def test_tensor_core_schedules_only_where_they_apply():
   assert on_turing and all("m16n8k8_f16" in s.to_json() for s in on_turing)
 
 
-def _fp16_mlp():
-  from onnx import TensorProto, helper, numpy_helper
-  rng = np.random.default_rng(0)
-  w, b = rng.standard_normal((256, 128)).astype(np.float16), rng.standard_normal((128,)).astype(np.float16)
+def _mlp(m: int, k: int, n: int, dtype, rng):
+  """An ONNX MatMul+Add+Relu of x[m, k] with constant W[k, n] and b[n] in ``dtype`` (numpy); (model, W, b)."""
+  from onnx import helper, numpy_helper
+  from minicomp.frontend.dtypes import DTYPE_TO_ONNX
+  w, b = rng.standard_normal((k, n)).astype(dtype), rng.standard_normal((n,)).astype(dtype)
+  elem = DTYPE_TO_ONNX[np.dtype(dtype).name]
   g = helper.make_graph(
     [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"]),
      helper.make_node("Relu", ["z"], ["o"])], "mlp",
-    [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [64, 256])],
-    [helper.make_tensor_value_info("o", TensorProto.FLOAT16, [64, 128])],
+    [helper.make_tensor_value_info("x", elem, [m, k])], [helper.make_tensor_value_info("o", elem, [m, n])],
     [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
   return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), w, b
+
+
+def _fp16_mlp():
+  return _mlp(64, 256, 128, np.float16, np.random.default_rng(0))
 
 
 def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
@@ -71,17 +76,15 @@ def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
   cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
   assert cm.stats.tensor_cores == 1 and "fp16/fp32 tensor cores" in cm.summary()
   x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float16)
-  out = cm.run({"x": x}, device="cpu")
-  out = np.asarray(out[0] if isinstance(out, (list, tuple)) else next(iter(out.values())) if isinstance(out, dict) else out)
+  out = cm.run({"x": x}, device="cpu")[0]
   ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
   assert np.abs(out.astype(np.float64) - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
   # saved and loaded (the kernel text calls the helpers, holds no asm), it computes the same
   loaded = mc.load(cm.save(tmp_path / "saved"))
-  again = loaded.run({"x": x}, device="cpu")
-  again = np.asarray(again[0] if isinstance(again, (list, tuple)) else next(iter(again.values())) if isinstance(again, dict) else again)
+  again = loaded.run({"x": x}, device="cpu")[0]
   np.testing.assert_array_equal(again, out)
   assert "tensor cores" in loaded.summary()
-  # computed in float32 (precision="fp32" widens the model), it is not offered tensor cores (no "tf32" yet)
+  # computed in float32 (precision="fp32" widens the model), it is not offered tensor cores (that takes "tf32")
   assert mc.compile(model, target="sm_80", progress=False, jobs=1, precision="fp32").stats.tensor_cores == 0
   monkeypatch.setenv("MINICOMP_TENSOR_CORES", "0")        # the switch: FP32 pipes only (the schedule cache apart)
   off = mc.compile(model, target="sm_80", progress=False, jobs=1)
@@ -91,17 +94,9 @@ def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
 def test_precision_tf32_puts_fp32_matmuls_on_tf32_tensor_cores(tmp_path, monkeypatch):
   """``precision="tf32"``: an fp32 MatMul+Add+Relu (256 x 256 x 512, where the static model finds TF32 faster on an
   A100) runs on m16n8k8.tf32, within TF32's rounding of numpy; without it, or on sm_75 (no TF32), the FP32 pipes."""
-  from onnx import TensorProto, helper, numpy_helper
   monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
   rng = np.random.default_rng(0)
-  w, b = rng.standard_normal((256, 512)).astype(np.float32), rng.standard_normal((512,)).astype(np.float32)
-  g = helper.make_graph(
-    [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"]),
-     helper.make_node("Relu", ["z"], ["o"])], "mlp32",
-    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
-    [helper.make_tensor_value_info("o", TensorProto.FLOAT, [256, 512])],
-    [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
-  model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  model, w, b = _mlp(256, 256, 512, np.float32, rng)
   cm = mc.compile(model, target="sm_80", precision="tf32", progress=False, jobs=1)
   assert cm.stats.tensor_cores == 1 and "fp32/tf32 tensor cores" in cm.summary()
   assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in cm.kernels[0].binary.ptx
@@ -150,13 +145,7 @@ def test_cli_precision_tf32(tmp_path):
   import sys
 
   import onnx
-  from onnx import TensorProto, helper, numpy_helper
-  rng = np.random.default_rng(0)
-  w = rng.standard_normal((256, 512)).astype(np.float32)
-  g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "mm",
-                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
-                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 512])], [numpy_helper.from_array(w, "W")])
-  onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "mm.onnx"))
+  onnx.save(_mlp(256, 256, 512, np.float32, np.random.default_rng(0))[0], str(tmp_path / "mm.onnx"))
   r = subprocess.run([sys.executable, "-m", "minicomp.cli", "compile", str(tmp_path / "mm.onnx"), "-q", "--target", "sm_80",
                       "--precision", "tf32", "-o", str(tmp_path / "out")], capture_output=True, text=True,
                      env={**__import__("os").environ, "MINICOMP_CACHE_DIR": str(tmp_path / "cache"), "MINICOMP_JOBS": "1"})
