@@ -32,11 +32,11 @@ Spearman >= 0.9 on every workload.
   python benchmarks/static_model_fidelity.py --no-boehm --limit 8      # 8 H100 records per workload
   python benchmarks/static_model_fidelity.py --save /tmp/h100.jsonl    # also every record's estimate terms
   python benchmarks/static_model_fidelity.py --markdown
+  python benchmarks/static_model_fidelity.py --calibration --markdown  # issue 48: calibrated vs not, leave one task out
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import multiprocessing as mp
@@ -189,15 +189,8 @@ def load_measured(path=MEASURED) -> list[dict]:
 
 
 def workload_from_call(call: str) -> W.Workload:
-  """The workload of a record's ``workload_call`` (``"minicomp.workloads.matmul(1024, 1024, 1024)"``).
-  Parsed, not evaluated: only a ``minicomp.workloads`` function with literal arguments is accepted."""
-  node = ast.parse(call, mode="eval").body
-  fn = ast.unparse(node.func) if isinstance(node, ast.Call) else ""
-  name = fn.removeprefix("minicomp.workloads.")
-  if name == fn or not callable(getattr(W, name, None)):
-    raise ValueError(f"not a call of a minicomp.workloads function: {call!r}")
-  return getattr(W, name)(*map(ast.literal_eval, node.args),
-                          **{kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
+  """The workload of a record's ``workload_call`` (``"minicomp.workloads.matmul(1024, 1024, 1024)"``)."""
+  return W.from_call(call)
 
 
 def replay(rec: dict) -> mc.Schedule:
@@ -420,6 +413,43 @@ def boehm_section(args) -> list[str]:
   return out
 
 
+TIMINGS = {"H200": ROOT / "benchmarks/data/h200-2026-11-27/timings.jsonl.gz",
+           "H100": ROOT / "benchmarks/data/h100-2026-11-24/timings.jsonl.gz"}
+
+
+def calibration_section(args) -> list[str]:
+  """The static model's ranking, uncalibrated against calibrated, leave one task out: for each task, the
+  calibration is fitted on the H200 timings of the other tasks and scored on this task's H200 and H100
+  timings (none of it is fitted on the H100 ones). From the timings' saved facts: no build, ~1 minute."""
+  from minicomp.search.static import fit as F
+  from minicomp.search.static import timings as T
+  data = {g: F.tasks_of(T.read(p), "sm_90") for g, p in TIMINGS.items()}
+  train = data["H200"]
+  names = sorted({k for d in data.values() for k, t in d.items() if len(t.gpu_s) >= F.MIN_PROGRAMS})
+  head = ("GPU", "task", "programs", "pick uncal", "pick cal", "top-10 uncal", "top-10 cal", "rho uncal", "rho cal",
+          "error uncal", "error cal")
+  rows, picks = [], {"uncal": [], "cal": []}
+  for k in names:
+    cal = F.fit({j: d for j, d in train.items() if j != k}, "sm_90")
+    for g, d in data.items():
+      if k not in d or len(d[k].gpu_s) < F.MIN_PROGRAMS: continue
+      est = {m: F.predict(cal if m == "cal" else None, d[k]) for m in ("uncal", "cal")}
+      u, c = (F.rank_quality(est[m], d[k].gpu_s) for m in ("uncal", "cal"))
+      err = {m: math.exp(float(np.median(np.abs(np.log(e / d[k].gpu_s))))) for m, e in est.items()}
+      picks["uncal"].append(u["pick"]); picks["cal"].append(c["pick"])
+      rows.append((g, k, str(c["programs"]), f"{u['pick']:.2f}", f"{c['pick']:.2f}", str(u["top10"]), str(c["top10"]),
+                   f"{u['rho']:.2f}", f"{c['rho']:.2f}", f"{err['uncal']:.2f}x", f"{err['cal']:.2f}x"))
+  gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+  out = ["Calibration (issue 48): the static model's ranking of GPU-timed programs, uncalibrated against calibrated,",
+         "leave one task out (the calibration is fitted on the H200 timings of the other tasks). GPU times: NVIDIA",
+         "H200 2026-11-27 (the strategies' programs) and NVIDIA H100 80GB HBM3 2026-11-24 (random schedules).", ""]
+  out += _table(head, rows, args.markdown, left=(0, 1))
+  out += ["", "* pick: GPU time of the estimate's favourite / the fastest program's; top-10: the GPU's ten fastest among",
+          "  the estimate's ten; rho: Spearman; error: the median factor between estimate and GPU time. Goal (issue 48): pick <= 1.10, top-10 >= 5, rho >= 0.85 on every task.",
+          f"geometric mean pick: uncalibrated {gm(picks['uncal']):.3f}, calibrated {gm(picks['cal']):.3f}"]
+  return out
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--markdown", action="store_true", help="tables as markdown")
@@ -430,9 +460,14 @@ def main(argv=None) -> int:
   ap.add_argument("--limit", type=int, default=0, help="H100 table: the first N records of each workload")
   ap.add_argument("--jobs", type=int, default=2, help="processes estimating the H100 records (default: %(default)s)")
   ap.add_argument("--timeout", type=float, default=120.0, help="seconds per H100 record, build + estimate (default: %(default)s)")
+  ap.add_argument("--calibration", action="store_true", help="only the calibration table (leave one task out on the "
+                                                                 "H200 / H100 timings' saved facts; ~1 minute)")
   ap.add_argument("--save", default="", help="write every H100 record's estimate, terms and bound to this JSONL file")
   args = ap.parse_args(argv)
   header = header_lines(__file__, argv)
+  if args.calibration:
+    print("\n".join(header + [""] + calibration_section(args)))
+    return 0
   if not args.no_boehm:
     print("\n".join(header + [""] + boehm_section(args)), flush=True)
     header = []

@@ -12,8 +12,8 @@ Tensor expressions and schedules (TVM-TE style)::
 """
 from minicomp.codegen.cache import use_jax_cache
 use_jax_cache()                     # before anything imports JAX: its compiled functions persist on disk
-from minicomp.errors import (AnnotationError, CodegenError, CompileError, CostModelError, DriverError, EstimateError,
-                             ExprError, FeedError, FootprintError, InvalidRecord, LoweringError, MeasureError,
+from minicomp.errors import (AnnotationError, CalibrationError, CodegenError, CompileError, CostModelError, DriverError, EstimateError,
+                             DatasetError, ExprError, FeedError, FootprintError, InvalidRecord, LoweringError, MeasureError,
                              MinicompError, MissingDependencyError, ModelError, NoGPUError, NVRTCError, OccupancyError, PTXAnalysisError,
                              RecordsError, ReportError, RuntimeLaunchError, SaveError, SaveFormatError, ScheduleError, ShapeError,
                              SimulatorCompileError, SimulatorError, SketchError, TargetError, TEError, TuneError,
@@ -28,8 +28,8 @@ from minicomp.codegen.kernel import Kernel, build
 
 __version__ = "0.1.0"
 
-__all__ = ["AnnotationError", "CodegenError", "CompileError", "CostModelError", "DriverError", "EstimateError",
-           "ExprError", "FeedError", "FootprintError", "InvalidRecord", "LoweringError", "MeasureError",
+__all__ = ["AnnotationError", "CalibrationError", "CodegenError", "CompileError", "CostModelError", "DriverError", "EstimateError",
+           "DatasetError", "ExprError", "FeedError", "FootprintError", "InvalidRecord", "LoweringError", "MeasureError",
            "MinicompError", "MissingDependencyError", "ModelError", "NoGPUError", "NVRTCError", "OccupancyError", "PTXAnalysisError",
            "RecordsError", "ReportError", "RuntimeLaunchError", "SaveError", "SaveFormatError", "ScheduleError", "ShapeError",
            "SimulatorCompileError", "SimulatorError", "SketchError", "TargetError", "TEError", "TuneError",

@@ -5,6 +5,8 @@
     minicomp compile model.onnx --dump-after lower  the loop nest of every kernel (phases: docs/architecture.md)
     minicomp run out/ --input input=x.npy --output y.npy
     minicomp bench out/ --repeat 100                GPU time per kernel and end to end (CUDA events)
+    minicomp collect                                time programs on this GPU into a timings dataset
+    minicomp calibrate --data timings.jsonl.gz      fit the static model to GPU timings (docs/static_model.md)
 """
 from __future__ import annotations
 
@@ -219,6 +221,47 @@ def cmd_cache(a) -> int:
   return 0
 
 
+def cmd_collect(a) -> int:
+  """Time a spread of programs on this machine's GPU into the timings dataset (for `minicomp calibrate`)."""
+  from minicomp.search.collect import STANDARD, collect
+  done = collect(a.workload or STANDARD, per_task=a.per_task, seed=a.seed, out=a.out, backend=a.device)
+  print(done)
+  print(f"next: `minicomp calibrate --arch {done.arch}" + (f" --data {done.path}`" if a.out else "`")
+        + " fits the static model to these timings")
+  return 0
+
+
+def cmd_calibrate(a) -> int:
+  """Fit the static model's calibration for an arch on timed programs and make it the one estimates use."""
+  from minicomp.search.static import calibration as C
+  from minicomp.search.static import fit as F
+  from minicomp.search.static import timings as T
+  arch = C.family(a.arch)
+  if a.reset:
+    p = C.user_path(arch)
+    print(f"removed {p}" if p.exists() else f"no calibration of yours for {arch} ({p})")
+    p.unlink(missing_ok=True)
+    return 0
+  files = a.data or [str(T.default_path(arch))]
+  if not a.data and not Path(files[0]).exists():
+    raise UsageError(f"no timings for {arch} at {files[0]}: time programs on a GPU with `minicomp collect`, or give "
+                     "--data FILE (a timings dataset: docs/static_model.md)")
+  rows = [r for f in files for r in T.read(f)]
+  cal, loto = F.calibrate(rows, arch, check=not a.no_check, progress=True)
+  if loto:
+    print(f"leave-one-task-out (fitted without the task, scored on it; GPU times of {', '.join(cal.provenance['gpus'])}):")
+    print(f"{'task':<14}{'programs':>9}  {'pick':>12}  {'top-10':>10}  {'Spearman':>13}")
+    print(f"{'':<14}{'':>9}  {'uncal -> cal':>12}  {'':>10}  {'':>13}")
+    for k, v in loto.items():
+      u = v["uncalibrated"]
+      print(f"{k:<14}{v['programs']:>9}  {u['pick']:5.2f} -> {v['pick']:4.2f}  {u['top10']:>3} -> {v['top10']:<3}  "
+            f"{u['rho']:5.2f} -> {v['rho']:4.2f}")
+  out = cal.save(a.out or C.user_path(arch))
+  print(f"calibration for {arch} ({cal.provenance['programs']} programs, {len(cal.provenance['tasks'])} tasks) written "
+        f"to {out}" + ("" if a.out else f"; estimates for {arch} use it now (`minicomp calibrate --reset` undoes it)"))
+  return 0
+
+
 def _device_line(device: str | None) -> str:
   """What ``run(device=...)`` ran on: the GPU by name, or the CPU simulator and why."""
   from minicomp.codegen.driver import backend_for, gpu_status
@@ -340,6 +383,32 @@ def build_parser() -> argparse.ArgumentParser:
   pc2.add_argument("action", choices=["info", "clear"])
   pc2.set_defaults(fn=cmd_cache)
 
+  pl = sub.add_parser("collect", help="time programs on this GPU for `minicomp calibrate` (resumable)",
+                      description="Build a spread of programs for each workload (Gensor's best few and random "
+                                  "ones), check each against numpy, time it on this machine's GPU (CUDA events, "
+                                  "L2 flushed) and append it with the static model's analyses to the timings "
+                                  "dataset. Programs already there are skipped, so an interrupted run resumes.")
+  pl.add_argument("--workload", action="append", help="a minicomp.workloads call, e.g. 'matmul(1024, 1024, 1024)' "
+                                                      "(repeatable; default: the six standard workloads)")
+  pl.add_argument("--per-task", type=int, default=32, help="programs per workload (default 32)")
+  pl.add_argument("--seed", type=int, default=0, help="of the random programs and inputs (default 0)")
+  pl.add_argument("-o", "--out", help="timings file (default: the cache folder's timings/<arch>.jsonl)")
+  pl.add_argument("--device", choices=["cuda", "pycuda"], default=None, help="GPU backend (default: the default one)")
+  pl.set_defaults(fn=cmd_collect)
+
+  pk = sub.add_parser("calibrate", help="fit the static model to GPU timings (for tuning without that GPU)",
+                      description="Fit the static model's calibration for an arch on timed programs (a timings "
+                                  "dataset: `minicomp collect` writes one; docs/static_model.md) after judging it "
+                                  "leave-one-task-out, and make it the one estimates for that arch use.")
+  pk.add_argument("--arch", default="sm_90", help="the arch whose timings to fit (default sm_90)")
+  pk.add_argument("--data", action="append", help="a timings file (.jsonl or .jsonl.gz; repeatable; default: what "
+                                                  "`minicomp collect` wrote to the cache folder)")
+  pk.add_argument("-o", "--out", help="write the calibration here instead of making it the active one")
+  pk.add_argument("--no-check", action="store_true", help="skip the leave-one-task-out check (a fit per task)")
+  pk.add_argument("--reset", action="store_true", help="remove your calibration for --arch: estimates go back to "
+                                                       "the shipped one")
+  pk.set_defaults(fn=cmd_calibrate)
+
   pb = sub.add_parser("bench", help="time a model on the GPU: per kernel call and end to end (CUDA events)",
                       description="Measure a compiled model folder (or an .onnx file, compiled first) on the GPU with "
                                   "CUDA events and print a table. Without a GPU it says so and prints the static "
@@ -364,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
   from minicomp.progress import deferred_interrupts
   args = build_parser().parse_args(argv)
   try:
-    if args.fn not in (cmd_compile, cmd_tune): return args.fn(args)
+    if args.fn not in (cmd_compile, cmd_tune, cmd_collect): return args.fn(args)
     with deferred_interrupts():            # (their long loops stop at the next safe point)
       return args.fn(args)
   except MinicompError as e:

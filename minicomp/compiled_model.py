@@ -34,12 +34,13 @@ class ModelEstimate:
   device: str
   calls: list   # (KernelCall, Estimate) in launch order
   is_estimate: bool = True
+  model: str = "static model"
 
   @property
   def latency_s(self) -> float: return sum(e.latency_s for _, e in self.calls)
 
   def __str__(self) -> str:
-    rows = [f"estimated latency on {self.device} (static model, no GPU measurement): {self.latency_s * 1e6:.1f} us "
+    rows = [f"estimated latency on {self.device} ({self.model}, no GPU measurement): {self.latency_s * 1e6:.1f} us "
             f"over {len(self.calls)} kernel calls"]
     for k, (c, e) in enumerate(self.calls):
       bound = "/".join(l.bound for l in e.launches)
@@ -273,7 +274,8 @@ class CompiledModel:
           shown.set_postfix_str("+".join(c.ops)[:40], refresh=False)
           per_kernel[c.kernel] = estimate(self.kernels[c.kernel], tgt)
           shown.update()
-    return ModelEstimate(tgt.device.name, [(c, per_kernel[c.kernel]) for c in self.calls])
+    calls = [(c, per_kernel[c.kernel]) for c in self.calls]
+    return ModelEstimate(tgt.device.name, calls, model=calls[0][1].model if calls else "static model")
 
   def __repr__(self) -> str:
     return f"CompiledModel({self.name}, {len(self.calls)} kernel calls, target={self.target.arch})"

@@ -34,6 +34,7 @@ from minicomp.pipeline import (CompileOptions, CompileState, Dumper, Phase, Task
                                schedule_text, tasks_text)
 from minicomp.progress import bar, check_interrupt, say
 from minicomp.schedule_cache import ScheduleCache, rename_stages
+from minicomp.search.static.calibration import active as active_calibration
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
@@ -349,6 +350,8 @@ def choose_schedules(st: CompileState) -> CompileState:
   st.built = Builds(st.target)
   cache = ScheduleCache() if opts.schedules == "gensor" else None
   tkey = st.target.device_name or st.target.arch
+  cal = active_calibration(st.target.device)
+  if cal is not None: tkey += f"+calibration:{cal.digest}"     # (choices made under another calibration are not reused)
   what = "constructing schedules (Gensor)" if opts.schedules == "gensor" else "default kernels"
   with bar(len(st.tasks), f"[minicomp] {what}", opts.progress, unit="task") as shown:
     for k, (key, task) in enumerate(st.tasks.items()):

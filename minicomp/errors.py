@@ -193,6 +193,16 @@ class EstimateError(MinicompError):
   """The static model cannot estimate this kernel (e.g. it was loaded without its loop IR)."""
 
 
+class CalibrationError(MinicompError):
+  """A calibration file of the static model is unreadable, of another version or malformed, or a calibration
+  cannot be fitted (too few timed programs)."""
+
+
+class DatasetError(MinicompError):
+  """A timings dataset (``minicomp collect`` / ``calibrate``) has a line that is not a timed program: the file
+  and line are named."""
+
+
 class PTXAnalysisError(MinicompError):
   """The PTX text has no such ``.entry`` (or no entry at all, or several and no name was given)."""
 

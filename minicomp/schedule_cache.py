@@ -41,7 +41,7 @@ def code_version() -> str:
   root = Path(__file__).resolve().parent
   h = hashlib.sha256()
   for p in sorted(root.rglob("*")):
-    if p.suffix in (".py", ".h", ".txt") and p.is_file():
+    if p.suffix in (".py", ".h", ".txt", ".json") and p.is_file():
       h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
   return h.hexdigest()[:16]
 

@@ -178,3 +178,25 @@ def broadcast_chain(A: int, B: int, C: int, dtype: str = "float32") -> Workload:
   def ref(x, s, h):
     return np.maximum(x * s + h[None, :, None], 0) - 0.5 / (1 + np.exp(-x))
   return Workload(f"broadcast_{A}x{B}x{C}", [X, sc, sh], [Z], ref, {"mul": T1, "add": T2, "relu": T3, "out": Z})
+
+
+def from_call(call: str) -> Workload:
+  """The workload a call names (``"minicomp.workloads.matmul(1024, 1024, 1024)"``, or ``"matmul(1024, 1024, 1024)"``).
+  Parsed, not evaluated: only a function of this module with literal arguments; anything else is a
+  :class:`~minicomp.errors.UsageError` naming the text."""
+  import ast
+  from minicomp.errors import UsageError
+  try:
+    node = ast.parse(call.strip(), mode="eval").body
+  except SyntaxError:
+    node = None
+  fn = ast.unparse(node.func) if isinstance(node, ast.Call) else ""
+  name = fn.removeprefix("minicomp.workloads.")
+  f = globals().get(name) if name and "." not in name and not name.startswith("_") else None
+  if not callable(f) or name == "from_call" or getattr(f, "__annotations__", {}).get("return") != "Workload":
+    raise UsageError(f"not a call of a minicomp.workloads function: {call!r} (e.g. 'matmul(1024, 1024, 1024)')")
+  try:
+    out = f(*map(ast.literal_eval, node.args), **{kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
+  except (ValueError, TypeError, SyntaxError) as e:
+    raise UsageError(f"{call!r}: {e}") from None
+  return out

@@ -147,16 +147,17 @@ def test_a_long_dependent_chain_is_latency_bound_with_few_blocks():
   costs twice as much when each SM must run two waves of blocks."""
   from minicomp.search.static.model import launch_time
   dev = Target("h100").device
-  one = launch_time(_facts(chain_cycles=1e6), dev)
+  one = launch_time(_facts(chain_cycles=1e6), dev, calibration=None)     # (the uncalibrated formula's terms)
   assert one.bound == "latency" and one.parts["latency_s"] == pytest.approx(1e6 / dev.clock_hz)
-  two = launch_time(_facts(chain_cycles=1e6, blocks=132 * 4), dev)     # 4 blocks per SM, 2 resident: 2 waves
+  two = launch_time(_facts(chain_cycles=1e6, blocks=132 * 4), dev, calibration=None)  # 4 blocks/SM, 2 resident: 2 waves
   assert two.parts["latency_s"] == pytest.approx(2 * one.parts["latency_s"])
-  assert launch_time(_facts(chain_cycles=10.0), dev).bound != "latency"
+  assert launch_time(_facts(chain_cycles=10.0), dev, calibration=None).bound != "latency"
 
 
 def test_register_spills_are_l2_traffic():
   from minicomp.search.static.model import L2_BW_FACTOR, launch_time
   dev = Target("h100").device
-  base, spilled = launch_time(_facts(), dev), launch_time(_facts(local_bytes_per_thread=1000.0), dev)
+  base = launch_time(_facts(), dev, calibration=None)
+  spilled = launch_time(_facts(local_bytes_per_thread=1000.0), dev, calibration=None)
   extra = 1000.0 * 256 * 132 / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9)
   assert spilled.parts["l2_s"] - base.parts["l2_s"] == pytest.approx(extra / spilled.efficiency["memory"])

@@ -15,13 +15,18 @@ import tempfile
 from pathlib import Path
 
 
-def cache_dir(kind: str) -> Path:
-  """The cache folder for one kind of artefact (created on first use)."""
+def cache_root() -> Path:
+  """The cache folder (not created: :func:`cache_dir` creates a kind's folder on first use)."""
   root = os.environ.get("MINICOMP_CACHE_DIR")
   if root is None:
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     root = os.path.join(xdg, "minicomp")
-  d = Path(root) / kind
+  return Path(root)
+
+
+def cache_dir(kind: str) -> Path:
+  """The cache folder for one kind of artefact (created on first use)."""
+  d = cache_root() / kind
   d.mkdir(parents=True, exist_ok=True)
   return d
 

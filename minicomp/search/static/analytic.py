@@ -64,6 +64,7 @@ from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, Store, Sync, walk_scoped, walk_stmts
 from minicomp.ir.ops import FLOAT_DTYPES, Op
 from minicomp.search.features.formulas import FormulaProgram
+from minicomp.search.static.calibration import active as active_calibration
 from minicomp.search.static.model import LaunchFacts, launch_time
 from minicomp.search.static.ptx import LATENCY_CYCLES
 from minicomp.target import Target
@@ -152,6 +153,7 @@ class SketchModel:
 
   def __init__(self, sketch, target: Target, unroll: int = UNROLL_DEFAULT):
     self.sketch, self.target, self.dev, self.unroll = sketch, target, target.device, unroll
+    self.calibration = active_calibration(self.dev)      # (looked up once: a walk evaluates thousands of points)
     prog = sketch.schedule.lower()
     self.names = sketch.schedule.params()
     sizes = {b.name: math.prod(prog.shapes[b.name]) * b.element_bytes for b in prog.inputs + prog.outputs}
@@ -400,7 +402,7 @@ class SketchModel:
     if not idx: return out
     for i, fs in zip(idx, self.facts([values[i] for i in idx])):
       if any(f.blocks_per_sm == 0 for f in fs): continue
-      out[i] = sum(launch_time(f, self.dev).latency_s for f in fs)
+      out[i] = sum(launch_time(f, self.dev, self.calibration).latency_s for f in fs)
     return out
 
 

@@ -87,7 +87,10 @@ def estimate(kernel, target: Target | str | None = None) -> Estimate:
 
   Returns an :class:`~minicomp.search.static.model.Estimate` with ``latency_s``, per-launch
   terms (``launches[i].parts``: issue, pipes, shared, L1, L2, DRAM, launch overhead) and the
-  bound that sets each launch's time. Always an estimate: no GPU is involved."""
+  bound that sets each launch's time. Always an estimate: no GPU is involved. On an arch with a calibration
+  (:mod:`.calibration`: sm_90) the calibrated model, unless ``MINICOMP_STATIC_MODEL=uncalibrated``."""
+  from minicomp.search.static.calibration import active, describe
   tgt = as_target(target) if target is not None else kernel.target
   dev = tgt.device
-  return Estimate(dev.name, tuple(launch_time(f, dev) for f in launch_facts(kernel, dev)))
+  cal = active(dev)
+  return Estimate(dev.name, tuple(launch_time(f, dev, cal) for f in launch_facts(kernel, dev)), model=describe(cal))

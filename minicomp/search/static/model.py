@@ -35,11 +35,14 @@ For one launch, on the busiest SM (``ceil(blocks / SMs)`` blocks: the tail effec
   memory through L1 / L2 as often as the average instruction runs (spill bytes x dynamic /
   static instructions), counted as L2 -> SM traffic.
 
-Units overlap, so the SM time is the maximum of the issue, pipe, shared, L1 and latency cycles;
-memory time is the maximum of the L2 and DRAM times, divided by the memory efficiency
+Uncalibrated, units overlap perfectly: the SM time is the maximum of the issue, pipe, shared, L1 and
+latency cycles; memory time is the maximum of the L2 and DRAM times, divided by the memory efficiency
 ``min(1, active warps / warps needed)`` (the warps needed to keep DRAM busy follow Little's law
 from the DRAM latency and the bandwidth per SM). The launch time is ``max(SM time, memory time)
-+ launch overhead``. Every figure is an **estimate** of a GPU this machine does not have.
++ launch overhead``. Where a calibration for the device's arch exists (:mod:`.calibration`, fitted on
+GPU timings), it weighs each unit's time (barriers among them) and combines them by a p-norm instead:
+``(sum (w_k t_k)^p)^(1/p) + launch overhead``. Every figure is an **estimate** of a GPU this machine
+does not have.
 """
 from __future__ import annotations
 
@@ -96,8 +99,12 @@ class LaunchEstimate:
             + ", ".join(f"{k}={v * 1e6:.1f}us" for k, v in top) + ")")
 
 
-def launch_time(f: LaunchFacts, dev) -> LaunchEstimate:
-  """The formula of the module docstring for one launch on device ``dev``."""
+def unit_times(f: LaunchFacts, dev) -> tuple[dict[str, float], float, int]:
+  """Every unit's time (seconds) for one launch on the busiest SM, before they are combined: the SM's units
+  (issue, the pipes, tensor cores where the kernel has mma.sync, shared memory, L1, the latency chain,
+  barriers), then L2 and DRAM (each divided by the memory efficiency); with that efficiency and the blocks
+  the busiest SM runs. ``barrier`` (a warp's ``bar.sync`` count x the block's warps x the blocks) is not a
+  term of the uncalibrated formula; a calibration weighs it."""
   clock = dev.boost_clock_mhz * 1e6
   warps = math.ceil(f.threads_per_block / dev.warp_size)
   on_sm = math.ceil(f.blocks / dev.sm_count)
@@ -120,21 +127,46 @@ def launch_time(f: LaunchFacts, dev) -> LaunchEstimate:
   if any(c.get(cls) for cls in TENSOR_FMAS):   # (a term only where the kernel has mma.sync: other estimates keep their parts)
     pipes["tensor"] = sum(warp_instr(cls) * fmas / max(dev.tensor_fma_per_clock_per_sm(kind), 1e-9)
                           for cls, (fmas, kind) in TENSOR_FMAS.items() if c.get(cls))
-  sm_cycles = max(pipes.values()) if pipes else 0.0
+  pipes["barrier"] = warp_instr("bar_sync")
   resident = min(f.blocks_per_sm, on_sm) * warps
   bytes_per_cycle_sm = dev.dram_bandwidth_gbs * 1e9 / clock / dev.sm_count
   warps_needed = max(1.0, DRAM_LATENCY_CYCLES * bytes_per_cycle_sm / (128 * MLP_LOADS_PER_WARP))
   eff_mem = min(1.0, resident / warps_needed) if resident else 1.0
   busy_sms = min(f.blocks, dev.sm_count)
-  sm_s = sm_cycles / clock
   dram_s = f.dram_bytes / (dev.dram_bandwidth_gbs * 1e9)
   l2_bytes = f.l2_bytes + f.local_bytes_per_thread * f.threads_per_block * f.blocks
   l2_s = l2_bytes / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9) * dev.sm_count / max(busy_sms, 1)
-  memory_s = max(dram_s, l2_s) / eff_mem
-  parts = {f"{k}_s": v / clock for k, v in pipes.items()}
-  parts.update({"l2_s": l2_s / eff_mem, "dram_s": dram_s / eff_mem, "launch_s": LAUNCH_OVERHEAD_S})
-  body = max(sm_s, memory_s)
-  bound = max(((k[:-2], v) for k, v in parts.items() if k != "launch_s"), key=lambda kv: kv[1])[0] if body > 0 else "launch"
+  out = {k: v / clock for k, v in pipes.items()}
+  out.update({"l2": l2_s / eff_mem, "dram": dram_s / eff_mem})
+  return out, eff_mem, on_sm
+
+
+MEMORY_UNITS = ("l2", "dram")
+
+
+def launch_time(f: LaunchFacts, dev, calibration="active") -> LaunchEstimate:
+  """One launch's time on device ``dev``: its units' times (:func:`unit_times`) combined by the
+  calibration for the device's arch (``calibration="active"``: the one :func:`.calibration.active` finds,
+  which is the uncalibrated formula where there is none), by a given :class:`.calibration.Calibration`, or
+  (``None``) by the uncalibrated formula of the module docstring: the largest SM unit against the larger
+  memory time."""
+  if calibration == "active":
+    from minicomp.search.static.calibration import active
+    calibration = active(dev)
+  times, eff_mem, on_sm = unit_times(f, dev)
+  if calibration is not None:
+    parts = calibration.weighted(times)
+    sm_s = calibration.combine([v for k, v in parts.items() if k not in MEMORY_UNITS])
+    memory_s = calibration.combine([parts[k] for k in MEMORY_UNITS])
+    body = calibration.combine(list(parts.values()))
+  else:
+    parts = {k: v for k, v in times.items() if k != "barrier"}
+    sm_s = max(v for k, v in parts.items() if k not in MEMORY_UNITS)
+    memory_s = max(parts["l2"], parts["dram"])
+    body = max(sm_s, memory_s)
+  bound = max(parts.items(), key=lambda kv: kv[1])[0] if body > 0 else "launch"
+  parts = {f"{k}_s": v for k, v in parts.items()}
+  parts["launch_s"] = LAUNCH_OVERHEAD_S
   return LaunchEstimate(f.name, body + LAUNCH_OVERHEAD_S, sm_s, memory_s, parts,
                         {"memory": eff_mem}, bound, on_sm)
 
@@ -145,6 +177,7 @@ class Estimate:
   device: str
   launches: tuple[LaunchEstimate, ...] = field(default_factory=tuple)
   is_estimate: bool = True
+  model: str = "static model"             # or "static model calibrated on <GPU> timings" (calibration.describe)
 
   @property
   def latency_s(self) -> float:
@@ -158,5 +191,5 @@ class Estimate:
     return out
 
   def __str__(self) -> str:
-    head = f"estimated latency on {self.device} (static model, no GPU measurement): {self.latency_s * 1e6:.1f} us"
+    head = f"estimated latency on {self.device} ({self.model}, no GPU measurement): {self.latency_s * 1e6:.1f} us"
     return "\n".join([head] + ["  " + str(l) for l in self.launches])

@@ -1,0 +1,82 @@
+"""`minicomp collect` through the fake GPU of tests/fake_gpu.py (kernels run on the CPU simulator, so results
+are real and checked against numpy; times are the fake's), then `minicomp calibrate` on what it wrote."""
+import dataclasses
+
+import pytest
+
+from minicomp.search import collect as K
+from minicomp.search.static import calibration as C
+from minicomp.search.static import timings as T
+
+SMALL = ["matmul(16, 16, 16)", "softmax(8, 32)"]
+
+
+@pytest.fixture
+def h100(monkeypatch, tmp_path):
+  import fake_gpu as fg
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path / "cache"))
+  monkeypatch.delenv(C.MODEL_ENV, raising=False)
+  return fg.install(monkeypatch, cc=(9, 0), gpu_name="NVIDIA H100 80GB HBM3")
+
+
+def test_collect_times_checks_and_analyses_each_program_and_resumes(h100, tmp_path):
+  out = tmp_path / "t.jsonl"
+  done = K.collect(SMALL, per_task=4, out=out, progress=False)
+  assert (done.timed, done.skipped, done.wrong, done.failed) == (8, 0, 0, 0) and done.arch == "sm_90"
+  rows = T.read(out)
+  assert {r.task for r in rows} == {"matmul_16x16x16", "softmax_8x32"} and len({r.steps for r in rows}) == 8
+  r = rows[0]
+  assert r.gpu == "NVIDIA H100 80GB HBM3" and r.arch == "sm_90" and r.correct and r.median_s == pytest.approx(h100.launch_s)
+  assert r.workload == "matmul(16, 16, 16)" and r.facts["device"] == "h100" and r.facts["launches"][0]["blocks"] >= 1
+  launched = sum(1 for c in h100.calls if c[0] == "launch")
+  again = K.collect(SMALL, per_task=6, out=out, progress=False)       # two more each; the first four are kept
+  assert (again.timed, again.skipped) == (4, 8) and len(T.read(out)) == 12
+  assert sum(1 for c in h100.calls if c[0] == "launch") > launched
+
+
+def test_a_wrong_result_is_kept_marked_and_never_fitted_on(h100, tmp_path, monkeypatch):
+  from minicomp import workloads as W
+  real = W.from_call
+
+  def off_by_one(call):
+    wl = real(call)
+    return dataclasses.replace(wl, reference=lambda *a: wl.reference(*a) + 1.0) if "softmax" in call else wl
+  monkeypatch.setattr(W, "from_call", off_by_one)
+  out = tmp_path / "t.jsonl"
+  done = K.collect(SMALL, per_task=3, out=out, progress=False)
+  assert done.wrong == 3 and done.timed == 6
+  rows = T.read(out)
+  assert [r.correct for r in rows if r.task == "softmax_8x32"] == [False] * 3
+  from minicomp.search.static.fit import tasks_of
+  assert set(tasks_of(rows, "sm_90")) == {"matmul_16x16x16"}
+
+
+def test_collect_then_calibrate_from_the_command_line(h100, tmp_path, capsys):
+  from minicomp.cli import main
+  assert main(["collect", "--workload", SMALL[0], "--workload", SMALL[1], "--per-task", "3"]) == 0
+  out = capsys.readouterr().out
+  assert "6 programs timed on NVIDIA H100 80GB HBM3 (sm_90)" in out and "minicomp calibrate --arch sm_90" in out
+  assert len(T.read(T.default_path("sm_90"))) == 6
+  assert main(["calibrate", "--arch", "sm_90"]) == 0
+  from minicomp.target import get_device
+  cal = C.active(get_device("h100"))
+  assert cal.source == str(C.user_path("sm_90")) and cal.provenance["gpus"] == ["NVIDIA H100 80GB HBM3"]
+  assert cal.provenance["programs"] == 6
+
+
+def test_collect_refuses_bad_workloads_and_counts(h100, tmp_path):
+  from minicomp.errors import UsageError
+  with pytest.raises(UsageError, match="not a call of a minicomp.workloads function"):
+    K.collect(["os.system('true')"], out=tmp_path / "t.jsonl", progress=False)
+  with pytest.raises(UsageError, match="per_task"):
+    K.collect(SMALL, per_task=0, out=tmp_path / "t.jsonl", progress=False)
+
+
+def test_collect_without_a_gpu_says_so(monkeypatch, capsys):
+  from minicomp.cli import main
+  from minicomp.codegen.driver import gpu_available
+  if gpu_available():
+    pytest.skip("a GPU is usable here: this checks the message on a machine without one")
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", "/tmp/minicomp-test-collect-nogpu")
+  assert main(["collect", "--workload", SMALL[0]]) == 2
+  assert "NoGPUError" in capsys.readouterr().err
