@@ -33,6 +33,7 @@ Spearman >= 0.9 on every workload.
   python benchmarks/static_model_fidelity.py --save /tmp/h100.jsonl    # also every record's estimate terms
   python benchmarks/static_model_fidelity.py --markdown
   python benchmarks/static_model_fidelity.py --calibration --markdown  # issue 48: calibrated vs not, leave one task out
+  python benchmarks/static_model_fidelity.py --picks --markdown        # issue 48: compile's choices under each model
 """
 from __future__ import annotations
 
@@ -450,6 +451,58 @@ def calibration_section(args) -> list[str]:
   return out
 
 
+def _pick(task: str, model: str) -> tuple[str, float]:
+  """What ``compile(trials=0)`` chooses for a strategies task on an H200 under ``model`` (calibrated /
+  uncalibrated): its steps and its estimate (seconds, under that model)."""
+  import strategies as S
+  from minicomp.compiler import choose_default
+  from minicomp.graph.tasks import Task, task_kind
+  from minicomp.search.static.estimate import estimate as est
+  os.environ["MINICOMP_STATIC_MODEL"] = model
+  try:
+    dag = S.task_dag(task)
+    tgt = mc.Target("h200")
+    steps, _, _, _ = choose_default(Task(task, dag, task_kind(dag)), tgt, f"pick_{task}", "gensor")
+    return steps, est(mc.build(mc.Schedule.from_json(dag, steps), tgt), tgt).latency_s
+  finally:
+    del os.environ["MINICOMP_STATIC_MODEL"]
+
+
+def picks_section(args) -> list[str]:
+  """Gensor's trials=0 choice (compile's default schedule) for the strategies' eight tasks on an H200, chosen
+  under the uncalibrated and the calibrated model: where the program was among those timed on the H200, its
+  GPU time over the fastest timed program's; else "not timed" (a GPU run must time it)."""
+  import strategies_gpu as G
+  from minicomp.search.static import timings as T
+  timed: dict[tuple[str, str], float] = {}
+  fastest: dict[str, float] = {}
+  for r in T.read(TIMINGS["H200"]):
+    if not r.correct: continue
+    timed[(r.task, G.digest(r.steps))] = r.median_s
+    fastest[r.task] = min(fastest.get(r.task, math.inf), r.median_s)
+  head = ("task", "uncal pick: GPU / fastest", "est us*", "cal pick: GPU / fastest", "est us*", "same program")
+  rows, untimed = [], {}
+  for task in sorted(fastest):
+    cells = []
+    for model in ("uncalibrated", "calibrated"):
+      steps, e = _pick(task, model)
+      t = timed.get((task, G.digest(steps)))
+      if t is None:
+        e0 = untimed.setdefault(G.digest(steps), {"task": task, "steps": steps, "estimate": e, "roles": []})
+        e0["roles"].append([f"gensor pick, {model}", 0, 0])
+      cells.append((G.digest(steps), f"{t / fastest[task]:.2f}" if t else "not timed", f"{e * 1e6:.1f}"))
+    rows.append((task, cells[0][1], cells[0][2], cells[1][1], cells[1][2], "yes" if cells[0][0] == cells[1][0] else "no"))
+    print(f"  {task}: done", file=sys.stderr, flush=True)
+  out = ["Gensor's trials=0 choice (compile's default schedule, target h200) under each model, against the programs",
+         "timed on an NVIDIA H200 on 2026-11-27. Estimates (us*) are each model's own, not comparable across models.", ""]
+  out += _table(head, rows, args.markdown, left=(0,))
+  if args.selection and untimed:
+    G.write_jsonl(Path(args.selection), list(untimed.values()))
+    out += ["", f"the {len(untimed)} untimed picks: {args.selection} (on a GPU: python benchmarks/strategies_gpu.py "
+            f"measure --selection {args.selection} --out DIR)"]
+  return out
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--markdown", action="store_true", help="tables as markdown")
@@ -462,11 +515,15 @@ def main(argv=None) -> int:
   ap.add_argument("--timeout", type=float, default=120.0, help="seconds per H100 record, build + estimate (default: %(default)s)")
   ap.add_argument("--calibration", action="store_true", help="only the calibration table (leave one task out on the "
                                                                  "H200 / H100 timings' saved facts; ~1 minute)")
+  ap.add_argument("--picks", action="store_true", help="only compile's trials=0 choice per strategies task under both "
+                                                           "models, against the H200 timings (~5 minutes)")
+  ap.add_argument("--selection", default="", help="--picks: write the picks no GPU has timed as a strategies_gpu.py "
+                                                  "selection (gpu_selection.jsonl.gz) to time on a GPU")
   ap.add_argument("--save", default="", help="write every H100 record's estimate, terms and bound to this JSONL file")
   args = ap.parse_args(argv)
   header = header_lines(__file__, argv)
-  if args.calibration:
-    print("\n".join(header + [""] + calibration_section(args)))
+  if args.calibration or args.picks:
+    print("\n".join(header + [""] + (calibration_section(args) if args.calibration else picks_section(args))))
     return 0
   if not args.no_boehm:
     print("\n".join(header + [""] + boehm_section(args)), flush=True)
