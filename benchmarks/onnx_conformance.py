@@ -56,7 +56,8 @@ REASONS = [
 SHAPE_OPERANDS = {
   **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
                          "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "Squeeze", "Unsqueeze",
-                         "Reshape", "Expand", "Tile", "Trilu", "CumSum", "Split", "TopK", "OneHot", "CastLike")},
+                         "Reshape", "Expand", "Tile", "Trilu", "CumSum", "CumProd", "Split", "TopK", "OneHot",
+                         "CastLike")},
   "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3), "ConstantOfShape": (0,), "Range": (0, 1, 2),
   "Dropout": (1, 2),
 }

@@ -22,7 +22,7 @@ import onnx_conformance as oc  # noqa: E402
 
 # cases behind fixes, always run: opset 7 / 1 / 11 (converted), 22 / 25 / 27 / 28, SpaceToDepth CRD,
 # ConvTranspose output_shape past the full output, LRN, CastLike of a constant, shape operands bound,
-# Resize cubic, one-operand and implicit-output Einsum
+# Resize cubic, one-operand and implicit-output Einsum; issue 49's new ops
 ALWAYS = ["test_and_bcast4v4d", "test_not_2d", "test_gather_elements_negative_indices", "test_relu", "test_elu",
           "test_maxpool_2d_pads", "test_cast_FLOAT_to_DOUBLE", "test_shape_start_1", "test_range_int32_type_negative_delta",
           "test_spacetodepth_crd_mode_example", "test_depthtospace_crd_mode_example", "test_convtranspose_output_shape",
@@ -31,7 +31,12 @@ ALWAYS = ["test_and_bcast4v4d", "test_not_2d", "test_gather_elements_negative_in
           "test_slice_neg_steps", "test_cumsum_2d_negative_axis", "test_center_crop_pad_crop_expanded",
           "test_resize_downsample_scales_linear_align_corners", "test_resize_downsample_scales_cubic_align_corners",
           "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside", "test_resize_downsample_sizes_cubic",
-          "test_einsum_transpose", "test_einsum_sum", "test_einsum_inner_prod", "test_identity_sequence", "test_add_uint8"]
+          "test_einsum_transpose", "test_einsum_sum", "test_einsum_inner_prod", "test_identity_sequence", "test_add_uint8",
+          # issue 49's ops: a zero L2 norm, both Mod rules, trigonometry, Hardmax's first maximum, the new norms
+          "test_l2normalization_axis_0", "test_mod_mixed_sign_float32", "test_mod_int64_fmod", "test_mod_mixed_sign_int32",
+          "test_sinh", "test_acosh", "test_hardmax_one_hot", "test_rms_normalization_2d_axis1", "test_cumprod_1d_exclusive",
+          "test_isinf_negative", "test_isnan_float16", "test_mish", "test_mvn", "test_celu_float16", "test_shrink_soft",
+          "test_lpnormalization_default"]
 
 
 @functools.lru_cache(maxsize=1)

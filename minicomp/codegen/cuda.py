@@ -29,7 +29,7 @@ from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Program, Seq, Store, Sync, walk_stmts
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, Op
+from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, TRIG, Op
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
 
@@ -43,7 +43,7 @@ _Kid = tuple[str, int]   # a folded child: its text and its precedence
 
 _F32_CALL = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "tanh": "tanhf", "erf": "erff",
              "pow": "powf", "abs": "fabsf", "floor": "floorf", "ceil": "ceilf", "exp2": "exp2f", "log2": "log2f",
-             "round": "roundf"}
+             "round": "roundf", "fmod": "fmodf", **{t: t + "f" for t in TRIG}}
 
 PRELUDE = """\
 __device__ __forceinline__ int mc_floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }

@@ -66,9 +66,12 @@ extern "C" {
 MC_F1(expf) MC_F1(logf) MC_F1(sqrtf) MC_F1(tanhf) MC_F1(erff) MC_F1(fabsf) MC_F1(floorf)
 MC_F1(ceilf) MC_F1(exp2f) MC_F1(log2f) MC_F1(log10f) MC_F1(sinf) MC_F1(cosf) MC_F1(tanf)
 MC_F1(truncf) MC_F1(roundf) MC_F1(rintf) MC_F1(log1pf) MC_F1(expm1f) MC_F1(erfcf) MC_F1(atanf)
+MC_F1(asinf) MC_F1(acosf) MC_F1(sinhf) MC_F1(coshf) MC_F1(asinhf) MC_F1(acoshf) MC_F1(atanhf)
 MC_F2(powf) MC_F2(fmaxf) MC_F2(fminf) MC_F2(fmodf) MC_F2(atan2f)
 MC_D1(exp) MC_D1(log) MC_D1(sqrt) MC_D1(tanh) MC_D1(erf) MC_D1(fabs) MC_D1(floor) MC_D1(ceil)
-MC_D1(exp2) MC_D1(log2) MC_D1(round) MC_D2(pow) MC_D2(fmax) MC_D2(fmin)
+MC_D1(exp2) MC_D1(log2) MC_D1(round) MC_D2(pow) MC_D2(fmax) MC_D2(fmin) MC_D2(fmod)
+MC_D1(sin) MC_D1(cos) MC_D1(tan) MC_D1(asin) MC_D1(acos) MC_D1(atan) MC_D1(sinh) MC_D1(cosh) MC_D1(asinh)
+MC_D1(acosh) MC_D1(atanh)
 float fmaf(float, float, float) noexcept;
 double fma(double, double, double) noexcept;
 int abs(int) noexcept;

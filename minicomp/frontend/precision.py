@@ -38,7 +38,8 @@ _DTYPE_ATTRS = {"Cast": "to", "EyeLike": "dtype", "RandomNormal": "dtype", "Rand
 
 # torch.autocast's float32 list, in ONNX ops: their outputs need float32's range (exp overflows float16 past 11)
 KEPT_IN_FP32 = frozenset({
-  "Exp", "Log", "Pow", "Reciprocal", "Softplus", "Softmax", "LogSoftmax", "CumSum",
+  "Exp", "Log", "Pow", "Reciprocal", "Softplus", "Softmax", "LogSoftmax", "CumSum", "CumProd",
+  "Sinh", "Cosh", "Tan", "Asin", "Acos", "RMSNormalization",
   "ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
   "LayerNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization", "MeanVarianceNormalization"})
 # torch.autocast's lower-precision list, in ONNX ops: the matmuls and convolutions, where the bytes and the math are

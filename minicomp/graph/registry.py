@@ -54,11 +54,13 @@ CHECKED_OPSET = 21   # the lowerings were written against the op versions of ops
 _TYPES_ONLY = (23, 24, 25)
 NEWER_VERSIONS = {
   **{n: (22,) for n in ("AveragePool", "Conv", "ConvTranspose", "Dropout", "Elu", "GlobalAveragePool", "GlobalMaxPool",
-                        "HardSigmoid", "HardSwish", "InstanceNormalization", "MaxPool", "Round", "Selu", "Softplus")},
+                        "HardSigmoid", "HardSwish", "InstanceNormalization", "MaxPool", "Round", "Selu", "Softplus",
+                        "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+                        "Softsign", "ThresholdedRelu", "Mish", "LpNormalization")},
   **{n: _TYPES_ONLY for n in ("CastLike", "ConstantOfShape", "Flatten", "Identity", "Pad", "Reshape", "Shape", "Size",
                               "Squeeze", "Transpose", "Unsqueeze")},
   "Cast": _TYPES_ONLY + (28,), "DepthToSpace": (28,), "Einsum": (28,), "Range": (27,), "ReduceLogSumExp": (28,),
-  "SpaceToDepth": (28,),
+  "SpaceToDepth": (28,), "Mod": (28,), "Celu": (28,),
 }
 
 

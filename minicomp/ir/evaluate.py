@@ -27,7 +27,9 @@ def _erf(xp):
 def _intrinsics(xp) -> dict[str, Callable]:
   return {"exp": xp.exp, "log": xp.log, "sqrt": xp.sqrt, "rsqrt": lambda x: 1 / xp.sqrt(x), "tanh": xp.tanh,
           "erf": _erf(xp), "pow": xp.power, "sigmoid": lambda x: 1 / (1 + xp.exp(-x)), "abs": xp.abs,
-          "floor": xp.floor, "ceil": xp.ceil, "exp2": xp.exp2, "log2": xp.log2, "round": xp.round}
+          "floor": xp.floor, "ceil": xp.ceil, "exp2": xp.exp2, "log2": xp.log2, "round": xp.round, "fmod": xp.fmod,
+          "sin": xp.sin, "cos": xp.cos, "tan": xp.tan, "asin": xp.arcsin, "acos": xp.arccos, "atan": xp.arctan,
+          "sinh": xp.sinh, "cosh": xp.cosh, "asinh": xp.arcsinh, "acosh": xp.arccosh, "atanh": xp.arctanh}
 
 
 @functools.cache

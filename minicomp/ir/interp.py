@@ -74,7 +74,9 @@ _ALU = {Op.ADD: lambda a, b: a + b, Op.SUB: lambda a, b: a - b, Op.MUL: lambda a
 _CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
          "erf": math.erf, "pow": np.power, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "abs": abs, "floor": np.floor,
          "ceil": np.ceil, "exp2": np.exp2, "log2": np.log2,
-         "round": lambda x: math.copysign(math.floor(abs(float(x)) + 0.5), float(x))}
+         "round": lambda x: math.copysign(math.floor(abs(float(x)) + 0.5), float(x)), "fmod": np.fmod,
+         "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+         "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh}
 _COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": np.fmax, "min": np.fmin}
 
 

@@ -198,6 +198,54 @@ _unary_op("Round", _round_half_even, 11,
               "roundf rounds halves away from zero, so this is built from floor.")
 
 
+for _name, _since in (("Sin", 7), ("Cos", 7), ("Tan", 7), ("Asin", 7), ("Acos", 7), ("Atan", 7), ("Sinh", 9),
+                     ("Cosh", 9), ("Asinh", 9), ("Acosh", 9), ("Atanh", 9)):
+  _unary_op(_name, lambda x, f=_name.lower(): call(f, x), _since,
+            doc=f"ONNX {_name} (float inputs; CUDA's {_name.lower()}f / {_name.lower()}, numpy's on the CPU).")
+
+
+@op("IsNaN", kind="elementwise", since=9)
+def is_nan(ctx, x):
+  """ONNX IsNaN: a bool tensor, true where x is NaN (x != x)."""
+  return _unary(ctx, x, lambda v: ne(v, v))
+
+
+@op("IsInf", kind="elementwise", since=10)
+def is_inf(ctx, x):
+  """ONNX IsInf: true where x is +inf (``detect_positive``, default 1) or -inf (``detect_negative``, default 1),
+  tested as beyond the type's largest finite value (so a half input is tested after its exact widening)."""
+  big = float(ml_dtypes.finfo(DTYPE_TO_NP[_check(ctx, [x], FLOATS, "supported")]).max)
+  pos, neg = ctx.flag("detect_positive", 1), ctx.flag("detect_negative", 1)
+
+  def body(v):
+    hits = [h for h, on in ((v > big, pos), (v < -big, neg)) if on]
+    if not hits: return ne(v, v) & eq(v, v)     # neither detected: all false
+    return hits[0] | hits[1] if len(hits) == 2 else hits[0]
+  return [_nary(ctx, [x], body)]
+
+
+@op("Mod", kind="broadcast", since=10)
+def mod(ctx, a, b):
+  """ONNX Mod. ``fmod=0``: the remainder takes the divisor's sign (``a - floor(a / b) * b``, Python's ``%``;
+  for floats, as opset 28 defines it, fmod's remainder moved by one divisor where the signs differ);
+  ``fmod=1``: C's fmod, the dividend's sign (floats: fmodf / fmod; integers: truncating division). An
+  integer zero divisor gives 0 (ONNX leaves it undefined; C would trap); a float one NaN."""
+  d = _check(ctx, [a, b], FLOATS + INT_DTYPES, "supported")
+  fmod = ctx.flag("fmod", 0)
+  if d in FLOATS:
+    def float_mod(x, y):
+      r = call("fmod", x, y)
+      return r if fmod else select(ne(r, _zero(r)) & ne(r < 0, y < 0), r + y, r)
+    return _binary(ctx, a, b, float_mod)
+
+  def int_mod(x, y):
+    zero = eq(y, 0)
+    safe = select(zero, const(1, y.dtype), y)
+    r = x - _trunc_div(x, safe) * safe if fmod else x % safe
+    return select(zero, const(0, x.dtype), r)
+  return _binary(ctx, a, b, int_mod)
+
+
 # ---------------------------------------------------------------------------------------------
 # activations
 
@@ -240,7 +288,50 @@ def selu(ctx, x):
 @op("Softplus", kind="elementwise", since=1)
 def softplus(ctx, x):
   """ONNX Softplus ``log(exp(x) + 1)``, computed as ``max(x, 0) + log(1 + exp(-|x|))`` (no overflow)."""
-  return _unary(ctx, x, lambda v: max_(v, 0.0) + log(exp(-abs_(v)) + 1.0))
+  return _unary(ctx, x, _softplus)
+
+
+@op("Softsign", kind="elementwise", since=1)
+def softsign(ctx, x):
+  """ONNX Softsign ``x / (1 + |x|)``."""
+  return _unary(ctx, x, lambda v: v / (abs_(v) + 1.0))
+
+
+@op("Celu", kind="elementwise", since=12)
+def celu(ctx, x):
+  """ONNX Celu ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``, alpha default 1."""
+  alpha = float(ctx.attr("alpha", 1.0))
+  return _unary(ctx, x, lambda v: select(v > 0, v, (exp(v * (1.0 / alpha)) - 1.0) * alpha))
+
+
+@op("Shrink", kind="elementwise", since=9)
+def shrink(ctx, x):
+  """ONNX Shrink: ``x < -lambd ? x + bias : x > lambd ? x - bias : 0`` (lambd 0.5, bias 0 by default)."""
+  lambd, bias = float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0))
+  return _unary(ctx, x, lambda v: select(v < -lambd, v + bias, select(v > lambd, v - bias, _zero(v))))
+
+
+@op("ThresholdedRelu", kind="elementwise", since=10)
+def thresholded_relu(ctx, x):
+  """ONNX ThresholdedRelu ``x > alpha ? x : 0``, alpha default 1."""
+  alpha = float(ctx.attr("alpha", 1.0))
+  return _unary(ctx, x, lambda v: select(v > alpha, v, _zero(v)))
+
+
+def _softplus(v: Expr) -> Expr: return max_(v, 0.0) + log(exp(-abs_(v)) + 1.0)
+
+
+@op("Mish", kind="elementwise", since=18)
+def mish(ctx, x):
+  """ONNX Mish ``x * tanh(softplus(x))`` (softplus computed without overflow)."""
+  return _unary(ctx, x, lambda v: v * tanh(_softplus(v)))
+
+
+@op("Swish", kind="elementwise", since=24)
+def swish(ctx, x):
+  """ONNX Swish (opset 24) ``x * sigmoid(alpha * x)``, alpha default 1."""
+  alpha = float(ctx.attr("alpha", 1.0))
+  return _unary(ctx, x, lambda v: v * sigmoid(v * alpha))
 
 
 @op("HardSigmoid", kind="elementwise", since=6)

@@ -1,5 +1,5 @@
-"""Reductions and normalisations: Reduce*, ArgMax / ArgMin, Softmax / LogSoftmax,
-LayerNormalization, CumSum.
+"""Reductions and normalisations: Reduce*, ArgMax / ArgMin, Softmax / LogSoftmax, Hardmax,
+LayerNormalization, RMSNormalization, LpNormalization, MeanVarianceNormalization, CumSum, CumProd.
 
 A TE reduction must be the top-level expression of its compute, so every op here is a chain of
 stages: one reduction stage per statistic (max, sum of exp, mean, variance, ...) and elementwise
@@ -230,24 +230,108 @@ def layer_norm(ctx, x, scale, bias=None):
   return [out, mean, inv]
 
 
-@op("CumSum", kind="reduction", since=11)
-def cumsum(ctx, x, axis):
-  """Cumulative sum along ``axis`` (a constant 0-d / 1-element input, negative ok): ``exclusive``
-  leaves out the element itself, ``reverse`` sums from the end."""
+@op("RMSNormalization", kind="reduction", since=23)
+def rms_norm(ctx, x, scale):
+  """ONNX RMSNormalization (opset 23): ``Y = X / sqrt(mean(X^2 over dims axis..last) + epsilon) * Scale``
+  (axis default -1, epsilon 1e-5); the statistic in float32 for a half X (stash_type 1, the only one
+  supported)."""
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
+  if int(ctx.attr("stash_type", 1)) != 1: raise ctx.error("only stash_type=1 (float32 statistics) is supported")
+  eps = float(ctx.attr("epsilon", 1e-5))
+  a0 = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
+  n = math.prod(x.shape[a0:])
+  if broadcast_shape(scale.shape, x.shape, where=_where(ctx)) != x.shape:
+    raise ShapeError(f"{_where(ctx)}: scale of shape {tuple(scale.shape)} does not broadcast to X {x.shape}")
+  S, X = operand(ctx, scale), (lambda i: as_stat(x[i]))
+  ms = _stage(ctx, x, list(range(a0, x.ndim)), True, "sum", lambda i, o: X(i) * X(i) * (1.0 / n), "meansq")
+  inv = _map(ctx, ms, lambda v: rsqrt(v + eps), "invrms")
+  red = lambda i: tuple(0 if d >= a0 else v for d, v in enumerate(i))
+  return [ctx.compute(x.shape, lambda *i: back_to(X(i) * inv[red(i)] * load(S, x.shape, i), x.dtype))]
+
+
+@op("LpNormalization", kind="reduction", since=1)
+def lp_norm(ctx, x):
+  """ONNX LpNormalization: ``x / ||x||_p`` along ``axis`` (default -1), p = 1 or 2 (default 2); where the norm
+  is 0 the output is 0 (ONNX's reference divides by 1 there)."""
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
+  p = int(ctx.attr("p", 2))
+  if p not in (1, 2): raise ctx.error(f"p={p} is not one of 1, 2")
+  ax = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
+  X = lambda i: as_stat(x[i])
+  acc = _stage(ctx, x, [ax], True, "sum", (lambda i, o: abs_(X(i))) if p == 1 else (lambda i, o: X(i) * X(i)), "norm")
+  acc = _map(ctx, acc, (lambda v: select(eq(v, 0.0), 1.0, sqrt(v))) if p == 2 else
+             (lambda v: select(eq(v, 0.0), 1.0, v)), "norm1")
+  red = lambda i: tuple(0 if d == ax else v for d, v in enumerate(i))
+  return [ctx.compute(x.shape, lambda *i: back_to(X(i) / acc[red(i)], x.dtype))]
+
+
+@op("MeanVarianceNormalization", kind="reduction", since=9)
+def mean_variance_norm(ctx, x):
+  """ONNX MeanVarianceNormalization over ``axes`` (default [0, 2, 3]): ``(x - E[x]) / (sqrt(E[x^2] - E[x]^2)
+  + 1e-9)``, ONNX's function body (its epsilon added to the standard deviation)."""
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
+  ax = _plan(ctx, x, list(ctx.attr("axes", [0, 2, 3])))
+  n = math.prod(x.shape[d] for d in ax)
+  X = lambda i: as_stat(x[i])
+  mean = _stage(ctx, x, ax, True, "sum", lambda i, o: X(i) * (1.0 / n), "mean")
+  msq = _stage(ctx, x, ax, True, "sum", lambda i, o: X(i) * X(i) * (1.0 / n), "meansq")
+  red = lambda i: tuple(0 if d in ax else v for d, v in enumerate(i))
+  std = ctx.compute(mean.shape, lambda *o: sqrt(msq[o] - mean[o] * mean[o]) + 1e-9, "std")
+  return [ctx.compute(x.shape, lambda *i: back_to((X(i) - mean[red(i)]) / std[red(i)], x.dtype))]
+
+
+@op("Hardmax", kind="reduction", since=13)
+def hardmax(ctx, x):
+  """ONNX Hardmax (opset 13): 1 at the first maximum along ``axis`` (default -1), 0 elsewhere."""
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
+  ax = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
+  n = x.shape[ax]
+  m = _stage(ctx, x, [ax], True, "max", lambda i, o: as_stat(x[i]), "max")
+  red = lambda i: tuple(0 if d == ax else v for d, v in enumerate(i))
+  # the first index holding the maximum: the smallest index j with x[j] == max
+  first = _stage(ctx, x, [ax], True, "min", lambda i, o: select(eq(as_stat(x[i]), m[o]), i[ax], n), "first")
+  return [ctx.compute(x.shape, lambda *i: select(eq(i[ax], first[red(i)]), const(1, x.dtype), const(0, x.dtype)))]
+
+
+def _axis_operand(ctx, axis) -> int:
   if isinstance(axis, Tensor): raise ctx.error("axis must be a constant initializer")
   a = np.asarray(axis).reshape(-1)
   if a.size != 1: raise ShapeError(f"{_where(ctx)}: axis must hold one value, got {a.tolist()}")
+  return int(a[0])
+
+
+def _cumulative(ctx, x, axis, combiner: str):
+  """Cumulative ``combiner`` (sum / prod) along ``axis`` (a constant 0-d / 1-element input, negative ok):
+  ``exclusive`` leaves out the element itself, ``reverse`` runs from the end."""
+  a = _axis_operand(ctx, axis)
   x = ctx.tensor(x)
   if x.dtype not in _FLOATS + ("int32", "int64"): raise ctx.error(f"input dtype {x.dtype} is not supported")
-  ax = norm_axis(int(a[0]), x.ndim, _where(ctx))
+  ax = norm_axis(a, x.ndim, _where(ctx))
   excl, rev = ctx.flag("exclusive", 0), ctx.flag("reverse", 0)
-  n, zero = x.shape[ax], const(0, x.dtype)
-  if n == 1: return [_map(ctx, x, (lambda v: zero) if excl else (lambda v: v))]
+  n, unit = x.shape[ax], const(0 if combiner == "sum" else 1, x.dtype)
+  if n == 1: return [_map(ctx, x, (lambda v: unit) if excl else (lambda v: v))]
   k = ctx.reduce_axis(n, "k")
 
   def body(*i):
     j = i[ax]
     keep = (k > j if excl else k >= j) if rev else (k < j if excl else k <= j)
     src = tuple(k if d == ax else v for d, v in enumerate(i))
-    return te.sum(select(keep, x[src], zero), axis=k)
+    return _REDUCERS[combiner](select(keep, x[src], unit), [k])
   return [ctx.compute(x.shape, body)]
+
+
+@op("CumProd", kind="reduction", since=26)
+def cumprod(ctx, x, axis):
+  """ONNX CumProd (opset 26): as CumSum with products (the empty product, for ``exclusive``, is 1)."""
+  return _cumulative(ctx, x, axis, "prod")
+
+
+@op("CumSum", kind="reduction", since=11)
+def cumsum(ctx, x, axis):
+  """Cumulative sum along ``axis`` (a constant 0-d / 1-element input, negative ok): ``exclusive``
+  leaves out the element itself, ``reverse`` sums from the end."""
+  return _cumulative(ctx, x, axis, "sum")
