@@ -56,7 +56,7 @@ NEWER_VERSIONS = {
   **{n: (22,) for n in ("AveragePool", "Conv", "ConvTranspose", "Dropout", "Elu", "GlobalAveragePool", "GlobalMaxPool",
                         "HardSigmoid", "HardSwish", "InstanceNormalization", "MaxPool", "Round", "Selu", "Softplus",
                         "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
-                        "Softsign", "ThresholdedRelu", "Mish", "LpNormalization")},
+                        "Softsign", "ThresholdedRelu", "Mish", "LpNormalization", "NegativeLogLikelihoodLoss")},
   **{n: _TYPES_ONLY for n in ("CastLike", "ConstantOfShape", "Flatten", "Identity", "Pad", "Reshape", "Shape", "Size",
                               "Squeeze", "Transpose", "Unsqueeze")},
   "Cast": _TYPES_ONLY + (28,), "DepthToSpace": (28,), "Einsum": (28,), "Range": (27,), "ReduceLogSumExp": (28,),

@@ -164,16 +164,19 @@ def argmin(ctx, x):
   return _arg(ctx, x, "min")
 
 
-def _softmax(ctx, x, logsm: bool):
+def _softmax(ctx, x, logsm: bool, ax: int | None = None, keep_stat: bool = False):
+  """Softmax / LogSoftmax along ``ax`` (default: the node's ``axis`` attribute); ``keep_stat``: the result in
+  the statistics' type (float32 for a half x) instead of x's, for an op that goes on computing with it."""
   x = ctx.tensor(x)
   if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
-  ax = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
+  if ax is None: ax = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
   X = lambda i: as_stat(x[i])                   # a half x: max and sum kept in float32
+  done = (lambda e: e) if keep_stat else (lambda e: back_to(e, x.dtype))
   m = _stage(ctx, x, [ax], True, "max", lambda i, o: X(i), "max")
   s = _stage(ctx, x, [ax], True, "sum", lambda i, o: exp(X(i) - m[o]), "sumexp")
   red = lambda i: tuple(0 if d == ax else v for d, v in enumerate(i))
-  if logsm: return [ctx.compute(x.shape, lambda *i: back_to(X(i) - m[red(i)] - log(s[red(i)]), x.dtype))]
-  return [ctx.compute(x.shape, lambda *i: back_to(exp(X(i) - m[red(i)]) / s[red(i)], x.dtype))]
+  if logsm: return [ctx.compute(x.shape, lambda *i: done(X(i) - m[red(i)] - log(s[red(i)])))]
+  return [ctx.compute(x.shape, lambda *i: done(exp(X(i) - m[red(i)]) / s[red(i)]))]
 
 
 @op("Softmax", kind="reduction", since=13)
@@ -228,6 +231,43 @@ def layer_norm(ctx, x, scale, bias=None):
     to32 = lambda v: cast(v, "float32")
     mean, inv = _map(ctx, mean, to32, "mean32"), _map(ctx, inv, to32, "inv32")
   return [out, mean, inv]
+
+
+@op("GroupNormalization", kind="reduction", since=18)
+def group_norm(ctx, x, scale, bias):
+  """ONNX GroupNormalization: X (N, C, ...) in ``num_groups`` groups of C / num_groups channels, each
+  normalised over its channels and spatial dims (two-pass mean and variance, ``epsilon`` 1e-5); scale and bias
+  per channel (opset 21) or per group (opset 18); statistics in float32 for a half X (stash_type 1)."""
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS: raise ctx.error(f"input dtype {x.dtype} is not supported")
+  if int(ctx.attr("stash_type", 1)) != 1: raise ctx.error("only stash_type=1 (float32 statistics) is supported")
+  if x.ndim < 3: raise ShapeError(f"{_where(ctx)}: X must be (N, C, D1, ...), got {list(x.shape)}")
+  G, eps = int(ctx.attr("num_groups")), float(ctx.attr("epsilon", 1e-5))
+  N, C, S = x.shape[0], x.shape[1], tuple(x.shape[2:])
+  if G < 1 or C % G: raise ShapeError(f"{_where(ctx)}: num_groups={G} does not divide the {C} channels")
+  per = C if ctx.opset >= 21 else G
+  for v, nm in ((scale, "scale"), (bias, "bias")):
+    if tuple(v.shape) != (per,): raise ShapeError(f"{_where(ctx)}: {nm} shape {list(v.shape)} is not [{per}]")
+  Cg, n = C // G, (C // G) * math.prod(S)
+  X = lambda i: as_stat(x[i])
+
+  def group_sum(fn, suffix):
+    def body(b, g):
+      c = ctx.reduce_axis(Cg, "c")
+      sp = [ctx.reduce_axis(d, f"s{k}") for k, d in enumerate(S)]
+      return te.sum(fn((b, g * Cg + c) + tuple(sp), (b, g)), axis=[c] + sp)
+    return ctx.compute((N, G), body, suffix)
+  mean = group_sum(lambda i, o: X(i) * (1.0 / n), "mean")
+  var = group_sum(lambda i, o: (X(i) - mean[o]) * (X(i) - mean[o]) * (1.0 / n), "var")
+  inv = ctx.compute((N, G), lambda b, g: rsqrt(var[b, g] + eps), "invstd")
+  Sc, B = ctx.tensor(scale), ctx.tensor(bias)
+
+  def y(*i):
+    b, c = i[0], i[1]
+    g = c // Cg
+    k = c if per == C else g
+    return back_to((X(i) - mean[b, g]) * inv[b, g] * as_stat(Sc[(k,)]) + as_stat(B[(k,)]), x.dtype)
+  return [ctx.compute(x.shape, y)]
 
 
 @op("RMSNormalization", kind="reduction", since=23)
