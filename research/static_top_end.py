@@ -22,6 +22,10 @@ the static model does that, without a GPU, in two steps:
   tasks, score on the one left out), which is what a calibration on this data could honestly claim.
   Every latency the model gives is an ESTIMATE; every GPU time names its GPU and date.
 
+  The model is the one minicomp estimates with: since 2026-11-29 the calibrated one for sm_90
+  (minicomp/search/static/calibration.py); the saved reports were made before, with the uncalibrated formula,
+  which ``MINICOMP_STATIC_MODEL=uncalibrated`` gives back.
+
   python research/static_top_end.py facts                  # every h200_* folder under results/strategies/gpu
   python research/static_top_end.py report --save research/results/static_top_end/report_h200_2026-11-27.md
   python research/static_top_end.py facts --measured-data benchmarks/data/h100-2026-11-24/measured.jsonl \
@@ -165,7 +169,7 @@ def estimate(facts: list[dict], dev, variant: dict | None = None) -> float:
         warps = math.ceil(lf.threads_per_block / dev.warp_size)
         lf = dataclasses.replace(lf, chain_cycles=lf.chain_cycles + variant["barrier_cycles"] * warps
                                  * lf.per_thread.get("bar_sync", 0.0))
-      le = M.launch_time(lf, dev, calibration=None)   # (the formula as it was: its variants are the subject)
+      le = M.launch_time(lf, dev)
       if variant.get("combine") == "sum": total += le.sm_s + le.memory_s + M.LAUNCH_OVERHEAD_S
       elif "sm_norm" in variant:     # the SM's units overlap less than perfectly: a p-norm of their times
         q = variant["sm_norm"]
@@ -222,7 +226,7 @@ def _score(rows: list[dict], est: list[float]) -> dict:
 def _heaviest(facts: list[dict], dev) -> tuple:
   """(its LaunchEstimate, its facts) of a program's longest launch, and the program's estimate."""
   from minicomp.search.static import model as M
-  les = [(M.launch_time(M.LaunchFacts(**f), dev, calibration=None), f) for f in facts]
+  les = [(M.launch_time(M.LaunchFacts(**f), dev), f) for f in facts]
   le, f = max(les, key=lambda x: x[0].latency_s)
   return le, f, sum(x[0].latency_s for x in les)
 

@@ -20,9 +20,12 @@ def test_ir_dtypes_have_every_fact():
 
 def test_values_are_the_ones_the_emitter_and_models_always_used():
   assert C_TYPE == {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16",
-                    "int32": "int", "int64": "long long", "bool": "bool"}
-  assert DTYPE_BYTES == {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "bool": 1}
-  assert list(NP_DTYPE) == ["float32", "float64", "int32", "int64", "bool", "float16", "bfloat16"]
+                    "int32": "int", "int64": "long long", "bool": "bool", "int8": "signed char", "uint8": "unsigned char",
+                    "int16": "short", "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long"}
+  assert DTYPE_BYTES == {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "bool": 1,
+                         "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "uint32": 4, "uint64": 8}
+  assert list(NP_DTYPE) == ["float32", "float64", "int32", "int64", "bool", "float16", "bfloat16", "int8", "uint8",
+                            "int16", "uint16", "uint32", "uint64"]
   assert NP_DTYPE["bool"] is np.bool_ and NP_DTYPE["bfloat16"] is ml_dtypes.bfloat16
   assert evaluate._NP_DT == {n: NP_DTYPE[n] for n in DTYPES}
 

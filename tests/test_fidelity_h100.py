@@ -59,7 +59,7 @@ def test_workload_call_is_parsed_not_evaluated():
   assert F.workload_from_call("minicomp.workloads.conv2d(1, 4, 8, 8, 4, 3, pad=1)").outputs[0].shape == (1, 4, 8, 8)
   for bad in ("os.system('true')", "minicomp.workloads.matmul(__import__('os').getpid(), 2, 2)",
               "minicomp.workloads.nothing(1)"):
-    with pytest.raises(ValueError):
+    with pytest.raises(mc.UsageError):
       F.workload_from_call(bad)
 
 

@@ -78,7 +78,8 @@ def test_onnx_type_codes_are_onnx_s():
   """minicomp writes ONNX's TensorProto.DataType codes as ints (so it needs no onnx to know them)."""
   from minicomp.frontend.dtypes import DTYPE_TO_ONNX, ONNX_TO_DTYPE
   names = {"float32": "FLOAT", "float64": "DOUBLE", "int64": "INT64", "int32": "INT32", "bool": "BOOL",
-           "float16": "FLOAT16", "bfloat16": "BFLOAT16"}
+           "float16": "FLOAT16", "bfloat16": "BFLOAT16", "int8": "INT8", "uint8": "UINT8", "int16": "INT16",
+           "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64"}
   assert set(DTYPE_TO_ONNX) == set(names)
   for dtype, code in DTYPE_TO_ONNX.items():
     assert code == getattr(onnx.TensorProto, names[dtype]) and ONNX_TO_DTYPE[code] == dtype

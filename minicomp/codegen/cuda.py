@@ -29,7 +29,7 @@ from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Program, Seq, Store, Sync, walk_stmts
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, TRIG, Op
+from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, TRIG, UNSIGNED_DTYPES, Op
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
 
@@ -450,7 +450,8 @@ _INFIX = {op: _infix(op) for op in _SYM}
 def _const(r: CUDARenderer, n: Expr, k) -> _Kid:
   if n.dtype == "bool": return ("true" if n.arg else "false", _ATOM)
   if n.dtype in FLOAT_DTYPES: return (_float_lit(n.arg, n.dtype), _ATOM)
-  s = str(int(n.arg)) + ("LL" if n.dtype == "int64" else "")
+  if n.dtype in _PROMOTED: return (f"(({C_TYPE[n.dtype]}){int(n.arg)})", _ATOM)
+  s = str(int(n.arg)) + {"int64": "LL", "uint32": "U", "uint64": "ULL"}.get(n.dtype, "")
   return (s, 0) if n.arg < 0 else (s, _ATOM)   # precedence 0: parenthesised as any operand, `a - (-3)`
 
 
@@ -460,7 +461,7 @@ def _var(r: CUDARenderer, n: Expr, k) -> _Kid:
 
 
 def _floor(r: CUDARenderer, n: Expr, k) -> _Kid:
-  name = r._floor_helper(n)
+  name = None if n.dtype in UNSIGNED_DTYPES else r._floor_helper(n)    # (unsigned: C's / and % are floor's)
   return _INFIX[n.op](r, n, k) if name is None else (f"{name}({k[0][0]}, {k[1][0]})", _ATOM)
 
 
@@ -530,6 +531,20 @@ CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, tuple[_Kid, ...]], _Kid]] = 
 }
 # every other op (REDUCE: lowering turns reductions into loops) fails naming the node
 CODE_FOR_OP.update({op: _unrenderable for op in Op if op not in CODE_FOR_OP})
+
+
+def _wrapped(render):
+  """C computes 8- and 16-bit integers in int: the result is converted back to its type after every arithmetic
+  operation, so each wraps as ONNX's (numpy's) typed arithmetic does ((int8)100 + 100 is -56 before a division)."""
+  def out(r: CUDARenderer, n: Expr, k) -> _Kid:
+    text, prec = render(r, n, k)
+    return (f"(({C_TYPE[n.dtype]})({text}))", _ATOM) if n.dtype in _PROMOTED else (text, prec)
+  return out
+
+
+_PROMOTED = ("int8", "uint8", "int16", "uint16")     # the types C promotes to int before arithmetic
+for _op in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.FLOORMOD, Op.NEG):
+  CODE_FOR_OP[_op] = _wrapped(CODE_FOR_OP[_op])
 
 _STMT = {Seq: CUDARenderer._seq, For: CUDARenderer._for, If: CUDARenderer._if, Store: CUDARenderer._store,
          Sync: CUDARenderer._sync, Comment: CUDARenderer._comment, CrossThreadReduce: CUDARenderer._cross_thread,

@@ -11,7 +11,8 @@ import numpy as np
 from minicomp.errors import UnsupportedOpError
 from minicomp.ir.ops import np_type
 
-DTYPE_TO_ONNX = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9, "float16": 10, "bfloat16": 16}
+DTYPE_TO_ONNX = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9, "float16": 10, "bfloat16": 16,
+                 "int8": 3, "uint8": 2, "int16": 5, "uint16": 4, "uint32": 12, "uint64": 13}
 ONNX_TO_DTYPE = {v: k for k, v in DTYPE_TO_ONNX.items()}
 _SUPPORTED = ", ".join(DTYPE_TO_ONNX)
 DTYPE_TO_NP = {n: np_type(n) for n in DTYPE_TO_ONNX}     # from the one dtype table (minicomp.ir.ops)

@@ -104,6 +104,11 @@ def _attrs(node: onnx.NodeProto) -> dict:
   return out
 
 
+# ops ONNX's reference evaluator implements only from a later version whose change adds element types alone: a
+# constant node of an older version folds with that one (the quantized weights of a QDQ model at opset 13-18)
+_FOLD_OPSET = {"DequantizeLinear": 19, "QuantizeLinear": 19}
+
+
 def _evaluate(node: Node, values: dict[str, Value], opset: int) -> list[np.ndarray]:
   """Run one node on constant inputs with ONNX's reference evaluator."""
   from onnx.reference import ReferenceEvaluator
@@ -113,7 +118,7 @@ def _evaluate(node: Node, values: dict[str, Value], opset: int) -> list[np.ndarr
   g = helper.make_graph([proto], "fold",
                         [helper.make_tensor_value_info(i, DTYPE_TO_ONNX[values[i].dtype], values[i].const.shape) for i in ins],
                         [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.outputs])
-  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", max(opset, _FOLD_OPSET.get(node.op_type, 0)))])
   try:
     outs = ReferenceEvaluator(m).run(None, {i: values[i].const for i in ins})
   except Exception as e:  # the reference evaluator raises whatever its numpy kernels raise

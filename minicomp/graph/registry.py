@@ -61,6 +61,8 @@ NEWER_VERSIONS = {
                               "Squeeze", "Transpose", "Unsqueeze")},
   "Cast": _TYPES_ONLY + (28,), "DepthToSpace": (28,), "Einsum": (28,), "Range": (27,), "ReduceLogSumExp": (28,),
   "SpaceToDepth": (28,), "Mod": (28,), "Celu": (28,),
+  # (23: the precision attribute, read; 24 / 25 / 28: float8e8m0 scales, 2-bit and 6-bit types, refused by type)
+  "QuantizeLinear": (23, 24, 25, 28), "DequantizeLinear": (23, 24, 25, 28),
 }
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from minicomp.errors import ExprError
 from minicomp.ir.expr import Expr
-from minicomp.ir.ops import DTYPES, Op, np_type
+from minicomp.ir.ops import DTYPES, INTEGER_DTYPES, Op, np_type
 
 
 def _erf(xp):
@@ -59,8 +59,8 @@ def _cast_wide(env, n, k):
   """CAST for formulas over whole populations (numpy arrays): float -> int truncates, every integer is
   int64 (products of tile sizes overflow int32), floats are float64."""
   v = np.asarray(k[0])
-  if n.dtype.startswith("int") and v.dtype.kind == "f": return np.trunc(v).astype(np.int64)
-  return v.astype({"bool": bool, "int32": np.int64, "int64": np.int64}.get(n.dtype, np.float64))
+  if n.dtype in INTEGER_DTYPES and v.dtype.kind == "f": return np.trunc(v).astype(np.int64)
+  return v.astype(bool if n.dtype == "bool" else np.int64 if n.dtype in INTEGER_DTYPES else np.float64)
 
 
 def _var(env, n, k):

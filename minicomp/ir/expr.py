@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from minicomp.errors import ExprError
-from minicomp.ir.ops import BINARY, COMPARE, FLOAT_DTYPES, INT_DTYPES, INTRINSICS, Op
+from minicomp.ir.ops import BINARY, COMPARE, FLOAT_DTYPES, INTEGER_DTYPES, INTRINSICS, NARROW_INT_DTYPES, Op, wrap_int
 
 ExprLike = Union["Expr", int, float, bool, "IterVar"]
 
@@ -177,7 +177,8 @@ def const(value, dtype: str | None = None) -> Expr:
   if dtype is None:
     dtype = "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32"
   if dtype == "bool": value = bool(value)
-  elif dtype in INT_DTYPES: value = int(value)
+  elif dtype in NARROW_INT_DTYPES: value = wrap_int(value, dtype)
+  elif dtype in INTEGER_DTYPES: value = int(value)
   elif dtype in FLOAT_DTYPES: value = float(value)
   else: raise ExprError(f"unknown dtype {dtype!r}")
   key = (dtype, value)
@@ -199,7 +200,7 @@ def as_expr(x: ExprLike, like: str | None = None) -> Expr:
   if isinstance(x, ExprOps): return x._expr()
   if isinstance(x, bool): return const(x, "bool")
   if isinstance(x, int):
-    return const(x, like if like in INT_DTYPES or like in FLOAT_DTYPES else "int32")
+    return const(x, like if like in INTEGER_DTYPES or like in FLOAT_DTYPES else "int32")
   if isinstance(x, float): return const(x, like if like in FLOAT_DTYPES else "float32")
   try:
     import numpy as np
@@ -211,7 +212,8 @@ def as_expr(x: ExprLike, like: str | None = None) -> Expr:
 
 def _promote(a: str, b: str) -> str:
   if {a, b} == {"float16", "bfloat16"}: return "float32"      # neither holds the other
-  order = ["bool", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+  order = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "bfloat16",
+           "float32", "float64"]
   return a if order.index(a) >= order.index(b) else b
 
 
@@ -227,7 +229,7 @@ def binary(op: Op, a: ExprLike, b: ExprLike) -> Expr:
     t = _promote(ea.dtype, eb.dtype)
     ea, eb = cast(ea, t), cast(eb, t)
   t = ea.dtype
-  if op in (Op.FLOORDIV, Op.FLOORMOD) and t not in INT_DTYPES:
+  if op in (Op.FLOORDIV, Op.FLOORMOD) and t not in INTEGER_DTYPES:
     raise ExprError(f"{op.name.lower()} needs integer operands, got {t}; use / for float division")
   if op is Op.DIV and t not in FLOAT_DTYPES:
     raise ExprError("`/` on integers is ambiguous; use // (floor division) or cast to float first")

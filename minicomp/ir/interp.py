@@ -48,7 +48,7 @@ import numpy as np
 from minicomp.errors import RuntimeLaunchError, SimulatorError
 from minicomp.ir.expr import Expr
 from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Mma, Program, Seq, Store, Sync
-from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, Op, np_type
+from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, Op, np_type, wrap_int
 
 # a half value (float16, bfloat16) is computed in float32, as the emitter does (codegen/cuda.py): rounded to its
 # type where stored in memory (global, shared) or cast to it
@@ -253,6 +253,7 @@ class _Launch:
     if dtype in _FLOAT: return _FLOAT[dtype](v)
     if dtype == "bool": return bool(v)
     v = int(v)
+    if dtype in NARROW_INT_DTYPES: return wrap_int(v, dtype)     # value types wrap (C casts after each operation)
     lo, hi = self.limits[dtype]
     if not lo <= v <= hi:
       raise SimulatorError(f"{self.where} {t}: {dtype} value {v} overflows ({self.k.index_dtype} kernel)")
@@ -260,9 +261,11 @@ class _Launch:
 
   def cast(self, v, src: str, dst: str, t: _Thread):
     if dst in HALF_DTYPES: return np.float32(np_type(dst)(v))
-    if dst in INT_DTYPES and src in _FLOAT:
+    if dst in INTEGER_DTYPES and src in _FLOAT:
       if not math.isfinite(v): raise SimulatorError(f"{self.where} {t}: casts {v} to {dst}")
-      return math.trunc(v)
+      v = math.trunc(v)
+      return wrap_int(v, dst) if dst in NARROW_INT_DTYPES else v
+    if dst in NARROW_INT_DTYPES and src != "bool": return wrap_int(v, dst)
     if dst == "int32" and src == "int64": return (v + 2**31) % 2**32 - 2**31     # two's complement wrap
     return v
 

@@ -38,6 +38,7 @@ expf logf sqrtf rsqrtf tanhf erff powf fabsf floorf ceilf exp2f log2f log10f rou
 tanf atanf atan2f log1pf expm1f erfcf fmodf fmaxf fminf fmaf
 exp log sqrt rsqrt tanh erf pow fabs floor ceil exp2 log2 log10 round rint trunc sin cos tan atan atan2 log1p
 expm1 erfc fmod fmax fmin fma abs llabs min max
+asinf acosf sinhf coshf asinhf acoshf atanhf asin acos sinh cosh asinh acosh atanh
 atomicAdd atomicExch atomicMax atomicMin atomicCAS printf assert malloc free memcpy memset size_t
 """.split())
 

@@ -39,10 +39,25 @@ INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "erf": 1, "p
               "abs": 1, "floor": 1, "ceil": 1, "exp2": 1, "log2": 1, "round": 1, "fmod": 2, **{t: 1 for t in TRIG}}
 EXPENSIVE_INTRINSICS = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "sigmoid", "exp2", "log2", "fmod", *TRIG}
 
-DTYPES = ("bool", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+DTYPES = ("bool", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+          "int8", "uint8", "int16", "uint16", "uint32", "uint64")
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 HALF_DTYPES = ("float16", "bfloat16")      # stored in 2 bytes, computed in float32 (codegen/cuda.py)
-INT_DTYPES = ("int32", "int64")
+INT_DTYPES = ("int32", "int64")            # the integer types of indices and affine index math (isl, poly, linear)
+# Integer value types beside those (ONNX's tensors, quantized models): no index is ever of these types, and every
+# arithmetic result wraps to its type (codegen casts after each operation: C would compute in int)
+NARROW_INT_DTYPES = ("int8", "uint8", "int16", "uint16", "uint32", "uint64")
+UNSIGNED_DTYPES = ("uint8", "uint16", "uint32", "uint64")
+INTEGER_DTYPES = INT_DTYPES + NARROW_INT_DTYPES
+INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32, "int64": 64, "uint64": 64}
+
+
+def wrap_int(v: int, dtype: str) -> int:
+  """``v`` modulo 2**bits into ``dtype``'s range (two's complement for the signed types), as C's conversion
+  to that type does on every platform minicomp targets."""
+  bits = INT_BITS[dtype]
+  v = int(v) % (1 << bits)
+  return v - (1 << bits) if dtype not in UNSIGNED_DTYPES and v >= 1 << (bits - 1) else v
 
 
 @dataclass(frozen=True)
@@ -60,7 +75,10 @@ DTYPE_INFO = {d.name: d for d in (
   DType("float32", 4, "numpy.float32", "float"), DType("float64", 8, "numpy.float64", "double"),
   DType("int32", 4, "numpy.int32", "int"), DType("int64", 8, "numpy.int64", "long long"),
   DType("bool", 1, "numpy.bool_", "bool"), DType("float16", 2, "numpy.float16", "__half"),
-  DType("bfloat16", 2, "ml_dtypes.bfloat16", "__nv_bfloat16"))}
+  DType("bfloat16", 2, "ml_dtypes.bfloat16", "__nv_bfloat16"), DType("int8", 1, "numpy.int8", "signed char"),
+  DType("uint8", 1, "numpy.uint8", "unsigned char"), DType("int16", 2, "numpy.int16", "short"),
+  DType("uint16", 2, "numpy.uint16", "unsigned short"), DType("uint32", 4, "numpy.uint32", "unsigned int"),
+  DType("uint64", 8, "numpy.uint64", "unsigned long long"))}
 
 DTYPE_BYTES = {n: DTYPE_INFO[n].bytes for n in DTYPES}     # IR dtype -> bytes per element
 C_TYPE = {n: DTYPE_INFO[n].c_type for n in DTYPES}         # IR dtype -> CUDA C type

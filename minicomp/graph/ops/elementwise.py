@@ -18,7 +18,7 @@ from minicomp.graph.ops._util import broadcast_shape, dtype_of, load, operand
 from minicomp.graph.registry import op
 from minicomp.ir.expr import (Expr, abs_, call, cast, const, eq, erf, exp, log, max_, min_, ne, power, select, sigmoid,
                               sqrt, tanh)
-from minicomp.ir.ops import FLOAT_DTYPES, INT_DTYPES
+from minicomp.ir.ops import FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED_DTYPES
 from minicomp.ir.te import Tensor
 
 FLOATS = FLOAT_DTYPES
@@ -54,7 +54,7 @@ def _unary(ctx, x, fn, allowed=FLOATS) -> list[Tensor]:
   return [_nary(ctx, [x], fn)]
 
 
-def _binary(ctx, a, b, fn, allowed=FLOATS + INT_DTYPES) -> list[Tensor]:
+def _binary(ctx, a, b, fn, allowed=FLOATS + INTEGER_DTYPES) -> list[Tensor]:
   _check(ctx, [a, b], allowed, "supported")
   return [_nary(ctx, [a, b], fn)]
 
@@ -66,7 +66,7 @@ def _unary_op(name: str, fn, since: int, allowed=FLOATS, doc: str = ""):
   op(name, kind="elementwise", since=since)(lower)
 
 
-def _binary_op(name: str, fn, since: int, allowed=FLOATS + INT_DTYPES, doc: str = ""):
+def _binary_op(name: str, fn, since: int, allowed=FLOATS + INTEGER_DTYPES, doc: str = ""):
   def lower(ctx, a, b): return _binary(ctx, a, b, fn, allowed)
   lower.__name__ = name.lower()
   lower.__doc__ = doc or f"ONNX {name} with multidirectional broadcasting."
@@ -97,6 +97,7 @@ def _trunc_div(a: Expr, b: Expr) -> Expr:
   prints C ``/`` in the operands' own type (int64 stays int64). Division by zero is undefined
   in ONNX; here it divides by 1.
   """
+  if a.dtype in UNSIGNED_DTYPES: return a // max_(b, 1)
   q = max_(max_(a, -a), 0) // max_(max_(b, -b), 1)
   return select(ne(a < 0, b < 0), -q, q)
 
@@ -112,7 +113,7 @@ _binary_op("Mul", lambda x, y: x * y, 7)
 @op("Div", kind="broadcast", since=7)
 def div(ctx, a, b):
   """ONNX Div: true division for floats; integer division truncates toward zero (-7 / 2 = -3)."""
-  d = _check(ctx, [a, b], FLOATS + INT_DTYPES, "supported")
+  d = _check(ctx, [a, b], FLOATS + INTEGER_DTYPES, "supported")
   return _binary(ctx, a, b, (lambda x, y: x / y) if d in FLOATS else _trunc_div)
 
 
@@ -122,7 +123,7 @@ def pow_(ctx, a, b):
   2 or 1 is a multiply / the base; an integer base is computed in float64 and truncated (as
   onnxruntime's ``static_cast<T>(std::pow(x, y))``)."""
   t = dtype_of(a)
-  if t not in FLOATS + INT_DTYPES or dtype_of(b) not in FLOATS + INT_DTYPES:
+  if t not in FLOATS + INTEGER_DTYPES or dtype_of(b) not in FLOATS + INTEGER_DTYPES:
     raise ctx.error(f"element types {t}, {dtype_of(b)} are not supported")
   if not isinstance(b, Tensor) and b.size == 1 and b.reshape(()).item() in (1, 2):
     k = b.reshape(()).item()
@@ -158,17 +159,17 @@ def mean(ctx, *xs):
 @op("Min", kind="broadcast", since=13)
 def min_op(ctx, *xs):
   """ONNX Min: variadic, broadcasting; floats and ints; a NaN input gives NaN (as onnxruntime)."""
-  return [_nary(ctx, list(xs), _variadic(ctx, xs, _min, FLOATS + INT_DTYPES))]
+  return [_nary(ctx, list(xs), _variadic(ctx, xs, _min, FLOATS + INTEGER_DTYPES))]
 
 
 @op("Max", kind="broadcast", since=13)
 def max_op(ctx, *xs):
   """ONNX Max: variadic, broadcasting; floats and ints; a NaN input gives NaN (as onnxruntime)."""
-  return [_nary(ctx, list(xs), _variadic(ctx, xs, _max, FLOATS + INT_DTYPES))]
+  return [_nary(ctx, list(xs), _variadic(ctx, xs, _max, FLOATS + INTEGER_DTYPES))]
 
 
-_unary_op("Neg", lambda x: -x, 13, FLOATS + INT_DTYPES)
-_unary_op("Abs", abs_, 13, FLOATS + INT_DTYPES)
+_unary_op("Neg", lambda x: -x, 13, FLOATS + INTEGER_DTYPES)
+_unary_op("Abs", lambda x: x if x.dtype in UNSIGNED_DTYPES else abs_(x), 13, FLOATS + INTEGER_DTYPES)
 _unary_op("Sqrt", sqrt, 13)
 _unary_op("Exp", exp, 13)
 _unary_op("Log", log, 13)
@@ -180,7 +181,7 @@ def _sign(x: Expr) -> Expr:
   return select(x > 0, const(1, x.dtype), select(x < 0, const(-1, x.dtype), zero))
 
 
-_unary_op("Sign", _sign, 13, FLOATS + INT_DTYPES)
+_unary_op("Sign", _sign, 13, FLOATS + INTEGER_DTYPES)
 _unary_op("Erf", erf, 13, doc="ONNX Erf (float inputs; integer Erf is not supported).")
 _unary_op("Tanh", tanh, 13)
 _unary_op("Sigmoid", sigmoid, 13)
@@ -230,7 +231,7 @@ def mod(ctx, a, b):
   for floats, as opset 28 defines it, fmod's remainder moved by one divisor where the signs differ);
   ``fmod=1``: C's fmod, the dividend's sign (floats: fmodf / fmod; integers: truncating division). An
   integer zero divisor gives 0 (ONNX leaves it undefined; C would trap); a float one NaN."""
-  d = _check(ctx, [a, b], FLOATS + INT_DTYPES, "supported")
+  d = _check(ctx, [a, b], FLOATS + INTEGER_DTYPES, "supported")
   fmod = ctx.flag("fmod", 0)
   if d in FLOATS:
     def float_mod(x, y):
@@ -253,7 +254,7 @@ def mod(ctx, a, b):
 def relu(ctx, x):
   """ONNX Relu (integer types since opset 14); Relu(NaN) = NaN as in onnxruntime."""
   return _unary(ctx, x, lambda v: select(v < 0, _zero(v), v) if v.dtype in FLOAT_DTYPES else te.max(v, 0),
-                FLOATS + INT_DTYPES)
+                FLOATS + INTEGER_DTYPES)
 
 
 @op("LeakyRelu", kind="elementwise", since=6)
@@ -266,7 +267,7 @@ def leaky_relu(ctx, x):
 @op("PRelu", kind="broadcast", since=9)
 def prelu(ctx, x, slope):
   """ONNX PRelu: ``x < 0 ? slope * x : x``; slope broadcasts unidirectionally to x's shape."""
-  _check(ctx, [x, slope], FLOATS + INT_DTYPES, "supported")
+  _check(ctx, [x, slope], FLOATS + INTEGER_DTYPES, "supported")
   return [_nary(ctx, [x, slope], lambda v, s: select(v < 0, v * s, v), shape=x.shape)]
 
 
@@ -362,7 +363,7 @@ def clip(ctx, x, lo=None, hi=None):
   """ONNX Clip (opset 11+): min / max are optional inputs, constants inline, runtime tensors broadcast
   to x's shape. An omitted bound is numeric_limits lowest / max (so +-inf clip to +-FLT_MAX, as in
   onnxruntime); NaN stays NaN. ``min(max(x, lo), hi)``: when lo > hi every value is hi."""
-  d = _check(ctx, [x, lo, hi], FLOATS + INT_DTYPES, "supported")
+  d = _check(ctx, [x, lo, hi], FLOATS + INTEGER_DTYPES, "supported")
   if d in FLOATS:
     fi = ml_dtypes.finfo(DTYPE_TO_NP[d])
     lo = np.array(fi.min, fi.dtype) if lo is None else lo
@@ -384,11 +385,11 @@ def clip(ctx, x, lo=None, hi=None):
 def where(ctx, c, a, b):
   """ONNX Where: ``cond ? x : y`` with all three broadcasting."""
   _check(ctx, [c], ("bool",), "condition")
-  _check(ctx, [a, b], FLOATS + INT_DTYPES + ("bool",), "supported")
+  _check(ctx, [a, b], FLOATS + INTEGER_DTYPES + ("bool",), "supported")
   return [_nary(ctx, [c, a, b], select)]
 
 
-_NUM = FLOATS + INT_DTYPES
+_NUM = FLOATS + INTEGER_DTYPES
 _binary_op("Equal", eq, 11, _NUM + ("bool",))
 _binary_op("Less", lambda x, y: x < y, 9, _NUM)
 _binary_op("LessOrEqual", lambda x, y: x <= y, 12, _NUM)

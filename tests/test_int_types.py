@@ -1,0 +1,67 @@
+"""The integer element types beside the index types: int8, uint8, int16, uint16, uint32, uint64 through import,
+kernels (emitter and CPU simulator), run and save. Arithmetic wraps to the type after every operation, as ONNX's
+typed arithmetic (numpy's) does; checked against numpy on the full range of each type."""
+import numpy as np
+import pytest
+from onnx import helper
+
+import minicomp as mc
+from minicomp.ir.ops import wrap_int
+from onnx_harness import make_model
+
+TYPES = [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64]
+
+
+def _full_range(t, shape, seed):
+  info = np.iinfo(t)
+  return np.random.default_rng(seed).integers(info.min, info.max, shape, dtype=t, endpoint=True)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.__name__)
+def test_arithmetic_wraps_after_every_operation(t):
+  """(a + b) * c - a, then Neg (signed types: ONNX's Neg takes no unsigned ones), Max and Abs: numpy's typed
+  arithmetic, element for element, over each type's whole range (an int8 sum of 100 + 100 is -56 before it is
+  multiplied)."""
+  a, b, c = (_full_range(t, (4, 16), s) for s in range(3))
+  signed = np.issubdtype(t, np.signedinteger)
+  nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Mul", ["s", "c"], ["p"]),
+           helper.make_node("Sub", ["p", "a"], ["d"]), helper.make_node("Neg" if signed else "Identity", ["d"], ["n"]),
+           helper.make_node("Max", ["n", "b"], ["m"]), helper.make_node("Abs", ["m"], ["y"])]
+  m = make_model(nodes, {"a": a, "b": b, "c": c}, ["y"], opset=17)
+  got = mc.compile(m, target="sm_86", progress=False).run({"a": a, "b": b, "c": c})[0]
+  with np.errstate(over="ignore"):
+    d = (a + b) * c - a
+    want = np.abs(np.maximum(-d if signed else d, b))
+  assert got.dtype == t and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.__name__)
+def test_division_and_mod_follow_onnx(t):
+  """Div truncates toward zero, Mod (fmod=0) takes the divisor's sign; unsigned ones are C's / and %."""
+  a, b = _full_range(t, (64,), 3), _full_range(t, (64,), 4)
+  b[b == 0] = 3
+  m = make_model([helper.make_node("Div", ["a", "b"], ["q"]), helper.make_node("Mod", ["a", "b"], ["r"])],
+                 {"a": a, "b": b}, ["q", "r"], opset=17)
+  q, r = mc.compile(m, target="sm_86", progress=False).run({"a": a, "b": b})
+  with np.errstate(over="ignore"):
+    want_q = np.array([wrap_int(int(np.trunc(int(x) / int(y))) if abs(int(x)) < 2**52 else int(x) // int(y), t.__name__)
+                       for x, y in zip(a, b)], t) if np.issubdtype(t, np.signedinteger) else a // b
+  assert np.array_equal(q, want_q) and np.array_equal(r, np.mod(a, b))
+
+
+def test_narrow_types_save_load_and_cast(tmp_path):
+  """A uint8 image cast to float and back, saved and loaded: the types survive the saved format."""
+  from minicomp.saved_model_load import load
+  x = np.arange(256, dtype=np.uint8).reshape(16, 16)
+  nodes = [helper.make_node("Cast", ["x"], ["f"], to=1), helper.make_node("Mul", ["f", "half"], ["h"]),
+           helper.make_node("Cast", ["h"], ["y"], to=3)]                        # to int8: 0..127
+  m = make_model(nodes, {"x": x}, ["y"], initializers={"half": np.array(0.5, np.float32)}, opset=17)
+  mod = mc.compile(m, target="sm_86", progress=False)
+  mod.save(tmp_path / "m")
+  got = load(tmp_path / "m").run({"x": x})[0]
+  assert got.dtype == np.int8 and np.array_equal(got, (x.astype(np.float32) * 0.5).astype(np.int8))
+
+
+def test_wrap_int():
+  assert wrap_int(200, "int8") == -56 and wrap_int(-1, "uint16") == 65535 and wrap_int(2**64 + 5, "uint64") == 5
+  assert wrap_int(2**31, "int32") == -2**31
