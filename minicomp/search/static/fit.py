@@ -16,7 +16,7 @@ import numpy as np
 
 from minicomp.errors import CalibrationError
 from minicomp.search.static import calibration as C
-from minicomp.search.static.model import LAUNCH_OVERHEAD_S, LaunchFacts, unit_times
+from minicomp.search.static.model import LAUNCH_OVERHEAD_S, LaunchFacts, combine, unit_times
 
 MIN_PROGRAMS = 20      # a task with fewer is fitted on but not scored (its ranks say little)
 TOP = 10
@@ -99,14 +99,9 @@ def fit(tasks: dict[str, TaskData], arch: str, provenance: dict | None = None) -
 
 
 def predict(cal: C.Calibration | None, d: TaskData) -> np.ndarray:
-  """Estimated seconds of each of ``d``'s programs under ``cal`` (None: the uncalibrated maximum)."""
-  if cal is None:
-    sm = [i for i, u in enumerate(C.UNITS) if u not in ("barrier", "l2", "dram")]
-    mem = [C.UNITS.index("l2"), C.UNITS.index("dram")]
-    per = np.maximum(d.times[:, sm].max(axis=1), d.times[:, mem].max(axis=1))
-  else:
-    w = np.array([cal.weights.get(u, 1.0) for u in C.UNITS])
-    per = np.array([cal.combine(list(row)) for row in d.times * w])
+  """Estimated seconds of each of ``d``'s programs under ``cal`` (None: the uncalibrated maxima), by the
+  formula :func:`.model.launch_time` uses."""
+  per = np.array([combine(dict(zip(C.UNITS, row)), cal)[3] for row in d.times])
   return np.bincount(d.program, per + LAUNCH_OVERHEAD_S, minlength=len(d.gpu_s))
 
 

@@ -144,6 +144,19 @@ def unit_times(f: LaunchFacts, dev) -> tuple[dict[str, float], float, int]:
 MEMORY_UNITS = ("l2", "dram")
 
 
+def combine(times: dict[str, float], calibration=None) -> tuple[dict[str, float], float, float, float]:
+  """(the parts, SM time, memory time, launch time without its overhead) of one launch's unit times: by a
+  :class:`.calibration.Calibration`'s weighted p-norm, or (None) the uncalibrated maxima."""
+  if calibration is not None:
+    parts = calibration.weighted(times)
+    return (parts, calibration.combine([v for k, v in parts.items() if k not in MEMORY_UNITS]),
+            calibration.combine([parts.get(k, 0.0) for k in MEMORY_UNITS]), calibration.combine(list(parts.values())))
+  parts = {k: v for k, v in times.items() if k != "barrier"}
+  sm_s = max((v for k, v in parts.items() if k not in MEMORY_UNITS), default=0.0)
+  memory_s = max(parts.get("l2", 0.0), parts.get("dram", 0.0))
+  return parts, sm_s, memory_s, max(sm_s, memory_s)
+
+
 def launch_time(f: LaunchFacts, dev, calibration="active") -> LaunchEstimate:
   """One launch's time on device ``dev``: its units' times (:func:`unit_times`) combined by the
   calibration for the device's arch (``calibration="active"``: the one :func:`.calibration.active` finds,
@@ -154,16 +167,7 @@ def launch_time(f: LaunchFacts, dev, calibration="active") -> LaunchEstimate:
     from minicomp.search.static.calibration import active
     calibration = active(dev)
   times, eff_mem, on_sm = unit_times(f, dev)
-  if calibration is not None:
-    parts = calibration.weighted(times)
-    sm_s = calibration.combine([v for k, v in parts.items() if k not in MEMORY_UNITS])
-    memory_s = calibration.combine([parts[k] for k in MEMORY_UNITS])
-    body = calibration.combine(list(parts.values()))
-  else:
-    parts = {k: v for k, v in times.items() if k != "barrier"}
-    sm_s = max(v for k, v in parts.items() if k not in MEMORY_UNITS)
-    memory_s = max(parts["l2"], parts["dram"])
-    body = max(sm_s, memory_s)
+  parts, sm_s, memory_s, body = combine(times, calibration)
   bound = max(parts.items(), key=lambda kv: kv[1])[0] if body > 0 else "launch"
   parts = {f"{k}_s": v for k, v in parts.items()}
   parts["launch_s"] = LAUNCH_OVERHEAD_S
