@@ -13,8 +13,12 @@ TYPES = [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64]
 
 
 def _full_range(t, shape, seed):
+  """Random values over the whole range, with the extremes (-128, 127, 0, 1, -1, ...) among them."""
   info = np.iinfo(t)
-  return np.random.default_rng(seed).integers(info.min, info.max, shape, dtype=t, endpoint=True)
+  a = np.random.default_rng(seed).integers(info.min, info.max, shape, dtype=t, endpoint=True)
+  edges = np.array([info.min, info.max, 0, 1, info.max - 1] + ([-1, info.min + 1] if info.min else []), t)
+  a.reshape(-1)[:len(edges)] = np.roll(edges, seed)
+  return a
 
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.__name__)

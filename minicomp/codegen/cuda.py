@@ -543,7 +543,7 @@ def _wrapped(render):
 
 
 _PROMOTED = ("int8", "uint8", "int16", "uint16")     # the types C promotes to int before arithmetic
-for _op in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.FLOORMOD, Op.NEG):
+for _op in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.FLOORMOD, Op.NEG, Op.CALL):    # (CALL: abs(-128) is 128 in int)
   CODE_FOR_OP[_op] = _wrapped(CODE_FOR_OP[_op])
 
 _STMT = {Seq: CUDARenderer._seq, For: CUDARenderer._for, If: CUDARenderer._if, Store: CUDARenderer._store,

@@ -82,6 +82,7 @@ def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Pa
   """Time programs of ``workloads`` (``minicomp.workloads`` calls) on the GPU and append them to ``out``
   (default: :func:`.static.timings.default_path` of the GPU's arch). Without a GPU: a NoGPUError saying so."""
   import minicomp as mc
+  from minicomp import __version__
   from minicomp import workloads as W
   from minicomp.codegen.driver import get_driver
   from minicomp.codegen.gpu_runtime import GpuModule, time_plan
@@ -101,7 +102,6 @@ def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Pa
   wls = [(call, W.from_call(call)) for call in workloads]
   done = Collected(path, gpu, arch)
   today = datetime.date.today().isoformat()
-  from minicomp import __version__
   for call, wl in wls:
     todo = programs(wl, target, per_task, seed)
     args = wl.random_inputs(seed)

@@ -98,6 +98,8 @@ def _trunc_div(a: Expr, b: Expr) -> Expr:
   in ONNX; here it divides by 1.
   """
   if a.dtype in UNSIGNED_DTYPES: return a // max_(b, 1)
+  if a.dtype in ("int8", "int16"):        # in int32: the magnitude of -128 is 128, which int8 does not hold
+    return cast(_trunc_div(cast(a, "int32"), cast(b, "int32")), a.dtype)
   q = max_(max_(a, -a), 0) // max_(max_(b, -b), 1)
   return select(ne(a < 0, b < 0), -q, q)
 
