@@ -9,7 +9,12 @@ target, precision=p)`` with the default (Gensor) schedules, then per target:
   GPU (the static model counts 2-byte loads and stores as 2 bytes; no kernel uses the tensor cores);
 - ``err``: on the first target only, the largest difference from the fp32 compile's output over the fp32 output's
   largest magnitude, in epsilons of the half type (2^-10 for fp16, 2^-7 for bf16), run in the CPU simulator on
-  the same random input.
+  the same random input;
+- ``int8-qdq``: the model quantized by onnxruntime's ``quantize_static`` (QDQ format, int8 activations calibrated
+  on 8 random inputs, per-channel int8 weights) and compiled as it is: activations cross memory in int8 between
+  the QuantizeLinear and DequantizeLinear that fuse into the kernels around them, which compute in float32. Its
+  ``err`` is the relative difference itself (not in eps), and ``ort`` whether minicomp's output equals
+  onnxruntime's on that input.
 
   python benchmarks/precision.py                                   # 4 models, sm_86 and h100 (~10 min, 2 cores)
   python benchmarks/precision.py --models transformer_encoder --targets h100
@@ -25,7 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from defaults import MODELS  # noqa: E402  (the sizes of the defaults benchmark)
 
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8-qdq")
 EPS = {"fp16": 2.0**-10, "bf16": 2.0**-7}
 DEFAULT_MODELS = ("residual_block", "inverted_residual", "transformer_encoder", "llama_block")
 
@@ -40,16 +45,40 @@ def kernel_bytes(mod) -> int:
   return total
 
 
+def qdq(model, feeds):
+  """``model`` quantized by onnxruntime's static quantization (QDQ, int8, per-channel weights; the calibration
+  data: 8 random inputs shaped like ``feeds``)."""
+  import tempfile
+  import numpy as np
+  import onnx
+  from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+  class Reader(CalibrationDataReader):
+    def __init__(self):
+      self.it = iter([{k: np.random.default_rng(s).standard_normal(v.shape).astype(v.dtype) for k, v in feeds.items()}
+                      for s in range(8)])
+
+    def get_next(self): return next(self.it, None)
+  with tempfile.TemporaryDirectory() as d:
+    fp, qp = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
+    onnx.save(model, fp)
+    quantize_static(fp, qp, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+    return onnx.load(qp)
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=sorted(MODELS))
   ap.add_argument("--targets", nargs="+", default=["sm_86", "h100"])
   ap.add_argument("--no-accuracy", action="store_true", help="skip running the models in the CPU simulator")
+  ap.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
   a = ap.parse_args(argv)
   import numpy as np
   import minicomp
   from minicomp import zoo
-  print(f"# python benchmarks/precision.py --models {' '.join(a.models)} --targets {' '.join(a.targets)}")
+  print(f"# python benchmarks/precision.py --models {' '.join(a.models)} --targets {' '.join(a.targets)} "
+        f"--precisions {' '.join(a.precisions)}")
   print("# every latency is a static-model ESTIMATE (no GPU); err: max |half - fp32| / max |fp32|, in eps of the type")
   head = ["model", "precision"] + [f"{t} {c}" for t in a.targets for c in ("MB", "est us")] + ["err (eps)", "compile s"]
   print("| " + " | ".join(head) + " |")
@@ -58,11 +87,12 @@ def main(argv=None) -> int:
     builder, kw = MODELS[name]
     model, feeds = getattr(zoo, builder)(**kw)
     ref = None
-    for p in PRECISIONS:
+    for p in a.precisions:
       row, t0 = [name, p], time.perf_counter()
       first = None
+      src = qdq(model, feeds) if p == "int8-qdq" else model
       for tgt in a.targets:
-        mod = minicomp.compile(model, target=tgt, precision=p, progress=False)
+        mod = minicomp.compile(src, target=tgt, precision="fp32" if p == "int8-qdq" else p, progress=False)
         first = first or mod
         row += [f"{kernel_bytes(mod) / 1e6:.2f}", f"{mod.estimate().latency_s * 1e6:.1f}"]
       secs = time.perf_counter() - t0
@@ -70,6 +100,11 @@ def main(argv=None) -> int:
       if not a.no_accuracy:
         out = first.run(feeds, device="cpu")[0].astype(np.float32)
         if p == "fp32": ref = out
+        elif ref is not None and p == "int8-qdq":
+          import onnxruntime as ort
+          want = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+          err = (f"{float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)):.3f} (ort "
+                 f"{'equal' if np.array_equal(out, want) else f'differs by {np.abs(out - want).max():.3g}'})")
         elif ref is not None:
           err = f"{float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)) / EPS[p]:.2f}"
       print("| " + " | ".join(row + [err, f"{secs:.1f}"]) + " |", flush=True)
