@@ -69,3 +69,14 @@ def test_narrow_types_save_load_and_cast(tmp_path):
 def test_wrap_int():
   assert wrap_int(200, "int8") == -56 and wrap_int(-1, "uint16") == 65535 and wrap_int(2**64 + 5, "uint64") == 5
   assert wrap_int(2**31, "int32") == -2**31
+
+
+@pytest.mark.parametrize("t", [np.int32, np.int64], ids=lambda t: t.__name__)
+def test_max_of_the_lowest_values_is_the_lowest_value(t):
+  """A max-reduction starts from the type's lowest value (it started from lowest + 1, which a row holding only
+  the lowest value returned); C has no literal for int32's / int64's lowest, so it is printed as -max - 1."""
+  x = np.full((3, 5), np.iinfo(t).min, t)
+  x[0, 1] = 5
+  m = make_model([helper.make_node("ReduceMax", ["x"], ["y"], keepdims=0, axes=[1])], {"x": x}, ["y"], opset=17)
+  got = mc.compile(m, target="sm_86", progress=False).run({"x": x})[0]
+  assert np.array_equal(got, x.max(axis=1))

@@ -39,7 +39,9 @@ ALWAYS = ["test_and_bcast4v4d", "test_not_2d", "test_gather_elements_negative_in
           "test_isinf_negative", "test_isnan_float16", "test_mish", "test_mvn", "test_celu_float16", "test_shrink_soft",
           "test_lpnormalization_default", "test_nllloss_NCd1d2d3_sum_weight_high_ii",
           "test_nllloss_NCd1_mean_weight_negative_ii", "test_sce_mean_weight_ii_3d_log_prob",
-          "test_sce_NCd1d2d3_none_no_weight_negative_ii_log_prob", "test_sce_mean", "test_group_normalization_example"]
+          "test_sce_NCd1d2d3_none_no_weight_negative_ii_log_prob", "test_sce_mean", "test_group_normalization_example",
+          "test_top_k_uint64", "test_top_k_same_values_2d", "test_top_k_smallest", "test_onehot_negative_indices",
+          "test_onehot_out_of_range_indices"]
 
 
 @functools.lru_cache(maxsize=1)

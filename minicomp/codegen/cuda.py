@@ -451,6 +451,8 @@ def _const(r: CUDARenderer, n: Expr, k) -> _Kid:
   if n.dtype == "bool": return ("true" if n.arg else "false", _ATOM)
   if n.dtype in FLOAT_DTYPES: return (_float_lit(n.arg, n.dtype), _ATOM)
   if n.dtype in _PROMOTED: return (f"(({C_TYPE[n.dtype]}){int(n.arg)})", _ATOM)
+  if n.dtype in ("int32", "int64") and n.arg == -(1 << (31 if n.dtype == "int32" else 63)):   # (no C literal for it)
+    return (f"({n.arg + 1}{'LL' if n.dtype == 'int64' else ''} - 1)", _ATOM)
   s = str(int(n.arg)) + {"int64": "LL", "uint32": "U", "uint64": "ULL"}.get(n.dtype, "")
   return (s, 0) if n.arg < 0 else (s, _ATOM)   # precedence 0: parenthesised as any operand, `a - (-3)`
 

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from minicomp.errors import TEError
 from minicomp.ir.expr import Expr, ExprLike, ExprOps, IterVar, ReduceArg, as_expr, binary, const, var, walk
-from minicomp.ir.ops import DTYPES, FLOAT_DTYPES, Op
+from minicomp.ir.ops import DTYPES, FLOAT_DTYPES, INT_BITS, UNSIGNED_DTYPES, Op
 
 
 class Tensor:
@@ -148,6 +148,11 @@ def min(a, b=None, *, axis=None, init=None):  # noqa: A001
 
 
 def reduce_identity(combiner: str, dtype: str) -> Expr:
-  """The identity element of a combiner (0 for sum, -inf / lowest for max, ...)."""
-  big = float("inf") if dtype in FLOAT_DTYPES else (2**31 - 1 if dtype == "int32" else 2**63 - 1)
-  return {"sum": const(0, dtype), "prod": const(1, dtype), "max": const(-big, dtype), "min": const(big, dtype)}[combiner]
+  """The identity element of a combiner (0 for sum, -inf / the type's lowest for max, ...)."""
+  if dtype in FLOAT_DTYPES: lo, hi = -float("inf"), float("inf")
+  elif dtype == "bool": lo, hi = False, True
+  else:                                   # every integer type: its own range (uint64's lowest is 0, not -2**63)
+    bits, signed = INT_BITS[dtype], dtype not in UNSIGNED_DTYPES
+    lo = -(1 << (bits - 1)) if signed else 0
+    hi = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
+  return {"sum": const(0, dtype), "prod": const(1, dtype), "max": const(lo, dtype), "min": const(hi, dtype)}[combiner]

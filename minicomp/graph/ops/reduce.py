@@ -18,7 +18,7 @@ from minicomp.errors import ShapeError
 from minicomp.graph.ops._util import as_stat, back_to, broadcast_shape, load, norm_axis, operand, stat_type
 from minicomp.graph.registry import op
 from minicomp.ir.expr import Expr, ReduceArg, abs_, cast, const, eq, exp, log, ne, rsqrt, select, sqrt
-from minicomp.ir.ops import FLOAT_DTYPES, Op
+from minicomp.ir.ops import FLOAT_DTYPES, INTEGER_DTYPES, Op
 from minicomp.ir.te import Tensor
 
 _FLOATS = FLOAT_DTYPES
@@ -375,3 +375,43 @@ def cumsum(ctx, x, axis):
   """Cumulative sum along ``axis`` (a constant 0-d / 1-element input, negative ok): ``exclusive``
   leaves out the element itself, ``reverse`` sums from the end."""
   return _cumulative(ctx, x, axis, "sum")
+
+
+TOPK_MAX = 4096      # TopK computes each element's rank against every other: quadratic in the axis' length
+
+
+@op("TopK", kind="reduction", since=11)
+def top_k(ctx, x, k):
+  """ONNX TopK (opset 11+): the ``K`` largest (``largest=1``) or smallest values along ``axis`` (default -1) and
+  their int64 indices, in order, equal values by lower index first (ONNX's rule; ``sorted=0`` gives the same
+  order). Computed by rank: each element's rank is the number of elements that precede it in that order (a
+  reduction over the axis), and output j is the element of rank j: quadratic in the axis' length, so an axis
+  longer than :data:`TOPK_MAX` is refused. K must be a constant."""
+  if isinstance(k, Tensor): raise ctx.error("K must be a constant initializer")
+  kk = np.asarray(k).reshape(-1)
+  if kk.size != 1: raise ShapeError(f"{_where(ctx)}: K must hold one value, got {kk.tolist()}")
+  x = ctx.tensor(x)
+  if x.dtype not in _FLOATS + INTEGER_DTYPES: raise ctx.error(f"input dtype {x.dtype} is not supported")
+  ax = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
+  n, K = x.shape[ax], int(kk[0])
+  if not 1 <= K <= n: raise ShapeError(f"{_where(ctx)}: K={K} is not in [1, {n}] (the axis' length)")
+  if n > TOPK_MAX: raise ctx.error(f"an axis of {n} elements is not supported (at most {TOPK_MAX}: the kernel is quadratic)")
+  before = (lambda a, b: a > b) if ctx.flag("largest", 1) else (lambda a, b: a < b)
+  at = lambda i, r: tuple(r if d == ax else v for d, v in enumerate(i))
+
+  def rank(*i):
+    r = ctx.reduce_axis(n, "r")
+    xr, xi = x[at(i, r)], x[i]
+    return te.sum(select(before(xr, xi) | (eq(xr, xi) & (r < i[ax])), const(1, "int32"), const(0, "int32")), axis=r)
+  rk = ctx.compute(x.shape, rank, "rank")
+  shape = tuple(K if d == ax else s for d, s in enumerate(x.shape))
+  low = const(-math.inf, x.dtype) if x.dtype in _FLOATS else const(np.iinfo(np.dtype(x.dtype)).min, x.dtype)
+
+  def value(*j):
+    r = ctx.reduce_axis(n, "r")
+    return te.max(select(eq(rk[at(j, r)], j[ax]), x[at(j, r)], low), axis=r)
+
+  def index(*j):
+    r = ctx.reduce_axis(n, "r")
+    return te.max(select(eq(rk[at(j, r)], j[ax]), cast(r, "int64"), const(-1, "int64")), axis=r)
+  return [ctx.compute(shape, value, "values"), ctx.compute(shape, index, "indices")]

@@ -77,3 +77,40 @@ def gather_elements(ctx, data, indices):
   get = index_reader(ctx, indices, n)
   d = ctx.tensor(data)
   return [ctx.compute(shape, lambda *i: d[tuple(i[:axis]) + (get(i),) + tuple(i[axis + 1:])])]
+
+
+@op("OneHot", kind="injective", since=11)
+def one_hot(ctx, indices, depth, values):
+  """ONNX OneHot: ``out[..., d, ...] = values[1] if indices[...] == d else values[0]`` with the new dim of
+  ``depth`` at ``axis`` (default -1); a negative index counts from the end (-1 is depth - 1), one outside
+  [-depth, depth) gives a row of ``values[0]``. depth must be a constant; values may be a runtime tensor."""
+  if isinstance(depth, Tensor): raise ctx.error("depth must be a constant initializer")
+  dv = np.asarray(depth).reshape(-1)
+  if isinstance(values, Tensor): nv = values.shape[0] if len(values.shape) == 1 else -1
+  else: nv = np.asarray(values).size
+  if dv.size != 1 or nv != 2:
+    raise ShapeError(f"{where(ctx)}: depth must hold one value and values be two, got depth {dv.tolist()}, values "
+                     f"of shape {list(values.shape)}")
+  D = int(dv[0])
+  if D < 1: raise ShapeError(f"{where(ctx)}: depth {D} must be positive")
+  if isinstance(indices, Tensor) and indices.dtype in ("bool", "float16", "bfloat16"):
+    raise ctx.error(f"indices element type {indices.dtype} is not supported")
+  idx = indices if isinstance(indices, Tensor) else ctx.const(np.asarray(indices), "indices")
+  r = len(idx.shape) + 1
+  ax = norm_axis(int(ctx.attr("axis", -1)), r, where(ctx))
+  shape = tuple(idx.shape[:ax]) + (D,) + tuple(idx.shape[ax:])
+  check_positive(ctx, shape)
+  from minicomp.frontend.dtypes import np_to_dtype
+  from minicomp.ir.expr import const, eq
+  if isinstance(values, Tensor): off, on = values[(0,)], values[(1,)]
+  else:
+    vv = np.asarray(values).reshape(-1)
+    vt = np_to_dtype(vv.dtype, ctx.node)
+    off, on = const(vv[0].item(), vt), const(vv[1].item(), vt)
+
+  def body(*o):
+    i = idx[tuple(o[:ax]) + tuple(o[ax + 1:])]
+    if i.dtype not in ("int32", "int64"): i = cast(i, "int64")     # float (truncated) or narrow integer indices
+    w = select(i < 0, i + D, i)
+    return select(eq(w, cast(o[ax], w.dtype)), on, off)
+  return [ctx.compute(shape, body)]
