@@ -41,7 +41,9 @@ ALWAYS = ["test_and_bcast4v4d", "test_not_2d", "test_gather_elements_negative_in
           "test_nllloss_NCd1_mean_weight_negative_ii", "test_sce_mean_weight_ii_3d_log_prob",
           "test_sce_NCd1d2d3_none_no_weight_negative_ii_log_prob", "test_sce_mean", "test_group_normalization_example",
           "test_top_k_uint64", "test_top_k_same_values_2d", "test_top_k_smallest", "test_onehot_negative_indices",
-          "test_onehot_out_of_range_indices"]
+          "test_onehot_out_of_range_indices", "test_scatter_elements_with_duplicate_indices",
+          "test_scatter_elements_with_negative_indices", "test_scatter_elements_with_reduction_mul", "test_scatternd_add",
+          "test_scatternd_max_with_element_indices", "test_gathernd_example_int32_batch_dim1"]
 
 
 @functools.lru_cache(maxsize=1)
