@@ -13,18 +13,19 @@ from __future__ import annotations
 import minicomp.ir.te as te
 from minicomp.errors import ShapeError
 from minicomp.graph.ops._util import norm_axis
+from minicomp.graph.ops.reduce import _prod
 from minicomp.graph.ops.shape import check_positive, where
 from minicomp.graph.ops.shape_gather import runtime_index
 from minicomp.graph.registry import op
-from minicomp.ir.expr import cast, const, eq, max_, min_, select
-from minicomp.ir.te import Tensor, reduce_identity
+from minicomp.ir.expr import const, eq, max_, min_, select
+from minicomp.ir.te import reduce_identity
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 
-def _tensor(ctx, v, name):
+def _indices(ctx, v):
   t = ctx.tensor(v)
-  if name == "indices" and t.dtype not in ("int32", "int64"): raise ctx.error(f"indices must be int32 or int64, not {t.dtype}")
+  if t.dtype not in ("int32", "int64"): raise ctx.error(f"indices must be int32 or int64, not {t.dtype}")
   return t
 
 
@@ -43,15 +44,10 @@ def _scatter(ctx, data, n_updates: int, hit, value, reduction: str):
     ident = reduce_identity(comb, d.dtype)
     e = select(hit(i, k), value(i, k), ident)
     return {"sum": lambda: te.sum(e, axis=k), "max": lambda: te.max(e, axis=k), "min": lambda: te.min(e, axis=k),
-            "prod": lambda: _prod(e, k)}[comb]()
+            "prod": lambda: _prod(e, [k])}[comb]()
   a = ctx.compute(d.shape, acc, "acc")
   f = {"add": lambda x, y: x + y, "mul": lambda x, y: x * y, "max": max_, "min": min_}[reduction]
   return ctx.compute(d.shape, lambda *i: f(d[i], a[i]))
-
-
-def _prod(e, k):
-  from minicomp.graph.ops.reduce import _prod as prod
-  return prod(e, [k])
 
 
 def _last(ctx, n: int, hit):
@@ -63,7 +59,7 @@ def _last(ctx, n: int, hit):
 def scatter_elements(ctx, data, indices, updates):
   """ONNX ScatterElements: ``out[i with axis = indices[p]] = updates[p]`` for every position p of indices
   (module docstring for duplicates and ``reduction``)."""
-  d, ix, up = ctx.tensor(data), _tensor(ctx, indices, "indices"), ctx.tensor(updates)
+  d, ix, up = ctx.tensor(data), _indices(ctx, indices), ctx.tensor(updates)
   r = len(d.shape)
   ax = norm_axis(int(ctx.attr("axis", 0)), r, where(ctx))
   if tuple(ix.shape) != tuple(up.shape) or len(ix.shape) != r:
@@ -87,7 +83,7 @@ def scatter_elements(ctx, data, indices, updates):
 def scatter_nd(ctx, data, indices, updates):
   """ONNX ScatterND: indices (..., k) name, for each of their leading positions, the first k coordinates of a
   slice of data that the update of the same leading position replaces (module docstring)."""
-  d, ix, up = ctx.tensor(data), _tensor(ctx, indices, "indices"), ctx.tensor(updates)
+  d, ix, up = ctx.tensor(data), _indices(ctx, indices), ctx.tensor(updates)
   q, r = len(ix.shape), len(d.shape)
   k = ix.shape[-1]
   lead = tuple(ix.shape[:-1])
@@ -117,7 +113,7 @@ def scatter_nd(ctx, data, indices, updates):
 @op("GatherND", kind="injective", since=12)
 def gather_nd(ctx, data, indices):
   """ONNX GatherND: ``out[b..., i..., j...] = data[b..., indices[b..., i..., :], j...]`` with ``batch_dims`` b."""
-  d, ix = ctx.tensor(data), _tensor(ctx, indices, "indices")
+  d, ix = ctx.tensor(data), _indices(ctx, indices)
   b = int(ctx.attr("batch_dims", 0))
   r, q = len(d.shape), len(ix.shape)
   k = ix.shape[-1]
