@@ -189,14 +189,9 @@ def load_measured(path=MEASURED) -> list[dict]:
     return [json.loads(ln) for ln in f if ln.strip()]
 
 
-def workload_from_call(call: str) -> W.Workload:
-  """The workload of a record's ``workload_call`` (``"minicomp.workloads.matmul(1024, 1024, 1024)"``)."""
-  return W.from_call(call)
-
-
 def replay(rec: dict) -> mc.Schedule:
   """The record's schedule: its steps replayed on a fresh build of its workload."""
-  return mc.Schedule.from_json(workload_from_call(rec["workload_call"]).outputs, json.dumps(rec["steps"]))
+  return mc.Schedule.from_json(W.from_call(rec["workload_call"]).outputs, json.dumps(rec["steps"]))
 
 
 def estimate_record(rec: dict, device: str = MEASURED_DEVICE) -> dict:
@@ -458,6 +453,7 @@ def _pick(task: str, model: str) -> tuple[str, float]:
   from minicomp.compiler import choose_default
   from minicomp.graph.tasks import Task, task_kind
   from minicomp.search.static.estimate import estimate as est
+  before = os.environ.get("MINICOMP_STATIC_MODEL")
   os.environ["MINICOMP_STATIC_MODEL"] = model
   try:
     dag = S.task_dag(task)
@@ -465,7 +461,8 @@ def _pick(task: str, model: str) -> tuple[str, float]:
     steps, _, _, _ = choose_default(Task(task, dag, task_kind(dag)), tgt, f"pick_{task}", "gensor")
     return steps, est(mc.build(mc.Schedule.from_json(dag, steps), tgt), tgt).latency_s
   finally:
-    del os.environ["MINICOMP_STATIC_MODEL"]
+    if before is None: del os.environ["MINICOMP_STATIC_MODEL"]
+    else: os.environ["MINICOMP_STATIC_MODEL"] = before
 
 
 def picks_section(args) -> list[str]:

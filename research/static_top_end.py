@@ -103,8 +103,8 @@ def facts_of(task: str, steps: str, call: str | None = None) -> list[dict]:
     kern = build_candidate(MeasureInput(G.dag_of(task), steps, "h100", key=task))
   else:
     import minicomp as mc
-    from static_model_fidelity import workload_from_call
-    kern = mc.build(mc.Schedule.from_json(workload_from_call(call).outputs, steps), target="sm_90")
+    from minicomp import workloads as W
+    kern = mc.build(mc.Schedule.from_json(W.from_call(call).outputs, steps), target="sm_90")
   return [dataclasses.asdict(f) for f in launch_facts(kern, get_device("h100"))]
 
 

@@ -12,7 +12,7 @@ written as ``benchmarks/data/<gpu>-<date>/timings.jsonl.gz``, the files ``minico
 from __future__ import annotations
 
 import gzip
-import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -45,7 +45,7 @@ def convert(progs: dict, facts: dict, gpu: str, date: str, rename=lambda t: t) -
   for (task, dig), p in sorted(progs.items()):
     f = facts.get((task, dig))
     out.append(T.Timing(rename(task), p["call"] or CALLS.get(task), "sm_90", p["steps"], gpu, date,
-                        float(S.statistics.median(p["gpu_s"])), True,
+                        float(statistics.median(p["gpu_s"])), True,
                         {"device": "h100", "minicomp": FACTS_BY, "launches": f["facts"]} if f else None))
   return out
 

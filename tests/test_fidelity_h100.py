@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import static_model_fidelity as F  # noqa: E402
 
 import minicomp as mc  # noqa: E402
+from minicomp import workloads as W  # noqa: E402
 
 WORKLOADS = {"matmul_1024": 64, "conv_resnet_56x56x64": 64, "depthwise_112x112x32": 64,
              "softmax_4096x1024": 6, "layernorm_4096x768": 6}
@@ -40,7 +41,7 @@ def _subset(records, per_workload=2):
 
 def test_records_replay_and_build_for_sm90(records):
   for r in _subset(records):
-    wl = F.workload_from_call(r["workload_call"])
+    wl = W.from_call(r["workload_call"])
     kern = mc.build(F.replay(r), target="sm_90")
     assert kern.target.arch == "sm_90", r["workload"]
     # one launch per measured launch (the registers list has one entry per launch)
@@ -56,11 +57,11 @@ def test_estimate_record_reports_terms(records):
 
 
 def test_workload_call_is_parsed_not_evaluated():
-  assert F.workload_from_call("minicomp.workloads.conv2d(1, 4, 8, 8, 4, 3, pad=1)").outputs[0].shape == (1, 4, 8, 8)
+  assert W.from_call("minicomp.workloads.conv2d(1, 4, 8, 8, 4, 3, pad=1)").outputs[0].shape == (1, 4, 8, 8)
   for bad in ("os.system('true')", "minicomp.workloads.matmul(__import__('os').getpid(), 2, 2)",
               "minicomp.workloads.nothing(1)"):
     with pytest.raises(mc.UsageError):
-      F.workload_from_call(bad)
+      W.from_call(bad)
 
 
 def test_spearman_known_values():

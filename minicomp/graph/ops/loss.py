@@ -10,6 +10,8 @@ the class dim followed by the same; its optional second output is that log-proba
 """
 from __future__ import annotations
 
+import math
+
 import minicomp.ir.te as te
 from minicomp.errors import ShapeError
 from minicomp.graph.ops._util import as_stat, back_to, stat_type
@@ -55,9 +57,7 @@ def _nll(ctx, logp: Tensor, target, weight, out_dtype: str) -> Tensor:
   total = ctx.compute((), lambda: te.sum(loss_of(tuple(axes)), axis=axes), "sum")
   if reduction == "sum": return ctx.compute((), lambda: back_to(total[()], out_dtype))
   if W is None and ignore is None:
-    n = 1.0
-    for d in shape: n *= d
-    return ctx.compute((), lambda: back_to(total[()] * (1.0 / n), out_dtype))
+    return ctx.compute((), lambda: back_to(total[()] * (1.0 / math.prod(shape)), out_dtype))
   axes2 = [ctx.reduce_axis(n, f"w{d}") for d, n in enumerate(shape)]
   wsum = ctx.compute((), lambda: te.sum(w_of(tuple(axes2)), axis=axes2), "wsum")
   return ctx.compute((), lambda: back_to(total[()] / wsum[()], out_dtype))

@@ -11,13 +11,14 @@ a QuantizeLinear into the one that produces its input (the QDQ form computes in 
 """
 from __future__ import annotations
 
+import math
+
 from minicomp.frontend.dtypes import ONNX_TO_DTYPE
 from minicomp.graph.ops._util import dtype_of, load, norm_axis, operand
 from minicomp.graph.ops.elementwise import _round_half_even
 from minicomp.graph.registry import op
-from minicomp.ir.expr import cast, max_, min_
+from minicomp.ir.expr import cast, const, max_, min_
 from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES
-from minicomp.ir.te import Tensor
 
 QUANTIZED = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
 
@@ -26,24 +27,23 @@ def _where(ctx) -> str: return f"{ctx.node.op_type} node {ctx.node.name!r}"
 
 
 def _per(ctx, x, scale, zp):
-  """``(scale, zero point)`` readers at an index of x: per tensor (one element each) or per axis (1-D of the
-  axis' length); blocked quantization is refused."""
+  """``(scale, zero point)`` readers at an index of x, both in float32 (a missing zero point reads 0): per tensor
+  (one element each) or per axis (1-D of the axis' length); blocked quantization is refused."""
   if int(ctx.attr("block_size", 0)): raise ctx.error("blocked quantization (block_size > 0) is not supported")
-  n = 1
-  for d in scale.shape: n *= d
   if zp is not None and tuple(zp.shape) != tuple(scale.shape):
     raise ctx.error(f"the zero point's shape {list(zp.shape)} is not the scale's {list(scale.shape)}")
-  S, Z = operand(ctx, scale), (operand(ctx, zp) if zp is not None else None)
-  if n == 1 and len(scale.shape) <= 1:
-    one = tuple(scale.shape)
-    return (lambda i: load(S, one, (0,) * len(one))), (lambda i: load(Z, one, (0,) * len(one)) if Z is not None else 0)
-  if len(scale.shape) != 1:
+  if math.prod(scale.shape) == 1 and len(scale.shape) <= 1:
+    shape, at = tuple(scale.shape), lambda i: (0,) * len(scale.shape)
+  elif len(scale.shape) != 1:
     raise ctx.error(f"a scale of shape {list(scale.shape)} (blocked quantization) is not supported")
-  ax = norm_axis(int(ctx.attr("axis", 1)), len(x.shape), _where(ctx))
-  if scale.shape[0] != x.shape[ax]:
-    raise ctx.error(f"a per-axis scale of length {scale.shape[0]} does not match axis {ax} of length {x.shape[ax]}")
-  return (lambda i: load(S, scale.shape, (i[ax],))), \
-         (lambda i: load(Z, scale.shape, (i[ax],)) if Z is not None else 0)
+  else:
+    ax = norm_axis(int(ctx.attr("axis", 1)), len(x.shape), _where(ctx))
+    if scale.shape[0] != x.shape[ax]:
+      raise ctx.error(f"a per-axis scale of length {scale.shape[0]} does not match axis {ax} of length {x.shape[ax]}")
+    shape, at = tuple(scale.shape), lambda i: (i[ax],)
+  S, Z = operand(ctx, scale), (operand(ctx, zp) if zp is not None else None)
+  return (lambda i: cast(load(S, shape, at(i)), "float32")), \
+         (lambda i: cast(load(Z, shape, at(i)), "float32") if Z is not None else const(0.0, "float32"))
 
 
 @op("QuantizeLinear", kind="elementwise", since=10)
@@ -56,17 +56,16 @@ def quantize_linear(ctx, x, scale, zp=None):
   to = dtype_of(zp) if zp is not None else ONNX_TO_DTYPE.get(code, f"ONNX type {code}") if code else "uint8"
   if to not in QUANTIZED:
     raise ctx.error(f"element type {to} is not supported as the quantized type ({', '.join(QUANTIZED)})")
-  prec = ONNX_TO_DTYPE.get(int(ctx.attr("precision", 0)), st) if int(ctx.attr("precision", 0)) else st
+  pcode = int(ctx.attr("precision", 0))
+  prec = ONNX_TO_DTYPE.get(pcode, st) if pcode else st
   lo, hi = QUANTIZED[to]
   s_at, z_at = _per(ctx, x, scale, zp)
   xs = ctx.tensor(x)
 
   def body(*i):
-    q = cast(xs[i], "float32") / cast(s_at(i), "float32")
+    q = cast(xs[i], "float32") / s_at(i)
     if prec in HALF_DTYPES: q = cast(cast(q, prec), "float32")        # the division in the scale's precision
-    z = z_at(i)
-    v = _round_half_even(q) + (cast(z, "float32") if not isinstance(z, int) else float(z))
-    return cast(min_(max_(v, float(lo)), float(hi)), to)
+    return cast(min_(max_(_round_half_even(q) + z_at(i), float(lo)), float(hi)), to)
   return [ctx.compute(xs.shape, body)]
 
 
@@ -83,10 +82,5 @@ def dequantize_linear(ctx, x, scale, zp=None):
   out = ONNX_TO_DTYPE.get(code, f"ONNX type {code}") if code else st
   if out not in FLOAT_DTYPES: raise ctx.error(f"output element type {out} is not supported")
   s_at, z_at = _per(ctx, x, scale, zp)
-  xs = ctx.tensor(x) if isinstance(x, Tensor) else ctx.const(x, "q")
-
-  def body(*i):
-    z = z_at(i)
-    v = cast(xs[i], "float32") - (cast(z, "float32") if not isinstance(z, int) else 0.0)
-    return cast(v * cast(s_at(i), "float32"), out)
-  return [ctx.compute(xs.shape, body)]
+  xs = ctx.tensor(x)
+  return [ctx.compute(xs.shape, lambda *i: cast((cast(xs[i], "float32") - z_at(i)) * s_at(i), out))]

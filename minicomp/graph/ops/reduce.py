@@ -337,17 +337,18 @@ def hardmax(ctx, x):
   return [ctx.compute(x.shape, lambda *i: select(eq(i[ax], first[red(i)]), const(1, x.dtype), const(0, x.dtype)))]
 
 
-def _axis_operand(ctx, axis) -> int:
-  if isinstance(axis, Tensor): raise ctx.error("axis must be a constant initializer")
-  a = np.asarray(axis).reshape(-1)
-  if a.size != 1: raise ShapeError(f"{_where(ctx)}: axis must hold one value, got {a.tolist()}")
+def _const_scalar(ctx, v, what: str) -> int:
+  """The one integer a constant input holds (CumSum's axis, TopK's K)."""
+  if isinstance(v, Tensor): raise ctx.error(f"{what} must be a constant initializer")
+  a = np.asarray(v).reshape(-1)
+  if a.size != 1: raise ShapeError(f"{_where(ctx)}: {what} must hold one value, got {a.tolist()}")
   return int(a[0])
 
 
 def _cumulative(ctx, x, axis, combiner: str):
   """Cumulative ``combiner`` (sum / prod) along ``axis`` (a constant 0-d / 1-element input, negative ok):
   ``exclusive`` leaves out the element itself, ``reverse`` runs from the end."""
-  a = _axis_operand(ctx, axis)
+  a = _const_scalar(ctx, axis, "axis")
   x = ctx.tensor(x)
   if x.dtype not in _FLOATS + ("int32", "int64"): raise ctx.error(f"input dtype {x.dtype} is not supported")
   ax = norm_axis(a, x.ndim, _where(ctx))
@@ -387,13 +388,11 @@ def top_k(ctx, x, k):
   order). Computed by rank: each element's rank is the number of elements that precede it in that order (a
   reduction over the axis), and output j is the element of rank j: quadratic in the axis' length, so an axis
   longer than :data:`TOPK_MAX` is refused. K must be a constant."""
-  if isinstance(k, Tensor): raise ctx.error("K must be a constant initializer")
-  kk = np.asarray(k).reshape(-1)
-  if kk.size != 1: raise ShapeError(f"{_where(ctx)}: K must hold one value, got {kk.tolist()}")
+  K = _const_scalar(ctx, k, "K")
   x = ctx.tensor(x)
   if x.dtype not in _FLOATS + INTEGER_DTYPES: raise ctx.error(f"input dtype {x.dtype} is not supported")
   ax = norm_axis(int(ctx.attr("axis", -1)), x.ndim, _where(ctx))
-  n, K = x.shape[ax], int(kk[0])
+  n = x.shape[ax]
   if not 1 <= K <= n: raise ShapeError(f"{_where(ctx)}: K={K} is not in [1, {n}] (the axis' length)")
   if n > TOPK_MAX: raise ctx.error(f"an axis of {n} elements is not supported (at most {TOPK_MAX}: the kernel is quadratic)")
   before = (lambda a, b: a > b) if ctx.flag("largest", 1) else (lambda a, b: a < b)

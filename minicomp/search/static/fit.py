@@ -56,16 +56,6 @@ def tasks_of(rows, arch: str) -> dict[str, TaskData]:
           for k, v in sorted(acc.items())}
 
 
-def _predict(jnp, theta, used, d: TaskData):
-  w = jnp.ones(len(C.UNITS)).at[used].set(jnp.exp(theta[:-1]))
-  p = 1.0 + jnp.exp(theta[-1])
-  z = d.times * w * 1e6 + 1e-12                      # microseconds: the norm in a well-scaled range
-  top = jnp.max(z, axis=1, keepdims=True)
-  per_launch = top[:, 0] * jnp.sum((z / top) ** p, axis=1) ** (1 / p) + LAUNCH_OVERHEAD_S * 1e6
-  import jax
-  return jax.ops.segment_sum(per_launch, d.program, num_segments=len(d.gpu_s))
-
-
 def fit(tasks: dict[str, TaskData], arch: str, provenance: dict | None = None) -> C.Calibration:
   """The calibration that ranks ``tasks``' programs best (module docstring); at least two tasks needed."""
   if len([t for t in tasks.values() if len(t.gpu_s) >= 2]) < 2:
@@ -77,10 +67,19 @@ def fit(tasks: dict[str, TaskData], arch: str, provenance: dict | None = None) -
   used = np.array([i for i, u in enumerate(C.UNITS) if any(t.times[:, i].any() for t in tasks.values())])
   data = list(tasks.values())
 
+  def predict_us(theta, d: TaskData):
+    """Calibration.combine's p-norm (each launch scaled by its largest term) in JAX, summed per program."""
+    w = jnp.ones(len(C.UNITS)).at[used].set(jnp.exp(theta[:-1]))
+    p = 1.0 + jnp.exp(theta[-1])
+    z = d.times * w * 1e6 + 1e-12                    # microseconds: the norm in a well-scaled range
+    top = jnp.max(z, axis=1, keepdims=True)
+    per_launch = top[:, 0] * jnp.sum((z / top) ** p, axis=1) ** (1 / p) + LAUNCH_OVERHEAD_S * 1e6
+    return jax.ops.segment_sum(per_launch, d.program, num_segments=len(d.gpu_s))
+
   def loss(theta):
     total = 0.0
     for d in data:
-      lt, lg = jnp.log(_predict(jnp, theta, used, d)), jnp.log(d.gpu_s * 1e6)
+      lt, lg = jnp.log(predict_us(theta, d)), jnp.log(d.gpu_s * 1e6)
       pg = jax.nn.softmax(-lg / C.TAU)
       total += -jnp.sum(pg * jax.nn.log_softmax(-lt / C.TAU)) + C.MSE_WEIGHT * jnp.mean((lt - lg) ** 2)
     return total / len(data) + C.RIDGE * jnp.sum(theta ** 2)
