@@ -12,12 +12,12 @@ Tensor expressions and schedules (TVM-TE style)::
 """
 from minicomp.codegen.cache import use_jax_cache
 use_jax_cache()                     # before anything imports JAX: its compiled functions persist on disk
-from minicomp.errors import (AnnotationError, CalibrationError, CodegenError, CompileError, CostModelError, DriverError, EstimateError,
+from minicomp.errors import (AnnotationError, CalibrationError, ClusterError, CodegenError, CompileError, CostModelError, DriverError, EstimateError,
                              DatasetError, ExprError, FeedError, FootprintError, InvalidRecord, LoweringError, MeasureError,
                              MinicompError, MissingDependencyError, ModelError, NoGPUError, NVRTCError, OccupancyError, PTXAnalysisError,
                              RecordsError, ReportError, RuntimeLaunchError, SaveError, SaveFormatError, ScheduleError, ShapeError,
                              SimulatorCompileError, SimulatorError, SketchError, TargetError, TEError, TuneError,
-                             UnsupportedOpError, UsageError)
+                             UnsupportedOpError, UsageError, WorkerLostError)
 from minicomp.target import Target
 from minicomp.ir.expr import (Expr, IterVar, all_of, cast, const, erf, exp, log, power, rsqrt, select, sigmoid, sqrt,
                               tanh, var)
@@ -28,12 +28,12 @@ from minicomp.codegen.kernel import Kernel, build
 
 __version__ = "0.1.0"
 
-__all__ = ["AnnotationError", "CalibrationError", "CodegenError", "CompileError", "CostModelError", "DriverError", "EstimateError",
+__all__ = ["AnnotationError", "CalibrationError", "ClusterError", "CodegenError", "CompileError", "CostModelError", "DriverError", "EstimateError",
            "DatasetError", "ExprError", "FeedError", "FootprintError", "InvalidRecord", "LoweringError", "MeasureError",
            "MinicompError", "MissingDependencyError", "ModelError", "NoGPUError", "NVRTCError", "OccupancyError", "PTXAnalysisError",
            "RecordsError", "ReportError", "RuntimeLaunchError", "SaveError", "SaveFormatError", "ScheduleError", "ShapeError",
            "SimulatorCompileError", "SimulatorError", "SketchError", "TargetError", "TEError", "TuneError",
-           "UnsupportedOpError", "UsageError", "Target", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp",
+           "UnsupportedOpError", "UsageError", "WorkerLostError", "Target", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp",
            "log", "power", "rsqrt", "select", "sigmoid", "sqrt", "tanh", "var", "Tensor", "compute", "max", "min",
            "placeholder", "reduce_axis", "sum", "ComputeDAG", "Schedule", "Kernel", "build"]
 

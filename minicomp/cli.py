@@ -182,7 +182,7 @@ def cmd_tune(a) -> int:
   cm = mc_compile(a.model, target=a.target, input_shapes=_parse_shapes(a.input_shape), progress=not a.quiet,
                   trials=a.trials, strategy=a.strategy, log_file=a.log, seed=a.seed,
                   measures_per_round=a.per_round, time_budget_s=a.time_budget, jobs=a.jobs,
-                  precision=a.precision)
+                  precision=a.precision, cluster=a.cluster)
   print(cm.estimate(progress=not a.quiet))
   if a.output:
     print(f"saved to {cm.save(a.output)}")
@@ -353,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
   pt.add_argument("--seed", type=int, default=0)
   pt.add_argument("--per-round", type=int, default=64, help="measurements per round (default 64, Ansor's)")
   pt.add_argument("--time-budget", type=float, default=None, help="stop searching after this many seconds")
+  pt.add_argument("--cluster", metavar="ADDRESS", default=None,
+                  help="measure on a Ray cluster: ray://HOST:PORT, HOST:PORT (its GCS) or auto (docs/cluster.md)")
   pt.add_argument("-o", "--output", help="also save the compiled model to this folder")
   pt.add_argument("-j", "--jobs", type=int, default=None, help="processes choosing default schedules at once (default: $MINICOMP_JOBS, else one per core)")
   pt.add_argument("--precision", choices=list(PRECISIONS), default=None, help=precision_help)

@@ -34,6 +34,7 @@ from minicomp.pipeline import (CompileOptions, CompileState, Dumper, Phase, Task
                                schedule_text, tasks_text)
 from minicomp.progress import bar, check_interrupt, say
 from minicomp.schedule_cache import ScheduleCache, rename_stages
+from minicomp.search.cluster import connected
 from minicomp.search.static.calibration import active as active_calibration
 from minicomp.target import Target, as_target
 
@@ -369,7 +370,8 @@ def choose_schedules(st: CompileState) -> CompileState:
     tuned = tune_tasks(list(st.tasks.values()), st.target, trials=opts.trials, strategy=opts.strategy,
                        log_file=opts.log_file, seed=opts.seed, measurer=opts.measurer,
                        measures_per_round=opts.measures_per_round, time_budget_s=opts.time_budget_s,
-                       progress=opts.progress, defaults={key: b.schedule.to_json() for key, b in st.builds.items()})
+                       progress=opts.progress, cluster=opts.cluster,
+                       defaults={key: b.schedule.to_json() for key, b in st.builds.items()})
     for key, b in st.builds.items():
       if key not in tuned: continue
       try:
@@ -481,7 +483,7 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
             log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
             time_budget_s: float | None = None, schedules: str = "gensor",
             dump_after: str | Sequence[str] | None = None, dump_dir: str | Path | None = None,
-            jobs: int | None = None, precision: str | None = None) -> CompiledModel:
+            jobs: int | None = None, precision: str | None = None, cluster=None) -> CompiledModel:
   """Compile an ONNX model (ModelProto, path or bytes) for ``target``: run :data:`PHASES` in order.
 
   ``input_shapes`` gives concrete shapes for dynamic input dims: by input (``{"x": (1, 3, 224, 224)}``) or
@@ -521,6 +523,12 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   the norms in float32, every other op in the widest type of its inputs; the model's inputs and outputs keep
   their types). See docs/precision.md.
 
+  ``cluster``: tune on a Ray cluster (``"ray://HOST:PORT"``, ``"HOST:PORT"``, ``"auto"``, or a
+  :class:`~minicomp.search.cluster.Cluster`): the candidates are built and measured on its nodes (static-model
+  estimates on CPU tasks; GPU timings on nodes offering a GPU and the target's arch as a resource), the log is
+  written here. Connected only with ``trials`` > 0, before any other work: an unreachable cluster is a
+  ``ClusterError`` at once. See docs/cluster.md.
+
   ``dump_after``: a phase name of :data:`PHASE_NAMES` (``"lower"``), several (a list, or comma-separated),
   or ``"all"``: after each, its output is printed as text to stderr: the graph (import, fold), the fused
   groups (partition), the tasks with their tensor expressions (tasks), and per task its schedule's steps
@@ -530,19 +538,20 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   ``dump_after`` is not given. An unknown phase is a ``CompileError`` naming the phases, before any work.
   """
   from minicomp.search.tune import check_options
-  check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s)
+  check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s, cluster)
   tgt = as_target(target)
   check_precision(precision)
   if schedules not in SCHEDULES:
     raise CompileError(f"unknown schedules={schedules!r}; known: {', '.join(SCHEDULES)}")
   dumps = dump_phases("all" if dump_after is None and dump_dir is not None else dump_after, PHASE_NAMES)
   dump = Dumper(dumps, dump_dir) if dumps else None
-  opts = CompileOptions(input_shapes=input_shapes, schedules=schedules, trials=trials, strategy=strategy,
-                        log_file=log_file, seed=seed, measurer=measurer, measures_per_round=measures_per_round,
-                        time_budget_s=time_budget_s, progress=bool(progress), name=name, jobs=_jobs(jobs),
-                        precision=precision)
   t0 = time.perf_counter()
-  st = run_phases(PHASES, CompileState(model, tgt, opts), dump, PROGRESS)
+  with connected(cluster if trials else None) as clus:
+    opts = CompileOptions(input_shapes=input_shapes, schedules=schedules, trials=trials, strategy=strategy,
+                          log_file=log_file, seed=seed, measurer=measurer, measures_per_round=measures_per_round,
+                          time_budget_s=time_budget_s, progress=bool(progress), name=name, jobs=_jobs(jobs),
+                          precision=precision, cluster=clus)
+    st = run_phases(PHASES, CompileState(model, tgt, opts), dump, PROGRESS)
   if progress is None:
     say(f"compiled {st.compiled.name} for {tgt} in {time.perf_counter() - t0:.1f} s: {len(st.calls)} kernel calls, "
         + _kernels_line(st))

@@ -161,6 +161,16 @@ class MeasureError(MinicompError):
   """The measuring machinery itself failed (not a candidate): e.g. its worker processes cannot start."""
 
 
+class ClusterError(MinicompError):
+  """A Ray cluster cannot be used for tuning: unreachable, Ray missing, no node with the resources a
+  measurement needs, or nodes whose minicomp differs from the driver's (the message names the node)."""
+
+
+class WorkerLostError(ClusterError):
+  """The cluster worker (or its node) running a candidate died, also on the one retry: the candidate is
+  recorded as lost (``ErrorKind.LOST``) and the run goes on with the nodes left."""
+
+
 class TuneError(MinicompError):
   """Bad tuning options (unknown strategy, a trials count that is not a non-negative int, ...)."""
 

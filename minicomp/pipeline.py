@@ -49,6 +49,7 @@ class CompileOptions:
   name: str | None = None
   jobs: int = 1                    # processes choosing default schedules (compile's ``jobs``, resolved)
   precision: str | None = None     # None: the model's own float types; "fp32", "fp16", "bf16" (frontend/precision.py)
+  cluster: Any = None              # a connected search.cluster.Cluster the tuning measures on, or None
 
 
 @dataclass

@@ -166,3 +166,10 @@ def install(monkeypatch, **kw) -> FakeDriver:
   monkeypatch.delitem(drv_mod._failures, "cuda", raising=False)   # both undone after the test
   monkeypatch.setitem(drv_mod._drivers, "cuda", fake)
   return fake
+
+
+def setup_worker() -> None:
+  """A Ray worker's setup hook (``cluster.connect(setup="fake_gpu.setup_worker")``, with this folder on the
+  nodes' PYTHONPATH): a FakeDriver of an sm_90 GPU as the worker's "cuda" backend, for the whole process."""
+  import pytest
+  install(pytest.MonkeyPatch(), cc=(9, 0), gpu_name="Fake H100")

@@ -12,7 +12,7 @@ it would use up the trial budget and tune nothing.
 Work runs through a ``concurrent.futures.Executor`` the caller may pass in (default: the process-wide
 pool of :mod:`minicomp.search.workers`, one worker per core, started once and shared by every measurer,
 whose workers exit when this process dies), so a Dask
-(``client.get_executor()``) or Ray executor drops in unchanged. ``measure`` returns results in
+(``client.get_executor()``) or a Ray cluster's (:mod:`minicomp.search.cluster`) drops in unchanged. ``measure`` returns results in
 input order, ``measure_iter`` as they finish; the static model is deterministic.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 from collections.abc import Iterator, Sequence
 
-from minicomp.errors import CompileError, LoweringError, MeasureError, MinicompError, RuntimeLaunchError, ScheduleError
+from minicomp.errors import (CompileError, LoweringError, MeasureError, MinicompError, RuntimeLaunchError, ScheduleError,
+                             WorkerLostError)
 from minicomp.search.workers import ping, restart_pool, shared_pool
 
 
@@ -37,6 +38,7 @@ class ErrorKind(enum.Enum):
   TIMEOUT = "timeout"
   WRONG_RESULT = "wrong result"
   INTERNAL = "internal error"             # a bug: reported, the run goes on
+  LOST = "worker lost"                    # a cluster worker or node died measuring it, also on the retry
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,8 @@ class StaticMeasurer(Measurer):
             yield i, f.result()
           except cf.process.BrokenProcessPool:
             lost.append(i)
+          except WorkerLostError as e:   # a cluster executor's worker died, also on the retry
+            yield i, MeasureResult(None, ErrorKind.LOST, str(e))
           except Exception as e:   # e.g. an input that does not pickle
             yield i, MeasureResult(None, ErrorKind.INTERNAL, f"worker failed: {type(e).__name__}: {e}")
     finally:                                   # the caller stopped early: the shared pool must not build the rest
@@ -261,50 +265,84 @@ class GPUMeasurer(Measurer):
       for f in futs: f.cancel()
 
   def _one(self, inp: MeasureInput, fut) -> MeasureResult:
-    import numpy as np
-    from minicomp.codegen.driver import DriverError
-    from minicomp.codegen.gpu_runtime import GpuModule, run_plan, time_plan
-    from minicomp.codegen.kernel import Kernel, random_input
-    from minicomp.ir.ops import NP_DTYPE
-    from minicomp.target import as_target
     t0 = time.perf_counter()
     try:
-      plan, source, binary, target = fut.result(timeout=self.timeout_s)
+      built = fut.result(timeout=self.timeout_s)
     except cf.TimeoutError:
       return MeasureResult(None, ErrorKind.TIMEOUT, f"build took over {self.timeout_s} s", False)
     except cf.process.BrokenProcessPool as e:
       raise MeasureError(f"GPUMeasurer: a build worker process died ({e}); the measurement machinery is broken. If "
                          f"the workers die at start: {MAIN_GUARD_FIX}") from e
-    except MinicompError as e:
-      return MeasureResult(None, _classify(e), str(e), False, {}, time.perf_counter() - t0)
-    except Exception as e:   # any other failure of one candidate is recorded (INTERNAL, with its text): the run goes on
-      return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
-    try:
-      kern = Kernel(plan, source, binary, as_target(target))
-      rng = np.random.default_rng(0)
-      args = [random_input(rng, b.shape, b.dtype) for b in plan.inputs]
-      mod = GpuModule(binary, self.driver)
-      if sum(int(np.prod(b.shape)) for b in plan.outputs) <= self.check_elements:
-        ref = kern.run(args, device="cpu")
-        got = [np.empty(b.shape, NP_DTYPE[b.dtype]) for b in plan.outputs]
-        run_plan(mod, plan, args, got)
-        if not all(np.allclose(g, r, rtol=1e-3, atol=1e-3, equal_nan=True) for g, r in zip(got, ref)):
-          return MeasureResult(None, ErrorKind.WRONG_RESULT, "GPU result differs from the CPU simulator", False)
-      times = time_plan(mod, plan, args, self.min_total_s, self.max_repeats)
-      return MeasureResult(float(np.median(times)), ErrorKind.NONE, "", False,
-                           {"min_s": float(min(times)), "repeats": len(times)}, time.perf_counter() - t0)
-    except DriverError as e:
-      if e.sticky:
-        raise MeasureError(f"GPUMeasurer: the GPU context is lost after candidate {inp.key or '?'} ({e}); "
-                           "restart the process to go on (the tuning log keeps what was measured)") from e
-      return MeasureResult(None, ErrorKind.LAUNCH, str(e), False, {}, time.perf_counter() - t0)
-    except MinicompError as e:
-      return MeasureResult(None, _classify(e), str(e), False, {}, time.perf_counter() - t0)
-    except Exception as e:   # any other failure of one candidate is recorded (INTERNAL, with its text): the run goes on
-      return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
+    except Exception as e:   # any failure of one candidate is recorded (its kind, its text): the run goes on
+      return _failure(e, t0)
+    return time_built(built, inp, self.driver, self.min_total_s, self.max_repeats, self.check_elements, t0)
 
   def close(self) -> None:
     """Nothing to stop: the shared build pool stays up for the next measurer (a passed executor is the caller's)."""
 
   def __enter__(self): return self
   def __exit__(self, *exc): self.close()
+
+
+def _failure(e: BaseException, t0: float) -> MeasureResult:
+  """A GPU measurement's failure as a result: its kind (INTERNAL for what is not a MinicompError), its text."""
+  if isinstance(e, MinicompError): return MeasureResult(None, _classify(e), str(e), False, {}, time.perf_counter() - t0)
+  return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
+
+
+def time_built(built: tuple, inp: MeasureInput, driver, min_total_s: float, max_repeats: int, check_elements: int,
+               t0: float) -> MeasureResult:
+  """Time one built candidate (:func:`build_plain`'s data) on ``driver``'s GPU: a run checked against the CPU
+  simulator when the outputs have at most ``check_elements`` elements, then CUDA events with the L2 flushed
+  until ``min_total_s`` of kernel time (the median). A lost GPU context raises :class:`MeasureError`."""
+  import numpy as np
+  from minicomp.codegen.driver import DriverError
+  from minicomp.codegen.gpu_runtime import GpuModule, run_plan, time_plan
+  from minicomp.codegen.kernel import Kernel, random_input
+  from minicomp.ir.ops import NP_DTYPE
+  from minicomp.target import as_target
+  plan, source, binary, target = built
+  try:
+    kern = Kernel(plan, source, binary, as_target(target))
+    rng = np.random.default_rng(0)
+    args = [random_input(rng, b.shape, b.dtype) for b in plan.inputs]
+    mod = GpuModule(binary, driver)
+    if sum(int(np.prod(b.shape)) for b in plan.outputs) <= check_elements:
+      ref = kern.run(args, device="cpu")
+      got = [np.empty(b.shape, NP_DTYPE[b.dtype]) for b in plan.outputs]
+      run_plan(mod, plan, args, got)
+      if not all(np.allclose(g, r, rtol=1e-3, atol=1e-3, equal_nan=True) for g, r in zip(got, ref)):
+        return MeasureResult(None, ErrorKind.WRONG_RESULT, "GPU result differs from the CPU simulator", False)
+    times = time_plan(mod, plan, args, min_total_s, max_repeats)
+    return MeasureResult(float(np.median(times)), ErrorKind.NONE, "", False,
+                         {"min_s": float(min(times)), "repeats": len(times)}, time.perf_counter() - t0)
+  except DriverError as e:
+    if e.sticky:
+      raise MeasureError(f"GPUMeasurer: the GPU context is lost after candidate {inp.key or '?'} ({e}); "
+                         "restart the process to go on (the tuning log keeps what was measured)") from e
+    return MeasureResult(None, ErrorKind.LAUNCH, str(e), False, {}, time.perf_counter() - t0)
+  except Exception as e:   # any other failure of one candidate is recorded (its kind, its text): the run goes on
+    return _failure(e, t0)
+
+
+def build_or_failure(inp: MeasureInput) -> tuple | MeasureResult:
+  """:func:`build_plain` for a worker whose result feeds another task: a failed build is a result, not an
+  exception."""
+  t0 = time.perf_counter()
+  try:
+    return build_plain(inp)
+  except Exception as e:
+    return _failure(e, t0)
+
+
+def time_on_gpu(built: tuple | MeasureResult, inp: MeasureInput, min_total_s: float, max_repeats: int,
+                check_elements: int) -> MeasureResult:
+  """A cluster worker's GPU measurement of :func:`build_or_failure`'s output, on its process's GPU driver."""
+  import platform
+  from minicomp.codegen.driver import NoGPUError, get_driver
+  if isinstance(built, MeasureResult): return built
+  try:
+    driver = get_driver()
+  except NoGPUError as e:
+    raise MeasureError(f"node {platform.node()} offers a GPU to the cluster but has none usable: {e}") from None
+  return time_built(built, inp, driver, min_total_s, max_repeats, check_elements, time.perf_counter())

@@ -183,12 +183,13 @@ def _target_key(task: TuneTask) -> str:
 class TuneProgress:
   """The ``on_round`` callback behind ``progress=True``: a bar over the trial budget (count, rate,
   time left) whose text shows the round, the task just tuned and its best, and the end-to-end
-  objective, each labelled an estimate when the measurer is the static model. ``close()`` when done."""
+  objective, each labelled an estimate when the measurer is the static model, and what ``status()`` says (a
+  cluster's nodes and throughput; called each round, also without a bar). ``close()`` when done."""
 
-  def __init__(self, total_trials: int, done: int = 0, enabled: bool = True):
+  def __init__(self, total_trials: int, done: int = 0, enabled: bool = True, status: Callable[[], str] | None = None):
     from minicomp.progress import bar
     self.bar = bar(total_trials, "[minicomp] tuning", enabled, unit="trial", initial=min(done, total_trials))
-    self._last = done
+    self.status = status
 
   def __call__(self, info: RoundInfo) -> None:
     est = " (estimate)" if info.is_estimate else ""
@@ -196,7 +197,7 @@ class TuneProgress:
     self.bar.set_postfix_str(f"round {info.round}, {info.task.name or info.task.key[:12]} best "
                              f"{info.task.best_cost * 1e6:.2f} us{est}, end-to-end "
                              f"{'n/a' if not math.isfinite(obj) else f'{obj * 1e6:.2f} us'}{est}, "
-                             f"{info.failed} failed", refresh=False)
+                             f"{info.failed} failed" + (f", {self.status()}" if self.status else ""), refresh=False)
     self.bar.update(info.measured)
 
   def close(self) -> None: self.bar.close()

@@ -54,7 +54,7 @@ def _is_int(x) -> bool: return isinstance(x, numbers.Integral) and not isinstanc
 
 
 def check_options(trials=0, seed=0, strategy="ansor", log_file=None, measurer=None, measures_per_round=64,
-                  time_budget_s=None) -> None:
+                  time_budget_s=None, cluster=None) -> None:
   """Raise :class:`TuneError` naming the first bad tuning argument, before any work (not from deep inside)."""
   if not _is_int(trials) or trials < 0: raise TuneError(f"trials must be a non-negative int, got {_what(trials)}")
   if not _is_int(seed) or seed < 0: raise TuneError(f"seed must be a non-negative int, got {_what(seed)}")
@@ -71,6 +71,13 @@ def check_options(trials=0, seed=0, strategy="ansor", log_file=None, measurer=No
   if not (measurer is None or named or not isinstance(measurer, str) and hasattr(measurer, "measure")
           and hasattr(measurer, "is_estimate")):
     raise TuneError(f"measurer must be None, {' or '.join(map(repr, MEASURERS))} or a Measurer, got {_what(measurer)}")
+  if cluster is not None:
+    if not isinstance(cluster, str) and not hasattr(cluster, "measurer"):
+      raise TuneError(f"cluster must be None, an address ('ray://HOST:PORT', 'HOST:PORT', 'auto') or a Cluster, "
+                      f"got {_what(cluster)}")
+    if measurer is not None and not isinstance(measurer, str):
+      raise TuneError("pass cluster= or a Measurer object, not both: the cluster makes the measurer "
+                      "(measurer='gpu' or 'static' picks its kind)")
 
 
 def _lazy(module: str, cls: str, **fixed):
@@ -122,10 +129,11 @@ def default_measurer(tgt: Target | None = None):
   return GPUMeasurer() if _gpu_here(tgt) else StaticMeasurer()
 
 
-def measures_estimates(measurer, tgt: Target) -> bool:
+def measures_estimates(measurer, tgt: Target, cluster=None) -> bool:
   """The one measurement kind a call uses (True: static-model estimates, False: GPU timings), from
-  ``measurer`` (an object, "static" or "gpu") or, without one, whether a GPU of the target's arch is here."""
-  if measurer is None: return not _gpu_here(tgt)
+  ``measurer`` (an object, "static" or "gpu") or, without one, whether a GPU of the target's arch is here
+  (on ``cluster``: whether one of its nodes offers a GPU and the target's arch)."""
+  if measurer is None: return not (cluster.gpu_nodes(tgt.arch) if cluster is not None else _gpu_here(tgt))
   if isinstance(measurer, str): return measurer == "static"
   return bool(measurer.is_estimate)
 
@@ -139,20 +147,23 @@ DEFAULT = "default"   # the strategy name of a default schedule's record
 def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy: str | Strategy = "ansor",
                log_file: str | None = None, seed: int = 0, measurer=None, measures_per_round: int = 64,
                time_budget_s: float | None = None, progress: bool = False,
-               defaults: dict[str, str] | None = None) -> dict[str, str]:
+               defaults: dict[str, str] | None = None, cluster=None) -> dict[str, str]:
   """Tune ``tasks`` (the compiler's ``graph.tasks.Task`` objects) and return {workload key: best steps JSON}
   for the tasks whose best valid record beats their default schedule (``defaults``: key -> steps JSON;
   without it every task's best valid record is returned). ``measurer``: a Measurer, "gpu", "static" or
   None (the GPU when one of the target's arch is here, else the static model); it also picks which
-  records of the log count (the module docstring)."""
+  records of the log count (the module docstring). ``cluster``: a connected
+  :class:`~minicomp.search.cluster.Cluster` whose nodes measure (the log is still written here only)."""
   from minicomp.search.records import RecordLog, load_records
   from minicomp.search.task_scheduler import TuneProgress, tune
-  check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s)
+  check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s, cluster)
   tgt = as_target(target)
   tkey = target_key(tgt)
-  is_estimate = measures_estimates(measurer, tgt)
+  is_estimate = measures_estimates(measurer, tgt, cluster)
   own = (measurer is None or isinstance(measurer, str)) and trials > 0
-  if own:
+  if own and cluster is not None:
+    measurer = cluster.measurer(is_estimate, tgt.arch)
+  elif own:
     from minicomp.search.measure import GPUMeasurer, StaticMeasurer
     measurer = StaticMeasurer() if is_estimate else GPUMeasurer()
   elif isinstance(measurer, str): measurer = None          # trials=0: the name only picks the kind of records
@@ -186,7 +197,7 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
     if remaining > 0:
       if records and hasattr(strat, "resume"): strat.resume(tt)
       sink = RecordLog(log_file) if log_file else None
-      shown = TuneProgress(trials, len(records), enabled=progress)
+      shown = TuneProgress(trials, len(records), enabled=progress, status=cluster.status if cluster else None)
       try:
         tune(tt, strat, measurer, remaining, seed=seed, measures_per_round=measures_per_round,
              time_budget_s=time_budget_s, log=sink, strategy_name=getattr(strat, "name", str(strategy)),
@@ -194,6 +205,7 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
       finally:
         shown.close()
         if sink is not None: sink.close()
+        if cluster is not None: cluster.watch()       # says so if nodes were lost in the last round
   finally:
     if own and hasattr(measurer, "close"): measurer.close()
   out = {}
