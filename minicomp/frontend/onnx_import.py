@@ -2,7 +2,8 @@
 
 Steps: read; substitute user ``input_shapes``; ``onnx.checker``; convert a model below opset 13 to 13
 (ONNX's version converter); refuse dynamic input dims;
-``onnx.shape_inference``; collect initializers as constants; fold every node whose inputs are
+``onnx.shape_inference``; replace nodes of ops minicomp does not lower but ONNX defines by a function body with
+that body (:mod:`minicomp.frontend.expand`: ``Attention``); collect initializers as constants; fold every node whose inputs are
 all constant (plus ``Shape`` / ``Size`` of statically shaped values) with ONNX's reference
 evaluator, which removes the Shape/Gather/Concat/Reshape chains exporters emit; re-run shape
 inference on what is left while that gives shapes ONNX's data propagation could not (an
@@ -21,6 +22,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from minicomp.errors import ModelError, ShapeError, UnsupportedOpError
 from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_to_dtype
+from minicomp.frontend.expand import expand_functions
 from minicomp.frontend.graph import Graph, Node, Value
 
 # Opsets below MIN_OPSET are converted to it (ONNX's version converter); MAX_OPSET is the newest the
@@ -158,6 +160,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
                      ". Give their sizes: input_shapes={'x': (1, 3, 224, 224)} or a dim by its name, "
                      "input_shapes={'batch': 1} (command line: --input-shape x=1,3,224,224 or --input-shape batch=1)")
   m = _infer_checked(m)
+  m, _ = expand_functions(m, opset, _infer_checked)
 
   values: dict[str, Value] = {}
   for t in m.graph.initializer:

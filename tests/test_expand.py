@@ -1,0 +1,52 @@
+"""Ops ONNX defines by a function body, expanded into it at import (minicomp/frontend/expand.py): the result is
+checked against numpy, an op whose body has ops minicomp lacks is refused by its own name."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import minicomp as mc
+from minicomp.errors import UnsupportedOpError
+
+
+def _attention_model(two: bool = False):
+  """Grouped-query causal attention (4 query heads, 2 kv heads), opset 23; ``two``: a second Attention after it."""
+  q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, 4, 5, 8])
+  k = helper.make_tensor_value_info("k", TensorProto.FLOAT, [2, 2, 5, 8])
+  v = helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, 2, 5, 8])
+  nodes = [helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1, softcap=3.0)]
+  out = "y"
+  if two:
+    nodes.append(helper.make_node("Attention", ["y", "k", "v"], ["y2"], scale=0.5))
+    out = "y2"
+  g = helper.make_graph(nodes, "attn", [q, k, v], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2, 4, 5, 8])])
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+
+
+def _attention_numpy(q, k, v, causal: bool, scale: float, softcap: float = 0.0):
+  k, v = np.repeat(k, q.shape[1] // k.shape[1], axis=1), np.repeat(v, q.shape[1] // v.shape[1], axis=1)
+  s = (q.astype(np.float64) @ k.transpose(0, 1, 3, 2)) * scale
+  if softcap: s = softcap * np.tanh(s / softcap)
+  if causal: s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def test_attention_is_its_onnx_definition_against_numpy():
+  rng = np.random.default_rng(0)
+  q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8)))
+  want = _attention_numpy(q, k, v, causal=True, scale=8 ** -0.5, softcap=3.0)
+  cm = mc.compile(_attention_model(), target="sm_80", schedules="rules", progress=False)
+  np.testing.assert_allclose(cm.run({"q": q, "k": k, "v": v}, device="cpu")[0], want, rtol=1e-4, atol=1e-5)
+  cm2 = mc.compile(_attention_model(two=True), target="sm_80", schedules="rules", progress=False)   # two bodies
+  want2 = _attention_numpy(want.astype(np.float32), k, v, causal=False, scale=0.5)
+  np.testing.assert_allclose(cm2.run({"q": q, "k": k, "v": v}, device="cpu")[0], want2, rtol=1e-4, atol=1e-5)
+
+
+def test_an_op_whose_body_is_not_taken_is_refused_by_its_own_name():
+  # DynamicQuantizeLinear's ONNX body is written at an older opset than the model's, which ONNX's inliner leaves
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])
+  outs = [helper.make_tensor_value_info("y", TensorProto.UINT8, [3, 4]),
+          helper.make_tensor_value_info("s", TensorProto.FLOAT, []), helper.make_tensor_value_info("z", TensorProto.UINT8, [])]
+  g = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dq")], "g", [x], outs)
+  with pytest.raises(UnsupportedOpError, match="DynamicQuantizeLinear \\(node 'dq'\\)"):
+    mc.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), target="sm_80", progress=False)
