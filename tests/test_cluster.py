@@ -132,14 +132,14 @@ def test_an_unreachable_cluster_fails_fast_and_clearly(tmp_path):
     minicomp.compile(m, trials=8, cluster=42)
 
 
-def test_cli_tune_on_a_cluster(two_nodes, tmp_path):
+def test_cli_tune_on_a_cluster_through_ray_client(two_nodes, tmp_path):
   from minicomp.cli import main
   m, _ = zoo.residual_block()
   path = tmp_path / "m.onnx"
   path.write_bytes(m.SerializeToString())
   # sm_86: no node offers it, so the static model measures (the CLI has no --measurer)
   rc = main(["tune", str(path), "--target", "sm_86", "--trials", "8", "--per-round", "8", "--log",
-             str(tmp_path / "t.jsonl"), "--cluster", two_nodes.address, "-q"])
+             str(tmp_path / "t.jsonl"), "--cluster", two_nodes.client_address, "-q"])   # through Ray Client
   assert rc == 0
   recs = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
   assert sum(r["strategy"] != "default" for r in recs) == 8

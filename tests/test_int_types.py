@@ -80,3 +80,31 @@ def test_max_of_the_lowest_values_is_the_lowest_value(t):
   m = make_model([helper.make_node("ReduceMax", ["x"], ["y"], keepdims=0, axes=[1])], {"x": x}, ["y"], opset=17)
   got = mc.compile(m, target="sm_86", progress=False).run({"x": x})[0]
   assert np.array_equal(got, x.max(axis=1))
+
+
+@pytest.mark.parametrize("t", TYPES + [np.int32, np.int64], ids=lambda t: t.__name__)
+def test_bitwise_ops_and_shifts_follow_numpy(t):
+  """BitwiseAnd / Or / Xor / Not over the whole range, and BitShift both ways (opset 28: signed types too) by
+  every amount from -2 to the width + 2: past the width (or negative) a shift gives the sign fill, -1 for a right
+  shift of a negative value, else 0 (numpy's answer, which C leaves undefined), a signed right shift is
+  arithmetic."""
+  a, b = _full_range(t, (4, 16), 5), _full_range(t, (4, 16), 6)
+  bits = np.iinfo(t).bits
+  amounts = np.arange(0 if np.iinfo(t).min == 0 else -2, bits + 3)
+  s = np.resize(amounts, 64).reshape(4, 16).astype(t)
+  nodes = [helper.make_node("BitwiseAnd", ["a", "b"], ["and"]), helper.make_node("BitwiseOr", ["a", "b"], ["or"]),
+           helper.make_node("BitwiseXor", ["a", "b"], ["xor"]), helper.make_node("BitwiseNot", ["a"], ["not"]),
+           helper.make_node("BitShift", ["a", "s"], ["shl"], direction="LEFT"),
+           helper.make_node("BitShift", ["a", "s"], ["shr"], direction="RIGHT")]
+  feeds = {"a": a, "b": b, "s": s}
+  m = make_model(nodes, feeds, ["and", "or", "xor", "not", "shl", "shr"], opset=28)
+  got = mc.compile(m, target="sm_86", progress=False).run(feeds)
+  out = s.astype(np.int64) >= bits
+  if np.iinfo(t).min: out |= s.astype(np.int64) < 0
+  safe = np.where(out, 0, s).astype(t)
+  with np.errstate(over="ignore"):
+    shl = np.where(out, 0, np.left_shift(a, safe)).astype(t)
+    shr = np.where(out, np.where(a < 0, -1, 0) if np.iinfo(t).min else 0, np.right_shift(a, safe)).astype(t)
+  want = [a & b, a | b, a ^ b, ~a, shl, shr]
+  for name, g, w in zip(["and", "or", "xor", "not", "shl", "shr"], got, want):
+    assert g.dtype == t and np.array_equal(g, w), name

@@ -29,7 +29,7 @@ from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Program, Seq, Store, Sync, walk_stmts
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, TRIG, UNSIGNED_DTYPES, Op
+from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
 
@@ -475,7 +475,29 @@ def _minmax(r: CUDARenderer, n: Expr, k) -> _Kid:
   return (f"{name}({k[0][0]}, {k[1][0]})", _ATOM)
 
 
+_BIT_INFIX = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+
+
+def _shift(n: Expr, a: str, b: str) -> str:
+  """``a << b`` / ``a >> b`` as ONNX's BitShift-28 (and numpy) define them where C does not: a shift by a
+  negative amount or by the width or more gives the sign fill (-1 for a right shift of a negative, else 0); a
+  left shift of a signed value shifts its bits (through unsigned: C++17 leaves a negative one undefined); a
+  right shift of a signed value is arithmetic (as every compiler minicomp targets does it)."""
+  t, signed = C_TYPE[n.dtype], n.dtype not in UNSIGNED_DTYPES
+  out = f"{b} < 0 || {b} >= {INT_BITS[n.dtype]}" if signed else f"{b} >= {INT_BITS[n.dtype]}"
+  if n.arg == "shl":
+    shifted = f"({t})((unsigned long long){a} << {b})" if signed else f"{a} << {b}"
+    return f"({out} ? ({t})0 : {shifted})"
+  fill = f"({a} < 0 ? ({t})-1 : ({t})0)" if signed else f"({t})0"
+  return f"({out} ? {fill} : {a} >> {b})"
+
+
 def _call(r: CUDARenderer, n: Expr, k) -> _Kid:
+  if n.arg == "bitnot": return (f"(~{_at(k[0], 7)})", _ATOM)
+  if n.arg in _BIT_INFIX:
+    a, b = _at(k[0], 7), _at(k[1], 7)
+    if n.arg in ("shl", "shr"): return (_shift(n, a, b), _ATOM)
+    return (f"({a} {_BIT_INFIX[n.arg]} {b})", _ATOM)
   f32 = n.dtype == "float32" or n.dtype in _HALF
   if n.arg == "sigmoid":
     one = "1.0f" if f32 else "1.0"

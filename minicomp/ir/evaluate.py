@@ -29,7 +29,9 @@ def _intrinsics(xp) -> dict[str, Callable]:
           "erf": _erf(xp), "pow": xp.power, "sigmoid": lambda x: 1 / (1 + xp.exp(-x)), "abs": xp.abs,
           "floor": xp.floor, "ceil": xp.ceil, "exp2": xp.exp2, "log2": xp.log2, "round": xp.round, "fmod": xp.fmod,
           "sin": xp.sin, "cos": xp.cos, "tan": xp.tan, "asin": xp.arcsin, "acos": xp.arccos, "atan": xp.arctan,
-          "sinh": xp.sinh, "cosh": xp.cosh, "asinh": xp.arcsinh, "acosh": xp.arccosh, "atanh": xp.arctanh}
+          "sinh": xp.sinh, "cosh": xp.cosh, "asinh": xp.arcsinh, "acosh": xp.arccosh, "atanh": xp.arctanh,
+          "bitand": xp.bitwise_and, "bitor": xp.bitwise_or, "bitxor": xp.bitwise_xor, "bitnot": xp.invert,
+          "shl": xp.left_shift, "shr": xp.right_shift}
 
 
 @functools.cache

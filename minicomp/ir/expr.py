@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from minicomp.errors import ExprError
-from minicomp.ir.ops import BINARY, COMPARE, FLOAT_DTYPES, INTEGER_DTYPES, INTRINSICS, NARROW_INT_DTYPES, Op, wrap_int
+from minicomp.ir.ops import (BINARY, COMPARE, FLOAT_DTYPES, INT_INTRINSICS, INTEGER_DTYPES, INTRINSICS, NARROW_INT_DTYPES,
+                             Op, wrap_int)
 
 ExprLike = Union["Expr", int, float, bool, "IterVar"]
 
@@ -273,9 +274,15 @@ def select(cond: ExprLike, t: ExprLike, f: ExprLike) -> Expr:
 
 
 def call(name: str, *args: ExprLike, dtype: str | None = None) -> Expr:
-  """An intrinsic call (``exp``, ``log``, ``sqrt``, ``rsqrt``, ``tanh``, ``erf``, ``pow``, ``sigmoid``, ...)."""
+  """An intrinsic call (``exp``, ``log``, ``sqrt``, ``rsqrt``, ``tanh``, ``erf``, ``pow``, ``sigmoid``, ...; the integer
+  ones ``bitand``, ``bitor``, ``bitxor``, ``bitnot``, ``shl``, ``shr`` in their first operand's type)."""
   if name not in INTRINSICS: raise ExprError(f"unknown intrinsic {name!r}; known: {sorted(INTRINSICS)}")
   if len(args) != INTRINSICS[name]: raise ExprError(f"{name} takes {INTRINSICS[name]} argument(s), got {len(args)}")
+  if name in INT_INTRINSICS:
+    es = [as_expr(a, "int32") for a in args]
+    d = dtype or es[0].dtype
+    if d not in INTEGER_DTYPES: raise ExprError(f"{name} takes integers, got {d}")
+    return Expr.make(Op.CALL, d, tuple(cast(e, d) for e in es), name)
   es = [as_expr(a, "float32") for a in args]
   d = dtype or (es[0].dtype if es[0].dtype in FLOAT_DTYPES else "float32")
   es = [cast(e, d) if name != "abs" else e for e in es]

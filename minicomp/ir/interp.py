@@ -76,7 +76,9 @@ _CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / n
          "ceil": np.ceil, "exp2": np.exp2, "log2": np.log2,
          "round": lambda x: math.copysign(math.floor(abs(float(x)) + 0.5), float(x)), "fmod": np.fmod,
          "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-         "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh}
+         "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+         "bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor, "bitnot": np.invert,
+         "shl": np.left_shift, "shr": np.right_shift}
 _COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": np.fmax, "min": np.fmin}
 
 

@@ -36,7 +36,10 @@ COMMUTATIVE = {Op.ADD, Op.MUL, Op.MIN, Op.MAX, Op.EQ, Op.NE, Op.AND, Op.OR}
 # intrinsics and their arity; "expensive" ones matter to the sketch rules (IsStrictInlinable)
 TRIG = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "erf": 1, "pow": 2, "sigmoid": 1,
-              "abs": 1, "floor": 1, "ceil": 1, "exp2": 1, "log2": 1, "round": 1, "fmod": 2, **{t: 1 for t in TRIG}}
+              "abs": 1, "floor": 1, "ceil": 1, "exp2": 1, "log2": 1, "round": 1, "fmod": 2, **{t: 1 for t in TRIG},
+              "bitand": 2, "bitor": 2, "bitxor": 2, "bitnot": 1, "shl": 2, "shr": 2}
+# integer intrinsics: C's & | ^ ~ << >> in the operands' integer type (a shift by the type's width or more gives 0)
+INT_INTRINSICS = ("bitand", "bitor", "bitxor", "bitnot", "shl", "shr")
 EXPENSIVE_INTRINSICS = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "sigmoid", "exp2", "log2", "fmod", *TRIG}
 
 DTYPES = ("bool", "int32", "int64", "float16", "bfloat16", "float32", "float64",

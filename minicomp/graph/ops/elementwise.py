@@ -249,6 +249,26 @@ def mod(ctx, a, b):
   return _binary(ctx, a, b, int_mod)
 
 
+# bit operations (integer types): C's operators in the operands' type
+
+_binary_op("BitwiseAnd", lambda x, y: call("bitand", x, y), 18, INTEGER_DTYPES)
+_binary_op("BitwiseOr", lambda x, y: call("bitor", x, y), 18, INTEGER_DTYPES)
+_binary_op("BitwiseXor", lambda x, y: call("bitxor", x, y), 18, INTEGER_DTYPES)
+_unary_op("BitwiseNot", lambda x: call("bitnot", x), 18, INTEGER_DTYPES)
+
+
+@op("BitShift", kind="broadcast", since=11)
+def bit_shift(ctx, a, b):
+  """ONNX BitShift: ``direction`` "LEFT" or "RIGHT"; unsigned types, and since opset 28 signed ones (an arithmetic
+  right shift). A shift by a negative amount or by the type's width or more gives the sign fill: -1 for a right
+  shift of a negative value, else 0 (as numpy; C leaves it undefined)."""
+  direction = ctx.attr("direction")
+  direction = direction.decode() if isinstance(direction, bytes) else direction
+  if direction not in ("LEFT", "RIGHT"):
+    raise ctx.error(f"direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+  return _binary(ctx, a, b, lambda x, y: call("shl" if direction == "LEFT" else "shr", x, y), INTEGER_DTYPES)
+
+
 # ---------------------------------------------------------------------------------------------
 # activations
 
