@@ -33,7 +33,8 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from minicomp.errors import ClusterError, MeasureError, MissingDependencyError, WorkerLostError
-from minicomp.search.measure import ErrorKind, MeasureInput, MeasureResult, Measurer, StaticMeasurer
+from minicomp.search.measure import (ErrorKind, MeasureInput, MeasureResult, Measurer, StaticMeasurer, build_or_failure,
+                                     time_on_gpu)
 
 log = logging.getLogger("minicomp")
 CONNECT_TIMEOUT_S = 5.0        # an address that does not answer a TCP connect in this time is unreachable
@@ -112,6 +113,7 @@ class Cluster:
   def __init__(self, address: str, ray, owned: bool):
     self.address, self.ray, self.owned = address, ray, owned
     self._executors: list[RayExecutor] = []
+    self._measuring: list[RayExecutor] = []
     self._nodes_seen = self._alive = len(self.alive_nodes())
 
   def alive_nodes(self) -> list[dict]:
@@ -151,10 +153,13 @@ class Cluster:
                            f"{got['calibration']} for {arch}, the driver with {mine['calibration']}: copy the "
                            "driver's calibration file to it, or set MINICOMP_STATIC_MODEL alike (docs/cluster.md)")
 
-  def executor(self, num_cpus: float = 1, num_gpus: float = 0, resources: dict | None = None) -> RayExecutor:
-    """A ``concurrent.futures.Executor`` whose tasks each ask the cluster for these resources."""
+  def executor(self, num_cpus: float = 1, num_gpus: float = 0, resources: dict | None = None,
+               measures: bool = True) -> RayExecutor:
+    """A ``concurrent.futures.Executor`` whose tasks each ask the cluster for these resources; ``measures``: each
+    of its tasks is one candidate measured (what :meth:`status` counts; a GPU measurement's builds are not)."""
     ex = RayExecutor(self.ray, num_cpus, num_gpus, resources)
     self._executors.append(ex)
+    if measures: self._measuring.append(ex)
     return ex
 
   def measurer(self, is_estimate: bool, arch: str) -> Measurer:
@@ -177,8 +182,8 @@ class Cluster:
   def status(self) -> str:
     """``"2/2 nodes, 41 candidates/min"``: alive nodes of those seen, and the candidates measured per minute."""
     alive = self.watch()
-    done = sum(ex.completed for ex in self._executors)
-    starts = [ex.started for ex in self._executors if ex.started is not None]
+    done = sum(ex.completed for ex in self._measuring)
+    starts = [ex.started for ex in self._measuring if ex.started is not None]
     rate = done * 60.0 / max(1e-9, time.monotonic() - min(starts)) if starts else 0.0
     return f"{alive}/{self._nodes_seen} nodes, {rate:.0f} candidates/min"
 
@@ -297,18 +302,14 @@ class ClusterGPUMeasurer(Measurer):
       raise ClusterError(f"no alive node of the Ray cluster at {cluster.address} offers a GPU with the resource "
                          f"{arch!r}: start one with `ray start --address HEAD --num-gpus 1 --resources "
                          f"'{{\"{arch}\": 1}}'` (docs/cluster.md), or tune with measurer='static'")
-    self.builds = cluster.executor(num_cpus=1)
+    self.builds = cluster.executor(num_cpus=1, measures=False)
     self.timings = cluster.executor(num_cpus=0, num_gpus=1, resources={arch: 1})
     self.settings = (min_total_s, max_repeats, check_elements)
     self.timeout_s = timeout_s
 
-  def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-    out: list = [None] * len(inputs)
-    for i, r in self.measure_iter(inputs): out[i] = r
-    return out
+  def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: return self._in_order(inputs)
 
   def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
-    from minicomp.search.measure import build_or_failure, time_on_gpu
     futs = {self.timings.submit(time_on_gpu, self.builds.submit(build_or_failure, inp), inp, *self.settings): i
             for i, inp in enumerate(inputs)}
     try:

@@ -117,6 +117,12 @@ class Measurer:
   def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
     yield from enumerate(self.measure(inputs))
 
+  def _in_order(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+    """``measure`` of a measurer whose ``measure_iter`` yields as candidates finish: the results in input order."""
+    out: list = [None] * len(inputs)
+    for i, r in self.measure_iter(inputs): out[i] = r
+    return out
+
 
 def measure_iter(measurer, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
   """``measurer.measure_iter(inputs)``, or ``measure`` for a measurer that does not derive from :class:`Measurer`."""
@@ -141,10 +147,7 @@ class StaticMeasurer(Measurer):
     self.executor = executor or shared_pool(workers)
     self.timeout_s = timeout_s
 
-  def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-    out: list = [None] * len(inputs)
-    for i, r in self.measure_iter(inputs): out[i] = r
-    return out
+  def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: return self._in_order(inputs)
 
   def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
     inputs = list(inputs)

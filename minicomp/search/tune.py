@@ -152,11 +152,16 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
   for the tasks whose best valid record beats their default schedule (``defaults``: key -> steps JSON;
   without it every task's best valid record is returned). ``measurer``: a Measurer, "gpu", "static" or
   None (the GPU when one of the target's arch is here, else the static model); it also picks which
-  records of the log count (the module docstring). ``cluster``: a connected
-  :class:`~minicomp.search.cluster.Cluster` whose nodes measure (the log is still written here only)."""
+  records of the log count (the module docstring). ``cluster``: a Ray cluster whose nodes measure (a connected
+  :class:`~minicomp.search.cluster.Cluster` or an address, as ``compile``'s); the log is still written here only."""
   from minicomp.search.records import RecordLog, load_records
   from minicomp.search.task_scheduler import TuneProgress, tune
   check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s, cluster)
+  if isinstance(cluster, str):                 # an address: connected for this call
+    from minicomp.search.cluster import connected
+    with connected(cluster if trials else None) as c:
+      return tune_tasks(tasks, target, trials, strategy, log_file, seed, measurer, measures_per_round, time_budget_s,
+                        progress, defaults, cluster=c)
   tgt = as_target(target)
   tkey = target_key(tgt)
   is_estimate = measures_estimates(measurer, tgt, cluster)

@@ -1,0 +1,52 @@
+"""GridSample (graph/ops/grid_sample.py) against onnxruntime: every mode, padding mode and align_corners on 2-D
+inputs, and 3-D (volumetric) linear and nearest, with grids reaching past [-1, 1] so that the padding rules
+and reflections over more than one span are used. Bicubic with border padding is checked against ONNX's
+reference (numpy) instead: ONNX clamps the coordinate into the input before taking the 4 x 4 taps, onnxruntime
+(as PyTorch) clamps each tap only, and minicomp follows ONNX (docs/onnx.md)."""
+import itertools
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import minicomp as mc
+
+
+def _model(x_shape, grid_shape, opset, **attrs):
+  g = helper.make_graph([helper.make_node("GridSample", ["x", "grid"], ["y"], **attrs)], "gs",
+                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape),
+                         helper.make_tensor_value_info("grid", TensorProto.FLOAT, grid_shape)],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*x_shape[:2], *grid_shape[1:-1]])])
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _ort(m, feeds):
+  import onnxruntime as ort
+  return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _check(x_shape, grid_shape, opset, **attrs):
+  rng = np.random.default_rng(sum(map(ord, str(sorted(attrs.items())))))
+  x = rng.standard_normal(x_shape).astype(np.float32)
+  grid = rng.uniform(-2.6, 2.6, grid_shape).astype(np.float32)     # past the borders, by more than one span
+  grid.reshape(-1)[:6] = [-1.0, 1.0, 0.0, -2.0, 2.0, 0.5]          # exact borders and reflection points
+  feeds = {"x": x, "grid": grid}
+  m = _model(x_shape, grid_shape, opset, **attrs)
+  got = mc.compile(m, target="sm_86", progress=False).run(feeds)[0]
+  if (attrs["mode"], attrs["padding_mode"]) == ("bicubic", "border"):
+    from onnx.reference import ReferenceEvaluator
+    want = ReferenceEvaluator(_model(x_shape, grid_shape, 20, **{**attrs, "mode": "cubic"})).run(None, feeds)[0]
+  else:
+    want = _ort(m, feeds)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,padding,align", list(itertools.product(("bilinear", "nearest", "bicubic"),
+                                                                     ("zeros", "border", "reflection"), (0, 1))))
+def test_grid_sample_2d_matches_onnxruntime(mode, padding, align):
+  _check((2, 3, 5, 7), (2, 4, 6, 2), 16, mode=mode, padding_mode=padding, align_corners=align)
+
+
+@pytest.mark.parametrize("mode,padding", [("linear", "zeros"), ("nearest", "border"), ("linear", "reflection")])
+def test_grid_sample_3d_matches_onnxruntime(mode, padding):
+  _check((1, 2, 4, 5, 3), (1, 3, 2, 4, 3), 20, mode=mode, padding_mode=padding, align_corners=0)
