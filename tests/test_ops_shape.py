@@ -280,10 +280,18 @@ def test_dropout_training_mode_true():
     mc.compile(m, target="sm_80")
 
 
-def test_empty_output_is_unsupported():
+def test_an_empty_slice_is_an_empty_output_and_refused_as_an_operand():
+  """A Slice of length 0 is an empty array of the right shape and type (no kernel; as onnxruntime), and an op that
+  would compute on it refuses it, naming the node."""
+  from onnx_harness import make_model, run_ort
   m = _single("Slice", {"x": f32(2, 5)}, inits={"s": I64(3), "e": I64(1), "a": I64(1)})
-  with pytest.raises(UnsupportedOpError, match="bad_node.*zero-size"):
-    mc.compile(m, target="sm_80")
+  x = np.ones((2, 5), np.float32)
+  got, want = mc.compile(m, target="sm_80").run({"x": x})[0], run_ort(m, {"x": x})[0]
+  assert got.shape == want.shape == (2, 0) and got.dtype == want.dtype
+  nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["z"]), helper.make_node("Neg", ["z"], ["y"], name="neg")]
+  m2 = make_model(nodes, {"x": x}, ["y"], {"s": I64(3), "e": I64(1), "a": I64(1)})
+  with pytest.raises(UnsupportedOpError, match="neg.*empty"):
+    mc.compile(m2, target="sm_80")
 
 
 @pytest.mark.parametrize("case", ["gather_index_out_of_range", "split_uneven_op13", "squeeze_non_one"])
@@ -293,3 +301,18 @@ def test_bad_shapes(case):
        "squeeze_non_one": lambda: _single("Squeeze", {"x": f32(1, 3)}, inits={"a": I64(1)}, rank=1)}[case]
   with pytest.raises(ShapeError, match="bad_node"):
     mc.compile(m(), target="sm_80")
+
+
+def test_an_empty_part_concatenated_back_adds_nothing():
+  """Split into [4, 0] (an empty chunk) and a Slice of length 0, each concatenated with a computed part: the
+  empty ones are left out of the Concat (RotaryEmbedding's body does this when the whole head rotates);
+  checked against onnxruntime."""
+  from onnx_harness import check_model, make_model
+  x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+  nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "e"], axis=2),
+           helper.make_node("Neg", ["a"], ["n"]),
+           helper.make_node("Slice", ["x", "s", "t", "ax"], ["z"]),
+           helper.make_node("Concat", ["n", "e", "z"], ["y"], axis=2)]
+  m = make_model(nodes, {"x": x}, ["y"], {"sizes": np.array([4, 0], np.int64), "s": np.array([3], np.int64),
+                                          "t": np.array([3], np.int64), "ax": np.array([2], np.int64)}, opset=18)
+  check_model(m, {"x": x})

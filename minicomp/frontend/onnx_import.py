@@ -186,6 +186,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
     kept.append((node, n))
   kept = _refold(m, kept, values, inputs, opset)
   nodes = [node for node, _ in kept]
+  _drop_empty_concat_inputs(nodes, values)
   outputs = [o.name for o in m.graph.output]
   g = Graph(nodes, values, inputs, outputs, opset, m.graph.name or "model")
   g.rebuild_nx()
@@ -193,6 +194,16 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
     from minicomp.graph.registry import check_supported
     check_supported(nodes, opset)
   return g
+
+
+def _drop_empty_concat_inputs(nodes: list[Node], values: dict[str, Value]) -> None:
+  """Concat inputs with a zero-size dim add nothing: they are taken out of the Concat (as a RotaryEmbedding body
+  concatenates an empty "not rotated" part when the whole head rotates), so no empty tensor crosses a kernel
+  boundary. A Concat of empty inputs only keeps one (and is refused as empty)."""
+  for node in nodes:
+    if node.op_type != "Concat": continue
+    full = [i for i in node.inputs if not (i in values and 0 in values[i].shape)]
+    if full and len(full) < len(node.inputs): node.inputs[:] = full
 
 
 def _upgrade(m: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto, int]:

@@ -16,6 +16,7 @@ from minicomp.errors import ModelError, ShapeError
 from minicomp.graph.ops._util import broadcast_shape, load, norm_axis
 from minicomp.graph.registry import op
 from minicomp.ir.expr import max_, min_, select
+from minicomp.ir.ops import NP_DTYPE
 from minicomp.ir.te import Tensor
 
 
@@ -33,6 +34,12 @@ def const_ints(ctx, v, what: str, optional: bool = False) -> list[int] | None:
   if a.dtype.kind not in "iub":
     raise ModelError(f"{where(ctx)}: input {what!r} must hold integers, got {a.dtype} {a.reshape(-1)[:4].tolist()}")
   return [int(x) for x in a.reshape(-1)]
+
+
+def empty_like(x: Tensor, shape) -> np.ndarray:
+  """An empty part of runtime tensor ``x`` (a Split chunk or a Slice of length 0) as what it is: a constant with no
+  values, of ``x``'s type. Concat skips it; any other op that reads it refuses an empty operand by name."""
+  return np.empty(tuple(int(d) for d in shape), NP_DTYPE[x.dtype])
 
 
 def check_positive(ctx, shape) -> tuple[int, ...]:
@@ -241,6 +248,7 @@ def slice_(ctx, x, starts, ends, axes=None, steps=None):
     arr = np.asarray(x)
     for d, (s, step, n) in enumerate(p): arr = np.take(arr, s + step * np.arange(n, dtype=np.int64), axis=d)
     return [arr]
+  if any(n == 0 for _, _, n in p): return [empty_like(x, [n for _, _, n in p])]
   shape = check_positive(ctx, [n for _, _, n in p])
   return [ctx.compute(shape, lambda *i: x[tuple(i[d] if (s, step) == (0, 1) else s + i[d] * step
                                                  for d, (s, step, _) in enumerate(p))])]
@@ -267,6 +275,7 @@ def split(ctx, x, sizes=None):
   for k, s in enumerate(parts):
     shape = tuple(s if d == axis else x.shape[d] for d in range(r))
     if not isinstance(x, Tensor): outs.append(np.take(np.asarray(x), np.arange(off, off + s), axis=axis))
+    elif s == 0: outs.append(empty_like(x, shape))
     else:
       check_positive(ctx, shape)
       outs.append(ctx.compute(shape, lambda *i, o=off: x[tuple(i[d] + o if d == axis and o else i[d] for d in range(r))],
