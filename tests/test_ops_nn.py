@@ -114,6 +114,23 @@ def test_average_pool(case):
   check_node("AveragePool", {"x": f32(*xs)}, attrs, opset=opset)
 
 
+LPPOOL = {
+  "p2_pads_strides": ((1, 3, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 17),
+  "p1_1d": ((2, 3, 10), {"kernel_shape": [3], "strides": [2], "p": 1}, 17),
+  "p3_3d": ((1, 2, 4, 5, 6), {"kernel_shape": [2, 2, 3], "pads": [0, 1, 1, 1, 0, 1], "p": 3}, 17),
+  "dilations_ceil_opset18": ((1, 2, 9, 8), {"kernel_shape": [2, 2], "dilations": [2, 2], "strides": [2, 2],
+                                            "ceil_mode": 1, "p": 4}, 18),
+  "same_lower": ((1, 2, 7, 6), {"kernel_shape": [3, 2], "strides": [2, 1], "auto_pad": "SAME_LOWER"}, 17),
+}
+
+
+@pytest.mark.parametrize("case", list(LPPOOL))
+def test_lp_pool(case):
+  """(sum |x|^p over the window)^(1/p), against onnxruntime: p 1, 2 and beyond, pads, dilations, ceil_mode."""
+  xs, attrs, opset = LPPOOL[case]
+  check_node("LpPool", {"x": f32(*xs)}, attrs, opset=opset)
+
+
 @pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
 @pytest.mark.parametrize("shape", [(2, 3, 5, 6), (1, 4, 3, 2, 5)], ids=["2d", "3d"])
 def test_global_pool(op_type, shape):

@@ -8,10 +8,10 @@ import numpy as np
 
 import minicomp.ir.te as te
 from minicomp.errors import ModelError, ShapeError
-from minicomp.graph.ops._util import norm_axis
+from minicomp.graph.ops._util import as_stat, back_to, norm_axis, stat_type
 from minicomp.graph.ops.nn import pad_stage, window
 from minicomp.graph.registry import op
-from minicomp.ir.expr import as_expr, call, cast, const, max_, min_, select
+from minicomp.ir.expr import as_expr, call, cast, const, max_, min_, power, select
 from minicomp.ir.ops import FLOAT_DTYPES
 from minicomp.ir.te import Tensor
 
@@ -85,6 +85,34 @@ def average_pool(ctx, x):
     e = P[(n, c, *[oi * s + (0 if r is None else r * d) for oi, s, r, d in zip(o, st, rk, dl)])] * inv
     return te.sum(e, axis=axes) if axes else e
   return [ctx.compute((X.shape[0], X.shape[1], *out), lambda *i: body(*i), "avgpool")]
+
+
+@op("LpPool", kind="reduction", since=11)
+def lp_pool(ctx, x):
+  """``(sum over the window of |x|^p)^(1/p)`` (1D/2D/3D): ``p`` (default 2), kernel_shape, strides, pads,
+  dilations and ceil_mode (opset 18), auto_pad; padding adds nothing. A reduction stage of ``|x|^p`` (``|x|``,
+  ``x * x`` for p 1 and 2), then the root, in float32 for a half input."""
+  X, sp, ks, out, pb, pe, st, dl, ext = _pool_setup(ctx, x)
+  p = ctx.attr("p", 2)
+  if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+    raise ModelError(f"{_where(ctx)}: p must be a positive integer, got {p!r}")
+  p = int(p)
+  acc = stat_type(X.dtype)
+  P = pad_stage(ctx, X, pb, ext, 0.0)
+  rk = [ctx.reduce_axis(k, f"rk{d}") if k > 1 else None for d, k in enumerate(ks)]
+  axes = [a for a in rk if a is not None]
+
+  def powered(v):
+    v = as_stat(v)
+    return call("abs", v) if p == 1 else v * v if p == 2 else power(call("abs", v), const(float(p), acc))
+
+  def body(n, c, *o):
+    e = powered(P[(n, c, *[oi * s + (0 if r is None else r * d) for oi, s, r, d in zip(o, st, rk, dl)])])
+    return te.sum(e, axis=axes) if axes else e
+  S = ctx.compute((X.shape[0], X.shape[1], *out), lambda *i: body(*i), "lpsum")
+  root = (lambda v: v) if p == 1 else (lambda v: call("sqrt", v)) if p == 2 else \
+    (lambda v: power(v, const(1.0 / p, acc)))
+  return [ctx.compute(S.shape, lambda *i: back_to(root(S[i]), X.dtype), "lppool")]
 
 
 def _global(ctx, x, combiner: str):
