@@ -62,7 +62,7 @@ SHAPE_OPERANDS = {
                          "Reshape", "Expand", "Tile", "Trilu", "CumSum", "CumProd", "Split", "TopK", "OneHot",
                          "CastLike")},
   "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-  "Dropout": (1, 2), "BlackmanWindow": (0,), "HannWindow": (0,), "HammingWindow": (0,),
+  "Dropout": (1, 2), "BlackmanWindow": (0,), "HannWindow": (0,), "HammingWindow": (0,), "Upsample": (1,),
 }
 SHAPE_ONLY = {"Shape", "Size"}   # ops that read only the shape of their input
 
@@ -92,10 +92,15 @@ def missing_ops(model: onnx.ModelProto) -> list[str]:
   """The ops of ``model`` minicomp has no lowering for (by name: a newer op version is a refusal), after the
   import's expansion of ops ONNX defines by a function body (minicomp.frontend.expand)."""
   from minicomp.frontend.expand import expand_functions
+  from onnx import version_converter
+
+  from minicomp.frontend.onnx_import import MIN_OPSET
   from minicomp.graph.registry import supported_ops
   have = set(supported_ops()) | FOLDED
   opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
   try:
+    if opset < MIN_OPSET:             # what the importer does first (Upsample-9 becomes a Resize, Scatter-10 ...)
+      model, opset = version_converter.convert_version(model, MIN_OPSET), MIN_OPSET
     model, _ = expand_functions(onnx.shape_inference.infer_shapes(model), opset, onnx.shape_inference.infer_shapes)
   except Exception:  # noqa: BLE001 -- a model ONNX cannot infer: its ops as they are
     pass

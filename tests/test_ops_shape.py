@@ -316,3 +316,15 @@ def test_an_empty_part_concatenated_back_adds_nothing():
   m = make_model(nodes, {"x": x}, ["y"], {"sizes": np.array([4, 0], np.int64), "s": np.array([3], np.int64),
                                           "t": np.array([3], np.int64), "ax": np.array([2], np.int64)}, opset=18)
   check_model(m, {"x": x})
+
+
+@pytest.mark.parametrize("k,dtype", [(0, None), (2, TensorProto.INT32), (-1, TensorProto.DOUBLE), (7, None)])
+def test_eye_like(k, dtype):
+  """EyeLike against onnxruntime: the diagonal moved by k (past the matrix: all zeros), the input's type or dtype."""
+  from onnx_harness import make_model, run_ort
+  x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+  attrs = {"k": k, **({"dtype": dtype} if dtype is not None else {})}
+  m = make_model([helper.make_node("EyeLike", ["x"], ["y"], **attrs), helper.make_node("Identity", ["x"], ["z"])],
+                 {"x": x}, ["y", "z"])
+  got, want = mc.compile(m, target="sm_80").run({"x": x})[0], run_ort(m, {"x": x})[0]
+  assert got.dtype == want.dtype and np.array_equal(got, want)

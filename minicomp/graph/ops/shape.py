@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from minicomp.errors import ModelError, ShapeError
-from minicomp.graph.ops._util import broadcast_shape, load, norm_axis
+from minicomp.frontend.dtypes import onnx_to_dtype
+from minicomp.graph.ops._util import broadcast_shape, dtype_of, load, norm_axis
 from minicomp.graph.registry import op
 from minicomp.ir.expr import max_, min_, select
 from minicomp.ir.ops import NP_DTYPE
@@ -372,6 +373,17 @@ def constant_of_shape(ctx, shape):
   dims = const_ints(ctx, shape, "shape")
   v = np.asarray(ctx.attr("value", np.zeros(1, np.float32))).reshape(-1)
   return [np.full(tuple(dims), v[0], dtype=v.dtype)]
+
+
+@op("EyeLike", kind="injective", since=9)
+def eye_like(ctx, x):
+  """EyeLike: ones on the diagonal moved by ``k`` (above it for k > 0), zeros elsewhere, in the shape of the 2-D
+  input, whose values are not read (the result is a constant); of type ``dtype`` (an ONNX element type), else the
+  input's."""
+  if len(x.shape) != 2: raise ShapeError(f"{where(ctx)}: the input must be 2-D, got shape {list(x.shape)}")
+  dt = ctx.attr("dtype", None)
+  name = onnx_to_dtype(int(dt), where(ctx)) if dt is not None else dtype_of(x)
+  return [np.eye(x.shape[0], x.shape[1], int(ctx.attr("k", 0)), dtype=NP_DTYPE[name])]
 
 
 @op("Range", kind="injective", since=13)
