@@ -29,7 +29,7 @@ from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Program, Seq, Store, Sync, walk_stmts
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op
+from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
 
@@ -451,7 +451,7 @@ def _const(r: CUDARenderer, n: Expr, k) -> _Kid:
   if n.dtype == "bool": return ("true" if n.arg else "false", _ATOM)
   if n.dtype in FLOAT_DTYPES: return (_float_lit(n.arg, n.dtype), _ATOM)
   if n.dtype in _PROMOTED: return (f"(({C_TYPE[n.dtype]}){int(n.arg)})", _ATOM)
-  if n.dtype in ("int32", "int64") and n.arg == -(1 << (31 if n.dtype == "int32" else 63)):   # (no C literal for it)
+  if n.dtype in ("int32", "int64") and n.arg == int_range(n.dtype)[0]:   # (no C literal for the lowest)
     return (f"({n.arg + 1}{'LL' if n.dtype == 'int64' else ''} - 1)", _ATOM)
   s = str(int(n.arg)) + {"int64": "LL", "uint32": "U", "uint64": "ULL"}.get(n.dtype, "")
   return (s, 0) if n.arg < 0 else (s, _ATOM)   # precedence 0: parenthesised as any operand, `a - (-3)`

@@ -38,7 +38,8 @@ TRIG = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "a
 INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "erf": 1, "pow": 2, "sigmoid": 1,
               "abs": 1, "floor": 1, "ceil": 1, "exp2": 1, "log2": 1, "round": 1, "fmod": 2, **{t: 1 for t in TRIG},
               "bitand": 2, "bitor": 2, "bitxor": 2, "bitnot": 1, "shl": 2, "shr": 2}
-# integer intrinsics: C's & | ^ ~ << >> in the operands' integer type (a shift by the type's width or more gives 0)
+# integer intrinsics: C's & | ^ ~ << >> in the operands' integer type (a shift by a negative amount or by the width or
+# more gives the sign fill, as ONNX's BitShift-28 and numpy: codegen/cuda.py _shift)
 INT_INTRINSICS = ("bitand", "bitor", "bitxor", "bitnot", "shl", "shr")
 EXPENSIVE_INTRINSICS = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "pow", "sigmoid", "exp2", "log2", "fmod", *TRIG}
 
@@ -53,6 +54,12 @@ NARROW_INT_DTYPES = ("int8", "uint8", "int16", "uint16", "uint32", "uint64")
 UNSIGNED_DTYPES = ("uint8", "uint16", "uint32", "uint64")
 INTEGER_DTYPES = INT_DTYPES + NARROW_INT_DTYPES
 INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32, "int64": 64, "uint64": 64}
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+  """The lowest and highest value of integer type ``dtype``."""
+  bits = INT_BITS[dtype]
+  return (0, (1 << bits) - 1) if dtype in UNSIGNED_DTYPES else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
 
 
 def wrap_int(v: int, dtype: str) -> int:

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from minicomp.errors import TEError
 from minicomp.ir.expr import Expr, ExprLike, ExprOps, IterVar, ReduceArg, as_expr, binary, const, var, walk
-from minicomp.ir.ops import DTYPES, FLOAT_DTYPES, INT_BITS, UNSIGNED_DTYPES, Op
+from minicomp.ir.ops import DTYPES, FLOAT_DTYPES, Op, int_range
 
 
 class Tensor:
@@ -151,8 +151,5 @@ def reduce_identity(combiner: str, dtype: str) -> Expr:
   """The identity element of a combiner (0 for sum, -inf / the type's lowest for max, ...)."""
   if dtype in FLOAT_DTYPES: lo, hi = -float("inf"), float("inf")
   elif dtype == "bool": lo, hi = False, True
-  else:                                   # every integer type: its own range (uint64's lowest is 0, not -2**63)
-    bits, signed = INT_BITS[dtype], dtype not in UNSIGNED_DTYPES
-    lo = -(1 << (bits - 1)) if signed else 0
-    hi = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
+  else: lo, hi = int_range(dtype)         # every integer type: its own range (uint64's lowest is 0, not -2**63)
   return {"sum": const(0, dtype), "prod": const(1, dtype), "max": const(lo, dtype), "min": const(hi, dtype)}[combiner]

@@ -16,8 +16,9 @@ import itertools
 
 from minicomp.errors import ModelError
 from minicomp.graph.ops._util import stat_type
+from minicomp.graph.ops.elementwise import _round_half_even
 from minicomp.graph.registry import op
-from minicomp.ir.expr import Expr, all_of, call, cast, const, eq, max_, min_, ne, select
+from minicomp.ir.expr import Expr, all_of, call, cast, const, eq, max_, min_, select
 
 MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest", "bicubic": "cubic", "cubic": "cubic"}
 PADDINGS = ("zeros", "border", "reflection")
@@ -25,11 +26,6 @@ A = -0.75            # Keys' cubic coefficient, as ONNX's reference
 
 
 def _f(v: float) -> Expr: return const(float(v), "float32")
-
-
-def _round_half_even(x: Expr) -> Expr:
-  r = call("floor", x + _f(0.5))
-  return select(eq(r - x, _f(0.5)) & ne(call("fmod", r, _f(2.0)), _f(0.0)), r - _f(1.0), r)
 
 
 def _reflect(x: Expr, lo: float, hi: float) -> Expr:

@@ -18,9 +18,9 @@ from minicomp.graph.ops._util import dtype_of, load, norm_axis, operand
 from minicomp.graph.ops.elementwise import _round_half_even
 from minicomp.graph.registry import op
 from minicomp.ir.expr import cast, const, max_, min_
-from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES
+from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES, int_range
 
-QUANTIZED = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
+QUANTIZED = {t: int_range(t) for t in ("int8", "uint8", "int16", "uint16")}    # the quantized types: their ranges
 
 
 def _where(ctx) -> str: return f"{ctx.node.op_type} node {ctx.node.name!r}"

@@ -10,6 +10,8 @@ past the end is undefined in ONNX; here it never writes out of bounds).
 """
 from __future__ import annotations
 
+import math
+
 import minicomp.ir.te as te
 from minicomp.errors import ShapeError
 from minicomp.graph.ops._util import norm_axis
@@ -91,8 +93,7 @@ def scatter_nd(ctx, data, indices, updates):
     raise ShapeError(f"{where(ctx)}: updates shape {list(up.shape)} is not indices' leading {list(lead)} + data's "
                      f"trailing {list(d.shape[k:])}")
   check_positive(ctx, d.shape)
-  n_up = 1
-  for s in lead: n_up *= s
+  n_up = math.prod(lead)
 
   def unflat(u):                 # the leading position of flat update number u
     out, rest = [], u

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from minicomp.errors import ShapeError
+from minicomp.frontend.dtypes import np_to_dtype
 from minicomp.graph.ops._util import norm_axis
 from minicomp.graph.ops.shape import check_positive, where
 from minicomp.graph.registry import op
-from minicomp.ir.expr import cast, max_, min_, select
+from minicomp.ir.expr import cast, const, eq, max_, min_, select
 from minicomp.ir.te import Tensor
 
 
@@ -100,8 +101,6 @@ def one_hot(ctx, indices, depth, values):
   ax = norm_axis(int(ctx.attr("axis", -1)), r, where(ctx))
   shape = tuple(idx.shape[:ax]) + (D,) + tuple(idx.shape[ax:])
   check_positive(ctx, shape)
-  from minicomp.frontend.dtypes import np_to_dtype
-  from minicomp.ir.expr import const, eq
   if isinstance(values, Tensor): off, on = values[(0,)], values[(1,)]
   else:
     vv = np.asarray(values).reshape(-1)
