@@ -50,3 +50,15 @@ def test_grid_sample_2d_matches_onnxruntime(mode, padding, align):
 @pytest.mark.parametrize("mode,padding", [("linear", "zeros"), ("nearest", "border"), ("linear", "reflection")])
 def test_grid_sample_3d_matches_onnxruntime(mode, padding):
   _check((1, 2, 4, 5, 3), (1, 3, 2, 4, 3), 20, mode=mode, padding_mode=padding, align_corners=0)
+
+
+def test_bad_grid_sample_forms_are_named_errors():
+  from minicomp.errors import ModelError, UnsupportedOpError
+  with pytest.raises(UnsupportedOpError, match="mode 'area'"):
+    mc.compile(_model((1, 1, 4, 4), (1, 2, 2, 2), 16, mode="area"), target="sm_86", progress=False)
+  with pytest.raises(UnsupportedOpError, match="cubic sampling of 3 spatial dims"):
+    mc.compile(_model((1, 1, 3, 4, 4), (1, 2, 2, 2, 3), 20, mode="cubic"), target="sm_86", progress=False)
+  g = _model((1, 1, 4, 4), (1, 2, 2, 2), 16)
+  g.graph.input[1].type.tensor_type.shape.dim[3].dim_value = 3                  # a grid of 3 coordinates for 2 dims
+  with pytest.raises(ModelError, match="GridSample"):
+    mc.compile(g, target="sm_86", progress=False)

@@ -353,3 +353,15 @@ def test_same_pad_with_dilation_vs_onnx_reference(case):
   want = ReferenceEvaluator(m).run(None, {"x": x})[0]
   got = mc.compile(m, target="sm_80").run({"x": x}, device="cpu")[0]
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_lp_pool_and_bit_shift_refuse_bad_attributes_by_name():
+  from minicomp.errors import MinicompError
+  x = np.ones((1, 1, 4, 4), np.float32)
+  m = make_model([helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=0, name="lp")], {"x": x}, ["y"])
+  with pytest.raises(MinicompError, match="lp.*p must be a positive integer"):
+    mc.compile(m, target="sm_80", progress=False)
+  u = np.ones((4,), np.uint8)
+  m = make_model([helper.make_node("BitShift", ["a", "b"], ["y"], direction="UP", name="sh")], {"a": u, "b": u}, ["y"])
+  with pytest.raises(MinicompError, match="sh.*direction"):
+    mc.compile(m, target="sm_80", progress=False)
