@@ -47,7 +47,8 @@ class _B:
     return self.op("Conv", ins, kernel_shape=[k] * dims, strides=[stride] * dims, pads=[pad] * (2 * dims), group=group)
 
   def model(self, inputs: dict, outputs: list[str], opset: int = 17, name: str = "model") -> onnx.ModelProto:
-    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in inputs.items()]
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+           for n, a in inputs.items()]
     g = helper.make_graph(self.nodes, name, ins, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
                           self.inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
@@ -280,6 +281,20 @@ def bert_tiny(s: int = 128, layers: int = 2, d: int = 128, heads: int = 2, ff: i
   return b.model({"x": _x(12, 1, s, d)}, [h], name="bert_tiny"), {"x": _x(12, 1, s, d)}
 
 
+def lstm_tagger(t: int = 6, batch: int = 2, vocab: int = 40, emb: int = 16, hidden: int = 16, tags: int = 5):
+  """A sequence tagger: token embeddings (Gather), a bidirectional LSTM, a linear layer over both directions' states
+  and LogSoftmax over the tags; tokens ``[t, batch]`` int64, output ``[t, batch, tags]``."""
+  b = _B(13)
+  e = b.op("Gather", [b.w(vocab, emb, scale=1.0), "tokens"])                      # [t, batch, emb]
+  y = b.op("LSTM", [e, b.w(2, 4 * hidden, emb), b.w(2, 4 * hidden, hidden), b.w(2, 8 * hidden, scale=0.1)],
+           hidden_size=hidden, direction="bidirectional")                      # [t, 2, batch, hidden]
+  y = b.op("Reshape", [b.op("Transpose", [y], perm=[0, 2, 1, 3]), b.const(np.array([t, batch, 2 * hidden]), "shape")])
+  y = b.op("Add", [b.op("MatMul", [y, b.w(2 * hidden, tags)]), b.const(np.zeros(tags, np.float32) + 0.1, "b")])
+  tokens = np.random.default_rng(113).integers(0, vocab, (t, batch)).astype(np.int64)
+  return b.model({"tokens": tokens}, [b.op("LogSoftmax", [y], axis=-1)], name="lstm_tagger"), {"tokens": tokens}
+
+
 TEST_MODELS = {"residual_block": residual_block, "inverted_residual": inverted_residual,
                "transformer_encoder": transformer_encoder, "decoder_block": decoder_block, "generator": generator,
-               "conv3d_block": conv3d_block, "llama_block": llama_block, "grouped_block": grouped_block}
+               "conv3d_block": conv3d_block, "llama_block": llama_block, "grouped_block": grouped_block,
+               "lstm_tagger": lstm_tagger}

@@ -19,7 +19,7 @@ def test_model_matches_onnxruntime(name):
   rtol, atol = TOL.get(name, (1e-4, 1e-5))
   for g, w in zip(got, want):
     np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-  assert len(cm.calls) < len(model.graph.node), "nothing was fused"
+  assert sum(len(c.ops) for c in cm.calls) > len(cm.calls), "nothing was fused"
 
 
 @pytest.mark.parametrize("build", [lambda: zoo.mobilenet_v2(hw=32, classes=10), lambda: zoo.bert_tiny(s=16)],

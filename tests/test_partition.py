@@ -62,6 +62,21 @@ def test_elementwise_diamond_is_one_kernel():
   assert len(cm.calls) == 1
 
 
+def test_an_elementwise_chain_is_pulled_into_its_one_reader_only_without_an_anchor():
+  """Slice+Sigmoid read by one Mul joins the Mul's kernel (an LSTM gate into its cell update); the same chain read
+  by a MatMul stays a kernel of its own (inlined, it would be recomputed at every read of the product)."""
+  sl = lambda o, lo: helper.make_node("Slice", ["x", f"lo{lo}", f"hi{lo}", "ax"], [o])
+  nodes = [sl("a", 0), helper.make_node("Sigmoid", ["a"], ["sa"]), sl("b", 4), helper.make_node("Tanh", ["b"], ["tb"]),
+           helper.make_node("Mul", ["sa", "tb"], ["y"]), sl("c", 8), helper.make_node("Sigmoid", ["c"], ["sc"]),
+           helper.make_node("MatMul", ["sc", "w"], ["z"])]
+  inits = {"lo0": np.array([0]), "hi0": np.array([4]), "lo4": np.array([4]), "hi4": np.array([8]),
+           "lo8": np.array([8]), "hi8": np.array([12]), "ax": np.array([1]), "w": f32(4, 3)}
+  m = make_model(nodes, {"x": f32(2, 12)}, ["y", "z"], inits)
+  groups = sorted(sorted(n.op_type for n in g.nodes) for g in partition(load_onnx(m)).groups)
+  assert groups == [["MatMul"], ["Mul", "Sigmoid", "Slice", "Slice", "Tanh"], ["Sigmoid", "Slice"]], groups
+  check_model(m, {"x": f32(2, 12)})
+
+
 def test_identical_subgraphs_share_one_task():
   nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
            helper.make_node("MatMul", ["b", "w2"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import onnx
 from onnx import inliner
 
+from minicomp.frontend import recurrent
+
 DOMAIN = "minicomp.expanded"     # where the per-node function copies live until they are inlined
 MAX_DEPTH = 3
 
@@ -23,8 +25,10 @@ def _lowered(op_type: str, domain: str, opset: int) -> bool:
 
 def _body(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int) -> onnx.FunctionProto | None:
   """ONNX's function body for ``node`` at ``opset`` (context-dependent ones built for its attributes and input
-  types), or None when its op has none, an input's type is unknown, or ONNX cannot build it."""
+  types), or None when its op has none, an input's type is unknown, or ONNX cannot build it. The recurrent ops,
+  which ONNX defines by equations only, get minicomp's body (``frontend.recurrent``)."""
   if node.domain not in ("", "ai.onnx"): return None
+  if node.op_type in recurrent.GATES: return recurrent.recurrent_body(node, types, opset)
   try:
     schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
   except onnx.defs.SchemaError:

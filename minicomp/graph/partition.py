@@ -10,7 +10,9 @@ Rules, in terms of the op kinds of the registry:
   residual add, ...), as long as the group has no other consumer of that value; it also joins
   a group with no anchor yet (elementwise chains become one kernel);
 - an ``injective`` op (pad, transpose, slice, ...) or elementwise op whose only consumer is in
-  one group is pulled into that group as a prologue (inlined into the reads);
+  one group is pulled into that group as a prologue (inlined into the reads); so is a chain of them (a group
+  without an anchor) whose only consumer is one node of a group without an anchor (an LSTM's
+  ``Slice+Sigmoid`` gates into the step's cell update);
 - everything else starts its own group;
 - a group takes no node past ``MAX_GROUP_NODES``: its kernel inlines every node into one expression,
   whose depth and CUDA text grow with them (3,000 chained activations made one kernel no compiler pass
@@ -91,23 +93,26 @@ def partition(g: Graph) -> Partition:
       if target.anchor is None: target.anchor = n
     group_of[n.name] = target
 
-  # prologues: pull injective / elementwise producers into their single consumer's group
+  # prologues: pull injective / elementwise producers into the one group that reads them
   changed = True
   while changed:
     changed = False
     for grp in [x for x in order if isinstance(x, Group)]:
-      if len(grp.nodes) != 1: continue
-      n = grp.nodes[0]
-      if _kind(g, n) not in ("injective", "elementwise", "broadcast"): continue
-      outs = [o for o in n.outputs if o]
-      cons = {c.name for o in outs for c in consumers.get(o, [])}
-      if len(cons) != 1 or any(o in g.outputs for o in outs): continue
-      c = next(iter(cons))
-      if c not in group_of or c in views: continue
-      dst = group_of[c]
-      if dst is grp or len(dst.nodes) >= MAX_GROUP_NODES: continue
-      dst.nodes.insert(0, n)
-      group_of[n.name] = dst
+      if grp.anchor is not None: continue
+      names = {n.name for n in grp.nodes}
+      outs = [o for n in grp.nodes for o in n.outputs if o]
+      cons = {c.name for o in outs for c in consumers.get(o, []) if c.name not in names}
+      if any(o in g.outputs for o in outs) or not cons or any(c not in group_of or c in views for c in cons): continue
+      dst = {id(group_of[c]): group_of[c] for c in cons}
+      if len(dst) != 1: continue
+      dst = next(iter(dst.values()))
+      # one node into any group (its reads inline it); a chain (an LSTM gate: Slice+Sigmoid) only into a group
+      # without an anchor, whose reads are one per element
+      if len(grp.nodes) > 1 and (dst.anchor is not None or len(cons) > 1): continue
+      if len(grp.nodes) == 1 and len(cons) > 1: continue
+      if dst is grp or len(dst.nodes) + len(grp.nodes) > MAX_GROUP_NODES: continue
+      dst.nodes[:0] = grp.nodes
+      for n in grp.nodes: group_of[n.name] = dst
       order.remove(grp)
       changed = True
       break
