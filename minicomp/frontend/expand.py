@@ -29,6 +29,7 @@ def _body(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int) ->
   which ONNX defines by equations only, get minicomp's body (``frontend.recurrent``)."""
   if node.domain not in ("", "ai.onnx"): return None
   if node.op_type in recurrent.GATES: return recurrent.recurrent_body(node, types, opset)
+  if node.op_type == "DynamicQuantizeLinear": return _dynamic_quantize_linear(opset)
   try:
     schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
   except onnx.defs.SchemaError:
@@ -48,6 +49,24 @@ def _body(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int) ->
   except Exception:   # onnx's own failure to build a body (a malformed node): the node stays, and is refused
     return None
   return None
+
+
+def _dynamic_quantize_linear(opset: int) -> onnx.FunctionProto:
+  """ONNX's body of DynamicQuantizeLinear, written at the model's opset (ONNX's own is at opset 11, which its
+  inliner does not take into a newer model): uint8 over the range of x widened to include 0."""
+  mk = onnx.helper.make_node
+  zero = onnx.helper.make_tensor("v", onnx.TensorProto.FLOAT, [], [0.0])
+  top = onnx.helper.make_tensor("v", onnx.TensorProto.FLOAT, [], [255.0])
+  nodes = [mk("Constant", [], ["qmin"], value=zero), mk("Constant", [], ["qmax"], value=top),
+           mk("ReduceMin", ["x"], ["lo0"], keepdims=0), mk("Min", ["lo0", "qmin"], ["lo"]),
+           mk("ReduceMax", ["x"], ["hi0"], keepdims=0), mk("Max", ["hi0", "qmin"], ["hi"]),
+           mk("Sub", ["hi", "lo"], ["range"]), mk("Div", ["range", "qmax"], ["y_scale"]),
+           mk("Div", ["lo", "y_scale"], ["lo_scaled"]),
+           mk("Sub", ["qmin", "lo_scaled"], ["zp0"]), mk("Clip", ["zp0", "qmin", "qmax"], ["zp1"]),
+           mk("Round", ["zp1"], ["zp2"]), mk("Cast", ["zp2"], ["y_zero_point"], to=onnx.TensorProto.UINT8),
+           mk("QuantizeLinear", ["x", "y_scale", "y_zero_point"], ["y"])]
+  return onnx.helper.make_function(DOMAIN, "DynamicQuantizeLinear", ["x"], ["y", "y_scale", "y_zero_point"], nodes,
+                                   [onnx.helper.make_opsetid("", opset)])
 
 
 def _defaults(node: onnx.NodeProto, opset: int) -> list[onnx.AttributeProto]:

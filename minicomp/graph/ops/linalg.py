@@ -33,7 +33,11 @@ def _batch_index(shape, batch, idx):
 def matmul(ctx, a, b):
   """numpy.matmul: a 1-D first operand is a row (its M dim is dropped from the output), a 1-D
   second operand a column (its N dim is dropped); leading batch dims broadcast."""
-  A, B = ctx.tensor(a), ctx.tensor(b)
+  return [matmul_sum(ctx, ctx.tensor(a), ctx.tensor(b))]
+
+
+def matmul_sum(ctx, A, B):
+  """numpy.matmul of the tensors ``A`` and ``B`` in their (common) element type."""
   _same_dtype(ctx, A, B)
   if A.ndim == 0 or B.ndim == 0: raise ShapeError(f"{_where(ctx)}: MatMul operands must have rank >= 1")
   a_shape = (1,) + A.shape if A.ndim == 1 else A.shape
@@ -50,7 +54,7 @@ def matmul(ctx, a, b):
     ia = _batch_index(A.shape[:-2], batch, i) + ((rest[0],) if A.ndim > 1 else ()) + (k,)
     ib = _batch_index(B.shape[:-2], batch, i) + (k,) + ((rest[-1],) if B.ndim > 1 else ())
     return te.sum(A[ia] * B[ib], axis=k)
-  return [ctx.compute(out_shape, body)]
+  return ctx.compute(out_shape, body)
 
 
 @op("Gemm", kind="data_reuse", since=13)

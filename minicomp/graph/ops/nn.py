@@ -140,7 +140,12 @@ def conv(ctx, x, w, b=None):
   """N-d convolution (1D/2D/3D): groups (depthwise and general), strides, dilations, pads, auto_pad,
   optional bias. A pad stage (inlined) plus a sum over (input channel in group, kernel dims);
   the bias is an elementwise epilogue."""
-  X, W = ctx.tensor(x), ctx.tensor(w)
+  return [_bias(ctx, conv_sum(ctx, ctx.tensor(x), ctx.tensor(w)), b)]
+
+
+def conv_sum(ctx, X: Tensor, W: Tensor) -> Tensor:
+  """The convolution of ``X`` and ``W`` under the node's attributes, in their element type, padding with 0
+  (ConvInteger's operands arrive with their zero points subtracted)."""
   if X.ndim < 3 or W.ndim != X.ndim:
     raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} and weight rank {W.ndim} must be equal and >= 3")
   N, C, sp = X.shape[0], X.shape[1], X.shape[2:]
@@ -151,7 +156,7 @@ def conv(ctx, x, w, b=None):
     raise ShapeError(f"{_where(ctx)}: {C} input channels, weight {tuple(W.shape)} and group={group} do not agree")
   out, pb, pe, st, dl = window(ctx, sp, ks)
   ext = [max(n + b + e, (o - 1) * s + (k - 1) * d + 1) for n, b, e, o, s, k, d in zip(sp, pb, pe, out, st, ks, dl)]
-  P = pad_stage(ctx, X, pb, ext, 0.0)
+  P = pad_stage(ctx, X, pb, ext, 0.0 if X.dtype in FLOAT_DTYPES else 0)
   mpg = M // group
   rc = ctx.reduce_axis(cpg, "rc") if cpg > 1 else None
   rk = _raxes(ctx, ks, "rk")
@@ -164,8 +169,7 @@ def conv(ctx, x, w, b=None):
     pos = [oi * s + _ix(r) * d for oi, s, r, d in zip(o, st, rk, dl)]
     e = P[(n, ch, *pos)] * W[(m, _ix(rc), *[_ix(r) for r in rk])]
     return te.sum(e, axis=axes) if axes else e
-  y = ctx.compute((N, M, *out), lambda *i: body(*i), "conv")
-  return [_bias(ctx, y, b)]
+  return ctx.compute((N, M, *out), lambda *i: body(*i), "conv")
 
 
 @op("ConvTranspose", kind="data_reuse", since=11)

@@ -1,0 +1,119 @@
+"""Integer convolutions and matmuls: ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul.
+
+Each is one int32 sum over int8 / uint8 operands with their zero points subtracted in the reads
+(``(x - x_zero_point) * (w - w_zero_point)``, exact: no float rounding in the accumulation), the sum of
+``nn.conv_sum`` / ``linalg.matmul_sum``. ConvInteger and MatMulInteger return that int32 sum. The QLinear ops
+requantize it in the same kernel, as onnxruntime does: ``y = saturate(round_half_even(float(acc + bias) *
+(x_scale * w_scale / y_scale)) + y_zero_point)``, the multiplier in float32, per tensor or per output channel
+(QLinearConv's ``w_scale``; QLinearMatMul's ``b_scale`` per column, ``a_scale`` per row). The kernel reads the
+8-bit operands from memory and widens them in registers; there is no ``dp4a`` or int8 tensor-core kernel yet.
+Zero points: per tensor, per output channel (a weight's), per row of A or per column of B (MatMulInteger's
+1-D forms and their N-D ``[..., M, 1]`` / ``[..., 1, N]`` forms).
+"""
+from __future__ import annotations
+
+import math
+
+from minicomp.graph.ops._util import dtype_of, load, operand
+from minicomp.graph.ops.elementwise import _round_half_even
+from minicomp.graph.ops.linalg import matmul_sum
+from minicomp.graph.ops.nn import conv_sum
+from minicomp.graph.ops.quantize import QUANTIZED
+from minicomp.graph.registry import op
+from minicomp.ir.expr import cast, const, max_, min_
+
+EIGHT_BIT = ("int8", "uint8")
+
+
+def _per(ctx, v, x_shape, what: str, axis: int | None):
+  """A reader at an index of ``x_shape`` of the per-tensor value ``v``, or of its 1-D per-``axis`` form, or of a
+  form that broadcasts to ``x_shape``; ``None`` reads nothing."""
+  if v is None: return None
+  shape = tuple(v.shape) if hasattr(v, "shape") else ()
+  V = operand(ctx, v)
+  if math.prod(shape) == 1: return lambda i: load(V, shape, (0,) * len(shape))
+  if len(shape) == 1 and axis is not None:
+    ax = axis % len(x_shape)
+    if shape[0] != x_shape[ax]:
+      raise ctx.error(f"{what} has {shape[0]} entries, axis {ax} of the operand has {x_shape[ax]}")
+    return lambda i: load(V, shape, (i[ax],))
+  if len(shape) == len(x_shape) and all(s in (1, n) for s, n in zip(shape, x_shape)):
+    return lambda i: load(V, x_shape, i)
+  raise ctx.error(f"{what} of shape {list(shape)} is neither per tensor nor per axis of {list(x_shape)}")
+
+
+def _shifted(ctx, x, zp, what: str, axis: int | None):
+  """``int32(x) - int32(zero point)``: an int8 / uint8 operand widened, its zero point taken off (inlined into the
+  sum's reads)."""
+  if dtype_of(x) not in EIGHT_BIT:
+    raise ctx.error(f"{what} has element type {dtype_of(x)}; int8 or uint8 expected")
+  if zp is not None and dtype_of(zp) != dtype_of(x):
+    raise ctx.error(f"{what}'s zero point has type {dtype_of(zp)}, {what} {dtype_of(x)}")
+  X = ctx.tensor(x)
+  z = _per(ctx, zp, X.shape, f"{what}'s zero point", axis)
+  if z is None: return ctx.compute(X.shape, lambda *i: cast(X[i], "int32"), "widen")
+  return ctx.compute(X.shape, lambda *i: cast(X[i], "int32") - cast(z(i), "int32"), "widen")
+
+
+def _requantize(ctx, acc, scales, y_scale, y_zp, bias=None):
+  """``acc`` (int32, plus ``bias``) requantized (module docstring); ``scales``: readers at an output index whose
+  product is the input scale."""
+  if y_zp is None: raise ctx.error("y_zero_point is required")
+  to = dtype_of(y_zp)
+  if to not in EIGHT_BIT: raise ctx.error(f"y_zero_point has element type {to}; int8 or uint8 expected")
+  lo, hi = QUANTIZED[to]
+  ys, yz = _per(ctx, y_scale, acc.shape, "y_scale", None), _per(ctx, y_zp, acc.shape, "y_zero_point", None)
+  f32 = lambda e: cast(e, "float32")
+
+  def body(*i):
+    a = acc[i] + bias(i) if bias is not None else acc[i]
+    mult = f32(scales[0](i)) * f32(scales[1](i)) / f32(ys(i))
+    q = _round_half_even(f32(a) * mult) + f32(yz(i))
+    return cast(min_(max_(q, const(float(lo), "float32")), const(float(hi), "float32")), to)
+  return ctx.compute(acc.shape, body, "requantize")
+
+
+def _conv_operands(ctx, x, w, x_zp, w_zp):
+  return _shifted(ctx, x, x_zp, "x", None), _shifted(ctx, w, w_zp, "w", 0)
+
+
+@op("ConvInteger", kind="data_reuse", since=10)
+def conv_integer(ctx, x, w, x_zp=None, w_zp=None):
+  """ONNX ConvInteger (module docstring): the int32 convolution of the zero-point-shifted operands."""
+  return [conv_sum(ctx, *_conv_operands(ctx, x, w, x_zp, w_zp))]
+
+
+@op("QLinearConv", kind="data_reuse", since=10)
+def qlinear_conv(ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None):
+  """ONNX QLinearConv (module docstring): ConvInteger, the int32 bias added, requantized to y's type."""
+  acc = conv_sum(ctx, *_conv_operands(ctx, x, w, x_zp, w_zp))
+  out = acc.shape
+  scales = (_per(ctx, x_scale, out, "x_scale", None), _per(ctx, w_scale, out, "w_scale", 1))
+  bias = None
+  if b is not None:
+    if dtype_of(b) != "int32": raise ctx.error(f"the bias has element type {dtype_of(b)}; int32 expected")
+    bias = _per(ctx, b, out, "the bias", 1)
+  return [_requantize(ctx, acc, scales, y_scale, y_zp, bias)]
+
+
+def _matmul_operands(ctx, a, b, a_zp, b_zp):
+  """A's zero point per row (a 1-D one of M entries), B's per column."""
+  A = _shifted(ctx, a, a_zp, "A", -2 if len(a.shape) > 1 else None)
+  return A, _shifted(ctx, b, b_zp, "B", -1)
+
+
+@op("MatMulInteger", kind="data_reuse", since=10)
+def matmul_integer(ctx, a, b, a_zp=None, b_zp=None):
+  """ONNX MatMulInteger (module docstring): the int32 matmul of the zero-point-shifted operands."""
+  return [matmul_sum(ctx, *_matmul_operands(ctx, a, b, a_zp, b_zp))]
+
+
+@op("QLinearMatMul", kind="data_reuse", since=10)
+def qlinear_matmul(ctx, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
+  """ONNX QLinearMatMul (module docstring): MatMulInteger requantized to y's type; A's scale per tensor or per
+  row, B's per tensor or per column."""
+  acc = matmul_sum(ctx, *_matmul_operands(ctx, a, b, a_zp, b_zp))
+  out = acc.shape
+  rows = -2 if len(a.shape) > 1 and len(out) > 1 else None
+  scales = (_per(ctx, a_scale, out, "a_scale", rows), _per(ctx, b_scale, out, "b_scale", -1))
+  return [_requantize(ctx, acc, scales, y_scale, y_zp)]
