@@ -11,9 +11,9 @@ target, precision=p)`` with the default (Gensor) schedules, then per target:
   largest magnitude, in epsilons of the half type (2^-10 for fp16, 2^-7 for bf16), run in the CPU simulator on
   the same random input;
 - ``int8-qdq``: the model quantized by onnxruntime's ``quantize_static`` (QDQ format, int8 activations calibrated
-  on 8 random inputs, per-channel int8 weights) and compiled as it is: each QuantizeLinear / DequantizeLinear pair
-  fuses into the epilogue of the kernel before it (values rounded to the int8 grid, stored as float32), the
-  kernels compute in float32. Its ``err`` is the relative difference itself (not in eps), and ``ort`` whether
+  on 8 random inputs, per-channel int8 weights) and compiled as it is: its convolutions and matmuls become
+  QLinearConv / QLinearMatMul kernels (int8 reads, int32 sums; minicomp/frontend/qdq.py), the rest computes in
+  float32 between its DequantizeLinear and QuantizeLinear, storing int8. Its ``err`` is the relative difference itself (not in eps), and ``ort`` whether
   minicomp's output equals onnxruntime's on that input.
 
   python benchmarks/precision.py                                   # 4 models, sm_86 and h100 (~10 min, 2 cores)

@@ -17,7 +17,7 @@ from minicomp.errors import (AnnotationError, CalibrationError, ClusterError, Co
                              MinicompError, MissingDependencyError, ModelError, NoGPUError, NVRTCError, OccupancyError, PTXAnalysisError,
                              RecordsError, ReportError, RuntimeLaunchError, SaveError, SaveFormatError, ScheduleError, ShapeError,
                              SimulatorCompileError, SimulatorError, SketchError, TargetError, TEError, TuneError,
-                             UnsupportedOpError, UsageError, WorkerLostError)
+                             UnevaluableError, UnsupportedOpError, UsageError, WorkerLostError)
 from minicomp.target import Target
 from minicomp.ir.expr import (Expr, IterVar, all_of, cast, const, erf, exp, log, power, rsqrt, select, sigmoid, sqrt,
                               tanh, var)
@@ -33,7 +33,7 @@ __all__ = ["AnnotationError", "CalibrationError", "ClusterError", "CodegenError"
            "MinicompError", "MissingDependencyError", "ModelError", "NoGPUError", "NVRTCError", "OccupancyError", "PTXAnalysisError",
            "RecordsError", "ReportError", "RuntimeLaunchError", "SaveError", "SaveFormatError", "ScheduleError", "ShapeError",
            "SimulatorCompileError", "SimulatorError", "SketchError", "TargetError", "TEError", "TuneError",
-           "UnsupportedOpError", "UsageError", "WorkerLostError", "Target", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp",
+           "UnevaluableError", "UnsupportedOpError", "UsageError", "WorkerLostError", "Target", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp",
            "log", "power", "rsqrt", "select", "sigmoid", "sqrt", "tanh", "var", "Tensor", "compute", "max", "min",
            "placeholder", "reduce_axis", "sum", "ComputeDAG", "Schedule", "Kernel", "build"]
 

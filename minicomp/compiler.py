@@ -72,7 +72,8 @@ def build_rule_based(dag, built: Builds, name: str, key: str = "") -> Built:
 
 # Tasks of these ops never keep the rule-based schedule: research/compile_choice.py (118 tasks of 9 models, sm_86
 # and h100) found it 2.8x (at best) to 8.9x (median) slower than Gensor's there, so it is built only if Gensor's fail
-RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "ConvInteger",
+                             "MatMulInteger"})
 
 
 def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,

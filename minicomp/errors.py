@@ -16,6 +16,19 @@ class ExprError(MinicompError):
   """An expression was built or evaluated with the wrong types or arity."""
 
 
+class UnevaluableError(ExprError):
+  """An expression could not be evaluated: a variable has no value or a tensor read has no ``loads`` callback.
+  The expression is printed (its first 200 characters) only when the message is read: callers that try an
+  evaluation and catch the failure (the static model's data-dependent guards) would otherwise print every
+  expression they try (38 s of a QDQ ResNet-18's compile)."""
+
+  def __init__(self, message: str, expr):
+    super().__init__(message)
+    self.expr = expr
+
+  def __str__(self) -> str: return f"{self.args[0]} in {str(self.expr)[:200]}"
+
+
 class TEError(MinicompError):
   """A tensor expression is malformed (wrong number of indices, unknown axis, ...)."""
 

@@ -43,10 +43,10 @@ def test_attention_is_its_onnx_definition_against_numpy():
 
 
 def test_an_op_whose_body_is_not_taken_is_refused_by_its_own_name():
-  # DynamicQuantizeLinear's ONNX body is written at an older opset than the model's, which ONNX's inliner leaves
-  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])
-  outs = [helper.make_tensor_value_info("y", TensorProto.UINT8, [3, 4]),
-          helper.make_tensor_value_info("s", TensorProto.FLOAT, []), helper.make_tensor_value_info("z", TensorProto.UINT8, [])]
-  g = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dq")], "g", [x], outs)
-  with pytest.raises(UnsupportedOpError, match="DynamicQuantizeLinear \\(node 'dq'\\)"):
+  # AffineGrid's ONNX body is written at opset 20, which ONNX's inliner leaves in an opset-21 model
+  theta = helper.make_tensor_value_info("theta", TensorProto.FLOAT, [2, 2, 3])
+  size = helper.make_tensor("size", TensorProto.INT64, [4], [2, 3, 4, 5])
+  outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5, 2])]
+  g = helper.make_graph([helper.make_node("AffineGrid", ["theta", "size"], ["y"], name="ag")], "g", [theta], outs, [size])
+  with pytest.raises(UnsupportedOpError, match="AffineGrid \\(node 'ag'\\)"):
     mc.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), target="sm_80", progress=False)

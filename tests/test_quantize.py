@@ -47,14 +47,11 @@ def test_blocked_quantization_is_refused_by_name():
     mc.compile(m, target="sm_86", progress=False)
 
 
-def test_int8_qdq_model_from_onnxruntime_static_quantization_matches_it(tmp_path):
-  """A small ResNet basic block (8 channels, 10x10) quantized by onnxruntime's quantize_static (QDQ, int8
-  activations and per-channel int8 weights): minicomp computes between each DequantizeLinear and QuantizeLinear
-  in float32, onnxruntime with its int8 kernels; here the outputs are equal (at 64 channels and 56x56 a few
-  differ by up to 3 output steps: docs/onnx.md)."""
+def _quantized(model, feeds, tmp_path, pre_process: bool = False) -> onnx.ModelProto:
+  """``model`` as onnxruntime's quantize_static writes it (QDQ, int8 activations calibrated on 8 random inputs,
+  per-channel int8 weights), after its recommended pre-processing (BatchNormalization folded) if asked."""
   from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-  from minicomp import zoo
-  m, feeds = zoo.residual_block()
+  from onnxruntime.quantization.shape_inference import quant_pre_process
   (name, x), = feeds.items()
 
   class Reader(CalibrationDataReader):
@@ -62,14 +59,58 @@ def test_int8_qdq_model_from_onnxruntime_static_quantization_matches_it(tmp_path
       self.it = iter([{name: np.random.default_rng(s).standard_normal(x.shape).astype(np.float32)} for s in range(8)])
 
     def get_next(self): return next(self.it, None)
-  fp, qp = tmp_path / "f.onnx", tmp_path / "q.onnx"
-  onnx.save(m, fp)
-  quantize_static(str(fp), str(qp), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                  weight_type=QuantType.QInt8, per_channel=True)
-  q = onnx.load(qp)
+  fp, pp, qp = tmp_path / "f.onnx", tmp_path / "p.onnx", tmp_path / "q.onnx"
+  onnx.save(model, fp)
+  if pre_process: quant_pre_process(str(fp), str(pp), skip_symbolic_shape=True)
+  quantize_static(str(pp if pre_process else fp), str(qp), Reader(), quant_format=QuantFormat.QDQ,
+                  activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True)
+  return onnx.load(qp)
+
+
+def test_int8_qdq_model_from_onnxruntime_static_quantization_matches_it(tmp_path):
+  """A small ResNet basic block (8 channels, 10x10) quantized by onnxruntime's quantize_static: each
+  DequantizeLinear -> Conv -> QuantizeLinear becomes a QLinearConv (frontend/qdq.py), an int32 sum of the int8
+  values; the output equals onnxruntime's."""
+  from minicomp import zoo
+  m, feeds = zoo.residual_block()
+  q = _quantized(m, feeds, tmp_path)
   assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in q.graph.node}
-  import onnxruntime as ort
-  want = ort.InferenceSession(str(qp), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-  got = mc.compile(q, target="sm_86", progress=False).run(feeds)[0]
-  step = float(np.min(np.abs(np.diff(np.unique(want)))))       # the output's quantization step
-  assert np.abs(got - want).max() <= 1e-6 * max(1.0, step), (np.abs(got - want).max(), step)
+  want = run_ort(q, feeds)[0]
+  cm = mc.compile(q, target="sm_86", progress=False)
+  assert sum("QLinearConv" in c.ops for c in cm.calls) == 2
+  assert np.array_equal(cm.run(feeds)[0], want)
+
+
+def test_int8_qdq_resnet18_equals_onnxruntime_with_every_conv_an_integer_kernel(tmp_path):
+  """ResNet-18's layers (width 16, 32x32: the simulator's time) through onnxruntime's pre-processing and static
+  quantization: all 20 convolutions compile into QLinearConv kernels reading int8, and the output equals
+  onnxruntime's bit for bit."""
+  from minicomp import zoo
+  m, feeds = zoo.resnet18(hw=32, width=16, classes=10)
+  q = _quantized(m, feeds, tmp_path, pre_process=True)
+  cm = mc.compile(q, target="sm_86", schedules="rules", progress=False)
+  assert sum("QLinearConv" in c.ops for c in cm.calls) == 20 and not any("Conv" in c.ops for c in cm.calls)
+  qconv = [c for c in cm.calls if "QLinearConv" in c.ops]
+  assert all(cm.kernels[c.kernel].plan.inputs[0].dtype == "int8" for c in qconv[1:])   # the stem reads float x
+  assert np.array_equal(cm.run(feeds, device="cpu")[0], run_ort(q, feeds)[0])
+
+
+@pytest.mark.parametrize("zp,fused", [(-128, True), (0, False)])
+def test_a_relu_before_quantize_is_dropped_only_where_saturation_implies_it(zp, fused):
+  """DequantizeLinear -> Conv -> Relu -> QuantizeLinear: with the int8 zero point at -128 the Relu changes nothing
+  after saturation and the pattern is a QLinearConv; at 0 it stays in float. Both equal onnxruntime."""
+  from minicomp.frontend.qdq import fuse_qdq
+  rng = np.random.default_rng(1)
+  x = rng.integers(-128, 128, (1, 3, 6, 6)).astype(np.int8)
+  nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+           helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+           helper.make_node("Conv", ["xf", "wf"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+           helper.make_node("Relu", ["c"], ["r"]),
+           helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["y"])]
+  inits = {"xs": np.float32(0.03), "xz": np.int8(2), "w": rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8),
+           "ws": np.array([0.01, 0.02, 0.015, 0.005], np.float32), "wz": np.zeros(4, np.int8),
+           "ys": np.float32(0.1), "yz": np.int8(zp)}
+  m = make_model(nodes, {"x": x}, ["y"], inits)
+  assert fuse_qdq(m)[1] == int(fused)
+  got = mc.compile(m, target="sm_86", schedules="rules", progress=False).run({"x": x}, device="cpu")[0]
+  assert np.array_equal(got, run_ort(m, {"x": x})[0])

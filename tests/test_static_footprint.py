@@ -505,3 +505,21 @@ def test_a_vectorized_access_is_one_request_per_warp(dtype, width):
   a = next(x for x in dm.accesses if x.buffer == "A")
   assert a.requests == pytest.approx(8192 / (32 * width))
   assert a.sectors_per_request == pytest.approx(32 * width * (4 if dtype == "float32" else 2) / 32)
+
+
+def test_a_load_under_a_data_dependent_select_is_one_access():
+  """``x < 0 ? 0.1 * x : x`` reads x once per element (the condition, on loaded data, bounds neither branch):
+  one access, not one under the condition, one under its negation and one in the condition; and the
+  footprint's reads equal the elements."""
+  from minicomp.ir import te
+  from minicomp.ir.expr import select
+  X = te.placeholder((4, 64), name="x")
+  Y = te.compute((4, 64), lambda i, j: select(X[i, j] < 0.0, X[i, j] * 0.1, X[i, j]), name="y")
+  s = mc.Schedule([Y])
+  f = s.fuse(Y, *s.axis(Y))
+  fo, t = s.split(Y, f, 64)
+  s.bind(Y, fo, "blockIdx.x"); s.bind(Y, t, "threadIdx.x")
+  k = s.lower().kernels[0]
+  assert sum(a.buffer.name == "x" for a in collect_accesses(k)[0]) == 1
+  x_traffic = next(b for b in data_movement(k).buffers if b.name == "x")
+  assert x_traffic.reads == 256

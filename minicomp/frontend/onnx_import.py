@@ -1,7 +1,8 @@
 """ONNX import: a ModelProto (or a path) -> :class:`~minicomp.frontend.graph.Graph`.
 
 Steps: read; substitute user ``input_shapes``; ``onnx.checker``; convert a model below opset 13 to 13
-(ONNX's version converter); refuse dynamic input dims;
+(ONNX's version converter); rewrite QDQ convolutions and matmuls into QLinearConv / QLinearMatMul
+(:mod:`minicomp.frontend.qdq`); refuse dynamic input dims;
 ``onnx.shape_inference``; replace nodes of ops minicomp does not lower but ONNX defines by a function body with
 that body (:mod:`minicomp.frontend.expand`: ``Attention``); collect initializers as constants; fold every node whose inputs are
 all constant (plus ``Shape`` / ``Size`` of statically shaped values) with ONNX's reference
@@ -23,6 +24,7 @@ from onnx import helper, numpy_helper, shape_inference
 from minicomp.errors import ModelError, ShapeError, UnsupportedOpError
 from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_to_dtype
 from minicomp.frontend.expand import expand_functions
+from minicomp.frontend.qdq import fuse_qdq
 from minicomp.frontend.graph import Graph, Node, Value
 
 # Opsets below MIN_OPSET are converted to it (ONNX's version converter); MAX_OPSET is the newest the
@@ -146,6 +148,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
   _check_int_attrs(m)
   _refuse_non_tensors(m)
   m, opset = _upgrade(m, opset)
+  m, _ = fuse_qdq(m)
   inits = {t.name for t in m.graph.initializer}
   dynamic = []
   for inp in m.graph.input:

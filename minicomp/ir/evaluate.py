@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from minicomp.errors import ExprError
+from minicomp.errors import ExprError, UnevaluableError
 from minicomp.ir.expr import Expr
 from minicomp.ir.ops import DTYPES, INTEGER_DTYPES, Op, np_type
 
@@ -96,8 +96,8 @@ def evaluate(e: Expr, env: dict[str, Any] | None = None, xp=np, loads: Callable 
     return fold(e, table, env or {}, what="evaluate")
   except ExprError as err:
     if Op.LOAD not in table and "no rule for LOAD" in str(err):
-      raise ExprError(f"cannot evaluate tensor read in {str(e)[:200]} without a `loads` callback") from None
-    if "no value for variable" in str(err): raise ExprError(f"{err} in {str(e)[:200]}") from None
+      raise UnevaluableError("cannot evaluate a tensor read without a `loads` callback", e) from None
+    if "no value for variable" in str(err): raise UnevaluableError(str(err), e) from None
     raise
 
 

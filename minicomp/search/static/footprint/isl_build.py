@@ -32,7 +32,7 @@ import numpy as np
 
 from minicomp.errors import FootprintError
 from minicomp.ir.evaluate import evaluate
-from minicomp.ir.expr import Expr, free_vars, var
+from minicomp.ir.expr import Expr, free_vars, var, walk
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Seq, Store, Sync, walk_scoped
 from minicomp.ir.ops import INT_DTYPES, Op
@@ -261,6 +261,12 @@ def _int(e) -> int:
 # ---------------------------------------------------------------------------------------------
 # collecting accesses
 
+@functools.lru_cache(maxsize=4096)
+def reads_memory(e: Expr) -> bool:
+  """Whether ``e`` loads from a buffer (its value depends on data)."""
+  return any(n.op is Op.LOAD for n in walk(e))
+
+
 def collect_accesses(kernel: LoopKernel) -> tuple[list[Access], list[LoopNode]]:
   """Every access of ``kernel`` (in program order) and every loop (pre-order)."""
   for d in tuple(kernel.grid) + tuple(kernel.block): _int(d)
@@ -277,7 +283,11 @@ def collect_accesses(kernel: LoopKernel) -> tuple[list[Access], list[LoopNode]]:
       seen.add(key)
       if n.op is Op.SELECT:
         c = n.src[0]
-        go(c, cs); go(n.src[1], cs + (c,)); go(n.src[2], cs + (~c,))
+        go(c, cs)
+        if reads_memory(c):   # a data-dependent condition bounds nothing (both branches may run): one access each
+          go(n.src[1], cs); go(n.src[2], cs)
+        else:
+          go(n.src[1], cs + (c,)); go(n.src[2], cs + (~c,))
         return
       if n.op is Op.LOAD:
         accesses.append(Access(n.arg, "read", n.src[0], lp, cs))
