@@ -52,6 +52,8 @@ REASONS = [
   ("op version", r"version \d+ \(opset \d+\) is newer than its lowering"),
   ("opset", r"newer than the installed onnx|could not be converted to opset"),
   ("training mode", r"training"),
+  ("runtime control flow", r"trip count is not a constant|loop ends on a condition|runtime condition with branches|"
+                           r"condition is not a constant true"),
   ("op form not implemented", r"is not supported|are supported|not one of|at most \d"),
 ]
 
@@ -63,6 +65,7 @@ SHAPE_OPERANDS = {
                          "CastLike")},
   "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3), "ConstantOfShape": (0,), "Range": (0, 1, 2),
   "Dropout": (1, 2), "BlackmanWindow": (0,), "HannWindow": (0,), "HammingWindow": (0,), "Upsample": (1,),
+  "Loop": (0, 1), "AffineGrid": (1,),   # a loop's trip count and condition: how far it unrolls
 }
 SHAPE_ONLY = {"Shape", "Size"}   # ops that read only the shape of their input
 
@@ -91,6 +94,8 @@ FOLDED = {"Constant"}   # ops the importer always evaluates (no lowering needed)
 def missing_ops(model: onnx.ModelProto) -> list[str]:
   """The ops of ``model`` minicomp has no lowering for (by name: a newer op version is a refusal), after the
   import's expansion of ops ONNX defines by a function body (minicomp.frontend.expand)."""
+  from minicomp.errors import MinicompError
+  from minicomp.frontend.control_flow import OPS as CONTROL_FLOW, unroll_control_flow
   from minicomp.frontend.expand import expand_functions
   from onnx import version_converter
 
@@ -101,11 +106,31 @@ def missing_ops(model: onnx.ModelProto) -> list[str]:
   try:
     if opset < MIN_OPSET:             # what the importer does first (Upsample-9 becomes a Resize, Scatter-10 ...)
       model, opset = version_converter.convert_version(model, MIN_OPSET), MIN_OPSET
-    model, _ = expand_functions(onnx.shape_inference.infer_shapes(model), opset, onnx.shape_inference.infer_shapes)
+    model = onnx.shape_inference.infer_shapes(model)
+    for _ in range(3):      # as the importer: control flow unrolled, function bodies expanded, in turn
+      try:
+        model = unroll_control_flow(model, onnx.shape_inference.infer_shapes)
+      except MinicompError:   # refused with a reason when the case runs (a trip count bound only then)
+        pass
+      model, expanded = expand_functions(model, opset, onnx.shape_inference.infer_shapes)
+      if not expanded: break
   except Exception:  # noqa: BLE001 -- a model ONNX cannot infer: its ops as they are
     pass
+  have |= set(CONTROL_FLOW)
+  nodes = list(model.graph.node)
+  for n in list(nodes):   # control flow left (its extent bound only when the case runs): its bodies' ops count
+    for a in n.attribute:
+      nodes += [b for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)) for b in _all_nodes(g)]
   return sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-                 for n in model.graph.node if n.domain not in ("", "ai.onnx") or n.op_type not in have})
+                 for n in nodes if n.domain not in ("", "ai.onnx") or n.op_type not in have})
+
+
+def _all_nodes(g: onnx.GraphProto) -> list:
+  out = list(g.node)
+  for n in g.node:
+    for a in n.attribute:
+      out += [b for s in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)) for b in _all_nodes(s)]
+  return out
 
 
 def reason_of(err: Exception) -> str | None:
@@ -179,6 +204,7 @@ def run_case(case, freeze: bool = True) -> Result:
   """Compile and run one case on the CPU simulator; never raises."""
   import minicomp as mc
   from minicomp.errors import MinicompError, UnsupportedOpError
+  from minicomp.frontend.control_flow import OPS as CONTROL_FLOW
   from minicomp.graph.registry import supported_ops
   t0 = time.perf_counter()
   miss = missing_ops(case.model)
@@ -196,7 +222,7 @@ def run_case(case, freeze: bool = True) -> Result:
       bad = compare(cm.run(feeds, device="cpu"), _arrays(outs), case.rtol, case.atol)
       if bad: return done("wrong", "", bad)
   except MinicompError as e:
-    lacking = sorted({op for op, _ in e.nodes if op not in set(supported_ops()) | FOLDED}) \
+    lacking = sorted({op for op, _ in e.nodes if op not in set(supported_ops()) | FOLDED | set(CONTROL_FLOW)}) \
       if isinstance(e, UnsupportedOpError) else []
     if lacking: return done("unsupported op", ", ".join(lacking))   # an op ONNX's body could not replace
     reason = reason_of(e)

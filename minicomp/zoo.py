@@ -208,6 +208,35 @@ def llama_block(s: int = 8, heads: int = 4, kv_heads: int = 2, hd: int = 8, ff: 
   return b.model({"x": _x(9, 1, s, d)}, [y], name="llama_block"), {"x": _x(9, 1, s, d)}
 
 
+def llama_block_23(s: int = 8, heads: int = 4, kv_heads: int = 2, hd: int = 8, ff: int = 64):
+  """The Llama decoder layer as recent exporters write it at opset 23: RMSNormalization, RotaryEmbedding on the
+  query and key heads (position ids a graph input), grouped-query causal Attention, residual, RMSNormalization,
+  SwiGLU MLP, residual. Inputs ``x [1, s, heads * hd]`` and ``pos [1, s]`` (int64)."""
+  b = _B(14)
+  d = heads * hd
+  def heads_of(t, h):   # (1, s, h * hd) -> (1, h, s, hd)
+    r = b.op("Reshape", [t, b.const(np.array([1, s, h, hd], np.int64), "shape")])
+    return b.op("Transpose", [r], perm=[0, 2, 1, 3])
+  rms = lambda t: b.op("RMSNormalization", [t, b.const((1 + 0.1 * b.rng.standard_normal(d)).astype(np.float32), "rms_w")],
+                       axis=-1, epsilon=1e-6)
+  angle = np.outer(np.arange(2 * s), 10000.0 ** (-np.arange(0, hd, 2) / hd))          # [positions, hd / 2]
+  cos, sin = b.const(np.cos(angle).astype(np.float32), "cos"), b.const(np.sin(angle).astype(np.float32), "sin")
+  rope = lambda t: b.op("RotaryEmbedding", [t, cos, sin, "pos"])
+  x = rms("x")
+  q = rope(heads_of(b.op("MatMul", [x, b.w(d, d)]), heads))
+  k = rope(heads_of(b.op("MatMul", [x, b.w(d, kv_heads * hd)]), kv_heads))
+  v = heads_of(b.op("MatMul", [x, b.w(d, kv_heads * hd)]), kv_heads)
+  o = b.op("Transpose", [b.op("Attention", [q, k, v], is_causal=1)], perm=[0, 2, 1, 3])
+  o = b.op("Reshape", [o, b.const(np.array([1, s, d], np.int64), "shape")])
+  h = b.op("Add", ["x", b.op("MatMul", [o, b.w(d, d)])])
+  u = rms(h)
+  gate = b.op("MatMul", [u, b.w(d, ff)])
+  act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), b.op("MatMul", [u, b.w(d, ff)])])
+  y = b.op("Add", [h, b.op("MatMul", [act, b.w(ff, d)])])
+  feeds = {"x": _x(14, 1, s, d), "pos": (np.arange(s, dtype=np.int64) + 3)[None]}
+  return b.model(feeds, [y], opset=23, name="llama_block_23"), feeds
+
+
 def generator(n: int = 1, z: int = 16, c: int = 8):
   """DCGAN-style stack: ConvTranspose 4x4 s1 (1x1 -> 4x4), BN, ReLU, ConvTranspose 4x4 s2 p1 (-> 8x8), Tanh."""
   b = _B(5)
@@ -297,4 +326,4 @@ def lstm_tagger(t: int = 6, batch: int = 2, vocab: int = 40, emb: int = 16, hidd
 TEST_MODELS = {"residual_block": residual_block, "inverted_residual": inverted_residual,
                "transformer_encoder": transformer_encoder, "decoder_block": decoder_block, "generator": generator,
                "conv3d_block": conv3d_block, "llama_block": llama_block, "grouped_block": grouped_block,
-               "lstm_tagger": lstm_tagger}
+               "lstm_tagger": lstm_tagger, "llama_block_23": llama_block_23}

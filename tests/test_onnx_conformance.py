@@ -56,7 +56,11 @@ ALWAYS = ["test_and_bcast4v4d", "test_not_2d", "test_gather_elements_negative_in
           "test_eyelike_with_dtype", "test_eyelike_populate_off_main_diagonal", "test_upsample_nearest",
           "test_scatter_with_axis",
           # the recurrent ops, unrolled at import (frontend/recurrent.py)
-          "test_lstm_with_peepholes", "test_lstm_batchwise", "test_gru_seq_length", "test_simple_rnn_bidirectional"]
+          "test_lstm_with_peepholes", "test_lstm_batchwise", "test_gru_seq_length", "test_simple_rnn_bidirectional",
+          # the integer convolutions and matmuls; control flow unrolled (frontend/control_flow.py)
+          "test_convinteger_with_padding", "test_qlinearconv", "test_qlinearmatmul_3D_int8_float16",
+          "test_dynamicquantizelinear", "test_if", "test_loop11", "test_scan9_multi_state",
+          "test_linear_attention_gated_delta", "test_affine_grid_3d_align_corners"]
 
 
 @functools.lru_cache(maxsize=1)

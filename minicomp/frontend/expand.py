@@ -13,6 +13,7 @@ import onnx
 from onnx import inliner
 
 from minicomp.frontend import recurrent
+from minicomp.frontend.control_flow import OPS as CONTROL_FLOW
 
 DOMAIN = "minicomp.expanded"     # where the per-node function copies live until they are inlined
 MAX_DEPTH = 3
@@ -98,7 +99,7 @@ def expand_functions(m: onnx.ModelProto, opset: int, infer) -> tuple[onnx.ModelP
     types, calls = _types(m), {}
     for k, node in enumerate(m.graph.node):
       fp = None if _lowered(node.op_type, node.domain, opset) else _body(node, types, opset)
-      if fp is not None and all(_lowered(n.op_type, n.domain, opset) or n.op_type == "Constant"
+      if fp is not None and all(_lowered(n.op_type, n.domain, opset) or n.op_type in ("Constant",) + CONTROL_FLOW
                                 or _body(n, {}, opset) is not None for n in fp.node):
         fp.name, fp.domain = f"{node.op_type}_{k}", DOMAIN
         calls[k] = fp

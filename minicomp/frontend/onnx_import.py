@@ -3,7 +3,8 @@
 Steps: read; substitute user ``input_shapes``; ``onnx.checker``; convert a model below opset 13 to 13
 (ONNX's version converter); rewrite QDQ convolutions and matmuls into QLinearConv / QLinearMatMul
 (:mod:`minicomp.frontend.qdq`); refuse dynamic input dims;
-``onnx.shape_inference``; replace nodes of ops minicomp does not lower but ONNX defines by a function body with
+``onnx.shape_inference``; unroll If / Loop / Scan of a static extent (:mod:`minicomp.frontend.control_flow`);
+replace nodes of ops minicomp does not lower but ONNX defines by a function body with
 that body (:mod:`minicomp.frontend.expand`: ``Attention``); collect initializers as constants; fold every node whose inputs are
 all constant (plus ``Shape`` / ``Size`` of statically shaped values) with ONNX's reference
 evaluator, which removes the Shape/Gather/Concat/Reshape chains exporters emit; re-run shape
@@ -23,6 +24,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from minicomp.errors import ModelError, ShapeError, UnsupportedOpError
 from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_to_dtype
+from minicomp.frontend.control_flow import unroll_control_flow
 from minicomp.frontend.expand import expand_functions
 from minicomp.frontend.qdq import fuse_qdq
 from minicomp.frontend.graph import Graph, Node, Value
@@ -163,7 +165,10 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
                      ". Give their sizes: input_shapes={'x': (1, 3, 224, 224)} or a dim by its name, "
                      "input_shapes={'batch': 1} (command line: --input-shape x=1,3,224,224 or --input-shape batch=1)")
   m = _infer_checked(m)
-  m, _ = expand_functions(m, opset, _infer_checked)
+  for _ in range(3):   # a function body may hold control flow (LinearAttention's Scan), a loop body functions
+    m = unroll_control_flow(m, _infer_checked)
+    m, expanded = expand_functions(m, opset, _infer_checked)
+    if not expanded: break
 
   values: dict[str, Value] = {}
   for t in m.graph.initializer:
@@ -213,6 +218,10 @@ def _upgrade(m: onnx.ModelProto, opset: int) -> tuple[onnx.ModelProto, int]:
   """A model below MIN_OPSET converted to MIN_OPSET with ONNX's version converter (the lowerings
   implement the op versions from opset 13 on); a model it cannot convert is a ModelError."""
   if opset >= MIN_OPSET: return m, opset
+  scan8 = next((n for n in m.graph.node if n.op_type == "Scan"), None) if opset < 9 else None
+  if scan8 is not None:
+    raise UnsupportedOpError(f"Scan node {scan8.name!r}: Scan-8 (a batch axis and sequence_lens) is not supported; "
+                             "export the model at opset 9 or later", [("Scan", scan8.name)])
   from onnx import version_converter
   try:      # the converter can turn an invalid model into a valid one of another meaning (a Softmax-11 axis out
     shape_inference.infer_shapes(m, check_type=True, strict_mode=True)   # of range becomes a Flatten): refuse first

@@ -38,6 +38,7 @@ from minicomp.search.measure import (ErrorKind, MeasureInput, MeasureResult, Mea
 
 log = logging.getLogger("minicomp")
 CONNECT_TIMEOUT_S = 5.0        # an address that does not answer a TCP connect in this time is unreachable
+CLIENT_ATTEMPTS = 3            # ray:// connections asked again when the client server fails to start
 CHECK_TIMEOUT_S = 120.0        # every node must run a first task (a worker starts, imports minicomp) in this time
 RETRIES = 1                    # Ray runs a task whose worker died once more
 START_HINT = "start one with `ray start --head` (docs/cluster.md)"
@@ -77,12 +78,19 @@ def connect(address: str = "auto", setup: str | None = None) -> Cluster:
     except OSError as e:
       raise ClusterError(f"cannot reach the Ray cluster at {address} ({e.strerror or type(e).__name__}); "
                          f"{START_HINT}") from None
-  try:
-    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, namespace="minicomp",
-             runtime_env={"worker_process_setup_hook": setup} if setup else None)
-  except Exception as e:   # ConnectionError (no cluster for "auto"), a version mismatch, ...
-    raise ClusterError(f"cannot connect to the Ray cluster at {address}: {type(e).__name__}: {_first_line(e)}; "
-                       f"{START_HINT}") from None
+  for attempt in range(CLIENT_ATTEMPTS):
+    try:
+      ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, namespace="minicomp",
+               runtime_env={"worker_process_setup_hook": setup} if setup else None)
+      break
+    except Exception as e:   # ConnectionError (no cluster for "auto"), a version mismatch, ...
+      # Ray Client's server starts a process per client; on a loaded head it can miss its start-up deadline
+      # ("Initialization failure from server"): asked again, it usually comes up
+      if isinstance(e, ConnectionAbortedError) and attempt + 1 < CLIENT_ATTEMPTS:
+        time.sleep(2.0)
+        continue
+      raise ClusterError(f"cannot connect to the Ray cluster at {address}: {type(e).__name__}: {_first_line(e)}; "
+                         f"{START_HINT}") from None
   return Cluster(address, ray, owned=True)
 
 
