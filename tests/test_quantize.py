@@ -70,7 +70,7 @@ def _quantized(model, feeds, tmp_path, pre_process: bool = False) -> onnx.ModelP
 def test_int8_qdq_model_from_onnxruntime_static_quantization_matches_it(tmp_path):
   """A small ResNet basic block (8 channels, 10x10) quantized by onnxruntime's quantize_static: each
   DequantizeLinear -> Conv -> QuantizeLinear becomes a QLinearConv (frontend/qdq.py), an int32 sum of the int8
-  values; the output equals onnxruntime's."""
+  values; the output equals onnxruntime's, and again after a save and a load."""
   from minicomp import zoo
   m, feeds = zoo.residual_block()
   q = _quantized(m, feeds, tmp_path)
@@ -79,6 +79,7 @@ def test_int8_qdq_model_from_onnxruntime_static_quantization_matches_it(tmp_path
   cm = mc.compile(q, target="sm_86", progress=False)
   assert sum("QLinearConv" in c.ops for c in cm.calls) == 2
   assert np.array_equal(cm.run(feeds)[0], want)
+  assert np.array_equal(mc.load(cm.save(tmp_path / "saved")).run(feeds)[0], want)   # int8 weights saved as int8
 
 
 def test_int8_qdq_resnet18_equals_onnxruntime_with_every_conv_an_integer_kernel(tmp_path):

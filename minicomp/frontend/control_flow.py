@@ -149,7 +149,7 @@ def _if(node, k, consts, types) -> list[onnx.NodeProto]:
     sa, sb = _dims(a.type), _dims(b_.type)
     if sa is not None and sb is not None and sa != sb:
       raise _refuse(node, "a runtime condition with branches of different shapes "
-                               f"({a.name} {sa}, {b_.name} {sb}) is not supported")
+                          f"({a.name} {sa}, {b_.name} {sb}) is not supported")
   for o, t, e in zip(node.output, then, other):
     c.nodes.append(helper.make_node("Where", [node.input[0], t, e], [o]))
   return c.nodes
@@ -166,8 +166,7 @@ def _loop(node, k, consts, types) -> list[onnx.NodeProto]:
   ins = list(node.input) + [""] * (2 - len(node.input))
   trips = consts(ins[0]) if ins[0] else None
   if trips is None:
-    raise _refuse(node, "the trip count is not a constant (only loops of a constant trip count "
-                             "are unrolled)")
+    raise _refuse(node, "the trip count is not a constant (only loops of a constant trip count are unrolled)")
   trips = int(np.asarray(trips).reshape(-1)[0])
   cond = consts(ins[1]) if ins[1] else True
   if cond is None or not bool(np.asarray(cond).reshape(-1)[0]):
@@ -179,11 +178,10 @@ def _loop(node, k, consts, types) -> list[onnx.NodeProto]:
   if p is not None and p.op_type == "Constant":
     passes = bool(numpy_helper.to_array(p.attribute[0].t).reshape(-1)[0])
   if not passes:
-    raise _refuse(node, "the loop ends on a condition its body computes (only loops that run "
-                             "their whole constant trip count are unrolled)")
+    raise _refuse(node, "the loop ends on a condition its body computes (only loops that run their whole "
+                        "constant trip count are unrolled)")
   if trips * max(len(body.node), 1) > MAX_UNROLLED_NODES:
-    raise _refuse(node, f"{trips} iterations of a {len(body.node)}-node body exceed "
-                             f"{MAX_UNROLLED_NODES} unrolled nodes")
+    raise _refuse(node, f"{trips} iterations of a {len(body.node)}-node body exceed {MAX_UNROLLED_NODES} unrolled nodes")
   n_carried = len(body.input) - 2
   n_scan = len(body.output) - 1 - n_carried
   if trips == 0 and n_scan:
@@ -220,9 +218,8 @@ def _scan(node, k, consts, types) -> list[onnx.NodeProto]:
   if len(lengths) != 1: raise _refuse(node, f"scan inputs of different lengths {sorted(lengths)}")
   T = lengths.pop()
   if T * max(len(body.node), 1) > MAX_UNROLLED_NODES:
-    raise _refuse(node, f"{T} iterations of a {len(body.node)}-node body exceed "
-                             f"{MAX_UNROLLED_NODES} unrolled nodes")
-  if T == 0 and n_out: raise _refuse(node, f"a scan of length 0 has empty scan outputs")
+    raise _refuse(node, f"{T} iterations of a {len(body.node)}-node body exceed {MAX_UNROLLED_NODES} unrolled nodes")
+  if T == 0 and n_out: raise _refuse(node, "a scan of length 0 has empty scan outputs")
   c = _Copier(node, k)
   state, outs = list(node.input[:n_state]), [[] for _ in range(n_out)]
   for t in range(T):

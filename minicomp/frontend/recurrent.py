@@ -144,8 +144,9 @@ def recurrent_body(node: onnx.NodeProto, types: dict, opset: int) -> onnx.Functi
     W, R = b.index("in1", d), b.index("in2", d)                                    # [G H, I], [G H, H]
     bias = b.index("in3", d) if given(3) else None                                 # [2 G H]
     wb = rb = None
-    if bias is not None: wb, rb = b.op("Slice", bias, b.const([0], np.int64), b.const([G * H], np.int64)), \
-                                  b.op("Slice", bias, b.const([G * H], np.int64), b.const([2 * G * H], np.int64))
+    if bias is not None:                                                           # [Wb; Rb]
+      half = lambda lo, hi: b.op("Slice", bias, b.const([lo], np.int64), b.const([hi], np.int64))
+      wb, rb = half(0, G * H), half(G * H, 2 * G * H)
     lbr = kind == "GRU" and bool(attrs.get("linear_before_reset", 0))
     if lbr and bias is not None:   # Rbh is added inside the reset gate's product, the other biases up front
       rb_front = b.op("Mul", rb, b.const([1.0] * (2 * H) + [0.0] * H))
@@ -159,9 +160,12 @@ def recurrent_body(node: onnx.NodeProto, types: dict, opset: int) -> onnx.Functi
     y = [None] * T
     for t in steps:
       xt = b.index(XW, t)                                                          # [B, G H]
-      if kind == "LSTM": h_new, c_new = _lstm_step(b, xt, h, c, RT, P, H, acts[d], clip, bool(attrs.get("input_forget", 0)))
-      elif kind == "GRU": h_new, c_new = _gru_step(b, xt, h, RT, rb, H, acts[d], clip, lbr), None
-      else: h_new, c_new = b.activation(b.op("Add", xt, b.op("MatMul", h, RT)), acts[d][0], clip), None
+      if kind == "LSTM":
+        h_new, c_new = _lstm_step(b, xt, h, c, RT, P, H, acts[d], clip, bool(attrs.get("input_forget", 0)))
+      elif kind == "GRU":
+        h_new, c_new = _gru_step(b, xt, h, RT, rb, H, acts[d], clip, lbr), None
+      else:
+        h_new, c_new = b.activation(b.op("Add", xt, b.op("MatMul", h, RT)), acts[d][0], clip), None
       if masks:
         y[t] = b.op("Where", masks[t], h_new, zeros)
         h = b.op("Where", masks[t], h_new, h)
@@ -178,11 +182,11 @@ def recurrent_body(node: onnx.NodeProto, types: dict, opset: int) -> onnx.Functi
   results = [b.op("Concat", *ys, axis=1), stack(hs)] + ([stack(cs)] if kind == "LSTM" else [])
   perms = [[2, 0, 1, 3], [1, 0, 2], [1, 0, 2]]
   for k, name in enumerate(outs):
-    b.op("Transpose", results[k], perm=perms[k]) if layout else b.op("Identity", results[k])
-    b.nodes[-1].output[0] = name
-  fp = helper.make_function("minicomp.recurrent", kind, [f"in{k}" for k in range(len(node.input))], outs,
-                            b.nodes, [helper.make_opsetid("", opset)])
-  return fp
+    if layout: b.op("Transpose", results[k], perm=perms[k])
+    else: b.op("Identity", results[k])
+    b.nodes[-1].output[0] = name                                                   # the formal output
+  return helper.make_function("minicomp.recurrent", kind, [f"in{k}" for k in range(len(node.input))], outs,
+                              b.nodes, [helper.make_opsetid("", opset)])
 
 
 def _gates(b: _Body, xt: str, h: str, RT: str, H: int, n: int) -> list[str]:
