@@ -8,7 +8,9 @@ Rules, in terms of the op kinds of the registry:
 - an ``elementwise`` / ``broadcast`` op joins the group of its runtime input when that input is
   produced in a group and read by nothing else (epilogue fusion: bias, folded BN, activation,
   residual add, ...), as long as the group has no other consumer of that value; it also joins
-  a group with no anchor yet (elementwise chains become one kernel);
+  a group with no anchor yet (elementwise chains become one kernel), unless its input is read elsewhere too and
+  its output is wider (a DequantizeLinear of an int8 value another kernel reads: that value is stored anyway,
+  and each reader dequantizes it in its loads instead of reading a float32 copy);
 - an ``injective`` op (pad, transpose, slice, ...) or elementwise op whose only consumer is in
   one group is pulled into that group as a prologue (inlined into the reads); so is a chain of them (a group
   without an anchor) whose only consumer is one node of a group without an anchor (an LSTM's
@@ -22,6 +24,7 @@ A group's outputs are the values it produces that are read outside it or are gra
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from minicomp.frontend.graph import Graph, Node
@@ -48,6 +51,15 @@ class Partition:
 
 def _kind(g: Graph, n: Node) -> str:
   return lookup(n.op_type, g.opset).kind
+
+
+def _widens(g: Graph, n: Node, i: str) -> bool:
+  """Whether ``n``'s output takes more bytes than its input ``i`` (a DequantizeLinear of int8, a Cast to a wider
+  type): joined to the group making ``i``, it would be stored beside ``i`` at more bytes than ``i`` itself."""
+  from minicomp.ir.ops import DTYPE_BYTES
+  vi, vo = g.values.get(i), g.values.get(n.outputs[0]) if n.outputs else None
+  if vi is None or vo is None: return False
+  return math.prod(vo.shape) * DTYPE_BYTES.get(vo.dtype, 4) > math.prod(vi.shape) * DTYPE_BYTES.get(vi.dtype, 4)
 
 
 def partition(g: Graph) -> Partition:
@@ -81,6 +93,7 @@ def partition(g: Graph) -> Partition:
         # a pure elementwise group takes any pointwise reader (diamonds fuse; a value read outside
         # becomes one more output); an anchored group only takes the single reader of its value
         if len(grp.nodes) >= MAX_GROUP_NODES: continue
+        if not single and _widens(g, n, i): continue   # its input is stored anyway: readers widen it themselves
         if ready and (grp.anchor is None or (single and _kind(g, grp.anchor) in ("data_reuse", "reduction"))):
           target = grp
           break
