@@ -78,6 +78,7 @@ def test_int8_qdq_model_from_onnxruntime_static_quantization_matches_it(tmp_path
   want = run_ort(q, feeds)[0]
   cm = mc.compile(q, target="sm_86", progress=False)
   assert sum("QLinearConv" in c.ops for c in cm.calls) == 2
+  assert cm.calls[0].ops == ["QuantizeLinear"]     # the input stored once, as int8 (its readers dequantize it)
   assert np.array_equal(cm.run(feeds)[0], want)
   assert np.array_equal(mc.load(cm.save(tmp_path / "saved")).run(feeds)[0], want)   # int8 weights saved as int8
 
