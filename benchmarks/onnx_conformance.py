@@ -94,43 +94,35 @@ FOLDED = {"Constant"}   # ops the importer always evaluates (no lowering needed)
 def missing_ops(model: onnx.ModelProto) -> list[str]:
   """The ops of ``model`` minicomp has no lowering for (by name: a newer op version is a refusal), after the
   import's expansion of ops ONNX defines by a function body (minicomp.frontend.expand)."""
-  from minicomp.errors import MinicompError
-  from minicomp.frontend.control_flow import OPS as CONTROL_FLOW, unroll_control_flow
-  from minicomp.frontend.expand import expand_functions
+  from minicomp.frontend.expand import expand_model
   from onnx import version_converter
 
   from minicomp.frontend.onnx_import import MIN_OPSET
-  from minicomp.graph.registry import supported_ops
-  have = set(supported_ops()) | FOLDED
   opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
   try:
     if opset < MIN_OPSET:             # what the importer does first (Upsample-9 becomes a Resize, Scatter-10 ...)
       model, opset = version_converter.convert_version(model, MIN_OPSET), MIN_OPSET
-    model = onnx.shape_inference.infer_shapes(model)
-    for _ in range(3):      # as the importer: control flow unrolled, function bodies expanded, in turn
-      try:
-        model = unroll_control_flow(model, onnx.shape_inference.infer_shapes)
-      except MinicompError:   # refused with a reason when the case runs (a trip count bound only then)
-        pass
-      model, expanded = expand_functions(model, opset, onnx.shape_inference.infer_shapes)
-      if not expanded: break
+    # as the importer does; control flow it cannot unroll yet stays (a trip count is bound only when the case runs)
+    model = expand_model(onnx.shape_inference.infer_shapes(model), opset, onnx.shape_inference.infer_shapes,
+                         refuse=False)
   except Exception:  # noqa: BLE001 -- a model ONNX cannot infer: its ops as they are
     pass
-  have |= set(CONTROL_FLOW)
-  nodes = list(model.graph.node)
-  for n in list(nodes):   # control flow left (its extent bound only when the case runs): its bodies' ops count
-    for a in n.attribute:
-      nodes += [b for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)) for b in _all_nodes(g)]
+  have = known_ops()
   return sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-                 for n in nodes if n.domain not in ("", "ai.onnx") or n.op_type not in have})
+                 for n in _all_nodes(model.graph) if n.domain not in ("", "ai.onnx") or n.op_type not in have})
+
+
+def known_ops() -> set[str]:
+  """The ops minicomp compiles: its lowerings, the ops the importer evaluates, and control flow (unrolled)."""
+  from minicomp.frontend.control_flow import OPS as CONTROL_FLOW
+  from minicomp.graph.registry import supported_ops
+  return set(supported_ops()) | FOLDED | set(CONTROL_FLOW)
 
 
 def _all_nodes(g: onnx.GraphProto) -> list:
-  out = list(g.node)
-  for n in g.node:
-    for a in n.attribute:
-      out += [b for s in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)) for b in _all_nodes(s)]
-  return out
+  """The nodes of ``g`` and of every subgraph in it (control flow left: its bodies' ops count)."""
+  from minicomp.frontend.control_flow import subgraphs
+  return list(g.node) + [b for n in g.node for s in subgraphs(n) for b in _all_nodes(s)]
 
 
 def reason_of(err: Exception) -> str | None:
@@ -204,8 +196,6 @@ def run_case(case, freeze: bool = True) -> Result:
   """Compile and run one case on the CPU simulator; never raises."""
   import minicomp as mc
   from minicomp.errors import MinicompError, UnsupportedOpError
-  from minicomp.frontend.control_flow import OPS as CONTROL_FLOW
-  from minicomp.graph.registry import supported_ops
   t0 = time.perf_counter()
   miss = missing_ops(case.model)
   if miss: return Result(case.name, "unsupported op", ", ".join(miss))
@@ -222,8 +212,7 @@ def run_case(case, freeze: bool = True) -> Result:
       bad = compare(cm.run(feeds, device="cpu"), _arrays(outs), case.rtol, case.atol)
       if bad: return done("wrong", "", bad)
   except MinicompError as e:
-    lacking = sorted({op for op, _ in e.nodes if op not in set(supported_ops()) | FOLDED | set(CONTROL_FLOW)}) \
-      if isinstance(e, UnsupportedOpError) else []
+    lacking = sorted({op for op, _ in e.nodes if op not in known_ops()}) if isinstance(e, UnsupportedOpError) else []
     if lacking: return done("unsupported op", ", ".join(lacking))   # an op ONNX's body could not replace
     reason = reason_of(e)
     first = str(e).splitlines()[0][:300]

@@ -29,6 +29,11 @@ MAX_UNROLLED_NODES = 20000
 MAX_DEPTH = 4
 
 
+def subgraphs(n: onnx.NodeProto) -> list[onnx.GraphProto]:
+  """The subgraphs ``n``'s attributes hold (an If's branches, a Loop's or Scan's body)."""
+  return [g for a in n.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
+
+
 def _refuse(n: onnx.NodeProto, why: str) -> UnsupportedOpError:
   return UnsupportedOpError(f"{n.op_type} node {n.name!r}: {why}", [(n.op_type, n.name)])
 
@@ -69,9 +74,7 @@ class _Copier:
       c.name = pre + (n.name or n.op_type)
       c.input[:] = [names.get(i, i) if i else "" for i in n.input]
       c.output[:] = [names.get(o, o) if o else "" for o in n.output]
-      for a in c.attribute:      # a nested subgraph reads this body's names too
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-          _rename_reads(sub, names)
+      for sub in subgraphs(c): _rename_reads(sub, names)      # a nested subgraph reads this body's names too
       self.nodes.append(c)
     return [names.get(o.name, o.name) for o in g.output]
 
@@ -82,9 +85,7 @@ def _rename_reads(g: onnx.GraphProto, names: dict[str, str]) -> None:
   outer = {k: v for k, v in names.items() if k not in own}
   for n in g.node:
     n.input[:] = [outer.get(i, i) for i in n.input]
-    for a in n.attribute:
-      for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-        _rename_reads(sub, outer)
+    for sub in subgraphs(n): _rename_reads(sub, outer)
   for o in g.output:
     if o.name in outer: o.name = outer[o.name]
 

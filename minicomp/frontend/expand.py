@@ -12,8 +12,9 @@ from __future__ import annotations
 import onnx
 from onnx import inliner
 
+from minicomp.errors import UnsupportedOpError
 from minicomp.frontend import recurrent
-from minicomp.frontend.control_flow import OPS as CONTROL_FLOW
+from minicomp.frontend.control_flow import OPS as CONTROL_FLOW, unroll_control_flow
 
 DOMAIN = "minicomp.expanded"     # where the per-node function copies live until they are inlined
 MAX_DEPTH = 3
@@ -50,6 +51,20 @@ def _body(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int) ->
   except Exception:   # onnx's own failure to build a body (a malformed node): the node stays, and is refused
     return None
   return None
+
+
+def expand_model(m: onnx.ModelProto, opset: int, infer, refuse: bool = True) -> onnx.ModelProto:
+  """``m`` with its control flow unrolled (``frontend.control_flow``) and its function bodies expanded, in turn: a
+  body may hold control flow (LinearAttention's Scan), a loop body ops with bodies. ``refuse``: control flow that
+  cannot be unrolled raises its UnsupportedOpError; otherwise it is left as it is."""
+  for _ in range(MAX_DEPTH):
+    try:
+      m = unroll_control_flow(m, infer)
+    except UnsupportedOpError:
+      if refuse: raise
+    m, expanded = expand_functions(m, opset, infer)
+    if not expanded: break
+  return m
 
 
 def _dynamic_quantize_linear(opset: int) -> onnx.FunctionProto:

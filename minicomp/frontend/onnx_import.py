@@ -24,8 +24,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from minicomp.errors import ModelError, ShapeError, UnsupportedOpError
 from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_to_dtype
-from minicomp.frontend.control_flow import unroll_control_flow
-from minicomp.frontend.expand import expand_functions
+from minicomp.frontend.expand import expand_model
 from minicomp.frontend.qdq import fuse_qdq
 from minicomp.frontend.graph import Graph, Node, Value
 
@@ -165,10 +164,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
                      ". Give their sizes: input_shapes={'x': (1, 3, 224, 224)} or a dim by its name, "
                      "input_shapes={'batch': 1} (command line: --input-shape x=1,3,224,224 or --input-shape batch=1)")
   m = _infer_checked(m)
-  for _ in range(3):   # a function body may hold control flow (LinearAttention's Scan), a loop body functions
-    m = unroll_control_flow(m, _infer_checked)
-    m, expanded = expand_functions(m, opset, _infer_checked)
-    if not expanded: break
+  m = expand_model(m, opset, _infer_checked)
 
   values: dict[str, Value] = {}
   for t in m.graph.initializer:

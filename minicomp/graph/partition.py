@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from minicomp.frontend.graph import Graph, Node
 from minicomp.graph.registry import lookup
+from minicomp.ir.ops import DTYPE_BYTES
 
 ANCHORS = ("data_reuse", "reduction", "opaque")
 MAX_GROUP_NODES = 64
@@ -56,7 +57,6 @@ def _kind(g: Graph, n: Node) -> str:
 def _widens(g: Graph, n: Node, i: str) -> bool:
   """Whether ``n``'s output takes more bytes than its input ``i`` (a DequantizeLinear of int8, a Cast to a wider
   type): joined to the group making ``i``, it would be stored beside ``i`` at more bytes than ``i`` itself."""
-  from minicomp.ir.ops import DTYPE_BYTES
   vi, vo = g.values.get(i), g.values.get(n.outputs[0]) if n.outputs else None
   if vi is None or vo is None: return False
   return math.prod(vo.shape) * DTYPE_BYTES.get(vo.dtype, 4) > math.prod(vi.shape) * DTYPE_BYTES.get(vi.dtype, 4)
@@ -115,14 +115,13 @@ def partition(g: Graph) -> Partition:
       names = {n.name for n in grp.nodes}
       outs = [o for n in grp.nodes for o in n.outputs if o]
       cons = {c.name for o in outs for c in consumers.get(o, []) if c.name not in names}
-      if any(o in g.outputs for o in outs) or not cons or any(c not in group_of or c in views for c in cons): continue
-      dst = {id(group_of[c]): group_of[c] for c in cons}
-      if len(dst) != 1: continue
-      dst = next(iter(dst.values()))
+      if any(o in g.outputs for o in outs) or len(cons) != 1: continue
+      c = next(iter(cons))
+      if c not in group_of or c in views: continue
+      dst = group_of[c]
       # one node into any group (its reads inline it); a chain (an LSTM gate: Slice+Sigmoid) only into a group
       # without an anchor, whose reads are one per element
-      if len(grp.nodes) > 1 and (dst.anchor is not None or len(cons) > 1): continue
-      if len(grp.nodes) == 1 and len(cons) > 1: continue
+      if len(grp.nodes) > 1 and dst.anchor is not None: continue
       if dst is grp or len(dst.nodes) + len(grp.nodes) > MAX_GROUP_NODES: continue
       dst.nodes[:0] = grp.nodes
       for n in grp.nodes: group_of[n.name] = dst
