@@ -12,9 +12,10 @@ without a GPU it says so and stops.
 Per workload, dtype and device: the ESTIMATE (no GPU) of the best tensor-core schedule of
 ``graph/tensor_core_schedules.py`` and of the best of Gensor's constructed FP32-pipe candidates (what
 ``compile`` compares, ``compiler._construct``), their ratio, and the seconds each took to construct and build.
-The BERT-base layer (``zoo.bert_tiny(layers=1, d=768, heads=12, ff=3072)``, sequence 128, autocast with
-``precision="fp16"`` / ``"bf16"``) is compiled whole, with and without tensor-core candidates. Workloads: matmul 4096^3; conv 3x3, 64 -> 64 channels on 56 x 56 (not
-offered by ``compile``: built here to show why).
+Two models are compiled whole (autocast with ``precision="fp16"`` / ``"bf16"``), with and without tensor-core
+candidates: a BERT-base layer (``zoo.bert_tiny(layers=1, d=768, heads=12, ff=3072)``, sequence 128) and ResNet-18
+at 64 x 64 (``zoo.resnet18(hw=64)``). Workloads: matmul 4096^3; conv 3x3, 64 -> 64 channels on 56 x 56, its weights
+channels-last as ``compile`` stores them for the tensor cores (graph/layout.py).
 """
 from __future__ import annotations
 
@@ -35,8 +36,10 @@ from minicomp import workloads as W  # noqa: E402
 
 KERNELS = {
   "matmul_4096": lambda dt: W.matmul(4096, 4096, 4096, dtype=dt),
-  "conv3x3_56x56x64": lambda dt: W.conv2d(1, 64, 56, 56, 64, 3, pad=1, dtype=dt),
+  "conv3x3_56x56x64": lambda dt: W.conv2d(1, 64, 56, 56, 64, 3, pad=1, dtype=dt, channels_last_weights=True),
 }
+MODELS = {"bert": ("bert_base_layer (s128)", "bert_tiny", {"s": 128, "layers": 1, "d": 768, "heads": 12, "ff": 3072}),
+          "resnet18": ("resnet18 (64x64)", "resnet18", {"hw": 64})}
 
 
 def _best(scheds, tgt):
@@ -121,23 +124,24 @@ def gpu_rows(dtypes: list[str], names: list[str]) -> list[list[str]]:
   return rows
 
 
-def bert_row(dtype: str, device: str) -> list[str]:
-  """One BERT-base layer compiled whole in fresh processes, with and without tensor-core candidates."""
+def model_row(name: str, dtype: str, device: str) -> list[str]:
+  """One of MODELS compiled whole in fresh processes, with and without tensor-core candidates."""
   out = {}
   for tc in (True, False):
     with tempfile.TemporaryDirectory() as cache:
       env = dict(os.environ, MINICOMP_CACHE_DIR=cache, MINICOMP_TENSOR_CORES="1" if tc else "0")
-      r = subprocess.run([sys.executable, __file__, "--bert-child", dtype, device], env=env,
+      r = subprocess.run([sys.executable, __file__, "--model-child", name, dtype, device], env=env,
                          capture_output=True, text=True, check=True)
       out[tc] = [float(x) for x in r.stdout.split()[-3:]]
   (tc_us, n, tc_s), (fp_us, _, fp_s) = out[True], out[False]
-  return ["bert_base_layer (s128)", dtype, device, f"{tc_us:.1f} ({int(n)} TC)", f"{fp_us:.1f}", f"{fp_us / tc_us:.2f}",
+  return [MODELS[name][0], dtype, device, f"{tc_us:.1f} ({int(n)} TC)", f"{fp_us:.1f}", f"{fp_us / tc_us:.2f}",
           f"{tc_s:.1f}", f"{fp_s:.1f}"]
 
 
-def bert_child(dtype: str, device: str) -> None:
+def model_child(name: str, dtype: str, device: str) -> None:
   from minicomp import zoo
-  model, _ = zoo.bert_tiny(s=128, layers=1, d=768, heads=12, ff=3072)
+  _, builder, kwargs = MODELS[name]
+  model, _ = getattr(zoo, builder)(**kwargs)
   t0 = time.perf_counter()
   cm = mc.compile(model, target=device, precision={"float16": "fp16", "bfloat16": "bf16"}[dtype], progress=False)
   secs = time.perf_counter() - t0
@@ -148,12 +152,12 @@ def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--targets", nargs="+", default=["a100", "h100"])
   ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
-  ap.add_argument("--only", nargs="+", default=[*KERNELS, "bert"])
-  ap.add_argument("--bert-child", nargs=2, help=argparse.SUPPRESS)
+  ap.add_argument("--only", nargs="+", default=[*KERNELS, *MODELS])
+  ap.add_argument("--model-child", nargs=3, help=argparse.SUPPRESS)
   ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU (and PyTorch, where importable)")
   args = ap.parse_args()
-  if args.bert_child:
-    bert_child(*args.bert_child)
+  if args.model_child:
+    model_child(*args.model_child)
     return 0
   if args.gpu:
     if not mc.gpu_available():
@@ -174,14 +178,15 @@ def main() -> int:
   for device in args.targets:
     for dtype in args.dtypes:
       for name in args.only:
-        rows.append(bert_row(dtype, device) if name == "bert" else kernel_row(name, dtype, device))
+        rows.append(model_row(name, dtype, device) if name in MODELS else kernel_row(name, dtype, device))
         print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
   print(f"command:  python benchmarks/tensor_cores.py {' '.join(sys.argv[1:])}".rstrip())
   print(f"date:     {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
   print(f"machine:  nproc={os.cpu_count()}, {platform.processor() or platform.machine()}; every latency a static-model "
         "ESTIMATE (no GPU)")
   print("kernels: best tensor-core schedule vs best of Gensor's FP32 candidates; TC s / FP32 s: seconds to construct "
-        "and build them. bert: the whole layer compiled with / without tensor-core candidates (TC s / FP32 s: compile)")
+        "and build them. bert, resnet18: the whole model compiled with / without tensor-core candidates (TC s / FP32 s: "
+        "compile)")
   widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
   for k, r in enumerate(rows):
     print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())

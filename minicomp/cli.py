@@ -308,9 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--version", action="version", version=f"minicomp {__version__}")
   sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
   from minicomp.frontend.precision import PRECISIONS
-  precision_help = ("the float types to compute in: fp32, tf32 (fp32, with matmuls on TF32 tensor cores), fp16 or bf16 "
-                    "(an fp32 model autocast as torch.autocast does: matmuls and convolutions in the half type, exp / "
-                    "sums / softmax / norms in fp32); default: the model's own")
+  precision_help = ("the float types to compute in: fp32, tf32 (fp32, with matmuls and convolutions on TF32 tensor "
+                    "cores), fp16 or bf16 (an fp32 model autocast as torch.autocast does: matmuls and convolutions in "
+                    "the half type, exp / sums / softmax / norms in fp32); default: the model's own")
   shape_help = "a size for dynamic dims: an input's shape, NAME=D1,D2,..., or one dim by its name, DIM=N (repeatable)"
 
   pi = sub.add_parser("info", help="list a model's ops, whether each is supported, and the kernels it would compile to",

@@ -1,6 +1,6 @@
 """``minicomp.compile``: ONNX model -> CompiledModel, as one flat list of named phases (``PHASES``)::
 
-    import -> fold -> precision -> partition -> tasks -> schedule -> lower -> emit -> nvrtc -> link
+    import -> fold -> precision -> layout -> partition -> tasks -> schedule -> lower -> emit -> nvrtc -> link
 
 Each phase is a small function ``CompileState -> CompileState`` below, filling in its fields of the
 state (:mod:`minicomp.pipeline` holds the state, each phase's output as text for ``dump_after=``, and
@@ -21,6 +21,7 @@ from minicomp.compiled_model import CompiledModel
 from minicomp.errors import CompileError, LoweringError, MinicompError, MissingDependencyError, ScheduleError
 from minicomp.frontend.precision import apply_precision, check_precision
 from minicomp.graph.fold import fold_batchnorm
+from minicomp.graph.layout import channels_last_weights
 from minicomp.graph.partition import partition
 from minicomp.graph.schedules import default_schedule
 from minicomp.graph.subgraph import nodes_to_te
@@ -126,20 +127,19 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   return _kept(options[best], stats)
 
 
-# Tasks offered tensor-core schedules: matmuls. Convolutions are not (yet): the template loses to Gensor's kernels by
-# the static model (conv 3x3 56x56x64 fp16 on an A100: 56 against 35 us; its OIHW weights are gathered at a stride
-# of 9), and an earlier version kept Gensor's kernel on all 21 tasks of a fp16 ResNet-18 (2026-11-29;
-# docs/tensor_cores.md).
-TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm"})
+# Tasks offered tensor-core schedules: matmuls, and convolutions whose weights graph/layout.py stored channels-last
+# (tensor_core_schedules refuses a convolution whose k-step is not contiguous in an operand: in ONNX's weight order
+# the template lost to Gensor's kernels, conv 3x3 56x56x64 fp16 on an A100 56 against 35 us by the static model).
+TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm", "Conv"})
 
 
 def _tensor_core_options(task: Task, built: Builds, name: str, tensor_cores: str) -> list[Built]:
   """The task's tensor-core schedules (``graph/tensor_core_schedules.py``: half-precision matmul-like tasks on a
   target with mma.sync; float32 ones too on TF32 with ``tensor_cores="tf32"``; none with "off"; tasks of
-  :data:`TENSOR_CORE_OPS` without a convolution), built; the ones that do not build are dropped, logged."""
+  :data:`TENSOR_CORE_OPS` but ConvTranspose), built; the ones that do not build are dropped, logged."""
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
   if tensor_cores == "off": return []
-  if not set(task.ops) & TENSOR_CORE_OPS or set(task.ops) & {"Conv", "ConvTranspose"}: return []
+  if not set(task.ops) & TENSOR_CORE_OPS or "ConvTranspose" in task.ops: return []
   out: list[Built] = []
   for sched in tensor_core_schedules(task.dag, built.target, tf32=tensor_cores == "tf32"):
     try:
@@ -300,6 +300,14 @@ def set_precision(st: CompileState) -> CompileState:
   return st
 
 
+def choose_layouts(st: CompileState) -> CompileState:
+  """Graph -> Graph: the constant weights of the convolutions the tensor cores can take stored channels-last
+  (graph/layout.py), in the modes that offer tensor-core schedules; otherwise unchanged."""
+  tc = _TENSOR_CORES.get(_mode(st.options), "off")
+  if tc != "off": st.graph = channels_last_weights(st.graph, st.target, tf32=tc == "tf32")
+  return st
+
+
 def partition_graph(st: CompileState) -> CompileState:
   """Graph -> fused groups (one kernel each) and views, in execution order (graph/partition.py)."""
   st.partition = partition(st.graph)
@@ -450,6 +458,7 @@ PHASES: tuple[Phase, ...] = (
   Phase("import", import_onnx, graph_text),               # ONNX model -> Graph
   Phase("fold", fold_graph, graph_text),                  # Graph -> Graph (BatchNorm folded into Conv)
   Phase("precision", set_precision, graph_text),          # Graph -> Graph (its float types: precision=)
+  Phase("layout", choose_layouts, graph_text),            # Graph -> Graph (conv weights channels-last for tensor cores)
   Phase("partition", partition_graph, partition_text),    # Graph -> fused groups and views
   Phase("tasks", make_tasks, tasks_text),                 # groups -> Tasks (ComputeDAGs) + launch order
   Phase("schedule", choose_schedules, schedule_text),     # Task -> Schedule (Gensor, rules or a tuning record)
@@ -517,8 +526,8 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
 
   ``precision``: the float types the model is computed in. None (the default): its own (a float16 or bfloat16
   model's kernels load and store its type and compute in float32, accumulating in float32); ``"fp32"``: float32
-  throughout (a half model's inputs and outputs keep their type); ``"tf32"``: float32, and the MatMul / Gemm
-  layers may run on the tensor cores with their operands rounded to TF32 (10 mantissa bits, as PyTorch's
+  throughout (a half model's inputs and outputs keep their type); ``"tf32"``: float32, and the MatMul / Gemm /
+  Conv layers may run on the tensor cores with their operands rounded to TF32 (10 mantissa bits, as PyTorch's
   ``allow_tf32``; docs/tensor_cores.md); ``"fp16"`` / ``"bf16"``: autocast an fp32
   model as ``torch.autocast`` does (matmuls and convolutions in the half type, exp, log, pow, sums, softmax and
   the norms in float32, every other op in the widest type of its inputs; the model's inputs and outputs keep
@@ -535,7 +544,7 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   groups (partition), the tasks with their tensor expressions (tasks), and per task its schedule's steps
   and loops (schedule), its loop nest (lower), its CUDA C (emit), ptxas's registers, shared memory and
   spills per kernel (nvrtc); finally the model's summary (link). ``dump_dir``: write them to files there
-  instead, one per phase and task (``07-lower-task0.txt``, ``08-emit-task0.cu``); every phase when
+  instead, one per phase and task (``08-lower-task0.txt``, ``09-emit-task0.cu``); every phase when
   ``dump_after`` is not given. An unknown phase is a ``CompileError`` naming the phases, before any work.
   """
   from minicomp.search.tune import check_options

@@ -65,7 +65,8 @@ class CompileStats:
   phases: dict[str, float] = field(default_factory=dict)
 
   def add_phase(self, name: str, seconds: float) -> None:
-    """Record a phase's wall time; import, fold and precision count as frontend, partition and tasks as partition."""
+    """Record a phase's wall time; import, fold, precision and layout count as frontend, partition and tasks as
+    partition."""
     self.phases[name] = self.phases.get(name, 0.0) + seconds
-    if name in ("import", "fold", "precision"): self.frontend += seconds
+    if name in ("import", "fold", "precision", "layout"): self.frontend += seconds
     elif name in ("partition", "tasks"): self.partition += seconds

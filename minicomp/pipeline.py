@@ -116,8 +116,10 @@ def graph_text(st: CompileState) -> Text:
   """The graph: inputs, one line per node (inputs, outputs with shapes, attributes), outputs."""
   g = st.graph
   val = lambda n: f"{n}: {g.values[n].dtype}{list(g.values[n].shape)}" if n in g.values else n
-  arg = lambda n: "" if not n else (f"{n} (const {list(g.values[n].shape)})" if n in g.values and g.values[n].is_const
-                                    else n)
+  def arg(n: str) -> str:
+    v = g.values.get(n) if n else None
+    if v is None or not v.is_const: return n
+    return f"{n} (const {list(v.shape)}" + (f", stored as axes {list(v.layout)})" if v.layout else ")")
   consts = sum(v.is_const for v in g.values.values())
   lines = [f"graph {g.name}: opset {g.opset}, {len(g.nodes)} nodes, {consts} constant values"]
   lines += [f"input {val(n)}" for n in g.inputs]

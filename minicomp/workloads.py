@@ -99,18 +99,23 @@ def conv2d_ref(x, w, stride, pad, dil, groups=1):
 
 
 def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int, stride: int = 1, pad: int = 0, dil: int = 1,
-           dtype: str = "float32") -> Workload:
-  """NCHW conv2d as an inlinable pad stage plus a reduction over (rc, ry, rx)."""
+           dtype: str = "float32", channels_last_weights: bool = False) -> Workload:
+  """NCHW conv2d as an inlinable pad stage plus a reduction over (rc, ry, rx); weights (F, C, KH, KW) as in ONNX,
+  or with ``channels_last_weights`` (F, KH, KW, C), as ``compile`` stores them for the tensor cores
+  (graph/layout.py)."""
   X = mc.placeholder((N, C, H, W), dtype, name="X")
-  Wt = mc.placeholder((F, C, KH, KH), dtype, name="W")
+  Wt = mc.placeholder((F, KH, KH, C) if channels_last_weights else (F, C, KH, KH), dtype, name="W")
   P = pad2d(X, pad)
   OH = (H + 2 * pad - dil * (KH - 1) - 1) // stride + 1
   OW = (W + 2 * pad - dil * (KH - 1) - 1) // stride + 1
   rc, ry, rx = mc.reduce_axis(C, "rc"), mc.reduce_axis(KH, "ry"), mc.reduce_axis(KH, "rx")
+  w_at = (lambda f: Wt[f, ry, rx, rc]) if channels_last_weights else (lambda f: Wt[f, rc, ry, rx])
   Y = mc.compute((N, F, OH, OW), lambda n, f, y, x: mc.sum(
-    P[n, rc, y * stride + ry * dil, x * stride + rx * dil] * Wt[f, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
-  return Workload(f"conv2d_{N}x{C}x{H}x{W}_f{F}k{KH}s{stride}p{pad}d{dil}", [X, Wt], [Y],
-                  lambda x, w: conv2d_ref(x, w, stride, pad, dil), {"pad": P, "conv": Y})
+    P[n, rc, y * stride + ry * dil, x * stride + rx * dil] * w_at(f), axis=[rc, ry, rx]), name="conv")
+  ref = (lambda x, w: conv2d_ref(x, w.transpose(0, 3, 1, 2), stride, pad, dil)) if channels_last_weights else \
+      (lambda x, w: conv2d_ref(x, w, stride, pad, dil))
+  return Workload(f"conv2d_{N}x{C}x{H}x{W}_f{F}k{KH}s{stride}p{pad}d{dil}" + ("_ohwi" if channels_last_weights else ""),
+                  [X, Wt], [Y], ref, {"pad": P, "conv": Y})
 
 
 def depthwise_conv2d(N: int, C: int, H: int, W: int, KH: int, stride: int = 1, pad: int = 0,

@@ -30,7 +30,7 @@ def _file(files: dict, phase: str, task: int | None = None) -> str:
 
 
 def test_phase_list_is_the_documented_one():
-  assert PHASE_NAMES == ("import", "fold", "precision", "partition", "tasks", "schedule", "lower", "emit", "nvrtc", "link")
+  assert PHASE_NAMES == ("import", "fold", "precision", "layout", "partition", "tasks", "schedule", "lower", "emit", "nvrtc", "link")
   arch = (ROOT / "docs" / "architecture.md").read_text()
   assert "    " + " -> ".join(PHASE_NAMES) + "\n" in arch
   for ph in PHASES:   # the diagram names each phase with the function that runs it
@@ -93,7 +93,7 @@ def test_stats_per_phase_and_declared_fields(dumped, tmp_path):
   cm, _ = dumped
   st = cm.stats
   assert isinstance(st, CompileStats) and tuple(st.phases) == PHASE_NAMES
-  assert st.frontend == pytest.approx(st.phases["import"] + st.phases["fold"] + st.phases["precision"])
+  assert st.frontend == pytest.approx(st.phases["import"] + st.phases["fold"] + st.phases["precision"] + st.phases["layout"])
   assert st.partition == pytest.approx(st.phases["partition"] + st.phases["tasks"])
   assert (st.tasks, st.calls) == (2, 2) and st.build > 0 and st.nvrtc > 0
   assert [t.key for t in cm.tasks] == [c.task for c in cm.calls]
@@ -185,9 +185,9 @@ def test_cli_dump_after(tmp_path):
   assert "2 kernel calls" in r.stdout and "saved to" not in r.stdout      # without -o nothing is saved
   r = run("--dump-dir", tmp_path / "d", "--dump-after", "emit", "-o", tmp_path / "out")
   assert r.returncode == 0, r.stderr
-  assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["08-emit-task0.cu", "08-emit-task1.cu"]
+  assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["09-emit-task0.cu", "09-emit-task1.cu"]
   assert (tmp_path / "out" / "manifest.json").is_file()
   r = run("--dump-after", "lowr")
-  assert r.returncode == 2 and "unknown phase 'lowr'" in r.stderr and "import, fold, precision, partition" in r.stderr
+  assert r.returncode == 2 and "unknown phase 'lowr'" in r.stderr and "import, fold, precision, layout, partition" in r.stderr
   r = run()
   assert r.returncode == 2 and "-o/--output" in r.stderr

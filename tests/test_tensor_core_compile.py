@@ -12,7 +12,8 @@ TC_WORKLOADS = {
   "matmul": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).matmul(64, 128, 96, dtype=dt),
   "matmul_bias_relu": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).matmul(32, 64, 64, bias_relu=True, dtype=dt),
   "batch_matmul": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).batch_matmul(2, 32, 32, 64, dtype=dt),
-  "conv2d": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype=dt),
+  "conv2d": lambda dt: __import__("minicomp.workloads", fromlist=["x"]).conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype=dt,
+                                                                               channels_last_weights=True),
 }
 
 
@@ -45,6 +46,8 @@ def test_tensor_core_schedules_only_where_they_apply():
   assert tensor_core_schedules(dag(W.matmul(64, 64, 64, dtype="bfloat16")), mc.Target("sm_75")) == []
   assert tensor_core_schedules(dag(W.matmul(64, 64, 40, dtype="float16")), mc.Target("sm_80")) == []   # k % 32
   assert tensor_core_schedules(dag(W.softmax(64, 128, dtype="float16")), mc.Target("sm_80")) == []
+  # a convolution only with channels-last weights (in ONNX's order a k-step's weights lie 9 apart)
+  assert tensor_core_schedules(dag(W.conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype="float16")), mc.Target("sm_80")) == []
   on_turing = tensor_core_schedules(dag(W.matmul(64, 64, 64, dtype="float16")), mc.Target("sm_75"))
   assert on_turing and all("m16n8k8_f16" in s.to_json() for s in on_turing)
 
@@ -173,7 +176,7 @@ def test_random_tensor_core_schedules_match_numpy(kind, dtype, monkeypatch):
     if kind == "matmul": wl = W.matmul(rows, cols, k, dtype=dtype)
     elif kind == "batch_matmul": wl = W.batch_matmul(2, rows, cols, k, dtype=dtype)
     else:                      # output pixels (2 wm mi) x 8: one block's 2-D tile of rows; k = 32 channels x 3 x 3
-      wl = W.conv2d(1, 32, 2 * wm * mi, 8, cols, 3, pad=1, dtype=dtype)
+      wl = W.conv2d(1, 32, 2 * wm * mi, 8, cols, 3, pad=1, dtype=dtype, channels_last_weights=True)
     arch = str(rng.choice(["sm_80", "sm_86", "sm_90"]))
     scheds = T.tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target(arch))
     assert scheds, (kind, dtype, wm, wn, mi, ni, rows, cols, k)
@@ -185,3 +188,74 @@ def test_random_tensor_core_schedules_match_numpy(kind, dtype, monkeypatch):
     ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
     out = kern(*ins, device="cpu").astype(np.float64)
     assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3, (kind, wm, wn, mi, ni)
+
+
+def _conv(c: int, f: int, hw: int, dtype, rng, group: int = 1, k: int = 3):
+  """An ONNX Conv (pads 1 for k = 3) + bias + Relu on x[1, c, hw, hw] in ``dtype``; (model, W, b)."""
+  from onnx import helper, numpy_helper
+  from minicomp.frontend.dtypes import DTYPE_TO_ONNX
+  w = (rng.standard_normal((f, c // group, k, k)) * 0.2).astype(dtype)
+  b = (rng.standard_normal((f,)) * 0.2).astype(dtype)
+  elem = DTYPE_TO_ONNX[np.dtype(dtype).name]
+  g = helper.make_graph(
+    [helper.make_node("Conv", ["x", "W", "b"], ["y"], pads=[k // 2] * 4, group=group),
+     helper.make_node("Relu", ["y"], ["o"])], "conv",
+    [helper.make_tensor_value_info("x", elem, [1, c, hw, hw])], [helper.make_tensor_value_info("o", elem, [1, f, hw, hw])],
+    [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
+  return helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)]), w, b   # (Conv takes bfloat16 from 22)
+
+
+def test_channels_last_weights_only_for_convolutions_the_tensor_cores_take():
+  """graph/layout.py stores a Conv's weights (O, K.., I) when group is 1, the filter is larger than 1 x 1, the
+  input channels are a multiple of the k-step, and the type has an mma.sync on the target; else unchanged."""
+  from minicomp.frontend.onnx_import import load_onnx
+  from minicomp.graph.layout import channels_last_weights
+  rng = np.random.default_rng(0)
+
+  def stored(model, target="sm_80", tf32=False):
+    g = channels_last_weights(load_onnx(model), mc.Target(target), tf32)
+    return g.values["W"].layout
+  assert stored(_conv(32, 16, 8, np.float16, rng)[0]) == (0, 2, 3, 1)
+  assert stored(_conv(32, 16, 8, np.float16, rng)[0], "sm_70") is None              # no mma.sync used there
+  assert stored(_conv(16, 16, 8, np.float16, rng)[0]) is None                       # 16 channels: not a k-step
+  assert stored(_conv(64, 16, 8, np.float16, rng, group=2)[0]) is None
+  assert stored(_conv(32, 16, 8, np.float16, rng, k=1)[0]) is None                  # 1 x 1: already channels-last
+  assert stored(_conv(32, 16, 8, np.float32, rng)[0]) is None                       # float32 ...
+  assert stored(_conv(32, 16, 8, np.float32, rng)[0], tf32=True) == (0, 2, 3, 1)    # ... unless on TF32
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "tf32"])
+def test_compile_puts_a_convolution_on_the_tensor_cores(dtype, tmp_path, monkeypatch):
+  """A Conv 3x3 + bias + Relu (64 -> 64 channels, 16 x 16) for sm_80, in float16, bfloat16, or float32 with
+  precision="tf32": its weights are stored channels-last, the static model keeps the tensor-core schedule, and
+  the model computes numpy's convolution (of the same half inputs) within half an output ulp plus float32's sum
+  (TF32: 2^-10 of the sum of |products|); saved and loaded, the same. Without tensor cores the weights keep ONNX's
+  order."""
+  import ml_dtypes
+  from minicomp.workloads import conv2d_ref
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  np_dtype = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "tf32": np.float32}[dtype]
+  rng = np.random.default_rng(0)
+  model, w, b = _conv(64, 64, 16, np_dtype, rng)
+  precision = "tf32" if dtype == "tf32" else None
+  cm = mc.compile(model, target="sm_80", progress=False, jobs=1, precision=precision)
+  assert cm.stats.tensor_cores == 1 and "tensor cores" in cm.summary()
+  assert "mma.sync.aligned.m16n8k" + ("8" if dtype == "tf32" else "16") in cm.kernels[0].binary.ptx
+  (weight,) = [a for a in cm.weights.values() if a.ndim == 4]
+  np.testing.assert_array_equal(weight, w.transpose(0, 2, 3, 1))
+  x = rng.standard_normal((1, 64, 16, 16)).astype(np_dtype)
+  out = cm.run({"x": x}, device="cpu")[0].astype(np.float64)
+  f64 = lambda a: a.astype(np.float64)   # noqa: E731
+  ref = np.maximum(conv2d_ref(f64(x), f64(w), 1, 1, 1).astype(np.float64) + f64(b)[None, :, None, None], 0)
+  if dtype == "tf32":
+    bound = 2.0 ** -10 * conv2d_ref(np.abs(f64(x)), np.abs(f64(w)), 1, 1, 1).astype(np.float64) + 1e-4
+    assert (np.abs(out - ref) <= bound).all() and np.abs(out - ref).max() > 1e-4     # rounded: not float32's result
+  else:
+    bits = 10 if dtype == "float16" else 7
+    assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3
+  loaded = mc.load(cm.save(tmp_path / "saved"))
+  np.testing.assert_array_equal(loaded.run({"x": x}, device="cpu")[0].astype(np.float64), out)
+  monkeypatch.setenv("MINICOMP_TENSOR_CORES", "0")
+  off = mc.compile(model, target="sm_80", progress=False, jobs=1, precision=precision)
+  assert off.stats.tensor_cores == 0
+  assert any(a.shape == w.shape for a in off.weights.values())

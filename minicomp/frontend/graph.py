@@ -2,7 +2,9 @@
 
 Values are named like in ONNX. A value is either *constant* (an initializer, a Constant node,
 or anything folded from constants and static shapes at import: ``const`` holds its array) or a
-runtime tensor with a static ``shape`` and ``dtype``.
+runtime tensor with a static ``shape`` and ``dtype``. A constant may be *stored* in another axis order than
+ONNX's (``layout``, set by graph/layout.py): ``const`` keeps ONNX's order, the kernels read
+``np.transpose(const, layout)``.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ class Value:
   shape: tuple[int, ...]
   dtype: str                      # minicomp dtype name: float32, int64, int32, bool, ...
   const: np.ndarray | None = None
+  layout: tuple[int, ...] | None = None   # a constant stored as np.transpose(const, layout) (graph/layout.py)
 
   @property
   def is_const(self) -> bool: return self.const is not None

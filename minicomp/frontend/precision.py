@@ -9,9 +9,9 @@
 - ``"fp32"``: every float16 / bfloat16 value of the graph (initializers, intermediates, ``Cast`` targets) is widened
   to float32 (:func:`widen_half`); only the model's boundary keeps the half type: ``CompiledModel.run`` takes half
   inputs, widens them on the host and rounds the outputs back. Twice the bytes, no rounding between ops.
-- ``"tf32"``: as ``"fp32"`` here; ``compile`` then also offers the MatMul / Gemm tasks tensor-core schedules whose
-  products round the float32 operands to TF32 (10 mantissa bits; docs/tensor_cores.md), as PyTorch's
-  ``torch.backends.cuda.matmul.allow_tf32 = True`` does.
+- ``"tf32"``: as ``"fp32"`` here; ``compile`` then also offers the MatMul / Gemm / Conv tasks tensor-core schedules
+  whose products round the float32 operands to TF32 (10 mantissa bits; docs/tensor_cores.md), as PyTorch's
+  ``torch.backends.cuda.matmul.allow_tf32 = True`` (and cuDNN's default for convolutions) does.
 - ``"fp16"`` / ``"bf16"``: :func:`autocast` an fp32 model as ``torch.autocast`` does: the matmuls and
   convolutions (:data:`HALF_OPS`) in the half type, their weights converted once; the ops whose values need
   float32's range (:data:`KEPT_IN_FP32`: exp, log, pow, sums and products, softmax, the norms) in float32; every

@@ -22,6 +22,13 @@ class SubgraphTE:
   kinds: dict[str, str] = field(default_factory=dict)           # node name -> op kind
 
 
+def _stored(ctx: OpCtx, const: np.ndarray, layout: tuple[int, ...]) -> Tensor:
+  """A constant stored in the axis order ``layout`` (graph/layout.py): a constant placeholder holding
+  ``np.transpose(const, layout)`` and, read by the op, a stage in ONNX's order over it (inlined by every schedule)."""
+  stored = ctx.const(np.ascontiguousarray(np.transpose(const, layout)))
+  return ctx.compute(const.shape, lambda *i: stored[tuple(i[d] for d in layout)], "layout")
+
+
 def nodes_to_te(g: Graph, nodes: Sequence[Node], outputs: Sequence[str] | None = None) -> SubgraphTE:
   """Build TE for ``nodes`` (topologically ordered). Values produced outside become placeholders,
   constants become constant placeholders (or stay arrays for ops that read their values)."""
@@ -33,10 +40,14 @@ def nodes_to_te(g: Graph, nodes: Sequence[Node], outputs: Sequence[str] | None =
   produced = {o for n in nodes for o in n.outputs}
   for n in nodes:
     args = []
+    ctx = OpCtx(n, g.opset, consts, names)
     for i in n.inputs:
       if not i: args.append(None); continue
       if i in env: args.append(env[i]); continue
       v = g.values.get(i)
+      if v is not None and v.is_const and v.layout is not None:
+        env[i] = _stored(ctx, v.const, v.layout)
+        args.append(env[i]); continue
       if v is not None and v.is_const: args.append(v.const); continue
       if i in produced: raise ModelError(f"node {n.name!r} reads {i!r} before it is produced")
       if v is None or v.shape is None: raise ShapeError(f"no static shape for value {i!r} entering node {n.name!r}")
@@ -46,7 +57,6 @@ def nodes_to_te(g: Graph, nodes: Sequence[Node], outputs: Sequence[str] | None =
       args.append(ph)
     d = lookup(n.op_type, g.opset)
     if d is None: raise ModelError(f"no lowering for {n.op_type} (node {n.name!r}) at opset {g.opset}")
-    ctx = OpCtx(n, g.opset, consts, names)
     outs = d.fn(ctx, *args)
     if not isinstance(outs, (list, tuple)): outs = [outs]
     n_real = len([o for o in n.outputs if o])

@@ -3,7 +3,8 @@
 A task qualifies when its one data-reuse reduction ``R`` is a sum of products ``x * y`` of two half operands
 (float16 or bfloat16; float32 with ``precision="tf32"``: a MatMul, Gemm, batched MatMul or convolution) and reaches the task's one output ``O``
 through elementwise stages (bias, folded batch norm, activation, residual: inlined, as the rule-based
-schedules do). ``R``'s spatial axes are classed by the operands that read them: **rows** (read by ``x`` only:
+schedules do); a convolution only when an operand reads the k-step's channels innermost (weights stored
+channels-last by graph/layout.py). ``R``'s spatial axes are classed by the operands that read them: **rows** (read by ``x`` only:
 a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only: j, the output channels) and
 **batch** (both). A schedule (docs/tensor_cores.md) then
 
@@ -36,6 +37,7 @@ from minicomp.ir.expr import free_vars, walk
 from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.names import c_ident
 from minicomp.ir.ops import Op
+from minicomp.ir.rewrite import substitute
 from minicomp.ir.schedule import Schedule
 from minicomp.target import Target
 
@@ -62,6 +64,29 @@ def _operands(r) -> tuple | None:
   x, y = body.src
   if sum(n.op is Op.LOAD for n in walk(x)) != 1 or sum(n.op is Op.LOAD for n in walk(y)) != 1: return None
   return x, y
+
+
+def _source_index(e) -> tuple | None:
+  """(tensor, index expressions) of the stored tensor the one read in ``e`` reaches: through stages whose body
+  is a single read (a constant's layout view, a transpose), with their indices substituted; None for another
+  body (a pad's select, arithmetic)."""
+  load = next(n for n in walk(e) if n.op is Op.LOAD)
+  t, idx = load.arg, tuple(load.src)
+  while not t.is_placeholder and t.body.op is Op.LOAD:
+    env = {a.name: i for a, i in zip(t.axes, idx)}
+    t, idx = t.body.arg, tuple(substitute(i, env) for i in t.body.src)
+  return (t, idx) if t.is_placeholder else None
+
+
+def _k_step_contiguous(x, y, k_axis: str) -> bool:
+  """Whether an operand reads ``k_axis`` (the k-step's axis) as its stored tensor's innermost index and in no
+  other: a step's values then lie side by side (a convolution's channels-last weights, graph/layout.py)."""
+  for e in (x, y):
+    src = _source_index(e)
+    if src is None: continue
+    *outer, last = src[1]
+    if k_axis in free_vars(last) and not any(k_axis in free_vars(i) for i in outer): return True
+  return False
 
 
 def _classes(r, x, y) -> list[str] | None:
@@ -97,6 +122,10 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   inner_col = next(s for s, c in zip(reversed(shape), reversed(classes)) if c == "col")
   k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
   if k % KSTEP: return []
+  # a convolution (several reduction axes) only when a k-step's values lie side by side in one operand: in ONNX's
+  # weight order they lie a filter's taps apart and the FP32 pipes win (docs/tensor_cores.md)
+  longest = sorted(r.reduce_axes, key=lambda a: int(a.extent.arg))[-1]    # as _build orders them
+  if len(r.reduce_axes) > 1 and not _k_step_contiguous(*ops, longest.name): return []
   batch = math.prod(s for s, c in zip(shape, classes) if c == "batch")
   row_ext = [s for s, c in zip(shape, classes) if c == "row" and s > 1]
   # two row axes (a convolution's output rows and columns): a warp's 16 fragment rows are 8 columns x 2 rows of
