@@ -3,6 +3,7 @@
     python benchmarks/tensor_cores.py                        # a100 and h100; fp16 and bf16
     python benchmarks/tensor_cores.py --targets h100 --dtypes float16 --only matmul_4096
     python benchmarks/tensor_cores.py --gpu                  # on a GPU machine: measured, and PyTorch's time
+    python benchmarks/tensor_cores.py --tune 64 --targets a100 --dtypes float16   # the tuners on the same kernels
 
 ``--gpu`` measures the same kernels (built for the GPU's own arch) with ``GPUMeasurer`` (CUDA events, L2 flushed,
 median, the result checked against the CPU simulator for small outputs) and times ``torch.matmul`` /
@@ -66,6 +67,43 @@ def kernel_row(name: str, dtype: str, device: str) -> list[str]:
   ratio = f"{fp32 / tc:.2f}" if tc and fp32 else "-"
   return [name, dtype, device, f"{tc:.1f}" if tc else "-", f"{fp32:.1f}" if fp32 else "-", ratio,
           f"{t1 - t0:.1f}", f"{t2 - t1:.1f}"]
+
+
+def tune_rows(name: str, dtype: str, device: str, trials: int, strategies: list[str]) -> list[list[str]]:
+  """``trials`` static-model measurements of each strategy on one workload (the sketches include the tensor-core
+  one, docs/search.md) against compile's template: the best program found, and whether it is tensorized."""
+  import json
+  from minicomp.graph.tasks import Task, task_kind, workload_key
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  from minicomp.search.tune import tune_tasks
+  tgt = mc.Target(device)
+  dag = ComputeDAG(KERNELS[name](dtype).outputs)
+  template = _best(tensor_core_schedules(dag, tgt), tgt)
+  task = Task(workload_key(dag), dag, task_kind(dag), 1, [name], dag.flop_count())
+  rows = []
+  for strat in strategies:
+    with tempfile.TemporaryDirectory() as d:
+      log = Path(d) / "tune.jsonl"
+      t0 = time.perf_counter()
+      tune_tasks([task], tgt, trials=trials, strategy=strat, log_file=str(log), measurer="static", seed=0)
+      secs = time.perf_counter() - t0
+      recs = [json.loads(line) for line in log.read_text().splitlines()]
+    ok = [r for r in recs if r["error"] == "ok"]
+    best = min(ok, key=lambda r: r["cost_s"])
+    n_tc = sum('"tensorize"' in json.dumps(r["steps"]) for r in ok)
+    rows.append([name, dtype, device, f"{template:.1f}", strat, f"{len(recs)} ({n_tc} TC)", f"{best['cost_s'] * 1e6:.1f}",
+                 "yes" if '"tensorize"' in json.dumps(best["steps"]) else "no", f"{best['cost_s'] * 1e6 / template:.2f}",
+                 f"{secs:.0f}"])
+    print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
+  return rows
+
+
+def _print_table(rows: list[list[str]]) -> None:
+  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+  for k, r in enumerate(rows):
+    print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
+    if k == 0: print("  ".join("-" * w for w in widths))
 
 
 TORCH = {   # the same workloads through PyTorch: (input shapes, call)
@@ -155,9 +193,26 @@ def main() -> int:
   ap.add_argument("--only", nargs="+", default=[*KERNELS, *MODELS])
   ap.add_argument("--model-child", nargs=3, help=argparse.SUPPRESS)
   ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU (and PyTorch, where importable)")
+  ap.add_argument("--tune", type=int, metavar="TRIALS", help="tune each kernel workload with --strategies instead "
+                  "(TRIALS static-model measurements each) and compare the best program with compile's template")
+  ap.add_argument("--strategies", nargs="+", default=["random", "ansor", "opevo"])
   args = ap.parse_args()
   if args.model_child:
     model_child(*args.model_child)
+    return 0
+  if args.tune:
+    rows = [["workload", "dtype", "device", "template us", "strategy", "measured", "best us", "best on TC",
+             "best / template", "s"]]
+    for device in args.targets:
+      for dtype in args.dtypes:
+        for name in [n for n in args.only if n in KERNELS]:
+          rows += tune_rows(name, dtype, device, args.tune, args.strategies)
+    print(f"command:  python benchmarks/tensor_cores.py {' '.join(sys.argv[1:])}")
+    print(f"date:     {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
+    print(f"machine:  nproc={os.cpu_count()}, {platform.processor() or platform.machine()}; every latency a static-model "
+          "ESTIMATE (no GPU); template: the best of compile's tensor-core candidates; measured: the log's records "
+          "(those on tensor cores)")
+    _print_table(rows)
     return 0
   if args.gpu:
     if not mc.gpu_available():
@@ -168,10 +223,7 @@ def main() -> int:
     print(f"date:     {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
     print(f"gpu:      {mc.gpu_status()}; measured (CUDA events, L2 flushed, median); the kernels: the best by the static "
           "model of each side, built for this GPU's arch")
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for k, r in enumerate(rows):
-      print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
-      if k == 0: print("  ".join("-" * w for w in widths))
+    _print_table(rows)
     return 0
   head = ["workload", "dtype", "device", "tensor cores us", "FP32 pipes us", "speedup", "TC s", "FP32 s"]
   rows = [head]
@@ -187,10 +239,7 @@ def main() -> int:
   print("kernels: best tensor-core schedule vs best of Gensor's FP32 candidates; TC s / FP32 s: seconds to construct "
         "and build them. bert, resnet18: the whole model compiled with / without tensor-core candidates (TC s / FP32 s: "
         "compile)")
-  widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-  for k, r in enumerate(rows):
-    print("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
-    if k == 0: print("  ".join("-" * w for w in widths))
+  _print_table(rows)
   return 0
 
 

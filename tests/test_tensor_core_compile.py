@@ -259,3 +259,58 @@ def test_compile_puts_a_convolution_on_the_tensor_cores(dtype, tmp_path, monkeyp
   off = mc.compile(model, target="sm_80", progress=False, jobs=1, precision=precision)
   assert off.stats.tensor_cores == 0
   assert any(a.shape == w.shape for a in off.weights.values())
+
+
+def test_the_tensor_core_sketch_only_where_the_template_applies():
+  """generate_sketches adds one ``tensor_core_tiling`` sketch (warp tile, k-step and fetch widths as choices) for a
+  half matmul or channels-last convolution on sm_80, none for float32, sm_70 or ONNX's weight order."""
+  from minicomp import workloads as W
+  from minicomp.search.sketch import generate_sketches
+
+  def tc(wl, arch="sm_80"):
+    return [s for s in generate_sketches(wl.outputs, arch) if "tensor_core_tiling" in s.rules]
+  (mm,) = tc(W.matmul(64, 128, 96, dtype="float16"))
+  assert {c.var for c in mm.choices} == {"tc_mi", "tc_ni", "tc_ksteps", "tc_A_shared_vec", "tc_B_shared_vec"}
+  assert len(tc(W.conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype="bfloat16", channels_last_weights=True))) == 1
+  assert tc(W.matmul(64, 128, 96)) == [] and tc(W.matmul(64, 128, 96, dtype="float16"), "sm_70") == []
+  assert tc(W.conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype="float16")) == []
+
+
+@pytest.mark.parametrize("kind", ["matmul", "conv2d"])
+def test_tensor_core_sketch_samples_match_numpy(kind):
+  """Random draws of the tensor-core sketch (the annotator's: invalid ones, tiles that do not divide, redrawn) build
+  with mma.sync and compute numpy's result in the simulator."""
+  from minicomp import workloads as W
+  from minicomp.search.annotate import sample_population
+  from minicomp.search.sketch import generate_sketches
+  wl = W.matmul(64, 128, 96, dtype="float16") if kind == "matmul" else \
+      W.conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype="float16", channels_last_weights=True)
+  (sk,) = [s for s in generate_sketches(wl.outputs, "sm_80") if "tensor_core_tiling" in s.rules]
+  pop = sample_population([sk], 3, np.random.default_rng(1), "sm_80")
+  assert len(pop) == 3 and len({c.key for c in pop}) == 3
+  ins = wl.random_inputs()
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  for c in pop:
+    kern = mc.build(c.schedule, target="sm_80")
+    assert "mma.sync.aligned.m16n8k16" in kern.binary.ptx
+    out = kern(*ins, device="cpu").astype(np.float64)
+    assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3, c.values
+
+
+def test_random_search_measures_tensor_core_programs(tmp_path):
+  """Tuning a half matmul for sm_80 (random search, 8 static-model measurements) draws tensor-core programs from the
+  sketch beside the FP32 ones: the log holds both, each estimated."""
+  import json
+  from minicomp import workloads as W
+  from minicomp.graph.tasks import Task, task_kind, workload_key
+  from minicomp.ir.dag import ComputeDAG
+  from minicomp.search.tune import tune_tasks
+  dag = ComputeDAG(W.matmul(128, 128, 128, dtype="float16").outputs)
+  task = Task(workload_key(dag), dag, task_kind(dag), 1, ["MatMul"], dag.flop_count())
+  log = tmp_path / "tune.jsonl"
+  tune_tasks([task], "sm_80", trials=8, strategy="random", log_file=str(log), measurer="static", measures_per_round=8,
+             seed=3)
+  recs = [json.loads(line) for line in log.read_text().splitlines()]
+  tc = ['"tensorize"' in json.dumps(r["steps"]) for r in recs]
+  assert len(recs) == 8 and any(tc) and not all(tc)
+  assert all(r["error"] == "ok" and r["cost_s"] > 0 for r in recs)

@@ -24,11 +24,13 @@ a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only:
 divide the task's rows and columns is skipped. Of the others, the largest tile that still gives every SM of the
 target a block and the next larger one are built (``MAX_CANDIDATES``); one whose lowering fails (a lane box that
 bound inference cannot size, too much shared memory) is dropped. The static model picks among the ones that
-build and Gensor's FP32 candidates (``compiler._construct``).
+build and Gensor's FP32 candidates (``compiler._construct``). :func:`tensor_core_sketch` is the same template with
+its warp tile, k-step and fetch widths left open, the tuners' sketch (``search/sketch_rules.py``).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from minicomp.errors import LoweringError, ScheduleError
 from minicomp.graph.schedules import epilogue_output
@@ -36,7 +38,7 @@ from minicomp.ir.dag import ComputeDAG, has_data_reuse
 from minicomp.ir.expr import free_vars, walk
 from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.names import c_ident
-from minicomp.ir.ops import Op
+from minicomp.ir.ops import DTYPE_BYTES, Op
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.schedule import Schedule
 from minicomp.target import Target
@@ -98,73 +100,131 @@ def _classes(r, x, y) -> list[str] | None:
   return out if "row" in out and "col" in out else None
 
 
-def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -> list[Schedule]:
-  """Up to :data:`MAX_CANDIDATES` tensor-core schedules of ``dag`` (see the module docstring); [] when the task
-  does not qualify or ``target`` has no tensor-core instruction for its type. float32 operands qualify only with
-  ``tf32`` (``precision="tf32"``), on the TF32 instruction."""
+@dataclass(frozen=True)
+class Plan:
+  """How a task goes on the tensor cores: its reduction ``r`` and output ``out`` (stage names), the class of each of
+  ``r``'s spatial axes, the intrinsic, whether output rows are tiled in two dimensions, and the task's sizes."""
+  r: str
+  out: str
+  classes: tuple[str, ...]
+  intr: str
+  two_d: bool
+  rows: int
+  cols: int
+  batch: int
+  inner_row: int
+  inner_col: int
+  row_ext: tuple[int, ...]
+
+  def fits(self, wm: int, wn: int, mi: int, ni: int) -> bool:
+    """Whether the configuration's tiles divide the task (no guard inside the tensorized loops)."""
+    if self.two_d:
+      return not (self.row_ext[-2] % (wm * 2 * mi) or self.cols % (wn * 8 * ni) or self.inner_col % (2 * ni))
+    return not (self.rows % (wm * 16 * mi) or self.cols % (wn * 8 * ni) or self.inner_row % (2 * mi)
+                or self.inner_col % (2 * ni))
+
+
+def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
+  """The task's :class:`Plan`, or None when it does not qualify (the module docstring) or ``target`` has no
+  tensor-core instruction for its type. float32 operands qualify only with ``tf32`` (``precision="tf32"``)."""
   reds = [t for t in dag.tensors if t.reduce_axes]
-  if len(dag.outputs) != 1 or len(reds) != 1 or not has_data_reuse(reds[0]): return []
+  if len(dag.outputs) != 1 or len(reds) != 1 or not has_data_reuse(reds[0]): return None
   r = reds[0]
-  if r.reduce.combiner != "sum": return []
+  if r.reduce.combiner != "sum": return None
   ops = _operands(r)
-  if ops is None: return []
+  if ops is None: return None
   dtypes = {n.arg.dtype for e in ops for n in walk(e) if n.op is Op.LOAD}
   intr_name = intrinsic_for(dtypes.pop(), target, tf32) if len(dtypes) == 1 else None
-  if intr_name is None: return []
+  if intr_name is None: return None
   classes = _classes(r, *ops)
   outs = {t.name for t in dag.outputs}
   out = r.name if r.name in outs else epilogue_output(dag, r, outs)
-  if classes is None or out is None: return []
+  if classes is None or out is None: return None
   shape = [int(a.extent.arg) for a in r.axes]
-  rows = math.prod(s for s, c in zip(shape, classes) if c == "row")
-  cols = math.prod(s for s, c in zip(shape, classes) if c == "col")
-  inner_row = next(s for s, c in zip(reversed(shape), reversed(classes)) if c == "row")
-  inner_col = next(s for s, c in zip(reversed(shape), reversed(classes)) if c == "col")
   k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
-  if k % KSTEP: return []
+  if k % KSTEP: return None
   # a convolution (several reduction axes) only when a k-step's values lie side by side in one operand: in ONNX's
   # weight order they lie a filter's taps apart and the FP32 pipes win (docs/tensor_cores.md)
   longest = sorted(r.reduce_axes, key=lambda a: int(a.extent.arg))[-1]    # as _build orders them
-  if len(r.reduce_axes) > 1 and not _k_step_contiguous(*ops, longest.name): return []
-  batch = math.prod(s for s, c in zip(shape, classes) if c == "batch")
-  row_ext = [s for s, c in zip(shape, classes) if c == "row" and s > 1]
+  if len(r.reduce_axes) > 1 and not _k_step_contiguous(*ops, longest.name): return None
+  row_ext = tuple(s for s, c in zip(shape, classes) if c == "row" and s > 1)
   # two row axes (a convolution's output rows and columns): a warp's 16 fragment rows are 8 columns x 2 rows of
   # pixels (g along the columns, r and the register tile along the rows), so a block's tile is a 2-D box
-  two_d = len(row_ext) >= 2 and row_ext[-1] % 8 == 0
-  if two_d:
-    fits = [(wm, wn, mi, ni) for wm, wn, mi, ni in CONFIGS
-            if not (row_ext[-2] % (wm * 2 * mi) or cols % (wn * 8 * ni) or inner_col % (2 * ni))]
-  else:
-    fits = [(wm, wn, mi, ni) for wm, wn, mi, ni in CONFIGS
-            if not (rows % (wm * 16 * mi) or cols % (wn * 8 * ni) or inner_row % (2 * mi) or inner_col % (2 * ni))]
+  return Plan(r.name, out, tuple(classes), intr_name, len(row_ext) >= 2 and row_ext[-1] % 8 == 0,
+              math.prod(s for s, c in zip(shape, classes) if c == "row"),
+              math.prod(s for s, c in zip(shape, classes) if c == "col"),
+              math.prod(s for s, c in zip(shape, classes) if c == "batch"),
+              next(s for s, c in zip(reversed(shape), reversed(classes)) if c == "row"),
+              next(s for s, c in zip(reversed(shape), reversed(classes)) if c == "col"), row_ext)
+
+
+def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -> list[Schedule]:
+  """Up to :data:`MAX_CANDIDATES` tensor-core schedules of ``dag`` (see the module docstring); [] when the task
+  does not qualify (:func:`plan`)."""
+  p = plan(dag, target, tf32)
+  if p is None: return []
+  fits = [c for c in CONFIGS if p.fits(*c)]
   # the largest tile that still gives every SM a block, and the next larger one (fewer, busier blocks)
-  blocks = [batch * rows // (wm * 16 * mi) * cols // (wn * 8 * ni) for wm, wn, mi, ni in fits]
+  blocks = [p.batch * p.rows // (wm * 16 * mi) * p.cols // (wn * 8 * ni) for wm, wn, mi, ni in fits]
   first = next((i for i, b in enumerate(blocks) if b >= target.device.sm_count), len(fits) - 1)
   found = []
   for wm, wn, mi, ni in fits[max(first - 1, 0):]:
     try:
-      found.append(_schedule(dag, r.name, out, classes, intr_name, wm, wn, mi, ni, two_d))
+      found.append(_schedule(dag, p, wm, wn, mi, ni))
     except (ScheduleError, LoweringError):   # (a step this task's stages do not allow: no candidate of this shape)
       continue
     if len(found) == MAX_CANDIDATES: break
   return found
 
 
-def _schedule(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm: int, wn: int, mi: int,
-              ni: int, two_d: bool = False) -> Schedule:
+def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int) -> Schedule:
   """The schedule of one configuration; each shared tile is fetched ``FETCH_BYTES`` per thread at once,
   or fewer where its size (known once lowered) does not split evenly over the block's threads."""
-  tiles = [b for k in _build(dag, r, out, classes, intr, wm, wn, mi, ni, {}, two_d).lower().kernels for b in k.allocs
+  tiles = [b for k in _build(dag, p, wm, wn, mi, ni, lambda src, name: 1).lower().kernels for b in k.allocs
            if b.scope == "shared"]
   threads = wm * wn * 32
   widths = {b.name: next((v for v in (FETCH_BYTES // b.element_bytes, 4, 2)
                           if v <= FETCH_BYTES // b.element_bytes and int(b.size.arg) % (threads * v) == 0), 1)
             for b in tiles}
-  return _build(dag, r, out, classes, intr, wm, wn, mi, ni, widths, two_d)
+  return _build(dag, p, wm, wn, mi, ni, lambda src, name: widths.get(name, 1))
 
 
-def _build(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm: int, wn: int, mi: int, ni: int,
-           widths: dict[str, int], two_d: bool = False) -> Schedule:
+SKETCH_WARPS = (2, 2)        # the sketch's warps (rows, columns): a fixed block of 128 threads, which its fetches split
+SKETCH_TILES = (1, 2, 4)     # instructions per warp tile in rows (MI) and in columns (NI)
+
+
+def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedule, list[tuple]] | None:
+  """The tensor-core template of ``dag`` with its sizes left open, for the search (``search/sketch_rules.py``):
+  (a symbolic Schedule, [(variable, candidates, what)]), or None when the task does not qualify (:func:`plan`;
+  float32 tasks never: the sketch knows no precision). The warps are :data:`SKETCH_WARPS`; open are the warp tile
+  (MI, NI in :data:`SKETCH_TILES`), the k-step (half, one or two :data:`KSTEP`) and each shared tile's fetch width
+  (up to 16 bytes). ``new_var(base)`` makes a fresh variable. A draw whose tiles do not divide the task fails to
+  lower (a guard inside the tensorized loops) and is drawn again."""
+  p = plan(dag, target)
+  if p is None: return None
+  choices = []
+
+  def choose(base: str, candidates, what: str):
+    v = new_var(base)
+    choices.append((v, tuple(candidates), what))
+    return v
+  mi = choose("tc_mi", SKETCH_TILES, "warp tile rows (mma instructions)")
+  ni = choose("tc_ni", SKETCH_TILES, "warp tile columns (mma instructions)")
+  per = KSTEP // INTRINSICS[p.intr].k
+  ksteps = choose("tc_ksteps", (per // 2, per, 2 * per), "mma instructions' k per shared-memory step")
+
+  def width(src, name):
+    most = FETCH_BYTES // DTYPE_BYTES[src.dtype]
+    return choose(f"tc_{name}_vec", [v for v in (1, 2, 4, 8) if v <= most], f"fetch width of {name}")
+  return _build(dag, p, *SKETCH_WARPS, mi, ni, width, ksteps), choices
+
+
+def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=None) -> Schedule:
+  """The schedule of ``p`` with warps ``wm`` x ``wn``, warp tiles of ``mi`` x ``ni`` instructions, each shared tile
+  fetched ``width_of(source tensor, tile name)`` values at once and ``ksteps`` instructions' k per shared-memory
+  step (``KSTEP / k`` when None); ``mi``, ``ni``, the widths and ``ksteps`` may be variables
+  (:func:`tensor_core_sketch`)."""
+  r, out, classes, intr, two_d = p.r, p.out, p.classes, p.intr, p.two_d
   s = Schedule(dag)
   for t in dag.tensors:
     if not t.is_placeholder and t.name != out and not t.reduce_axes: s.compute_inline(t.name)
@@ -198,19 +258,20 @@ def _build(dag: ComputeDAG, r: str, out: str, classes: list[str], intr: str, wm:
   # k-steps of KSTEP along the longest reduction axis when it divides, the others loops around them (each step
   # then reads a box bound inference sizes exactly: 32 channels at one filter tap); else over all of them fused
   outer, inner = (red[:-1], red[-1]) if ext[red[-1]] % KSTEP == 0 else ([], fuse(local, red))
-  ko, k1, ki = s.split(local, inner, [KSTEP // INTRINSICS[intr].k, INTRINSICS[intr].k])
+  per = KSTEP // INTRINSICS[intr].k if ksteps is None else ksteps
+  ko, k1, ki = s.split(local, inner, [per, INTRINSICS[intr].k])
   s.reorder(local, *lby["batch"], *outer, ko, k1, lm, ln, lr, lc, ki)
   threads = wm * wn * 32
   for src in [t.name for t in s.state.stage(local).tensor.inputs]:
     xs = s.cache_read(src, "shared", [local])
     s.compute_at(xs, local, ko)
-    width = widths.get(c_ident(xs), 1)
+    width = width_of(s.state.stage(src).tensor, c_ident(xs))
     o, thr, v = s.split(xs, fuse(xs, s.loops(xs)), [threads, width])
     s.bind(xs, thr, "threadIdx.x"); s.unroll(xs, o)
-    if width > 1: s.vectorize(xs, v)
+    if not isinstance(width, int) or width > 1: s.vectorize(xs, v)
   s.unroll(local, k1); s.unroll(local, lm); s.unroll(local, ln)
   s.tensorize(local, lr, intr)
   return s
 
 
-__all__ = ["CONFIGS", "KSTEP", "intrinsic_for", "tensor_core_schedules"]
+__all__ = ["CONFIGS", "KSTEP", "Plan", "intrinsic_for", "plan", "tensor_core_schedules", "tensor_core_sketch"]

@@ -10,9 +10,9 @@ The engine follows Ansor (TVM's ``sketch_policy.cc`` and ``sketch_policy_rules.c
 the last stage; for each state the rules are tried in order, and each answers SKIP, APPLY
 (its results are added and the next rules still see the unchanged state) or
 APPLY_AND_SKIP_REST; a rule returns successor states with the index to visit next. A state
-whose index drops below 0 is a finished sketch. The GPU rules, in Ansor's order:
+whose index drops below 0 is a finished sketch. The GPU rules, in Ansor's order after one of minicomp's own:
 
-  add_cache_read -> always_inline -> cross_thread_reduction -> add_cache_write
+  tensor_core_tiling -> add_cache_read -> always_inline -> cross_thread_reduction -> add_cache_write
   -> multi_level_tiling_with_fusion -> multi_level_tiling -> skip_stage
 
 The rules themselves are in ``sketch_rules.py``, the data types in ``sketch_types.py``. After the

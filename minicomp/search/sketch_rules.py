@@ -2,7 +2,7 @@
 
 The engine (``sketch.py``) tries them in this order (:data:`DEFAULT_RULES`):
 
-  add_cache_read -> always_inline -> cross_thread_reduction -> add_cache_write
+  tensor_core_tiling -> add_cache_read -> always_inline -> cross_thread_reduction -> add_cache_write
   -> multi_level_tiling_with_fusion -> multi_level_tiling -> skip_stage
 
 Where minicomp departs from Ansor (docs/search.md says why):
@@ -23,6 +23,8 @@ Where minicomp departs from Ansor (docs/search.md says why):
   broadcast along different axes, e.g. a softmax output reading its row max and row sum).
 * The Winograd rules (special compute location, const-tensor simplification) are not
   implemented: minicomp has no Winograd convolution.
+* A first rule of minicomp's own, ``tensor_core_tiling``, adds a tensor-core sketch for half matmuls and
+  convolutions (docs/tensor_cores.md).
 """
 from __future__ import annotations
 
@@ -379,6 +381,29 @@ class MultiLevelTiling(SketchRule):
     return [(s, i - 1, info)]
 
 
+class TensorCoreTiling(SketchRule):
+  """Not Ansor's (it has no tensor cores): for a task whose reduction goes on the tensor cores (half operands,
+  graph/tensor_core_schedules.py ``plan``), one more sketch: compile's tensor-core template with its warp tile,
+  k-step and fetch widths left open as choices. Applied once, to the untouched first state; the other rules still
+  derive their sketches from that state."""
+  name = "tensor_core_tiling"
+
+  def condition(self, ctx, s, i, info):
+    from minicomp.graph.tensor_core_schedules import plan
+    if s.steps or i != len(s.state.stages) - 1 or plan(ctx.dag, ctx.target) is None: return Decision.SKIP
+    return Decision.APPLY
+
+  def apply(self, ctx, s, i, info):
+    from minicomp.graph.tensor_core_schedules import tensor_core_sketch
+    new = info.copy()
+    made = tensor_core_sketch(ctx.dag, ctx.target, new.new_var)
+    if made is None: return []
+    sched, choices = made
+    new.choices += [Choice(v.arg, cands, what) for v, cands, what in choices]
+    new.applied.append(self.name)
+    return [(sched, -1, new)]
+
+
 class SkipStage(SketchRule):
   name = "skip_stage"
 
@@ -386,5 +411,5 @@ class SkipStage(SketchRule):
   def apply(self, ctx, s, i, info): return [(s, i - 1, info)]
 
 
-DEFAULT_RULES: list[SketchRule] = [AddCacheRead(), AlwaysInline(), CrossThreadReduction(), AddCacheWrite(),
-                                   MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage()]
+DEFAULT_RULES: list[SketchRule] = [TensorCoreTiling(), AddCacheRead(), AlwaysInline(), CrossThreadReduction(),
+                                   AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage()]
