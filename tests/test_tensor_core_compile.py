@@ -190,7 +190,7 @@ def test_random_tensor_core_schedules_match_numpy(kind, dtype, monkeypatch):
     assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3, (kind, wm, wn, mi, ni)
 
 
-def _conv(c: int, f: int, hw: int, dtype, rng, group: int = 1, k: int = 3):
+def _conv(c: int, f: int, hw: int, dtype, rng, group: int = 1, k: int = 3, stride: int = 1):
   """An ONNX Conv (pads 1 for k = 3) + bias + Relu on x[1, c, hw, hw] in ``dtype``; (model, W, b)."""
   from onnx import helper, numpy_helper
   from minicomp.frontend.dtypes import DTYPE_TO_ONNX
@@ -198,16 +198,18 @@ def _conv(c: int, f: int, hw: int, dtype, rng, group: int = 1, k: int = 3):
   b = (rng.standard_normal((f,)) * 0.2).astype(dtype)
   elem = DTYPE_TO_ONNX[np.dtype(dtype).name]
   g = helper.make_graph(
-    [helper.make_node("Conv", ["x", "W", "b"], ["y"], pads=[k // 2] * 4, group=group),
+    [helper.make_node("Conv", ["x", "W", "b"], ["y"], pads=[k // 2] * 4, group=group, strides=[stride] * 2),
      helper.make_node("Relu", ["y"], ["o"])], "conv",
-    [helper.make_tensor_value_info("x", elem, [1, c, hw, hw])], [helper.make_tensor_value_info("o", elem, [1, f, hw, hw])],
+    [helper.make_tensor_value_info("x", elem, [1, c, hw, hw])],
+    [helper.make_tensor_value_info("o", elem, [1, f, hw // stride, hw // stride])],
     [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "b")])
   return helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)]), w, b   # (Conv takes bfloat16 from 22)
 
 
 def test_channels_last_weights_only_for_convolutions_the_tensor_cores_take():
   """graph/layout.py stores a Conv's weights (O, K.., I) when group is 1, the filter is larger than 1 x 1, the
-  input channels are a multiple of the k-step, and the type has an mma.sync on the target; else unchanged."""
+  input channels are a multiple of the k-step, the type has an mma.sync on the target, strides are 1 and output
+  rows a multiple of 8 pixels; else unchanged."""
   from minicomp.frontend.onnx_import import load_onnx
   from minicomp.graph.layout import channels_last_weights
   rng = np.random.default_rng(0)
@@ -222,6 +224,8 @@ def test_channels_last_weights_only_for_convolutions_the_tensor_cores_take():
   assert stored(_conv(32, 16, 8, np.float16, rng, k=1)[0]) is None                  # 1 x 1: already channels-last
   assert stored(_conv(32, 16, 8, np.float32, rng)[0]) is None                       # float32 ...
   assert stored(_conv(32, 16, 8, np.float32, rng)[0], tf32=True) == (0, 2, 3, 1)    # ... unless on TF32
+  assert stored(_conv(32, 16, 16, np.float16, rng, stride=2)[0]) is None             # strided: the template loses
+  assert stored(_conv(32, 16, 4, np.float16, rng)[0]) is None                        # rows of 4 pixels: no 2-D tiles
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "tf32"])

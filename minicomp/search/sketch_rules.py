@@ -40,6 +40,7 @@ from minicomp.search.sketch_types import Choice, Decision, SketchInfo, SketchRul
 TILE_STRUCTURE = "SSSRRSRS"        # Ansor's gpu_multi_level_tiling_structure
 SPATIAL_LEVELS, REDUCE_LEVELS = 5, 3
 THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)
+CROSS_THREAD_SPACE = 16384  # the largest output of a data-reuse reduction that also gets a cross-thread sketch
 VECTOR_CHOICES = (1, 2, 4)   # elements, in any type (8 half lanes made the defaults worse: docs/precision.md)
 
 
@@ -215,8 +216,12 @@ class CrossThreadReduction(SketchRule):
     space = math.prod(int_dims(st.tensor.shape))
     red = math.prod(int(a.extent.arg) for a in st.tensor.reduce_axes)
     if needs_tiling(s, st.name):
-      if space > ctx.target.max_threads_per_block: return Decision.SKIP
-      return Decision.APPLY if space < red else Decision.SKIP
+      # besides the tiled sketch, for outputs of up to CROSS_THREAD_SPACE values with reductions longer than half
+      # their size (Ansor: one block of threads' worth, shorter than the reduction); wider than Ansor's bounds
+      # because a tiled convolution of a 2x2 or 4x4 image has too few blocks (a ResNet-18 at 64x64, static-model
+      # estimates on sm_86: 1721.7 -> 569.7 us; docs/search.md)
+      if space > CROSS_THREAD_SPACE: return Decision.SKIP
+      return Decision.APPLY if 2 * red > space else Decision.SKIP
     return Decision.APPLY_AND_SKIP_REST if red > ctx.target.warp_size else Decision.SKIP
 
   def apply(self, ctx, s, i, info):
