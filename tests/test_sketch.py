@@ -56,6 +56,23 @@ def test_long_reduction_with_small_output_gets_a_cross_thread_sketch_too():
   assert any("multi_level_tiling_with_fusion(C.local -> C)" in r for r in rules)
 
 
+def test_a_small_image_convolution_gets_a_cross_thread_sketch_too():
+  """A conv whose output (here 4x4x128 = 2,048 values, past Ansor's one block) is smaller than twice its reduction
+  (128 x 3 x 3) also gets a cross-thread sketch (CROSS_THREAD_SPACE); its samples compute numpy's result. A conv with
+  a larger output (8x8x128) or a shorter reduction (32 channels) does not."""
+  def cross(wl):
+    return [s for s in generate_sketches(wl.outputs) if "cross_thread_reduction(conv)" in s.rules]
+  wl = W.conv2d(1, 128, 4, 4, 128, 3, 1, 1)
+  (sk,) = cross(wl)
+  assert len(generate_sketches(wl.outputs)) == 2
+  assert cross(W.conv2d(1, 128, 8, 8, 128, 3, 1, 1)) == [] and cross(W.conv2d(1, 32, 4, 4, 128, 3, 1, 1)) == []
+  ins = wl.random_inputs()
+  ref = wl.reference(*ins)
+  for c in A.sample_population([sk], 2, np.random.default_rng(0), "sm_86"):
+    out = mc.build(c.schedule, target="sm_86")(*ins, device="cpu")
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_conv_caches_the_inlined_pad_stage():
   (sk,) = generate_sketches(W.conv2d(1, 3, 9, 9, 8, 3, 1, 1).outputs)
   assert "add_cache_read(pad)" in sk.rules and "always_inline(pad)" in sk.rules

@@ -16,8 +16,8 @@ output pixels apply and win: unit strides and dilations, output rows a multiple 
 costs the FP32-pipe kernels that keep the layer: a ResNet-18's strided and 4x4 / 2x2 layers stayed there, and
 its 2x2 layers' cross-thread reductions, which read a filter's weights along (I, KH, KW), read them 512 apart in
 channels-last order (the fp16 model at 64 x 64 on an H100: 334.2 us with every such conv transposed, 303.4 with
-none, by the static model). ``compile`` calls it (the ``layout``
-phase) in the modes that offer tensor-core schedules; otherwise the graph is unchanged.
+none, by the static model). ``compile`` calls it (the ``layout`` phase) in the modes that offer tensor-core
+schedules; otherwise the graph is unchanged.
 """
 from __future__ import annotations
 

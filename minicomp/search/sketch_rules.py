@@ -14,6 +14,8 @@ Where minicomp departs from Ansor (docs/search.md says why):
   fetch rules have no random choice left, and Felix needs them in the symbolic program.
 * With fusion, the tiled stage is computed at the consumer's thread loop and split only in its
   inner levels (S3, S4) there, so bound inference gives exact per-thread tiles.
+* A tiled reduction also gets a cross-thread sketch for outputs of up to ``CROSS_THREAD_SPACE`` values smaller
+  than twice the reduction (Ansor: one block's worth, smaller than the reduction): a ResNet's 2x2 layers.
 * Cross-thread reductions split by a *sampled* thread count (32 .. 1024, a multiple of 32)
   instead of the warp size, and a reduction whose consumers all run in one output stage (softmax,
   layer norm statistics) is computed inside that output's kernel, one block per row.
