@@ -131,6 +131,13 @@ def test_lp_pool(case):
   check_node("LpPool", {"x": f32(*xs)}, attrs, opset=opset)
 
 
+@pytest.mark.parametrize("p", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 6), (1, 4, 3, 2, 5), (2, 3, 7)], ids=["2d", "3d", "1d"])
+def test_global_lp_pool(shape, p):
+  """(sum |x|^p over every spatial dim)^(1/p), the dims kept as 1, against onnxruntime."""
+  check_node("GlobalLpPool", {"x": f32(*shape)}, {"p": p}, opset=17)
+
+
 @pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
 @pytest.mark.parametrize("shape", [(2, 3, 5, 6), (1, 4, 3, 2, 5)], ids=["2d", "3d"])
 def test_global_pool(op_type, shape):

@@ -60,7 +60,8 @@ NEWER_VERSIONS = {
   **{n: _TYPES_ONLY for n in ("CastLike", "ConstantOfShape", "Flatten", "Identity", "Pad", "Reshape", "Shape", "Size",
                               "Squeeze", "Transpose", "Unsqueeze")},
   "Cast": _TYPES_ONLY + (28,), "DepthToSpace": (28,), "Einsum": (28,), "Range": (27,), "ReduceLogSumExp": (28,),
-  "SpaceToDepth": (28,), "Mod": (28,), "Celu": (28,), "BitShift": (28,), "GridSample": (20, 22), "LpPool": (22,), "EyeLike": (22,),
+  "SpaceToDepth": (28,), "Mod": (28,), "Celu": (28,), "BitShift": (28,), "GridSample": (20, 22), "LpPool": (22,),
+  "GlobalLpPool": (22,), "EyeLike": (22,),
   # (23: the precision attribute, read; 24 / 25 / 28: float8e8m0 scales, 2-bit and 6-bit types, refused by type)
   "QuantizeLinear": (23, 24, 25, 28), "DequantizeLinear": (23, 24, 25, 28), "TopK": (24,), "OneHot": (28,),
 }

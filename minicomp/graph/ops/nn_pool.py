@@ -1,6 +1,7 @@
 """Pooling, Pad and Resize on channels-first tensors (N, C, D1, ..., Dk)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -10,7 +11,7 @@ import minicomp.ir.te as te
 from minicomp.errors import ModelError, ShapeError
 from minicomp.graph.ops._util import as_stat, back_to, norm_axis, stat_type
 from minicomp.graph.ops.nn import pad_stage, window
-from minicomp.graph.registry import op
+from minicomp.graph.registry import OpCtx, op
 from minicomp.ir.expr import as_expr, call, cast, const, max_, min_, power, select
 from minicomp.ir.ops import FLOAT_DTYPES
 from minicomp.ir.te import Tensor
@@ -113,6 +114,15 @@ def lp_pool(ctx, x):
   root = (lambda v: v) if p == 1 else (lambda v: call("sqrt", v)) if p == 2 else \
     (lambda v: power(v, const(1.0 / p, acc)))
   return [ctx.compute(S.shape, lambda *i: back_to(root(S[i]), X.dtype), "lppool")]
+
+
+@op("GlobalLpPool", kind="reduction", since=2)
+def global_lp_pool(ctx, x):
+  """LpPool with one window the size of the input's spatial dims (``p``, default 2); they stay as size-1 dims."""
+  X = ctx.tensor(x)
+  if X.ndim < 3: raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} < 3")
+  node = dataclasses.replace(ctx.node, attrs={"p": ctx.attr("p", 2), "kernel_shape": [int(n) for n in X.shape[2:]]})
+  return lp_pool(OpCtx(node, ctx.opset, ctx.consts, ctx.names), X)
 
 
 def _global(ctx, x, combiner: str):
