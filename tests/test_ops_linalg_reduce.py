@@ -308,3 +308,33 @@ def test_matmul_bias_relu_is_one_kernel():
            helper.make_node("Relu", ["u"], ["y"])]
   m = make_model(nodes, {"x": f32(6, 8)}, ["y"], {"w": f32(8, 5, seed=1), "b": f32(5, seed=2)})
   assert len(check_model(m, {"x": f32(6, 8)}).calls) == 1
+
+
+DFT = {   # (input shape, attributes, dft_length or None)
+  "real_padded_axis1": ((2, 10, 3, 1), {"axis": 1}, 12),
+  "complex_truncated_inverse": ((2, 3, 10, 2), {"axis": 2, "inverse": 1}, 6),
+  "real_onesided_odd": ((1, 9, 2, 1), {"axis": 1, "onesided": 1}, None),
+}
+
+
+@pytest.mark.parametrize("case", list(DFT))
+def test_dft(case):
+  """DFT (opset 17) against onnxruntime: real and complex input, dft_length padding and truncating, inverse,
+  onesided."""
+  shape, attrs, n = DFT[case]
+  x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+  inits = {} if n is None else {"n": np.array(n, np.int64)}
+  check_node("DFT", {"x": x}, attrs, inits, opset=17, input_order=["x"] + list(inits))
+
+
+@pytest.mark.parametrize("n", [9, 10])
+def test_dft_irfft_matches_numpy(n):
+  """inverse + onesided is numpy's irfft (the first n // 2 + 1 inputs, real output), for odd and even lengths."""
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((2, 7, 2)).astype(np.float32)
+  node = helper.make_node("DFT", ["x", "n", "axis"], ["y"], inverse=1, onesided=1)
+  m = make_model([node], {"x": x}, ["y"], {"n": np.array(n, np.int64), "axis": np.array(1, np.int64)}, 20)
+  got = mc.compile(m, progress=False).run({"x": x}, device="cpu")[0]
+  want = np.fft.irfft(x[..., 0] + 1j * x[..., 1], n=n, axis=1)[..., None]
+  assert got.shape == want.shape and got.dtype == np.float32
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
