@@ -38,7 +38,7 @@ from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES
 from minicomp.ir.te import Tensor
 
 
-def _where(ctx) -> str: return f"DFT node {ctx.node.name!r}"
+def _where(ctx) -> str: return f"{ctx.node.op_type} node {ctx.node.name!r}"
 
 
 def _scalar(ctx, v, what: str, default):
@@ -73,7 +73,24 @@ def twiddles(length: int, n: int, inverse: bool, onesided: bool, complex_in: boo
   return t
 
 
-def _acc(dtype: str) -> str: return "float32" if dtype in HALF_DTYPES else "float64"   # (module docstring: why)
+def _transform(ctx, X: Tensor, table: np.ndarray, shape: tuple, read, weight=None) -> list[Tensor]:
+  """``out[i] = sum over (m, c') of x * table[j, m, c', i[-1]] (* weight(m))`` where ``(x, j) = read(i, m, c')``:
+  ``X``'s element that output ``i`` sums at input position ``m`` and channel ``c'``, and ``i``'s index along the
+  transformed dim. Summed in float64 for a float32 or float64 ``X``, in float32 for a half one (module docstring:
+  why), rounded once to ``X``'s type."""
+  acc = "float32" if X.dtype in HALF_DTYPES else "float64"
+  T = ctx.const(table.astype(np.float32 if acc == "float32" else np.float64))
+  rm = ctx.reduce_axis(table.shape[1], "rm")
+  rc = ctx.reduce_axis(table.shape[2], "rc") if table.shape[2] > 1 else None
+  c = 0 if rc is None else rc
+
+  def body(*i):
+    x, j = read(i, rm, c)
+    e = back_to(x, acc) * T[(j, rm, c, i[-1])]
+    if weight is not None: e = e * back_to(weight(rm), acc)
+    return te.sum(e, axis=[rm] + ([rc] if rc is not None else []))
+  out = ctx.compute(shape, body, ctx.node.op_type.lower())
+  return [out] if X.dtype == acc else [ctx.compute(shape, lambda *i: back_to(out[i], X.dtype), "out")]
 
 
 def _dft(ctx, x, dft_length, axis: int):
@@ -88,20 +105,9 @@ def _dft(ctx, x, dft_length, axis: int):
   length = int(X.shape[ax])
   n = _scalar(ctx, dft_length, "dft_length", 2 * (length - 1) if inverse and onesided else length)
   if n < 1: raise ModelError(f"{_where(ctx)}: dft_length {n} must be positive")
-  acc = _acc(X.dtype)
   table = twiddles(length, n, bool(inverse), bool(onesided), X.shape[-1] == 2)
-  T = ctx.const(table.astype(np.float32 if acc == "float32" else np.float64))
-  rm = ctx.reduce_axis(table.shape[1], "rm")
-  rc = ctx.reduce_axis(table.shape[2], "rc") if table.shape[2] > 1 else None
   shape = (*X.shape[:ax], table.shape[0], *X.shape[ax + 1:-1], table.shape[3])
-
-  c = 0 if rc is None else rc
-
-  def body(*i):
-    e = back_to(X[(*i[:ax], rm, *i[ax + 1:-1], c)], acc) * T[(i[ax], rm, c, i[-1])]
-    return te.sum(e, axis=[rm] + ([rc] if rc is not None else []))
-  out = ctx.compute(shape, body, "dft")
-  return [out] if X.dtype == acc else [ctx.compute(shape, lambda *i: back_to(out[i], X.dtype), "out")]
+  return _transform(ctx, X, table, shape, lambda i, m, c: (X[(*i[:ax], m, *i[ax + 1:-1], c)], i[ax]))
 
 
 @op("DFT", kind="data_reuse", since=17)
@@ -132,17 +138,6 @@ def stft(ctx, signal, frame_step, window=None, frame_length=None):
     raise ModelError(f"{_where(ctx)}: frame_step {step} and frame_length {n} must be positive, the frame no longer "
                      f"than the signal ({length})")
   frames = 1 + (length - n) // step
-  acc = _acc(X.dtype)
   table = twiddles(n if W is None else int(W.shape[0]), n, False, ctx.flag("onesided", 1), X.shape[-1] == 2)
-  T = ctx.const(table.astype(np.float32 if acc == "float32" else np.float64))
-  rm = ctx.reduce_axis(table.shape[1], "rm")
-  rc = ctx.reduce_axis(table.shape[2], "rc") if table.shape[2] > 1 else None
-  c = 0 if rc is None else rc
-
-  def body(b, f, k, o):
-    e = back_to(X[(b, f * step + rm, c)], acc) * T[(k, rm, c, o)]
-    if W is not None: e = e * back_to(W[(rm,)], acc)
-    return te.sum(e, axis=[rm] + ([rc] if rc is not None else []))
-  shape = (X.shape[0], frames, table.shape[0], 2)
-  out = ctx.compute(shape, body, "stft")
-  return [out] if X.dtype == acc else [ctx.compute(shape, lambda *i: back_to(out[i], X.dtype), "out")]
+  return _transform(ctx, X, table, (X.shape[0], frames, table.shape[0], 2),
+                    lambda i, m, c: (X[(i[0], i[1] * step + m, c)], i[2]), None if W is None else lambda m: W[(m,)])
