@@ -396,11 +396,9 @@ class TensorCoreTiling(SketchRule):
   name = "tensor_core_tiling"
 
   def condition(self, ctx, s, i, info):
-    from minicomp.graph.tensor_core_schedules import plan
-    if s.steps or i != len(s.state.stages) - 1 or plan(ctx.dag, ctx.target) is None: return Decision.SKIP
-    return Decision.APPLY
+    return Decision.SKIP if s.steps or i != len(s.state.stages) - 1 else Decision.APPLY
 
-  def apply(self, ctx, s, i, info):
+  def apply(self, ctx, s, i, info):   # (no sketch where the task does not qualify: tensor_core_sketch's None)
     from minicomp.graph.tensor_core_schedules import tensor_core_sketch
     new = info.copy()
     made = tensor_core_sketch(ctx.dag, ctx.target, new.new_var)

@@ -33,20 +33,18 @@ import numpy as np
 import minicomp.ir.te as te
 from minicomp.errors import ModelError, ShapeError
 from minicomp.graph.ops._util import back_to
+from minicomp.graph.ops.shape import const_ints, where as _where
 from minicomp.graph.registry import op
 from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES
 from minicomp.ir.te import Tensor
 
 
-def _where(ctx) -> str: return f"{ctx.node.op_type} node {ctx.node.name!r}"
-
-
 def _scalar(ctx, v, what: str, default):
-  if v is None: return default
-  if isinstance(v, Tensor): raise ctx.error(f"{what} must be a constant (an initializer), not a runtime input")
-  a = np.asarray(v)
-  if a.size != 1 or a.dtype.kind not in "iu": raise ModelError(f"{_where(ctx)}: {what} must be one integer, got {a!r}")
-  return int(a.reshape(()))
+  """The one integer of a constant input (``default`` when it is omitted)."""
+  vals = const_ints(ctx, v, what, optional=True)
+  if vals is None: return default
+  if len(vals) != 1: raise ModelError(f"{_where(ctx)}: {what} must be one integer, got {vals}")
+  return vals[0]
 
 
 def twiddles(length: int, n: int, inverse: bool, onesided: bool, complex_in: bool) -> np.ndarray:
