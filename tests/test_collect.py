@@ -51,6 +51,26 @@ def test_a_wrong_result_is_kept_marked_and_never_fitted_on(h100, tmp_path, monke
   assert set(tasks_of(rows, "sm_90")) == {"matmul_16x16x16"}
 
 
+def test_half_programs_are_checked_against_a_float32_reference(h100, tmp_path):
+  """An fp16 convolution's programs (tensor-core draws among them) are right: numpy's convolution of the same half
+  inputs computed in float32, within the output type's resolution. (On an H200, 2026-11-29, all 32 programs of the
+  fp16 conv 3x3 56x56x64 were marked wrong: the reference was computed in float16.)"""
+  done = K.collect(['conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype="float16", channels_last_weights=True)'], per_task=4,
+                   out=tmp_path / "t.jsonl", progress=False)
+  assert (done.timed, done.wrong) == (4, 0)
+
+
+def test_results_agree_within_a_half_outputs_resolution():
+  import numpy as np
+  from minicomp.search.measure import results_agree
+  want = np.array([100.0, 0.01, -3.0], np.float32)
+  half = want.astype(np.float16)
+  assert results_agree([half], [want], 1e-3, 1e-3)
+  assert results_agree([half + np.float16(0.0625)], [want], 1e-3, 1e-3)            # one ulp at 100
+  assert not results_agree([half + np.float16(0.25)], [want], 1e-3, 1e-3)
+  assert not results_agree([want + np.float32(0.0625)], [want], 1e-3, 1e-3)         # float32: no widening
+
+
 def test_collect_then_calibrate_from_the_command_line(h100, tmp_path, capsys):
   from minicomp.cli import main
   assert main(["collect", "--workload", SMALL[0], "--workload", SMALL[1], "--per-task", "3"]) == 0
