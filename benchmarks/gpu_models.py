@@ -6,6 +6,7 @@ so and prints the static model's ESTIMATE of each model instead (labelled as an 
 
     python benchmarks/gpu_models.py                          # residual block and transformer encoder
     python benchmarks/gpu_models.py --models resnet18 --repeat 100
+    python benchmarks/gpu_models.py --models transformer_encoder --precision fp16
 """
 from __future__ import annotations
 
@@ -31,13 +32,15 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--models", nargs="+", default=["residual_block", "transformer_encoder"], choices=sorted(MODELS))
   p.add_argument("--repeat", type=int, default=50)
   p.add_argument("--warmup", type=int, default=5)
+  p.add_argument("--precision", default=None, choices=["fp32", "fp16", "bf16", "tf32"],
+                 help="compile(precision=...): the model's own types by default")
   a = p.parse_args(argv)
   print("\n".join(header_lines(__file__, argv)))
   gpu = mc.gpu_available()
   print(f"gpu:      {mc.gpu_status()}")
   for name in a.models:
     model, feeds = MODELS[name]()
-    mod = mc.compile(model, target="cuda" if gpu else "sm_90")
+    mod = mc.compile(model, target="cuda" if gpu else "sm_90", precision=a.precision)
     feeds = feeds or mod.random_feeds()
     print(f"\n## {name}: {len(mod.calls)} kernel calls, default schedules")
     if not gpu:

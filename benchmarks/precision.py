@@ -16,8 +16,14 @@ target, precision=p)`` with the default (Gensor) schedules, then per target:
   float32 between its DequantizeLinear and QuantizeLinear, storing int8. Its ``err`` is the relative difference itself (not in eps), and ``ort`` whether
   minicomp's output equals onnxruntime's on that input.
 
+``--gpu`` (on a GPU machine) compiles for the GPU's own arch instead and MEASURES each model end to end
+(``mod.benchmark``: CUDA-graph replay, L2 flushed, median of 50) beside its PyTorch twin in the same precision
+(benchmarks/torch_twins.py: the same architecture and shapes; cuDNN / cuBLAS, tensor cores allowed); ``err``
+then compares the GPU's outputs.
+
   python benchmarks/precision.py                                   # 4 models, sm_86 and h100 (~10 min, 2 cores)
   python benchmarks/precision.py --models transformer_encoder --targets h100
+  python benchmarks/precision.py --gpu --precisions fp32 fp16 bf16 # measured, against PyTorch
 """
 from __future__ import annotations
 
@@ -67,13 +73,64 @@ def qdq(model, feeds):
     return onnx.load(qp)
 
 
+def gpu_row(name: str, builder: str, kw: dict, precision: str):
+  """One model compiled for this machine's GPU in ``precision`` and measured end to end beside its PyTorch twin:
+  (table cells: GPU us, kernels on tensor cores, PyTorch us, minicomp / PyTorch, compile s), and the GPU's output."""
+  import numpy as np
+  import minicomp
+  from minicomp import zoo
+  from torch_twins import torch_seconds
+  model, feeds = getattr(zoo, builder)(**kw)
+  t0 = time.perf_counter()
+  mod = minicomp.compile(model, target="cuda", precision=precision, progress=False)
+  secs = time.perf_counter() - t0
+  out = mod.run(feeds, device="gpu")[0].astype(np.float32)
+  ours = mod.benchmark(feeds, repeat=50, cuda_graph=True).median_s
+  try:
+    theirs = torch_seconds(name, kw, precision)
+  except (ImportError, KeyError) as e:
+    print(f"# no PyTorch time for {name}: {e}", file=sys.stderr)
+    theirs = None
+  return ([f"{ours * 1e6:.1f}", str(mod.stats.tensor_cores), f"{theirs * 1e6:.1f}" if theirs else "-",
+           f"{ours / theirs:.2f}" if theirs else "-", f"{secs:.1f}"], out)
+
+
+def gpu_main(a) -> int:
+  import numpy as np
+  import minicomp
+  if not minicomp.gpu_available():
+    print(f"no GPU: {minicomp.gpu_status()}; run without --gpu for the static model's estimates")
+    return 1
+  from datetime import datetime, timezone
+  print(f"# python benchmarks/precision.py --gpu --models {' '.join(a.models)} --precisions {' '.join(a.precisions)}")
+  print(f"# {datetime.now(timezone.utc).isoformat(timespec='seconds')}, {minicomp.gpu_status()}; MEASURED: CUDA-graph "
+        "replay, L2 flushed, median of 50; PyTorch: its twin (benchmarks/torch_twins.py) in the same precision; err: "
+        "max |out - fp32 out| / max |fp32 out| on the GPU, in eps of the type")
+  head = ["model", "precision", "GPU us", "TC kernels", "PyTorch us", "minicomp / PyTorch", "compile s", "err (eps)"]
+  print("| " + " | ".join(head) + " |")
+  print("|" + "---|" * len(head))
+  for name in a.models:
+    builder, kw = MODELS[name]
+    ref = None
+    for p in [p for p in a.precisions if p != "int8-qdq"]:
+      cells, out = gpu_row(name, builder, kw, p)
+      if p == "fp32": ref = out
+      err = "-" if ref is None or p == "fp32" else \
+          f"{float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)) / EPS[p]:.2f}"
+      print("| " + " | ".join([name, p, *cells, err]) + " |", flush=True)
+  return 0
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=sorted(MODELS))
   ap.add_argument("--targets", nargs="+", default=["sm_86", "h100"])
   ap.add_argument("--no-accuracy", action="store_true", help="skip running the models in the CPU simulator")
   ap.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
+  ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU against PyTorch (no int8-qdq)")
   a = ap.parse_args(argv)
+  if a.gpu:
+    return gpu_main(a)
   import numpy as np
   import minicomp
   from minicomp import zoo

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minicomp as mc  # noqa: E402
 from minicomp import workloads as W  # noqa: E402
@@ -156,10 +157,33 @@ def gpu_rows(dtypes: list[str], names: list[str]) -> list[list[str]]:
       got = {side: measurer.measure([MeasureInput(dag, sc.to_json(), tgt.arch, name)])[0] for side, sc in best.items()}
       us = {side: f"{r.cost_s * 1e6:.1f}" if r.ok else f"failed: {r.error.name}" for side, r in got.items()}
       torch_s = _torch_s(name, dtype)
+      ratio = f"{got['tc'].cost_s / torch_s:.2f}" if torch_s and "tc" in got and got["tc"].ok else "-"
       rows.append([name, dtype, tgt.device_name or tgt.arch, us.get("tc", "-"), us.get("fp32", "-"),
-                   f"{torch_s * 1e6:.1f}" if torch_s else "-"])
+                   f"{torch_s * 1e6:.1f}" if torch_s else "-", ratio])
+      print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
+    for name in [n for n in names if n in MODELS]:
+      rows.append(gpu_model_row(name, dtype, tgt.device_name or tgt.arch))
       print("  " + "  ".join(rows[-1]), file=sys.stderr, flush=True)
   return rows
+
+
+def gpu_model_row(name: str, dtype: str, gpu: str) -> list[str]:
+  """One of MODELS autocast to ``dtype``, compiled for this GPU with and without tensor-core candidates, measured
+  end to end (CUDA-graph replay) beside its PyTorch twin (benchmarks/precision.py's ``gpu_row``)."""
+  from precision import gpu_row
+  label, builder, kw = MODELS[name]
+  precision = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+  cells = {}
+  for tc in ("1", "0"):
+    old = os.environ.get("MINICOMP_TENSOR_CORES")
+    os.environ["MINICOMP_TENSOR_CORES"] = tc
+    try:
+      cells[tc], _ = gpu_row(name, builder, kw, precision)
+    finally:
+      if old is None: os.environ.pop("MINICOMP_TENSOR_CORES")
+      else: os.environ["MINICOMP_TENSOR_CORES"] = old
+  (us, n_tc, torch_us, ratio, _), (fp_us, *_) = cells["1"], cells["0"]
+  return [label, dtype, gpu, f"{us} ({n_tc} TC)", fp_us, torch_us, ratio]
 
 
 def model_row(name: str, dtype: str, device: str) -> list[str]:
@@ -218,7 +242,8 @@ def main() -> int:
     if not mc.gpu_available():
       print(f"no GPU: {mc.gpu_status()}; run without --gpu for the static model's estimates")
       return 1
-    rows = [["workload", "dtype", "GPU", "tensor cores us", "FP32 pipes us", "PyTorch us"]] + gpu_rows(args.dtypes, args.only)
+    rows = [["workload", "dtype", "GPU", "tensor cores us", "FP32 pipes us", "PyTorch us", "TC / PyTorch"]] + \
+        gpu_rows(args.dtypes, args.only)
     print(f"command:  python benchmarks/tensor_cores.py {' '.join(sys.argv[1:])}")
     print(f"date:     {datetime.now(timezone.utc).isoformat(timespec='seconds')}")
     print(f"gpu:      {mc.gpu_status()}; measured (CUDA events, L2 flushed, median); the kernels: the best by the static "
