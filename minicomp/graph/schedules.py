@@ -124,7 +124,9 @@ def _row_group(dag: ComputeDAG, out, out_names: set[str]) -> tuple[list[str], in
   k = None
   for r in reds:
     rs = tuple(d for d in r.shape)
-    lead = len(rs) - len([d for d in reversed(rs) if d == 1]) if len(rs) == len(out.shape) else len(rs)
+    lead = len(rs)
+    if len(rs) == len(out.shape):      # keepdims: the reduced axes are the trailing 1s (a batch of 1 is a row axis)
+      while lead > 0 and rs[lead - 1] == 1: lead -= 1
     while lead > 0 and (lead > len(out.shape) or rs[:lead] != out.shape[:lead]): lead -= 1
     k = lead if k is None else min(k, lead)
   if not k or k >= len(out.shape): return None

@@ -275,7 +275,8 @@ def _row_target(s: Schedule, name: str, info: SketchInfo) -> tuple[str, int] | N
   k = len(rs)
   while k > 0 and rs[:k] != os_[:k]: k -= 1
   if len(rs) == len(os_) and k < len(rs):       # keepdims: trailing ones stand for the reduced axes
-    k = len(rs) - len([d for d in reversed(rs) if d == 1])
+    k = len(rs)                                 # (a leading 1, a batch of one, is a row axis like any other)
+    while k > 0 and rs[k - 1] == 1: k -= 1
     if rs[:k] != os_[:k]: return None
   if k == 0 or k >= len(os_): return None
   if out in info.rows:
