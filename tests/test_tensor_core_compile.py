@@ -36,6 +36,61 @@ def test_tensor_core_schedules_of_matmul_like_tasks_match_numpy(name, dtype):
     assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3, (name, np.abs(out - ref).max())
 
 
+LDMATRIX = {"matmul": ("x4", "x2_trans"), "batch_matmul": ("x4", "x2_trans"), "conv2d": ("x4_trans", "x2")}
+
+
+@pytest.mark.parametrize("name", sorted(LDMATRIX))
+def test_fragments_are_read_with_ldmatrix_where_the_layout_allows(name, monkeypatch):
+  """compile's tensor-core schedules read both fragments with ldmatrix: A x4 and B x2.trans from row-major tiles,
+  and for a convolution (pixels contiguous in its input tile, channels in its channels-last weights) A x4.trans and
+  B x2. The same kernel with MINICOMP_LDMATRIX=0 reads element by element and computes the same bits."""
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  wl = TC_WORKLOADS[name]("float16")
+  ins = wl.random_inputs()
+  for s in tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("sm_80")):
+    k = mc.build(s, target="sm_80")
+    assert all(f"mc_ldmatrix_{form}(" in k.source for form in LDMATRIX[name]), k.source
+    assert "ldmatrix.sync.aligned.m8n8" in k.binary.ptx
+    monkeypatch.setenv("MINICOMP_LDMATRIX", "0")
+    plain = mc.build(s, target="sm_80")
+    monkeypatch.delenv("MINICOMP_LDMATRIX")
+    assert "ldmatrix" not in plain.source
+    np.testing.assert_array_equal(k(*ins, device="cpu"), plain(*ins, device="cpu"))
+
+
+def test_a_warp_tile_reads_each_fragment_once_per_k_step():
+  """compile's template for a 1024^3 fp16 matmul on an A100 (4 x 4 instructions a warp) reads its fragments ahead of
+  the unrolled loops that reuse them (ir/nest.py): one ldmatrix.x4 per A fragment, before the loop over the warp
+  tile's columns, and B's fragments into an array over those columns, before the loop over its rows."""
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  wl = W.matmul(1024, 1024, 1024, dtype="float16")
+  (s, *_) = tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("a100"))
+  src = mc.build(s, target="a100").source
+  assert "unsigned mc_frag_A_shared_0[4];" in src and "mc_ldmatrix_x4(mc_frag_A_shared_0, A_shared + " in src
+  assert "unsigned mc_frag_B_shared_1[4][2];" in src and "const unsigned* mma_b = mc_frag_B_shared_1[j_0];" in src
+  b, a = src.index("unsigned mc_frag_B_shared_1[4][2];"), src.index("unsigned mc_frag_A_shared_0[4];")
+  assert b < src.rindex("for (int i_0 = 0;", 0, a) < a
+
+
+def test_a_fragment_whose_rows_are_not_16_byte_aligned_is_read_element_by_element():
+  """A tile padded by 4 halves a row (storage_align) has 8-byte aligned rows: ldmatrix cannot read A there (B still
+  can), and the kernel computes numpy's product."""
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  wl = W.matmul(128, 256, 64, dtype="float16")
+  s = tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("sm_80"))[0].copy()
+  s.storage_align("A.shared", 0, 32, 4)
+  k = mc.build(s, target="sm_80")
+  assert "mc_ldmatrix_x4" not in k.source and "mc_ldmatrix_x2_trans(mma_b" in k.source
+  ins = wl.random_inputs()
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  assert np.abs(k(*ins, device="cpu").astype(np.float64) - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+
+
 def test_tensor_core_schedules_only_where_they_apply():
   from minicomp import workloads as W
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules

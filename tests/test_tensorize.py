@@ -57,16 +57,22 @@ def _matmul_tolerance(intr: str, a32, b32, ref) -> np.ndarray:
 
 
 @pytest.mark.parametrize("intr", sorted(TYPES))
-def test_tensorized_matmul_matches_numpy_in_the_simulator(intr):
+def test_tensorized_matmul_matches_numpy_in_the_simulator(intr, monkeypatch):
   wl, s = tensorized_matmul(intr)
   arch = "sm_75" if intr == "m16n8k8_f16" else "sm_80"
   k = mc.build(s, target=arch)
   assert f"mma.sync.aligned.m16n8k{tc.INTRINSICS[intr].k}" in k.binary.ptx and tc.INTRINSICS[intr].helper in k.source
   if TYPES[intr] != "float32":
-    # the tiles the tensor cores read hold the half values; A's pairs are adjacent: one 32-bit read each
+    # the tiles the tensor cores read hold the half values, read with ldmatrix (A as it is, B transposed: 2 / 1
+    # matrices for k = 16 / 8); without it, A's pairs are adjacent (one 32-bit read each), B's are packed
     ctype = "__half" if TYPES[intr] == "float16" else "__nv_bfloat16"
     assert f"__shared__ __align__(16) {ctype} A_shared[" in k.source and f"__shared__ __align__(16) {ctype} B_shared[" in k.source
-    assert "reinterpret_cast<const unsigned*>(A_shared + " in k.source and "mc_pack_h2(B_shared[" in k.source
+    n = tc.INTRINSICS[intr].a_regs
+    assert f"mc_ldmatrix_x{n}(mma_a, A_shared + " in k.source and f"mc_ldmatrix_x{n // 2}_trans(mma_b, B_shared + " in k.source
+    monkeypatch.setenv("MINICOMP_LDMATRIX", "0")
+    plain = mc.build(s, target=arch).source
+    monkeypatch.delenv("MINICOMP_LDMATRIX")
+    assert "reinterpret_cast<const unsigned*>(A_shared + " in plain and "mc_pack_h2(B_shared[" in plain
   a, b = wl.random_inputs()
   a32, b32 = a.astype(np.float32), b.astype(np.float32)
   ref = a32.astype(np.float64) @ b32.astype(np.float64)
@@ -84,9 +90,9 @@ def test_tensorized_matmul_matches_numpy_in_the_simulator(intr):
 
 
 def test_a_warp_tile_of_several_mma_matches_numpy_and_reuses_its_fragments():
-  """2 x 4 instructions per warp and k-step (32 x 32 per warp): correct, and NVVM reads each A fragment once for
-  the 4 instructions of its row and each B fragment once for the 2 of its column (the helpers' asm is not
-  volatile): 2 x 4 (A) + 4 x 4 (B: 16-bit reads) shared reads per k-step, not 8 x 8."""
+  """2 x 4 instructions per warp and k-step (32 x 32 per warp): correct, and each fragment is read once per k-step
+  (ir/nest.py reads them ahead of the loops that reuse them): A with one ldmatrix for the 4 instructions of its
+  row, B's 4 elements (16-bit reads) once for the 2 of its column: 2 ldmatrix + 4 x 4 shared reads per k-step."""
   wl, s = tensorized_matmul("m16n8k16_f16", M=128, N=128, K=32, mi=2, ni=4)
   k = mc.build(s, target="sm_80")
   a, b = wl.random_inputs()
@@ -97,7 +103,8 @@ def test_a_warp_tile_of_several_mma_matches_numpy_and_reuses_its_fragments():
   from minicomp.search.static.ptx import analyze_ptx, ir_loop_extents
   prof = analyze_ptx(k.binary.ptx, k.plan.launches[0].kernel, hints=ir_loop_extents(k.program.kernels[0].body))
   per_step = prof.counts["ld_shared"] / (prof.counts["tensor_k16"] / 8)
-  assert prof.counts["tensor_k16"] == 2 * 8 and per_step == 2 * 4 + 4 * 4
+  assert prof.counts["tensor_k16"] == 2 * 8 and per_step == 4 * 4
+  assert k.binary.ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 and "unsigned mc_frag_B_shared" in k.source
 
 
 def test_tensorize_replays_from_json_and_prints():

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import replace
 from typing import Callable, Sequence
 
+from minicomp.codegen.cache import switched_on
 from minicomp.codegen.cse import shared_subexpressions
 from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
-from minicomp.ir.loop import Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Program, Seq, Store, Sync, walk_stmts
+from minicomp.ir.loop import (Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store, Sync,
+                               walk_stmts)
 from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
@@ -326,21 +329,50 @@ class CUDARenderer:
   def _mma(self, s: Mma, depth: int, out: list[str]) -> None:
     """A warp's mma.sync (``Schedule.tensorize``): the lane's accumulator elements gathered, its A and B fragment
     elements packed into registers (two 16-bit values per register, the lower-numbered in the low half; tf32
-    as floats, rounded by the helper), the helper of ``codegen/tensor_core.py`` called, the elements put back."""
+    as floats, rounded by the helper), the helper of ``codegen/tensor_core.py`` called, the elements put back.
+    A fragment whose layout allows it (``Mma.a_ld`` / ``b_ld``, ir/mma.py) is read with one ``ldmatrix`` instead,
+    unless ``MINICOMP_LDMATRIX=0``."""
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
     intr = INTRINSICS[s.intrinsic]
+    if not switched_on("MINICOMP_LDMATRIX"): s = replace(s, a_ld=None, b_ld=None)
     out.append(f"{ind}{{  // mma.sync {s.intrinsic} (tensorized: {s.acc.name})")
-    with self._shared(list(s.acc_index + s.a + s.b), depth + 1, out):
+    with self._shared(list(s.acc_index + s.operand_exprs), depth + 1, out):
       acc = [f"{s.acc.name}[{self.index(i)}]" for i in s.acc_index]
       out.append(f"{ind2}float mma_d[4] = {{{', '.join(acc)}}};")
-      for name, vals in (("mma_a", s.a), ("mma_b", s.b)):
-        if intr.per_register == 2:
+      for name, vals, ld, frag in (("mma_a", s.a, s.a_ld, s.a_frag), ("mma_b", s.b, s.b_ld, s.b_frag)):
+        if frag is not None:
+          out.append(f"{ind2}const unsigned* {name} = {frag[0]}{''.join(f'[{v}]' for v in frag[1])};")
+        elif ld is not None:
+          out.append(f"{ind2}unsigned {name}[{ld.count}];")
+          out.append(f"{ind2}mc_ldmatrix_x{ld.count}{'_trans' if ld.trans else ''}({name}, {ld.buffer.name} + "
+                     f"{self.index(ld.index)});")
+        elif intr.per_register == 2:
           regs = [self._fragment_register(vals[r], vals[r + 1], intr.dtype) for r in range(0, len(vals), 2)]
           out.append(f"{ind2}const unsigned {name}[{len(regs)}] = {{{', '.join(regs)}}};")
         else: out.append(f"{ind2}const float {name}[{len(vals)}] = {{{', '.join(self.expr(v) for v in vals)}}};")
       out.append(f"{ind2}{intr.helper}(mma_d, mma_a, mma_b);")
       for c, text in enumerate(acc): out.append(f"{ind2}{text} = mma_d[{c}];")
     out.append(f"{ind}}}")
+
+  def _fragment_load(self, s: FragmentLoad, depth: int, out: list[str]) -> None:
+    """Fragments read ahead (ir/nest.py): the register array, and in its unrolled loops one ldmatrix per fragment
+    (without ldmatrix, or with ``MINICOMP_LDMATRIX=0``: its elements packed in pairs)."""
+    ind = self.indent * depth
+    out.append(f"{ind}unsigned {s.name}{''.join(f'[{e}]' for _, e in s.dims)}[{s.regs}];")
+    for k, (v, e) in enumerate(s.dims):
+      out.append(f"{self.indent * (depth + k)}#pragma unroll")
+      out.append(f"{self.indent * (depth + k)}for (int {v} = 0; {v} < {e}; ++{v}) {{")
+    inner, at = depth + len(s.dims), s.name + "".join(f"[{v}]" for v, _ in s.dims)
+    ld = s.ld if switched_on("MINICOMP_LDMATRIX") else None
+    with self._shared([ld.index] if ld else list(s.elements), inner, out):
+      if ld:
+        out.append(f"{self.indent * inner}mc_ldmatrix_x{ld.count}{'_trans' if ld.trans else ''}({at}, "
+                   f"{ld.buffer.name} + {self.index(ld.index)});")
+      else:
+        for r in range(s.regs):
+          reg = self._fragment_register(s.elements[2 * r], s.elements[2 * r + 1], s.dtype)
+          out.append(f"{self.indent * inner}{at}[{r}] = {reg};")
+    for k in reversed(range(len(s.dims))): out.append(f"{self.indent * (depth + k)}}}")
 
   def _fragment_register(self, lo: Expr, hi: Expr, dtype: str) -> str:
     """One 32-bit fragment register of two 16-bit elements (``lo`` in the low half). Two reads of a buffer held
@@ -572,7 +604,7 @@ for _op in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.FLOORMOD, Op.NEG, Op.CALL): 
 
 _STMT = {Seq: CUDARenderer._seq, For: CUDARenderer._for, If: CUDARenderer._if, Store: CUDARenderer._store,
          Sync: CUDARenderer._sync, Comment: CUDARenderer._comment, CrossThreadReduce: CUDARenderer._cross_thread,
-         Mma: CUDARenderer._mma}
+         Mma: CUDARenderer._mma, FragmentLoad: CUDARenderer._fragment_load}
 
 
 def _aligned_base(index: Expr, v: str, n: int) -> Expr | None:

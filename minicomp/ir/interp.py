@@ -47,7 +47,7 @@ import numpy as np
 
 from minicomp.errors import RuntimeLaunchError, SimulatorError
 from minicomp.ir.expr import Expr
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, Mma, Program, Seq, Store, Sync
+from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, Mma, Program, Seq, Store, Sync
 from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, Op, np_type, wrap_int
 
 # a half value (float16, bfloat16) is computed in float32, as the emitter does (codegen/cuda.py): rounded to its
@@ -199,6 +199,9 @@ class _Launch:
   def _comment(self, s: Comment, t: _Thread):
     yield from ()
 
+  def _fragment_load(self, s: FragmentLoad, t: _Thread):   # (the Mma's scalar loops read the tile themselves)
+    yield from ()
+
   def _mma(self, s: Mma, t: _Thread):
     """A tensorized nest runs its scalar loops: the same sums in float32, operands not rounded to tf32."""
     yield from self.run_stmt(s.body, t)
@@ -293,7 +296,8 @@ class _Launch:
 
 
 _STMT = {Seq: _Launch._seq, For: _Launch._for, If: _Launch._if, Store: _Launch._store, Sync: _Launch._sync,
-         Comment: _Launch._comment, CrossThreadReduce: _Launch._cross_thread, Mma: _Launch._mma}
+         Comment: _Launch._comment, CrossThreadReduce: _Launch._cross_thread, Mma: _Launch._mma,
+         FragmentLoad: _Launch._fragment_load}
 
 
 def run_program(program: Program, *args, check_races: bool = True):

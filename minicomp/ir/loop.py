@@ -97,6 +97,33 @@ class CrossThreadReduce:
 
 
 @dataclass(frozen=True)
+class Ldmatrix:
+  """An operand's fragment read with one warp-wide ``ldmatrix`` (``minicomp/ir/mma.py``): ``count`` 8 x 8 matrices
+  of the shared ``buffer``, this lane giving the address ``index`` of one matrix row (``trans``: rows along the
+  fragment's k, as a row-major k x n tile holds B)."""
+  buffer: Buffer
+  index: Expr
+  count: int
+  trans: bool
+
+
+@dataclass(frozen=True)
+class FragmentLoad:
+  """An operand's fragments read ahead of the loops that reuse them (``minicomp/ir/nest.py``) into the register
+  array ``name``: one fragment (``regs`` 32-bit registers of two ``dtype`` values) for each value of the loops
+  ``dims`` ((variable, extent), all unrolled, which the statement loops over itself), so that the tensorized
+  statements inside the loops it was hoisted out of read each fragment once. With ``ld``, one ldmatrix; else (or
+  with ``MINICOMP_LDMATRIX=0``) the ``elements`` (``Mma.a`` / ``b``) packed in pairs. Only the emitted code reads
+  it: the interpreter, the static model and the features run the statement's scalar loops."""
+  name: str
+  dims: tuple[tuple[str, int], ...]
+  regs: int
+  dtype: str
+  elements: tuple[Expr, ...]
+  ld: Ldmatrix | None = None
+
+
+@dataclass(frozen=True)
 class Mma:
   """A warp's tensor-core multiply-accumulate (``Schedule.tensorize``; ``minicomp/ir/mma.py``) in place of the
   loops ``body`` it computes: each lane adds to the four accumulator elements ``acc[acc_index[c]]`` the
@@ -110,9 +137,20 @@ class Mma:
   a: tuple[Expr, ...]
   b: tuple[Expr, ...]
   body: "Stmt"
+  a_ld: Ldmatrix | None = None     # the A / B fragment read with ldmatrix instead of the elements a / b
+  b_ld: Ldmatrix | None = None
+  a_frag: tuple[str, tuple[str, ...]] | None = None   # or taken from a FragmentLoad's array: (name, index variables)
+  b_frag: tuple[str, tuple[str, ...]] | None = None
+
+  @property
+  def operand_exprs(self) -> tuple[Expr, ...]:
+    """What the lanes evaluate for the fragments: nothing for one read ahead, the ldmatrix row address, or the
+    elements read."""
+    def of(frag, ld, vals): return () if frag else (ld.index,) if ld else vals
+    return of(self.a_frag, self.a_ld, self.a) + of(self.b_frag, self.b_ld, self.b)
 
 
-Stmt = Union[For, Seq, If, Store, Sync, Comment, CrossThreadReduce, Mma]
+Stmt = Union[For, Seq, If, Store, Sync, Comment, CrossThreadReduce, Mma, FragmentLoad]
 
 # what each statement holds: its child statements and the expressions its threads evaluate, in the order the
 # emitter prints them (a reduction's ``init`` is not one of them: it is the identity the combiner starts from)
@@ -124,7 +162,8 @@ _PARTS = {
   Sync: lambda s: ((), ()),
   Comment: lambda s: ((), ()),
   CrossThreadReduce: lambda s: ((), (s.value, s.index, s.cond)),
-  Mma: lambda s: ((s.body,), s.acc_index + s.a + s.b),
+  Mma: lambda s: ((s.body,), s.acc_index + s.operand_exprs),
+  FragmentLoad: lambda s: ((), (s.ld.index,) if s.ld else s.elements),
 }
 
 

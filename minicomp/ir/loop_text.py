@@ -15,7 +15,8 @@ same tree as C; this text is for reading the loop structure::
 from __future__ import annotations
 
 from minicomp.errors import LoweringError
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Program, Seq, Store, Sync, walk_scoped
+from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store,
+                               Sync, walk_scoped)
 
 INDENT = "  "
 
@@ -42,6 +43,10 @@ def _line(s) -> str | None:
   if isinstance(s, Mma):
     return (f"mma_sync_{s.intrinsic}({s.acc.name}[{', '.join(map(repr, s.acc_index))}], a=[{', '.join(map(repr, s.a))}], "
             f"b=[{', '.join(map(repr, s.b))}]):  # computes:")
+  if isinstance(s, FragmentLoad):
+    dims = "".join(f"[{v} < {e}]" for v, e in s.dims)
+    if s.ld: return f"{s.name}{dims} = ldmatrix_x{s.ld.count}{'_trans' if s.ld.trans else ''}({s.ld.buffer.name}[{s.ld.index!r}])"
+    return f"{s.name}{dims} = fragment({', '.join(map(repr, s.elements))})"
   raise LoweringError(f"loop_text: no text form for the statement {s!r}")
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from minicomp.errors import ScheduleError
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, cast, const, free_vars, var, walk
-from minicomp.ir.loop import For, Mma, Store
+from minicomp.ir.loop import For, Ldmatrix, Mma, Store
 from minicomp.ir.ops import Op
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.simplify import simplify
@@ -161,7 +161,53 @@ def mma_statement(scalar, intr: Intrinsic, spatial: tuple[str, str], k_var: str,
     b.append(simplify(substitute(y, {**moved, c_var: g % 2, r_var: const(0), k_var: row}), ranges))
   acc = tuple(simplify(substitute(store.index, {r_var: const(i // 2), c_var: const(i % 2), k_var: const(0)}), ranges)
               for i in range(4))
-  return Mma(intr.name, store.buffer, acc, tuple(a), tuple(b), scalar)
+
+  def a_at(j, gq, p):        # A's matrix j (register j), fragment row gq of its 8, k offset p: the index read
+    row, col = intr.a_at(const(0), const(0), 2 * j)
+    return substitute(x, {**{v: var(v) // 32 * 32 + 4 * gq for v in lane_vars}, r_var: row // 8, c_var: const(0),
+                          k_var: col + p})
+
+  def b_at(j, gq, p):        # B's matrix j, fragment column gq, k offset p
+    row, _ = intr.b_at(const(0), const(0), 2 * j)
+    return substitute(y, {**{v: var(v) // 32 * 32 + gq // 2 for v in lane_vars}, c_var: gq % 2, r_var: const(0),
+                          k_var: row + p})
+  a_ld = _ldmatrix(x, a_at, intr.a_regs, intr, first, lane_vars, ranges)
+  b_ld = _ldmatrix(y, b_at, intr.b_regs, intr, first, lane_vars, ranges)
+  return Mma(intr.name, store.buffer, acc, tuple(a), tuple(b), scalar, a_ld, b_ld)
+
+
+def _ldmatrix(e: Expr, at, count: int, intr: Intrinsic, first: str, lane_vars: list[str], ranges: dict) -> Ldmatrix | None:
+  """The ``ldmatrix`` that reads operand ``e``'s fragment (``count`` 8 x 8 matrices, one per register), or None
+  where its layout does not allow one. ``at(j, gq, p)`` is ``e`` where matrix j's element of fragment row (A) or
+  column (B) ``gq`` and k offset ``p`` is read. Lane ``8 j + q`` gives the address of row q of matrix j: its 8
+  elements at k offsets 0..7 must be adjacent (``ldmatrix``: row q is fragment row q), or else the 8 rows at one
+  k offset (``.trans``: row q is k offset q, as a row-major k x n tile holds B), 16-byte aligned either way.
+  Checked by evaluating every (j, gq, p) for the first and the last warp at the low, middle and high values of
+  the other variables (as :func:`_check_lanes`: linear indices, for which it is a proof)."""
+  if intr.per_register != 2 or e.op is not Op.LOAD or e.arg.scope != "shared" or e.arg.stored_dtype != intr.dtype:
+    return None
+  gq, p = var("mc_ld_gq"), var("mc_ld_p")
+  index = [at(const(j), gq, p).src[0] for j in range(count)]
+  _, hi = ranges.get(first, (0, None))
+  if hi is None: return None
+  others = sorted(set().union(*(free_vars(i) for i in index)) - {"mc_ld_gq", "mc_ld_p", *lane_vars})
+  G, P = np.meshgrid(np.arange(8), np.arange(8), indexing="ij")
+  plain = trans = True
+  for setting in range(3):
+    env = {}
+    for v in others:
+      lo, h = ranges.get(v, (0, 0))
+      env[v] = (lo, (lo + (lo if h is None else h)) // 2, lo if h is None else h)[setting]
+    for w0 in sorted({0, (hi + 1) // 32 * 32 - 32}):
+      for i in index:
+        got = np.broadcast_to(np.asarray(evaluate(i, {**env, **{v: w0 for v in lane_vars}, "mc_ld_gq": G, "mc_ld_p": P})), G.shape)
+        plain &= bool((got - got[:, :1] == P).all() and (got[:, 0] % 8 == 0).all())
+        trans &= bool((got - got[:1, :] == G).all() and (got[0, :] % 8 == 0).all())
+      if not (plain or trans): return None
+  lane = var(first) % 32
+  j, q = lane // 8 % count, lane % 8
+  row = at(j, q, const(0)) if plain else at(j, const(0), q)
+  return Ldmatrix(e.arg, simplify(row.src[0], ranges), count, not plain)
 
 
 def _check_lanes(pa: Expr, pb: Expr, r_var: str, c_var: str, k_var: str, k: int, lane_vars: list[str],

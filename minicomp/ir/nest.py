@@ -7,10 +7,12 @@ cross-thread reductions and ``__syncthreads()`` around shared-memory stages.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from minicomp.errors import ScheduleError
 from minicomp.ir.expr import Expr, all_of, cast, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import substitute
-from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, If, LoopKernel, Mma, Seq, Store, Sync, map_stmts,
+from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Seq, Store, Sync, map_stmts,
                               stmt_parts, walk_scoped, walk_stmts)
 from minicomp.ir.mma import INTRINSICS, mma_statement
 from minicomp.ir.ops import HALF_DTYPES, Op
@@ -27,6 +29,7 @@ class NestBuilder:
 
   def _kernel(self, root: str) -> LoopKernel:
     members = [n for n, i in self.info.items() if i.kernel == root]
+    self._frag_count = 0        # FragmentLoads of this kernel (their arrays' names)
     block: list[Expr] = [const(1)] * 3
     grid: list[Expr] = [const(1)] * 3
     bindings: list[tuple[str, str]] = []
@@ -81,6 +84,7 @@ class NestBuilder:
     first_red = leaves.index(reduce_leaves[0]) if reduce_leaves else None
     at_level = self._guard_levels(name, i, guards, first_red)
     mma = dict(st.tensorize)
+    ahead: dict[int, list] = {}     # leaf index -> FragmentLoads placed just before its loop
 
     def loop(it, body):
       a = anns.get(it, "none")
@@ -98,7 +102,8 @@ class NestBuilder:
       if j + 1 < len(leaves): body = self._guard(body, at_level.get(j, []))
       body = Seq(tuple(attached) + (body,)) if attached else body
       stmt = loop(it, body)
-      if it in mma: stmt = self._mma(name, i, j, stmt, mma[it])
+      if it in mma: stmt = self._mma(name, i, j, stmt, mma[it], unroll_kind, at_level, ahead)
+      if ahead.get(j): stmt = Seq((*ahead.pop(j), stmt))
       if first_red is not None and j == first_red:
         init_nest = init_stmt
         for x in reversed(leaves[j:]):
@@ -109,8 +114,9 @@ class NestBuilder:
     return Seq((Comment(f"stage {name}" + (f" ({i.scope})" if st.attach.kind == "at" else "")),
                 self._guard(nest(0), at_level.get(-1, []))))
 
-  def _mma(self, name: str, i, j: int, scalar, intrinsic: str):
-    """The tensorized loops of stage ``name`` (from leaf ``j`` inward, lowered to ``scalar``) as a warp's mma.sync."""
+  def _mma(self, name: str, i, j: int, scalar, intrinsic: str, unroll_kind: dict, at_level: dict, ahead: dict):
+    """The tensorized loops of stage ``name`` (from leaf ``j`` inward, lowered to ``scalar``) as a warp's mma.sync;
+    its ldmatrix reads hoisted out of the loops that would repeat them (:meth:`_read_ahead`, into ``ahead``)."""
     where = _step_of(self.s, name, None, "tensorize")
     b0 = self.block[0]
     if not (b0.is_const and int(b0.arg) % 32 == 0):
@@ -119,7 +125,45 @@ class NestBuilder:
     leaves = i.st.leaves[j:]
     spatial = tuple(i.cvar[x] for x in leaves if i.st.kind(x) == "spatial")
     k_var = next(i.cvar[x] for x in leaves if i.st.kind(x) == "reduce")
-    return mma_statement(scalar, INTRINSICS[intrinsic], spatial, k_var, self._lane_vars, self.ranges, where)
+    m = mma_statement(scalar, INTRINSICS[intrinsic], spatial, k_var, self._lane_vars, self.ranges, where)
+    intr = INTRINSICS[intrinsic]
+    if intr.per_register != 2: return m          # (TF32 fragments are rounded floats, read in place)
+    a = self._read_ahead(name, i, j, m.a_ld, m.a, intr.a_regs, intr.dtype, unroll_kind, at_level, ahead)
+    b = self._read_ahead(name, i, j, m.b_ld, m.b, intr.b_regs, intr.dtype, unroll_kind, at_level, ahead)
+    return replace(m, a_frag=a, b_frag=b)
+
+  def _read_ahead(self, name: str, i, j: int, ld, elements, regs: int, dtype: str, unroll_kind: dict, at_level: dict,
+                  ahead: dict):
+    """Where the tensorized statement at leaf ``j`` of stage ``name`` takes an operand's fragment from (its
+    ldmatrix ``ld`` or its ``elements``): None to read it in place, where no loop between the shared tile's fill
+    and the statement repeats the read (or the operand is not one shared tile filled inside this stage, a loop it
+    would need as an array index is not unrolled, or a guard inside the loops it would leave); else the (array,
+    index variables) of a
+    :class:`FragmentLoad` placed before the outermost loop that repeats it, an array over the loops inside that
+    one which the operand varies with."""
+    reads = {n.arg for e in elements for n in walk(e) if n.op is Op.LOAD}
+    if len(reads) != 1: return None
+    (buf,) = reads
+    fill = next((o for o in self.info.values() if o.buffer is buf), None)
+    leaves = i.st.leaves
+    if fill is None or fill.st.attach.kind != "at" or fill.st.attach.stage != name: return None
+    between = []
+    for x in leaves[leaves.index(fill.st.attach.iter) + 1:j]:
+      ann, ext = i.st.annotation(x), i.leaf_ext[x]
+      if ann in BLOCK_TAGS or ann in THREAD_TAGS or _is_one(ext): continue
+      if not ext.is_const or ann in ("vectorize", "vthread"): return None
+      between.append((i.cvar[x], int(ext.arg), ann == "unroll" or unroll_kind.get(x) == "unroll", leaves.index(x)))
+    used = set().union(*(free_vars(e) for e in elements), free_vars(ld.index) if ld else set())
+    repeats = [k for k, (v, _, _, _) in enumerate(between) if v not in used]
+    if not repeats: return None
+    inside = between[repeats[0] + 1:]
+    if not all(unrolled for v, _, unrolled, _ in inside if v in used): return None   # (constant array indices)
+    if any(at_level.get(q) for q in range(between[repeats[0]][3], j)): return None
+    dims = tuple((v, e) for v, e, _, _ in inside if v in used)
+    frag = f"mc_frag_{buf.name}_{self._frag_count}"
+    self._frag_count += 1
+    ahead.setdefault(between[repeats[0]][3], []).append(FragmentLoad(frag, dims, regs, dtype, tuple(elements), ld))
+    return frag, tuple(v for v, _ in dims)
 
   def _guard(self, stmt, gs: list[Expr]):
     return If(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
