@@ -213,12 +213,17 @@ def gpu(size: int, repeat: int) -> int:
   wl = W.matmul(M, N, K, dtype="float16")
   scheds = tensor_core_schedules(ComputeDAG(wl.outputs), tgt)
   best = min(scheds, key=lambda sc: estimate(mc.build(sc, target=tgt), tgt).latency_s)
-  k = mc.build(best, target=tgt)
-  (call,) = k.plan.launches
-  ptr = {k.plan.inputs[0].name: pa, k.plan.inputs[1].name: pb, k.plan.outputs[0].name: pc}
-  mod = drv.module_load(k.binary.cubin)
-  s, err = timed(drv.function(mod, call.kernel), call.grid, call.block, [ptr[n] for n in call.params])
-  rows.append(("compile's template", s, err, k.binary.resources.get(call.kernel, "")))
+  import os
+  for ldm in ("0", "1"):          # element reads (as measured on 2026-11-29), then ldmatrix read ahead
+    os.environ["MINICOMP_LDMATRIX"] = ldm
+    k = mc.build(best, target=tgt)
+    (call,) = k.plan.launches
+    ptr = {k.plan.inputs[0].name: pa, k.plan.inputs[1].name: pb, k.plan.outputs[0].name: pc}
+    mod = drv.module_load(k.binary.cubin)
+    s, err = timed(drv.function(mod, call.kernel), call.grid, call.block, [ptr[n] for n in call.params])
+    rows.append((f"compile's template{', ldmatrix' if ldm == '1' else ''}", s, err,
+                 k.binary.resources.get(call.kernel, "")))
+  os.environ.pop("MINICOMP_LDMATRIX")
   for v in VARIANTS:
     binary = compile_cuda(source(v, M, N, K), arch)
     mod = drv.module_load(binary.cubin)
