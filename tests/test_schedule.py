@@ -295,6 +295,29 @@ def test_stage_inside_a_narrower_thread_loop_runs_only_on_those_threads():
   np.testing.assert_allclose(kern(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("inner", [1, 2])
+def test_a_register_tile_read_with_gaps_keeps_only_the_values_read(inner):
+  """Thread g computes rows g + 8 r + 16 m (r < 2, m < 2) and columns t + 32 c (c < inner) of a matmul: its
+  accumulator tile (cache_write local) holds those 4 x inner values, not the 25 x (32 inner - 31) of their box
+  (ir/lower.py, a strided region), and the kernel computes numpy's product."""
+  wl = W.matmul(64, 64, 32)
+  C = wl.stages["C"]
+  s = mc.Schedule([C])
+  CL = s.cache_write(C, "local")
+  i, j = s.axis(C)
+  io, m, r, g = s.split(C, i, [2, 2, 8])
+  jo, c, t = s.split(C, j, [inner, 32 // inner])
+  s.reorder(C, io, jo, g, t, m, r, c)
+  s.bind(C, s.fuse(C, io, jo), "blockIdx.x")
+  tx = s.fuse(C, g, t)
+  s.bind(C, tx, "threadIdx.x")
+  s.compute_at(CL, C, tx)
+  k = mc.build(s, target="sm_86")
+  assert f"float C_local[{4 * inner}];" in k.source
+  a, b = wl.random_inputs()
+  np.testing.assert_allclose(k(a, b, device="cpu"), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_storage_align_of_a_root_stage_is_refused():
   """A root stage's global buffer is dense: padded strides would index past its end (a wrong kernel)."""
   import minicomp as mc

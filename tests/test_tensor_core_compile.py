@@ -75,6 +75,24 @@ def test_a_warp_tile_reads_each_fragment_once_per_k_step():
   assert b < src.rindex("for (int i_0 = 0;", 0, a) < a
 
 
+def test_the_template_lays_fragments_out_as_ptx_does_and_pads_its_tiles():
+  """compile's template for a 1024^3 fp16 matmul (A100, 128 x 64 x 32 per block, 4 x 4 instructions a warp): rows of
+  40 and 72 halves in the shared tiles (32 and 64 plus 16 bytes), a register tile of exactly its 4 x 4 x 4
+  accumulators though a lane's rows lie 8 apart, and no shared access worse than 2-way by the static model (8-way in
+  the layout it replaced)."""
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  from minicomp.search.static.footprint import data_movement
+  tgt = mc.Target("a100")
+  (s, *_) = tensor_core_schedules(ComputeDAG(W.matmul(1024, 1024, 1024, dtype="float16").outputs), tgt)
+  k = mc.build(s, target=tgt)
+  for decl in ("__half A_shared[5120];", "__half B_shared[2304];", "float C_local[64];"):
+    assert decl in k.source
+  dm = data_movement(k.program.kernels[0], l1_bytes=tgt.device.l1_bytes_per_sm, l2_bytes=tgt.device.l2_bytes)
+  assert max(x.bank_conflict or 1.0 for x in dm.accesses if x.scope == "shared") <= 2
+
+
 def test_a_fragment_whose_rows_are_not_16_byte_aligned_is_read_element_by_element():
   """A tile padded by 4 halves a row (storage_align) has 8-byte aligned rows: ldmatrix cannot read A there (B still
   can), and the kernel computes numpy's product."""

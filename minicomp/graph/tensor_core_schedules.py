@@ -8,12 +8,17 @@ channels-last by graph/layout.py). ``R``'s spatial axes are classed by the opera
 a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only: j, the output channels) and
 **batch** (both). A schedule (docs/tensor_cores.md) then
 
-- fuses ``O``'s row axes and its column axes, and splits them into block, warp, lane and register parts:
-  ``row = block (BM) + warp (16 MI) + g (2 MI) + m (2) + r`` for the lane's groupID ``g``, and columns with the
-  lane's ``t`` alike, so each lane's accumulators form one box of (2 MI) x (2 NI), as bound inference needs.
-  With two row axes whose last is a multiple of 8 (a convolution's output pixels), the rows are tiled in two
-  dimensions instead: ``g`` along the last axis (8 columns of pixels), warp, ``m`` and ``r`` along the one before,
-  so a block's input tile is a 2-D box;
+- fuses ``O``'s row axes and its column axes, and splits them into block, warp, instruction and lane parts in the
+  order of the PTX fragments: ``row = block (BM) + warp (16 MI) + m (16) + r (8) + g`` for the lane's groupID
+  ``g``, ``column = block (BN) + warp (8 NI) + n (8) + t (2) + c`` for its ``t``. A lane's accumulators are then
+  rows 8 and columns 1 and 8 apart, which lowering keeps as a (2 MI) x (2 NI) register tile without the gaps
+  (``ir/lower.py``, a strided region), and a fragment's 8 rows are 8 adjacent tile rows, which each shared tile
+  (rows padded to an odd multiple of 16 bytes: ``storage_align``) serves to ``ldmatrix`` without bank conflicts.
+  (Rows ``g (2 MI) + 2 m + r``, which this replaced on 2026-11-29, put a fragment's rows 2 MI tile rows apart:
+  8-way conflicts for MI = 4, the H200's 64 TFLOP/s of benchmarks/README.md.) With two row axes whose last is a
+  multiple of 8 (a convolution's output pixels), the rows are tiled in two dimensions instead: ``g`` along the
+  last axis (8 columns of pixels), warp, ``m`` and ``r`` along the one before, so a block's input tile is a 2-D
+  box (not padded);
 - computes ``R`` in registers at the thread loop, its longest reduction axis (a convolution's input channels)
   innermost and split into k-steps of ``KSTEP`` where it divides (the other reduction axes loop around them, so a
   step reads 32 channels at one filter tap: a box bound inference sizes exactly), else all of them fused
@@ -180,7 +185,7 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
 def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int) -> Schedule:
   """The schedule of one configuration; each shared tile is fetched ``FETCH_BYTES`` per thread at once,
   or fewer where its size (known once lowered) does not split evenly over the block's threads."""
-  tiles = [b for k in _build(dag, p, wm, wn, mi, ni, lambda src, name: 1).lower().kernels for b in k.allocs
+  tiles = [b for k in _build(dag, p, wm, wn, mi, ni, lambda src, name: 1, pad=False).lower().kernels for b in k.allocs
            if b.scope == "shared"]
   threads = wm * wn * 32
   widths = {b.name: next((v for v in (FETCH_BYTES // b.element_bytes, 4, 2)
@@ -219,11 +224,11 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   return _build(dag, p, *SKETCH_WARPS, mi, ni, width, ksteps), choices
 
 
-def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=None) -> Schedule:
+def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=None, pad: bool = True) -> Schedule:
   """The schedule of ``p`` with warps ``wm`` x ``wn``, warp tiles of ``mi`` x ``ni`` instructions, each shared tile
   fetched ``width_of(source tensor, tile name)`` values at once and ``ksteps`` instructions' k per shared-memory
   step (``KSTEP / k`` when None); ``mi``, ``ni``, the widths and ``ksteps`` may be variables
-  (:func:`tensor_core_sketch`)."""
+  (:func:`tensor_core_sketch`). ``pad=False`` leaves the tiles' rows unpadded (to size them)."""
   r, out, classes, intr, two_d = p.r, p.out, p.classes, p.intr, p.two_d
   s = Schedule(dag)
   for t in dag.tensors:
@@ -239,10 +244,10 @@ def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=
     wo, g = s.split(out, wax, 8)
     ho, w_m, m, rr = s.split(out, hax, [wm, mi, 2])
     io = [*lead, ho, wo]
-  else:
-    io, w_m, g, m, rr = s.split(out, fuse(out, by["row"]), [wm, 8, mi, 2])
+  else:            # rows in the PTX order: warp, instruction m, r (8 rows apart), g
+    io, w_m, m, rr, g = s.split(out, fuse(out, by["row"]), [wm, mi, 2, 8])
     io = [io]
-  jo, w_n, t, n, cc = s.split(out, cf, [wn, 4, ni, 2])
+  jo, w_n, n, t, cc = s.split(out, cf, [wn, ni, 4, 2])     # columns: warp, instruction n, t, c
   s.reorder(out, *by["batch"], *io, jo, w_m, w_n, g, t, m, n, rr, cc)
   s.bind(out, s.fuse(out, *by["batch"], *io, jo), "blockIdx.x")
   tx = s.fuse(out, w_m, w_n, g, t)
@@ -266,6 +271,8 @@ def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=
     xs = s.cache_read(src, "shared", [local])
     s.compute_at(xs, local, ko)
     width = width_of(s.state.stage(src).tensor, c_ident(xs))
+    if pad and not two_d:   # rows an odd number of 16 bytes apart: the 8 rows an ldmatrix reads hit 8 bank groups
+      s.storage_align(xs, len(s.state.stage(xs).tensor.shape) - 2, 16, 8)
     o, thr, v = s.split(xs, fuse(xs, s.loops(xs)), [threads, width])
     s.bind(xs, thr, "threadIdx.x"); s.unroll(xs, o)
     if not isinstance(width, int) or width > 1: s.vectorize(xs, v)

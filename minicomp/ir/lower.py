@@ -27,7 +27,7 @@ from minicomp.ir.expr import Expr, as_expr, const, free_vars, max_, min_, var, w
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import Buffer, For, LoopKernel, Program, stmt_parts, walk_stmts
 from minicomp.ir.ops import HALF_DTYPES, Op
-from minicomp.ir.linear import _bounds, _ctx
+from minicomp.ir.linear import _bounds, _ctx, linear
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
 from minicomp.ir.names import c_ident, check_distinct
@@ -51,6 +51,7 @@ class _Info:
   strides: list[Expr] = field(default_factory=list)
   vdims: list[tuple[str, Expr]] = field(default_factory=list)   # injected virtual-thread dims: (C var, extent)
   vt_ext: dict[str, Expr] = field(default_factory=dict)          # extents of the injected vthread loops
+  radix: list[tuple[tuple[int, int], ...] | None] = field(default_factory=list)  # per dim, a strided region: below
 
 
 class _Lowerer(NestBuilder):
@@ -159,6 +160,7 @@ class _Lowerer(NestBuilder):
     else:
       i.scope = st.scope or self._infer_scope(st)
       i.lo, i.ext = self._region(i, shape)
+    if len(i.radix) != len(shape): i.radix = [None] * len(shape)
     i.root_ext = {a.name: e for a, e in zip(t.axes, i.ext)}
     i.root_ext.update({a.name: a.extent for a in t.reduce_axes})
     i.leaf_ext = st.leaf_extents(i.root_ext)
@@ -189,7 +191,7 @@ class _Lowerer(NestBuilder):
           v = val[r.child] // stride
           val[p] = v if k == 0 else v % exts[k]
     for d, a in enumerate(t.axes):
-      v = simplify(val[a.name] + i.lo[d], self.ranges)
+      v = simplify(_expand(val[a.name], i.radix[d]) + i.lo[d], self.ranges)
       i.root_val[a.name] = v
       if st.attach.kind == "at":
         preds += [v < int(t.shape[d]), v >= 0]
@@ -262,6 +264,8 @@ class _Lowerer(NestBuilder):
     rng = {v: self.sym_ranges[v] for v in relaxed_names if v in self.sym_ranges}
     los: list[list[Expr]] = [[] for _ in shape]
     his: list[list[Expr]] = [[] for _ in shape]
+    idxs: list[list[Expr]] = [[] for _ in shape]
+    i.radix = []
     for q in self.info.values():
       if q is i or not any(n.op is Op.LOAD and n.arg.name == st.name for n in walk(q.body)): continue
       if q.st.name != t_name and not (set(q.cvar.values()) <= inner):
@@ -271,7 +275,8 @@ class _Lowerer(NestBuilder):
       for n in walk(q.body):
         if n.op is not Op.LOAD or n.arg.name != st.name: continue
         for d, e in enumerate(n.src):
-          r = relax(simplify(substitute(e, env), self.ranges), rng)
+          idxs[d].append(simplify(substitute(e, env), self.ranges))
+          r = relax(idxs[d][-1], rng)
           if r is None: r = (const(0), shape[d] - 1)
           los[d].append(simplify(r[0], self.ranges)); his[d].append(simplify(r[1], self.ranges))
     if not los or not los[0]:
@@ -286,14 +291,16 @@ class _Lowerer(NestBuilder):
         # the tile size varies with the outer loops (fused / strided indices): allocate the largest
         m = max_over(e, self.ranges) if free_vars(e) <= set(self.ranges) else None
         if m is None and (b := shift_free_extent(e, self.loop_vars, self.ranges)) is not None:
-          lo.append(l); ext.append(b)      # a symbolic tile: the largest region over the outer loops
+          lo.append(l); ext.append(b); i.radix.append(None)    # a symbolic tile: the largest region over the outer loops
           continue
         if m is None:
           raise LoweringError(f"{_step_of(self.s, st.name, None, 'compute_at')}: cannot bound the extent {e} of dim {d} "
                               "of the computed region (it depends on loops with symbolic extents)")
         e = const(m)
-      if e.is_const and e.arg >= shape[d].arg: l, e = const(0), shape[d]
-      lo.append(l); ext.append(e)
+      radix = _strided(idxs[d], rng, self.ranges) if i.scope == "local" else None
+      if radix: e = const(math.prod(n for _, n in radix))     # (its start: the reads' base, not clamped to 0)
+      elif e.is_const and e.arg >= shape[d].arg: l, e = const(0), shape[d]
+      lo.append(l); ext.append(e); i.radix.append(radix)
     return lo, ext
 
   # ----------------------------------------------------------------------------------------
@@ -326,7 +333,7 @@ class _Lowerer(NestBuilder):
 
   def _flat(self, i: _Info, idx) -> Expr:
     e = const(0)
-    for d, x in enumerate(idx): e = e + (x - i.lo[d]) * i.strides[d]
+    for d, x in enumerate(idx): e = e + _compress(x - i.lo[d], i.radix[d] if i.radix else None) * i.strides[d]
     stride = i.strides[0] * i.ext[0] if i.strides else const(1)
     for v, ext in reversed(i.vdims):
       if not _is_one(ext): e = e + var(v) * stride
@@ -345,6 +352,55 @@ class _Lowerer(NestBuilder):
       q = self.info[name]
       return Expr.make(Op.LOAD, n.dtype, (self._flat(q, n.src),), q.buffer)
     return map_loads(e, f)
+
+# ------------------------------------------------------------------------------------------
+# Strided register regions
+
+def _strided(idxs: list[Expr], rng: dict, ranges: dict) -> tuple[tuple[int, int], ...] | None:
+  """The radix of a register region read with gaps, or None. When every read of a dim is ``base + sum(c_k v_k)``
+  with the same base and the same loop variables ``v_k`` (relaxed, extents ``e_k``, from 0) at coefficients that
+  leave gaps (``c_k`` sorted, each ``c_{k+1}`` a multiple of ``c_k e_k`` and some ``c_{k+1} > c_k e_k``), the
+  region keeps only the values read: ``((c_1, e_1), ...)``, ``prod(e_k)`` of them, value ``v`` standing for
+  ``lo + sum(((v // D_k) % e_k) c_k)`` (``D_k``: the product of the extents before k). So a thread's accumulator
+  tile of rows ``g + 8 r + 16 m`` (tensor cores in the PTX layout) holds 2 MI rows, not the 16 MI - 7 of its box."""
+  forms = set()
+  for e in idxs:
+    terms, c = linear(e)
+    moving = tuple(sorted((k, t.arg) for t, k in terms.items() if free_vars(t) & rng.keys()
+                          if t.op is Op.VAR and k > 0))
+    if len(moving) != len([t for t in terms if free_vars(t) & rng.keys()]): return None
+    base = simplify(e - sum((k * var(v) for k, v in moving), const(0)), ranges)
+    forms.add((moving, base))
+  if len(forms) != 1: return None
+  ((moving, _),) = forms
+  radix, dense = [], True
+  for k, v in moving:
+    lo, hi = ranges.get(v, (None, None))
+    if lo != 0 or hi is None: return None
+    radix.append((k, hi + 1))
+  for (c0, e0), (c1, _) in zip(radix, radix[1:]):
+    if c1 % (c0 * e0): return None
+    dense &= c1 == c0 * e0
+  return None if dense and (not radix or radix[0][0] == 1) else tuple(radix)
+
+
+def _expand(v: Expr, radix) -> Expr:
+  """The offset in the tensor of value ``v`` of a strided region (:func:`_strided`), or ``v`` of a dense one."""
+  if not radix: return v
+  out, below = const(0), 1
+  for c, n in radix:
+    out, below = out + (v // below) % n * c, below * n
+  return out
+
+
+def _compress(x: Expr, radix) -> Expr:
+  """The value in a strided region of the tensor offset ``x`` (one of its own), or ``x`` in a dense one."""
+  if not radix: return x
+  out, below = const(0), 1
+  for c, n in radix:
+    out, below = out + x // c % n * below, below * n
+  return out
+
 
 # ------------------------------------------------------------------------------------------
 # Index type
