@@ -20,3 +20,11 @@ os.environ.setdefault("MINICOMP_SCHEDULE_CACHE", "0")
 # One process per compile in the suite: worker pools per test would oversubscribe CI's two cores
 # (tests/test_compile_jobs.py turns jobs on).
 os.environ.setdefault("MINICOMP_JOBS", "1")
+
+
+@pytest.fixture(scope="module")
+def needs_gpu():
+  """Skip the module's tests, saying why, without a CUDA GPU through the default backend (gpu-marked tests)."""
+  from minicomp.codegen.driver import gpu_available, gpu_status
+  if not gpu_available():
+    pytest.skip(f"needs a CUDA GPU through the default backend: {gpu_status()}")

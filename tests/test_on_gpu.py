@@ -10,16 +10,9 @@ import pytest
 import minicomp as mc
 from minicomp import workloads as W
 from minicomp import zoo
-from minicomp.codegen.driver import gpu_available, gpu_status
 from onnx_harness import run_ort
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _needs_gpu():
-  if not gpu_available():
-    pytest.skip(f"needs a CUDA GPU through the default backend: {gpu_status()}")
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_gpu")]
 
 
 WORKLOADS = {

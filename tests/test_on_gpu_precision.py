@@ -10,18 +10,11 @@ import pytest
 
 import minicomp as mc
 from minicomp import zoo
-from minicomp.codegen.driver import gpu_available, gpu_status
 from onnx_harness import rounded_weights, run_ort, to_half
 from test_precision import EPS, NP, ONNX, _close, _with_opset
 from test_tensor_core_compile import TC_WORKLOADS, _conv, _mlp
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _needs_gpu():
-  if not gpu_available():
-    pytest.skip(f"needs a CUDA GPU through the default backend: {gpu_status()}")
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_gpu")]
 
 
 def _tensor_core_schedules(wl, tgt, n_sampled=4):
