@@ -22,6 +22,7 @@ torch.matmul (cuBLAS) where torch is importable.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -213,7 +214,6 @@ def gpu(size: int, repeat: int) -> int:
   wl = W.matmul(M, N, K, dtype="float16")
   scheds = tensor_core_schedules(ComputeDAG(wl.outputs), tgt)
   best = min(scheds, key=lambda sc: estimate(mc.build(sc, target=tgt), tgt).latency_s)
-  import os
   for ldm in ("0", "1"):          # element reads (as measured on 2026-11-29), then ldmatrix read ahead
     os.environ["MINICOMP_LDMATRIX"] = ldm
     k = mc.build(best, target=tgt)

@@ -344,10 +344,9 @@ class CUDARenderer:
           out.append(f"{ind2}const unsigned* {name} = {frag[0]}{''.join(f'[{v}]' for v in frag[1])};")
         elif ld is not None:
           out.append(f"{ind2}unsigned {name}[{ld.count}];")
-          out.append(f"{ind2}mc_ldmatrix_x{ld.count}{'_trans' if ld.trans else ''}({name}, {ld.buffer.name} + "
-                     f"{self.index(ld.index)});")
+          out.append(f"{ind2}{ld.helper}({name}, {ld.buffer.name} + {self.index(ld.index)});")
         elif intr.per_register == 2:
-          regs = [self._fragment_register(vals[r], vals[r + 1], intr.dtype) for r in range(0, len(vals), 2)]
+          regs = self._fragment_registers(vals, intr.dtype)
           out.append(f"{ind2}const unsigned {name}[{len(regs)}] = {{{', '.join(regs)}}};")
         else: out.append(f"{ind2}const float {name}[{len(vals)}] = {{{', '.join(self.expr(v) for v in vals)}}};")
       out.append(f"{ind2}{intr.helper}(mma_d, mma_a, mma_b);")
@@ -366,13 +365,15 @@ class CUDARenderer:
     ld = s.ld if switched_on("MINICOMP_LDMATRIX") else None
     with self._shared([ld.index] if ld else list(s.elements), inner, out):
       if ld:
-        out.append(f"{self.indent * inner}mc_ldmatrix_x{ld.count}{'_trans' if ld.trans else ''}({at}, "
-                   f"{ld.buffer.name} + {self.index(ld.index)});")
+        out.append(f"{self.indent * inner}{ld.helper}({at}, {ld.buffer.name} + {self.index(ld.index)});")
       else:
-        for r in range(s.regs):
-          reg = self._fragment_register(s.elements[2 * r], s.elements[2 * r + 1], s.dtype)
+        for r, reg in enumerate(self._fragment_registers(s.elements, s.dtype)):
           out.append(f"{self.indent * inner}{at}[{r}] = {reg};")
     for k in reversed(range(len(s.dims))): out.append(f"{self.indent * (depth + k)}}}")
+
+  def _fragment_registers(self, vals, dtype: str) -> list[str]:
+    """A fragment's 32-bit registers of 16-bit elements ``vals``, two a register (:meth:`_fragment_register`)."""
+    return [self._fragment_register(vals[r], vals[r + 1], dtype) for r in range(0, len(vals), 2)]
 
   def _fragment_register(self, lo: Expr, hi: Expr, dtype: str) -> str:
     """One 32-bit fragment register of two 16-bit elements (``lo`` in the low half). Two reads of a buffer held

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from minicomp.ir.dag import ComputeDAG, has_data_reuse, is_injective, reads
+from minicomp.ir.dag import ComputeDAG, has_data_reuse, is_injective, kept_axes, reads
 from minicomp.ir.ops import Op
 from minicomp.ir.schedule import Schedule
 from minicomp.target import Target, as_target
@@ -124,9 +124,7 @@ def _row_group(dag: ComputeDAG, out, out_names: set[str]) -> tuple[list[str], in
   k = None
   for r in reds:
     rs = tuple(d for d in r.shape)
-    lead = len(rs)
-    if len(rs) == len(out.shape):      # keepdims: the reduced axes are the trailing 1s (a batch of 1 is a row axis)
-      while lead > 0 and rs[lead - 1] == 1: lead -= 1
+    lead = kept_axes(rs) if len(rs) == len(out.shape) else len(rs)
     while lead > 0 and (lead > len(out.shape) or rs[:lead] != out.shape[:lead]): lead -= 1
     k = lead if k is None else min(k, lead)
   if not k or k >= len(out.shape): return None

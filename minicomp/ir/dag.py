@@ -118,6 +118,14 @@ def is_strict_inlinable(t: Tensor) -> bool:
   return is_elementwise(t) and not has_expensive_op(t) and not has_branch(t)
 
 
+def kept_axes(shape) -> int:
+  """How many leading axes of a reduction's shape, kept with its reduced axes as 1s (keepdims), are not reduced:
+  all but the trailing 1s (a leading 1, a batch of one, is an axis like any other)."""
+  k = len(shape)
+  while k > 0 and shape[k - 1] == 1: k -= 1
+  return k
+
+
 def has_data_reuse(t: Tensor) -> bool:
   """Ansor's NeedsMultiLevelTiling: some inputs are reused across an output axis."""
   if t.is_placeholder: return False

@@ -106,6 +106,9 @@ class Ldmatrix:
   count: int
   trans: bool
 
+  @property
+  def helper(self) -> str: return f"mc_ldmatrix_x{self.count}{'_trans' if self.trans else ''}"
+
 
 @dataclass(frozen=True)
 class FragmentLoad:

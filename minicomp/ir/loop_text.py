@@ -45,7 +45,7 @@ def _line(s) -> str | None:
             f"b=[{', '.join(map(repr, s.b))}]):  # computes:")
   if isinstance(s, FragmentLoad):
     dims = "".join(f"[{v} < {e}]" for v, e in s.dims)
-    if s.ld: return f"{s.name}{dims} = ldmatrix_x{s.ld.count}{'_trans' if s.ld.trans else ''}({s.ld.buffer.name}[{s.ld.index!r}])"
+    if s.ld: return f"{s.name}{dims} = {s.ld.helper}({s.ld.buffer.name}[{s.ld.index!r}])"
     return f"{s.name}{dims} = fragment({', '.join(map(repr, s.elements))})"
   raise LoweringError(f"loop_text: no text form for the statement {s!r}")
 

@@ -116,7 +116,7 @@ class NestBuilder:
 
   def _mma(self, name: str, i, j: int, scalar, intrinsic: str, unroll_kind: dict, at_level: dict, ahead: dict):
     """The tensorized loops of stage ``name`` (from leaf ``j`` inward, lowered to ``scalar``) as a warp's mma.sync;
-    its ldmatrix reads hoisted out of the loops that would repeat them (:meth:`_read_ahead`, into ``ahead``)."""
+    its fragment reads hoisted out of the loops that would repeat them (:meth:`_read_ahead`, into ``ahead``)."""
     where = _step_of(self.s, name, None, "tensorize")
     b0 = self.block[0]
     if not (b0.is_const and int(b0.arg) % 32 == 0):
@@ -125,8 +125,8 @@ class NestBuilder:
     leaves = i.st.leaves[j:]
     spatial = tuple(i.cvar[x] for x in leaves if i.st.kind(x) == "spatial")
     k_var = next(i.cvar[x] for x in leaves if i.st.kind(x) == "reduce")
-    m = mma_statement(scalar, INTRINSICS[intrinsic], spatial, k_var, self._lane_vars, self.ranges, where)
     intr = INTRINSICS[intrinsic]
+    m = mma_statement(scalar, intr, spatial, k_var, self._lane_vars, self.ranges, where)
     if intr.per_register != 2: return m          # (TF32 fragments are rounded floats, read in place)
     a = self._read_ahead(name, i, j, m.a_ld, m.a, intr.a_regs, intr.dtype, unroll_kind, at_level, ahead)
     b = self._read_ahead(name, i, j, m.b_ld, m.b, intr.b_regs, intr.dtype, unroll_kind, at_level, ahead)
@@ -138,9 +138,8 @@ class NestBuilder:
     ldmatrix ``ld`` or its ``elements``): None to read it in place, where no loop between the shared tile's fill
     and the statement repeats the read (or the operand is not one shared tile filled inside this stage, a loop it
     would need as an array index is not unrolled, or a guard inside the loops it would leave); else the (array,
-    index variables) of a
-    :class:`FragmentLoad` placed before the outermost loop that repeats it, an array over the loops inside that
-    one which the operand varies with."""
+    index variables) of a :class:`FragmentLoad` placed before the outermost loop that repeats it, an array over
+    the loops inside that one which the operand varies with."""
     reads = {n.arg for e in elements for n in walk(e) if n.op is Op.LOAD}
     if len(reads) != 1: return None
     (buf,) = reads

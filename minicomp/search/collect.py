@@ -3,9 +3,9 @@
 For each workload (a ``minicomp.workloads`` call; by default :data:`STANDARD`, the tasks the shipped
 calibration was fitted on), the programs are Gensor's construction's best few (the fast end, where a
 search chooses) and random valid programs drawn from the sketches (the spread). Each is built for the GPU's
-arch, run once and checked against the workload's numpy reference (computed in float32 from half inputs), timed with CUDA events (the L2 flushed
-before every run; the median), and analysed by the static model for the GPU's device entry; then it is
-appended to the timings dataset (:mod:`.static.timings`; default: the cache folder's
+arch, run once and checked against the workload's numpy reference (computed in float32 from half inputs), timed
+with CUDA events (the L2 flushed before every run; the median), and analysed by the static model for the GPU's
+device entry; then it is appended to the timings dataset (:mod:`.static.timings`; default: the cache folder's
 ``timings/<arch>.jsonl``), one line per program as it finishes. A program already in the file (same task
 and steps) is not timed again, so a stopped collection resumes where it stopped. ``minicomp calibrate``
 then fits the static model to these timings.
@@ -89,7 +89,8 @@ def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Pa
   from minicomp.codegen.gpu_runtime import GpuModule, time_plan
   from minicomp.ir.schedule import Schedule
   from minicomp.progress import bar, check_interrupt
-  from minicomp.search.measure import HALF_EPS, results_agree
+  from minicomp.ir.ops import HALF_DTYPES
+  from minicomp.search.measure import results_agree
   from minicomp.search.static import timings as T
   from minicomp.search.static.estimate import launch_facts
   from minicomp.target import Target, resolve_gpu_target
@@ -107,7 +108,7 @@ def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Pa
   for call, wl in wls:
     todo = programs(wl, target, per_task, seed)
     args = wl.random_inputs(seed)
-    want = wl.reference(*[a.astype(np.float32) if a.dtype.name in HALF_EPS else a for a in args])   # (not in half)
+    want = wl.reference(*[a.astype(np.float32) if a.dtype.name in HALF_DTYPES else a for a in args])   # (not in half)
     want = list(want) if isinstance(want, (tuple, list)) else [want]
     with bar(len(todo), f"[minicomp] collect {wl.name}", progress, unit="program") as shown:
       for steps in todo:

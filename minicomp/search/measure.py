@@ -293,17 +293,16 @@ def _failure(e: BaseException, t0: float) -> MeasureResult:
   return MeasureResult(None, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}", False, {}, time.perf_counter() - t0)
 
 
-HALF_EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7}   # one unit in the last place at 1.0
-
-
 def results_agree(got, want, rtol: float, atol: float) -> bool:
   """Whether each output ``got`` matches ``want`` within ``rtol`` / ``atol``, widened for a half output to its
   type's resolution: one unit in the last place of each value (``rtol`` eps) and of the largest (``atol`` eps
   times max |want|), since a half kernel rounds what it computes in float32 once per stored value and its float32
   sums run in another order than the reference's. NaN matches NaN."""
+  import ml_dtypes
   import numpy as np
+  from minicomp.ir.ops import HALF_DTYPES
   for g, w in zip(got, want):
-    eps = HALF_EPS.get(np.dtype(g.dtype).name, 0.0)
+    eps = float(ml_dtypes.finfo(g.dtype).eps) if np.dtype(g.dtype).name in HALF_DTYPES else 0.0   # 1 ulp at 1.0
     g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
     scale = float(np.abs(w[np.isfinite(w)]).max()) if eps and np.isfinite(w).any() else 0.0
     if not np.allclose(g, w, rtol=max(rtol, eps), atol=max(atol, eps * scale), equal_nan=True): return False

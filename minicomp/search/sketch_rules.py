@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from minicomp.ir.dag import has_data_reuse, is_injective, reads
+from minicomp.ir.dag import has_data_reuse, is_injective, kept_axes, reads
 from minicomp.ir.expr import Expr, var
 from minicomp.ir.ops import Op
 from minicomp.ir.schedule import Schedule
@@ -275,8 +275,7 @@ def _row_target(s: Schedule, name: str, info: SketchInfo) -> tuple[str, int] | N
   k = len(rs)
   while k > 0 and rs[:k] != os_[:k]: k -= 1
   if len(rs) == len(os_) and k < len(rs):       # keepdims: trailing ones stand for the reduced axes
-    k = len(rs)                                 # (a leading 1, a batch of one, is a row axis like any other)
-    while k > 0 and rs[k - 1] == 1: k -= 1
+    k = kept_axes(rs)
     if rs[:k] != os_[:k]: return None
   if k == 0 or k >= len(os_): return None
   if out in info.rows:
