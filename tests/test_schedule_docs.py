@@ -18,7 +18,7 @@ FLAGS = doctest.ELLIPSIS
 # the user-facing primitives: each shows the printed state before and after on a tiny computation
 PRIMITIVES = ("split", "fuse", "reorder", "tile", "bind", "unroll", "vectorize", "pragma", "cross_thread_reduce",
               "rfactor", "compute_at", "compute_inline", "compute_root", "cache_read", "cache_write", "storage_align",
-              "tensorize")
+              "tensorize", "pipeline")
 # the rest of the public API with an example of its own
 WITH_EXAMPLE = ("to_json", "from_json", "params", "substitute", "lower", "loops")
 

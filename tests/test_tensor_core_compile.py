@@ -76,8 +76,8 @@ def test_a_warp_tile_reads_each_fragment_once_per_k_step():
 
 
 def test_the_template_lays_fragments_out_as_ptx_does_and_pads_its_tiles():
-  """compile's template for a 1024^3 fp16 matmul (A100, 128 x 64 x 32 per block, 4 x 4 instructions a warp): rows of
-  40 and 72 halves in the shared tiles (32 and 64 plus 16 bytes), a register tile of exactly its 4 x 4 x 4
+  """compile's template for a 1024^3 fp16 matmul (A100, 128 x 128 x 32 per block, 8 warps of 4 x 4 instructions, 2
+  pipeline stages): rows of 40 and 136 halves in the shared tiles (32 and 128 plus 16 bytes), a register tile of exactly its 4 x 4 x 4
   accumulators though a lane's rows lie 8 apart, and no shared access worse than 2-way by the static model (8-way in
   the layout it replaced)."""
   from minicomp import workloads as W
@@ -87,7 +87,7 @@ def test_the_template_lays_fragments_out_as_ptx_does_and_pads_its_tiles():
   tgt = mc.Target("a100")
   (s, *_) = tensor_core_schedules(ComputeDAG(W.matmul(1024, 1024, 1024, dtype="float16").outputs), tgt)
   k = mc.build(s, target=tgt)
-  for decl in ("__half A_shared[5120];", "__half B_shared[2304];", "float C_local[64];"):
+  for decl in ("__half A_shared[10240];", "__half B_shared[8704];", "float C_local[64];"):   # (2 x 128 x 40, 2 x 32 x 136)
     assert decl in k.source
   dm = data_movement(k.program.kernels[0], l1_bytes=tgt.device.l1_bytes_per_sm, l2_bytes=tgt.device.l2_bytes)
   assert max(x.bank_conflict or 1.0 for x in dm.accesses if x.scope == "shared") <= 2
@@ -356,7 +356,7 @@ def test_the_tensor_core_sketch_only_where_the_template_applies():
 @pytest.mark.parametrize("kind", ["matmul", "conv2d"])
 def test_tensor_core_sketch_samples_match_numpy(kind):
   """Random draws of the tensor-core sketch (the annotator's: invalid ones, tiles that do not divide, redrawn) build
-  with mma.sync and compute numpy's result in the simulator."""
+  with mma.sync, a matmul's pipelined, and compute numpy's result in the simulator."""
   from minicomp import workloads as W
   from minicomp.search.annotate import sample_population
   from minicomp.search.sketch import generate_sketches
@@ -370,6 +370,8 @@ def test_tensor_core_sketch_samples_match_numpy(kind):
   for c in pop:
     kern = mc.build(c.schedule, target="sm_80")
     assert "mma.sync.aligned.m16n8k16" in kern.binary.ptx
+    # a matmul's tiles are fetched a k-step ahead (2 stages); a convolution's k-steps lie inside its filter taps
+    assert ("mc_cp_async_wait<0>();" in kern.source) == (kind == "matmul")
     out = kern(*ins, device="cpu").astype(np.float64)
     assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3, c.values
 

@@ -29,7 +29,7 @@ from minicomp.codegen.cse import shared_subexpressions
 from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
-from minicomp.ir.loop import (Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store, Sync,
+from minicomp.ir.loop import (AsyncCommit, AsyncWait, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store, Sync,
                                walk_stmts)
 from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
@@ -78,6 +78,11 @@ def _stored(buf) -> bool:
   """``buf`` holds a half type (global memory; shared tiles and registers of a half tensor hold floats:
   ``Buffer.stored_dtype``)."""
   return buf.stored_dtype in _HALF
+
+
+def _copied(buf, value: Expr) -> bool:
+  """``value`` is a global element of the type ``buf`` holds, copied as it is (a pipelined fetch's cp.async)."""
+  return value.op is Op.LOAD and value.arg.scope == "global" and value.arg.stored_dtype == buf.stored_dtype
 
 
 def _unrounded(buf, value: Expr) -> Expr:
@@ -217,6 +222,10 @@ class CUDARenderer:
 
   def _store(self, s: Store, depth: int, out: list[str]) -> None:
     v = s.value
+    if s.async_copy and _copied(s.buffer, v) and s.buffer.element_bytes == 4:   # one 4-byte cp.async
+      out.append(f"{self.indent * depth}mc_cp_async_4({s.buffer.name} + {self.index(s.index)}, "
+                 f"{v.arg.name} + {self.index(v.src[0])}, true);")
+      return
     if v.op is Op.LOAD and _stored(s.buffer) and _stored(v.arg) and v.arg.dtype == s.buffer.dtype:   # a half copy:
       out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {v.arg.name}[{self.index(v.src[0])}];")
       return                                                                                      # no conversions
@@ -236,6 +245,12 @@ class CUDARenderer:
 
   def _sync(self, s: Sync, depth: int, out: list[str]) -> None:
     out.append(f"{self.indent * depth}__syncthreads();")
+
+  def _async_commit(self, s: AsyncCommit, depth: int, out: list[str]) -> None:
+    out.append(f"{self.indent * depth}mc_cp_async_commit();")
+
+  def _async_wait(self, s: AsyncWait, depth: int, out: list[str]) -> None:
+    out.append(f"{self.indent * depth}mc_cp_async_wait<{s.pending}>();")
 
   def _comment(self, s: Comment, depth: int, out: list[str]) -> None:
     out.append(f"{self.indent * depth}// {s.text}")
@@ -260,6 +275,11 @@ class CUDARenderer:
     if v in free_vars(rest): return False   # the loop variable is used outside contiguous loads
     if n == 8 and (st.buffer.stored_dtype not in _HALF or any(x.arg.stored_dtype not in _HALF for x in vec_loads)):
       return False                              # 8 lanes: half only (16 bytes); 8 floats would be 32
+    if st.async_copy and _copied(st.buffer, st.value):    # a pipelined fetch: one cp.async of n elements
+      nbytes = n * st.buffer.element_bytes
+      out.append(f"{self.indent * depth}mc_cp_async_{nbytes}({st.buffer.name} + {self.index(_aligned_base(st.index, v, n))}, "
+                 f"{st.value.arg.name} + {self.index(_aligned_base(st.value.src[0], v, n))}, true);  // {s.var}: vectorized")
+      return True
     if st.buffer.stored_dtype in _HALF or any(x.arg.stored_dtype in _HALF for x in vec_loads):
       return self._vectorized_half(s, st, n, vec_loads, depth, out)
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
@@ -605,7 +625,8 @@ for _op in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.FLOORMOD, Op.NEG, Op.CALL): 
 
 _STMT = {Seq: CUDARenderer._seq, For: CUDARenderer._for, If: CUDARenderer._if, Store: CUDARenderer._store,
          Sync: CUDARenderer._sync, Comment: CUDARenderer._comment, CrossThreadReduce: CUDARenderer._cross_thread,
-         Mma: CUDARenderer._mma, FragmentLoad: CUDARenderer._fragment_load}
+         Mma: CUDARenderer._mma, FragmentLoad: CUDARenderer._fragment_load, AsyncCommit: CUDARenderer._async_commit,
+         AsyncWait: CUDARenderer._async_wait}
 
 
 def _aligned_base(index: Expr, v: str, n: int) -> Expr | None:

@@ -23,11 +23,11 @@ def _steps_matching(state: State, pred) -> str:
 
 def check_resources(state: State, prog: Program, target: Target) -> None:
   """Threads per block, block dims, shared memory per block and vthread extents against ``target``; the
-  tensor-core instructions of tensorize steps against its arch."""
+  tensor-core instructions of tensorize steps and the cp.async of pipeline steps against its arch."""
   for k, st in enumerate(state.steps):
-    if st.kind == "tensorize":
+    if st.kind in ("tensorize", "pipeline"):
       try:
-        check_arch(INTRINSICS[st.intrinsic], target.arch)
+        check_arch(INTRINSICS[st.intrinsic] if st.kind == "tensorize" else "cp.async", target.arch)
       except TargetError as e:
         raise ScheduleError(f"step {k} {st}: {e}") from None
   for k in prog.kernels:

@@ -25,6 +25,11 @@ a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only:
   (staged through shared memory, fetched by the whole block) and the intrinsic's k, unrolls the warp tile and
   tensorizes the innermost (r, c, k) loops.
 
+On sm_80+ the shared tiles are fetched ahead with ``cp.async`` (``Schedule.pipeline``: 3 stages where they fit 48 KB,
+else 2), where the k-step loop is the only reduction loop around the tiles (docs/tensor_cores.md). On an H200
+(2026-11-29, research/tc_kernel_variants.py) 3 stages made a hand-written 128 x 64 fp16 matmul 1.12x faster and 2
+stages on a 128 x 128 tile 1.43x.
+
 ``CONFIGS`` are the (warps in rows, warps in columns, MI, NI) offered, largest tile first; one that does not
 divide the task's rows and columns is skipped. Of the others, the largest tile that still gives every SM of the
 target a block and the next larger one are built (``MAX_CANDIDATES``); one whose lowering fails (a lane box that
@@ -37,6 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from minicomp.codegen.tensor_core import CP_ASYNC_MIN_CC
 from minicomp.errors import LoweringError, ScheduleError
 from minicomp.graph.schedules import epilogue_output
 from minicomp.ir.dag import ComputeDAG, has_data_reuse
@@ -48,11 +54,13 @@ from minicomp.ir.rewrite import substitute
 from minicomp.ir.schedule import Schedule
 from minicomp.target import Target
 
-# (warps on rows, on columns, MI, NI), largest tile first: 128 x 64, 64 x 64, 64 x 32, 32 x 32, 32 x 16, 16 x 8
-CONFIGS = ((2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2), (2, 2, 1, 1), (1, 1, 1, 1))
+# (warps on rows, on columns, MI, NI), largest tile first: 128 x 128 (8 warps), 128 x 64, 64 x 64, 64 x 32, 32 x 32,
+# 32 x 16, 16 x 8
+CONFIGS = ((2, 4, 4, 4), (2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2), (2, 2, 1, 1), (1, 1, 1, 1))
 KSTEP = 32                  # reduction elements per shared-memory step (two m16n8k16 per warp tile)
 MAX_CANDIDATES = 2
 FETCH_BYTES = 16            # bytes a thread copies to shared memory at once (one 16-byte access: 8 halves, 4 floats)
+STAGES = (3, 2)             # pipeline stages offered on sm_80+ (cp.async), the most that fit the shared memory first
 
 
 def intrinsic_for(dtype: str, target: Target, tf32: bool = False) -> str | None:
@@ -175,27 +183,45 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   found = []
   for wm, wn, mi, ni in fits[max(first - 1, 0):]:
     try:
-      found.append(_schedule(dag, p, wm, wn, mi, ni))
+      found.append(_schedule(dag, p, wm, wn, mi, ni, target))
     except (ScheduleError, LoweringError):   # (a step this task's stages do not allow: no candidate of this shape)
       continue
     if len(found) == MAX_CANDIDATES: break
   return found
 
 
-def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int) -> Schedule:
+def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, target: Target) -> Schedule:
   """The schedule of one configuration; each shared tile is fetched ``FETCH_BYTES`` per thread at once,
-  or fewer where its size (known once lowered) does not split evenly over the block's threads."""
+  or fewer where its size (known once lowered) does not split evenly over the block's threads. On sm_80+ the
+  tiles are fetched ahead with cp.async (``Schedule.pipeline``) in the most :data:`STAGES` whose tiles fit the
+  block's shared memory."""
   tiles = [b for k in _build(dag, p, wm, wn, mi, ni, lambda src, name: 1, pad=False).lower().kernels for b in k.allocs
            if b.scope == "shared"]
   threads = wm * wn * 32
   widths = {b.name: next((v for v in (FETCH_BYTES // b.element_bytes, 4, 2)
                           if v <= FETCH_BYTES // b.element_bytes and int(b.size.arg) % (threads * v) == 0), 1)
             for b in tiles}
-  return _build(dag, p, wm, wn, mi, ni, lambda src, name: widths.get(name, 1))
+  s = _build(dag, p, wm, wn, mi, ni, lambda src, name: widths.get(name, 1))
+  if target.device.compute_capability >= CP_ASYNC_MIN_CC:
+    padded = sum(int(b.size.arg) * b.element_bytes for k in s.lower().kernels for b in k.allocs if b.scope == "shared")
+    stages = next((n for n in STAGES if n * padded <= target.max_shared_bytes_per_block), None)
+    if stages: _pipeline(s, stages)
+  return s
+
+
+def _pipeline(s: Schedule, stages: int) -> None:
+  """Fetch the template's shared tiles ``stages - 1`` k-steps ahead (``Schedule.pipeline``), unless its k-step loop
+  lies inside other reduction loops (a convolution's filter taps): there the pipeline would restart at every tap,
+  a prologue and a barrier each, for two k-steps of 32 channels; not measured, left synchronous."""
+  at = next(st.attach for st in s.state.stages if st.scope == "shared")
+  local = s.state.stage(at.stage)
+  if any(local.kind(x) == "reduce" for x in local.leaves[:local.leaves.index(at.iter)]): return
+  s.pipeline(at.stage, at.iter, stages)
 
 
 SKETCH_WARPS = (2, 2)        # the sketch's warps (rows, columns): a fixed block of 128 threads, which its fetches split
 SKETCH_TILES = (1, 2, 4)     # instructions per warp tile in rows (MI) and in columns (NI)
+SKETCH_STAGES = 2            # the sketch's pipeline stages on sm_80+ (a fixed choice: stages are not a variable)
 
 
 def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedule, list[tuple]] | None:
@@ -203,7 +229,8 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   (a symbolic Schedule, [(variable, candidates, what)]), or None when the task does not qualify (:func:`plan`;
   float32 tasks never: the sketch knows no precision). The warps are :data:`SKETCH_WARPS`; open are the warp tile
   (MI, NI in :data:`SKETCH_TILES`), the k-step (half, one or two :data:`KSTEP`) and each shared tile's fetch width
-  (up to 16 bytes). ``new_var(base)`` makes a fresh variable. A draw whose tiles do not divide the task fails to
+  (up to 16 bytes); on sm_80+ the tiles are fetched a k-step ahead (2 stages: a draw whose tiles then exceed the
+  shared memory fails to build and is drawn again). ``new_var(base)`` makes a fresh variable. A draw whose tiles do not divide the task fails to
   lower (a guard inside the tensorized loops) and is drawn again."""
   p = plan(dag, target)
   if p is None: return None
@@ -221,7 +248,9 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   def width(src, name):
     most = FETCH_BYTES // DTYPE_BYTES[src.dtype]
     return choose(f"tc_{name}_vec", [v for v in (1, 2, 4, 8) if v <= most], f"fetch width of {name}")
-  return _build(dag, p, *SKETCH_WARPS, mi, ni, width, ksteps), choices
+  s = _build(dag, p, *SKETCH_WARPS, mi, ni, width, ksteps)
+  if target.device.compute_capability >= CP_ASYNC_MIN_CC: _pipeline(s, SKETCH_STAGES)
+  return s, choices
 
 
 def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=None, pad: bool = True) -> Schedule:

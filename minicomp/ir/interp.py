@@ -47,7 +47,7 @@ import numpy as np
 
 from minicomp.errors import RuntimeLaunchError, SimulatorError
 from minicomp.ir.expr import Expr
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, Mma, Program, Seq, Store, Sync
+from minicomp.ir.loop import AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, Mma, Program, Seq, Store, Sync
 from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, Op, np_type, wrap_int
 
 # a half value (float16, bfloat16) is computed in float32, as the emitter does (codegen/cuda.py): rounded to its
@@ -199,6 +199,9 @@ class _Launch:
   def _comment(self, s: Comment, t: _Thread):
     yield from ()
 
+  def _async_fence(self, s, t: _Thread):    # (a pipelined fetch's copies are stored when issued: the slot a
+    yield from ()                            # thread fills is not the one the block reads, ir/nest.py)
+
   def _fragment_load(self, s: FragmentLoad, t: _Thread):   # (the Mma's scalar loops read the tile themselves)
     yield from ()
 
@@ -297,7 +300,7 @@ class _Launch:
 
 _STMT = {Seq: _Launch._seq, For: _Launch._for, If: _Launch._if, Store: _Launch._store, Sync: _Launch._sync,
          Comment: _Launch._comment, CrossThreadReduce: _Launch._cross_thread, Mma: _Launch._mma,
-         FragmentLoad: _Launch._fragment_load}
+         FragmentLoad: _Launch._fragment_load, AsyncCommit: _Launch._async_fence, AsyncWait: _Launch._async_fence}
 
 
 def run_program(program: Program, *args, check_races: bool = True):

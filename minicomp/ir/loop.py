@@ -65,11 +65,26 @@ class Store:
   buffer: Buffer
   index: Expr
   value: Expr
+  async_copy: bool = False   # a pipelined fetch (``Schedule.pipeline``): a copy of global memory issued with cp.async,
+                             # in shared memory only after the AsyncWait that covers it (the emitter falls back to a
+                             # plain store where the copy is not 4, 8 or 16 aligned bytes: as correct, not overlapped)
 
 
 @dataclass(frozen=True)
 class Sync:
   pass
+
+
+@dataclass(frozen=True)
+class AsyncCommit:
+  """Close the group of this thread's asynchronous copies issued since the last commit (``cp.async.commit_group``)."""
+
+
+@dataclass(frozen=True)
+class AsyncWait:
+  """Wait until at most ``pending`` groups of this thread's asynchronous copies are still in flight
+  (``cp.async.wait_group``); a barrier after it makes every thread's landed copies visible to the block."""
+  pending: int
 
 
 @dataclass(frozen=True)
@@ -153,7 +168,7 @@ class Mma:
     return of(self.a_frag, self.a_ld, self.a) + of(self.b_frag, self.b_ld, self.b)
 
 
-Stmt = Union[For, Seq, If, Store, Sync, Comment, CrossThreadReduce, Mma, FragmentLoad]
+Stmt = Union[For, Seq, If, Store, Sync, AsyncCommit, AsyncWait, Comment, CrossThreadReduce, Mma, FragmentLoad]
 
 # what each statement holds: its child statements and the expressions its threads evaluate, in the order the
 # emitter prints them (a reduction's ``init`` is not one of them: it is the identity the combiner starts from)
@@ -163,6 +178,8 @@ _PARTS = {
   If: lambda s: ((s.then,), (s.cond,)),
   Store: lambda s: ((), (s.index, s.value)),
   Sync: lambda s: ((), ()),
+  AsyncCommit: lambda s: ((), ()),
+  AsyncWait: lambda s: ((), ()),
   Comment: lambda s: ((), ()),
   CrossThreadReduce: lambda s: ((), (s.value, s.index, s.cond)),
   Mma: lambda s: ((s.body,), s.acc_index + s.operand_exprs),

@@ -15,7 +15,7 @@ same tree as C; this text is for reading the loop structure::
 from __future__ import annotations
 
 from minicomp.errors import LoweringError
-from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store,
+from minicomp.ir.loop import (AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store,
                                Sync, walk_scoped)
 
 INDENT = "  "
@@ -33,8 +33,11 @@ def _line(s) -> str | None:
     note = "" if s.kind == "serial" else f"  # {s.kind}" + (" (auto_unroll pragma)" if s.pragma_unroll else "")
     return f"for {s.var} in range({s.extent!r}):{note}"
   if isinstance(s, If): return f"if {s.cond!r}:"
-  if isinstance(s, Store): return f"{s.buffer.name}[{s.index!r}] = {s.value!r}"
+  if isinstance(s, Store):
+    return f"{s.buffer.name}[{s.index!r}] = {s.value!r}" + ("  # cp.async" if s.async_copy else "")
   if isinstance(s, Sync): return "sync_threads()"
+  if isinstance(s, AsyncCommit): return "cp_async_commit()"
+  if isinstance(s, AsyncWait): return f"cp_async_wait(pending={s.pending})"
   if isinstance(s, Comment): return f"# {s.text}"
   if isinstance(s, CrossThreadReduce):
     init = "" if s.init is None else f", init={s.init!r}"

@@ -12,8 +12,8 @@ from dataclasses import replace
 from minicomp.errors import ScheduleError
 from minicomp.ir.expr import Expr, all_of, cast, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import substitute
-from minicomp.ir.loop import (Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Seq, Store, Sync, map_stmts,
-                              stmt_parts, walk_scoped, walk_stmts)
+from minicomp.ir.loop import (AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma,
+                              Seq, Store, Sync, map_stmts, stmt_parts, walk_scoped, walk_stmts)
 from minicomp.ir.mma import INTRINSICS, mma_statement
 from minicomp.ir.ops import HALF_DTYPES, Op
 from minicomp.ir.names import c_ident
@@ -84,6 +84,7 @@ class NestBuilder:
     first_red = leaves.index(reduce_leaves[0]) if reduce_leaves else None
     at_level = self._guard_levels(name, i, guards, first_red)
     mma = dict(st.tensorize)
+    pipelined = self._pipelined_loops(name, i)
     ahead: dict[int, list] = {}     # leaf index -> FragmentLoads placed just before its loop
 
     def loop(it, body):
@@ -96,12 +97,14 @@ class NestBuilder:
     def nest(j):
       if j == len(leaves): return self._guard(inner, at_level.get(j - 1, [])) if j else inner
       it = leaves[j]
-      attached = [self._attached_stmt(o) for o in self.info.values()
-                  if o.st.attach.kind == "at" and o.st.attach.stage == name and o.st.attach.iter == it]
+      here = [o for o in self.info.values()
+              if o.st.attach.kind == "at" and o.st.attach.stage == name and o.st.attach.iter == it]
+      attached = [self._attached_stmt(o) for o in here if not (it in pipelined and o.slots)]
       body = nest(j + 1)
       if j + 1 < len(leaves): body = self._guard(body, at_level.get(j, []))
       body = Seq(tuple(attached) + (body,)) if attached else body
-      stmt = loop(it, body)
+      if it in pipelined: stmt = self._pipelined(name, i, it, [o for o in here if o.slots], body, loop)
+      else: stmt = loop(it, body)
       if it in mma: stmt = self._mma(name, i, j, stmt, mma[it], unroll_kind, at_level, ahead)
       if ahead.get(j): stmt = Seq((*ahead.pop(j), stmt))
       if first_red is not None and j == first_red:
@@ -113,6 +116,54 @@ class NestBuilder:
       return stmt
     return Seq((Comment(f"stage {name}" + (f" ({i.scope})" if st.attach.kind == "at" else "")),
                 self._guard(nest(0), at_level.get(-1, []))))
+
+  def _pipelined_loops(self, name: str, i) -> set[str]:
+    """The loops of stage ``name`` whose shared fetches run ahead (``Schedule.pipeline``; one of extent 1 runs as
+    it is); a ScheduleError where a later step moved the loop or its shared stages away, or annotated it."""
+    out = set()
+    for it, _ in i.st.pipeline:
+      where = _step_of(self.s, name, it, "pipeline")
+      if it not in i.st.leaves:
+        raise ScheduleError(f"{where}: loop {it!r} of {name!r} no longer exists (a later split or fuse); pipeline "
+                            f"the loop the shared stages are computed at last")
+      if i.st.annotation(it) != "none":
+        raise ScheduleError(f"{where}: loop {it!r} is now annotated {i.st.annotation(it)!r}; a pipelined loop runs in order")
+      if _is_one(i.leaf_ext[it]): continue
+      if not any(o.slots and o.st.attach.stage == name and o.st.attach.iter == it for o in self.info.values()):
+        raise ScheduleError(f"{where}: no shared-memory stage is computed at {name}.{it} any more")
+      out.add(it)
+    return out
+
+  def _pipelined(self, name: str, i, it: str, fetched: list, body, loop):
+    """Loop ``it`` of stage ``name`` with its shared ``fetched`` stages run ``stages - 1`` iterations ahead
+    (``Schedule.pipeline``): each tile has ``stages`` slots, iteration ``k``'s at ``k % stages`` (lowering's
+    ``_flat``). A prologue fetches the first ``stages - 1`` tiles, one commit group each; iteration ``k`` waits
+    until its own group has landed (at most ``stages - 2`` younger ones in flight), synchronises the block (every
+    thread's copies visible; every thread done with iteration ``k - 1``, whose slot the next fetch takes), fetches
+    tile ``k + stages - 1`` and computes on tile ``k``. A barrier after the loop keeps a later fetch (an
+    enclosing loop's next round) out of slots still being read."""
+    stages = dict(i.st.pipeline)[it]
+    ko, ext = i.cvar[it], i.leaf_ext[it]
+    tiles = {o.buffer for o in fetched}
+    fetch = Seq(tuple(map_stmts(self._stage_stmt(o.st.name),
+                                lambda s: replace(s, async_copy=True) if isinstance(s, Store) and s.buffer in tiles else s)
+                      for o in fetched))
+    pre = f"{ko}_ahead"
+    self.ranges[pre] = (0, stages - 2)
+
+    def at(k: Expr):
+      return self._when(k < ext, _substitute_stmt(fetch, {ko: k}, lambda e: simplify(e, self.ranges)))
+    prologue = For(pre, const(stages - 1), Seq((at(var(pre)), AsyncCommit())), "unroll")
+    steady = Seq((AsyncWait(stages - 2), Sync(), at(var(ko) + (stages - 1)), AsyncCommit(), body))
+    note = Comment(f"{', '.join(o.st.name for o in fetched)}: {stages} stages, fetched {stages - 1} iterations of "
+                   f"{it} ahead (cp.async)")
+    return Seq((note, prologue, loop(it, steady), Sync()))
+
+  def _when(self, cond: Expr, stmt):
+    """``stmt`` under ``cond`` (simplified: no guard where the ranges prove it)."""
+    c = simplify(cond, self.ranges)
+    if c.is_const: return stmt if c.arg else Seq(())
+    return If(c, stmt)
 
   def _mma(self, name: str, i, j: int, scalar, intrinsic: str, unroll_kind: dict, at_level: dict, ahead: dict):
     """The tensorized loops of stage ``name`` (from leaf ``j`` inward, lowered to ``scalar``) as a warp's mma.sync;
@@ -286,6 +337,20 @@ class NestBuilder:
       if prod > m: break
       out[it] = "unroll"
     return out
+
+
+def _substitute_stmt(s, mapping: dict[str, Expr], tidy):
+  """A fetch's statements with loop variables replaced (``mapping``), each expression then passed to ``tidy``."""
+  def f(x):
+    if isinstance(x, For): return replace(x, extent=tidy(substitute(x.extent, mapping)))
+    if isinstance(x, If):
+      c = tidy(substitute(x.cond, mapping))
+      return (x.then if c.arg else Seq(())) if c.is_const else replace(x, cond=c)
+    if isinstance(x, Store):
+      return replace(x, index=tidy(substitute(x.index, mapping)), value=tidy(substitute(x.value, mapping)))
+    if isinstance(x, (Seq, Sync, Comment)): return x
+    raise ScheduleError(f"a pipelined fetch holds a {type(x).__name__}: only loops, guards and stores run ahead")
+  return map_stmts(s, f)
 
 
 def _dims(es: list[Expr]) -> tuple:

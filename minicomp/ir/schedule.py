@@ -661,6 +661,76 @@ class Schedule:
     """
     self._do(S.TensorizeStep(_name(t), _name(loop), intrinsic))
 
+  def pipeline(self, t, loop, stages: int = 2) -> None:
+    """Fetch the shared-memory tiles of reduction loop ``loop`` ahead, asynchronously, in ``stages`` buffers.
+
+    The shared-memory stages computed at ``loop`` (``cache_read(..., "shared")`` + ``compute_at``) get ``stages``
+    buffers each. Before the loop, the tiles of its first ``stages - 1`` iterations are fetched; iteration ``k``
+    waits for its own tile, synchronises the block once, starts fetching the tile of iteration
+    ``k + stages - 1`` into the buffer iteration ``k - 1`` used, and computes on its tile while that copy is in
+    flight. The copies are ``cp.async`` (sm_80+; the build refuses older targets): 4, 8 or 16 bytes at once,
+    global to shared without passing through registers, so a vectorized fetch of 16-byte-aligned rows is one
+    instruction per thread and 16 bytes. A copy the emitter cannot write that way (a guarded or converting fetch)
+    stays a plain store, which the buffers keep correct. docs/tensor_cores.md shows the emitted loop.
+
+    Parameters
+    ----------
+    t : Tensor or str
+        The stage whose loop fetches the tiles (a reduction: the ``cache_write`` stage of a matmul).
+    loop : str
+        Its reduction loop at which the shared-memory stages are computed.
+    stages : int
+        Buffers per tile, 2 to 8 (2: double buffering). Shared memory grows by that factor.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ScheduleError
+        If ``loop`` is not a reduction loop of ``t``, is annotated, no shared-memory stage is computed at it, or
+        ``stages`` is out of range. Lowering raises it if a later step moved the loop or the stages away.
+
+    Examples
+    --------
+    >>> import minicomp as mc
+    >>> A = mc.placeholder((64, 64), name="A")
+    >>> B = mc.placeholder((64, 64), name="B")
+    >>> k = mc.reduce_axis(64, name="k")
+    >>> C = mc.compute((64, 64), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
+    >>> s = mc.Schedule([C])
+    >>> ko, ki = s.split(C, "k", 8)
+    >>> AS = s.cache_read(A, "shared", [C])
+    >>> s.compute_at(AS, C, ko)
+    >>> print(s)
+    Placeholder: A
+    Stage A.shared (at C.k.0) scope=shared
+      for ax0 in 0..64
+        for ax1 in 0..64
+    Placeholder: B
+    Stage C
+      for i in 0..64
+        for j in 0..64
+          for k.0 in 0..8
+            for k.1 in 0..8
+    >>> s.pipeline(C, ko, 3)
+    >>> print(s)
+    Placeholder: A
+    Stage A.shared (at C.k.0) scope=shared
+      for ax0 in 0..64
+        for ax1 in 0..64
+    Placeholder: B
+    Stage C
+      for i in 0..64
+        for j in 0..64
+          for k.0 in 0..8  @pipeline 3 stages
+            for k.1 in 0..8
+    >>> s.lower().kernels[0].allocs    # three tiles of one row of 8
+    [Buffer(A_shared, float32, shared, 24)]
+    """
+    self._do(S.PipelineStep(_name(t), _name(loop), stages))
+
   def rfactor(self, t, loop) -> str:
     """Factor a split reduction into a new stage ``<t>.rf`` that keeps ``loop`` as a spatial axis.
 

@@ -66,6 +66,7 @@ class Stage:
   storage_align: tuple[tuple[int, int, int], ...] = ()   # (axis, factor, offset)
   cross_thread: tuple[tuple[str, str], ...] = ()         # (reduce iter, "shuffle" | "tree")
   tensorize: tuple[tuple[str, str], ...] = ()            # (iter, tensor-core intrinsic): the loops from it inward
+  pipeline: tuple[tuple[str, int], ...] = ()             # (iter, stages): the shared fetches at it run ahead
 
   @property
   def is_placeholder(self) -> bool: return self.tensor.is_placeholder
@@ -154,9 +155,9 @@ class State:
       head = f"Stage {s.name}" + ("" if s.attach == ROOT else f" ({s.attach})") + (f" scope={s.scope}" if s.scope else "")
       lines.append(head)
       for d, it in enumerate(s.leaves):
-        ann, mma = s.annotation(it), dict(s.tensorize).get(it)
+        ann, mma, pipe = s.annotation(it), dict(s.tensorize).get(it), dict(s.pipeline).get(it)
         lines.append("  " * (d + 1) + f"for {it} in 0..{ext[it]}" + ("" if ann == "none" else f"  @{ann}")
-                     + (f"  @mma.sync {mma}" if mma else ""))
+                     + (f"  @mma.sync {mma}" if mma else "") + (f"  @pipeline {pipe} stages" if pipe else ""))
     return "\n".join(lines)
 
 

@@ -240,6 +240,35 @@ class TensorizeStep(Step):
     s.set_stage(replace(st, tensorize=((self.iter, self.intrinsic),)))
 
 
+@register
+@dataclass(frozen=True)
+class PipelineStep(Step):
+  """Fetch the shared-memory stages computed at loop ``iter`` of ``stage`` ``stages - 1`` iterations ahead, into
+  ``stages`` buffers, with asynchronous copies (``cp.async``, sm_80+), so that an iteration's arithmetic overlaps
+  the next tiles' loads. Lowering builds the prologue, the slots and the waits (``minicomp/ir/nest.py``)."""
+  kind: ClassVar[str] = "pipeline"
+  stage: str
+  iter: str
+  stages: int
+
+  def apply(self, s: State):
+    st = _loop(s, self.stage, self.iter, "pipeline")
+    where = f"pipeline {self.stage}.{self.iter}"
+    if not isinstance(self.stages, int) or isinstance(self.stages, bool) or not 2 <= self.stages <= 8:
+      raise ScheduleError(f"{where}: stages must be an int from 2 to 8 (buffers per shared tile), got {self.stages!r}")
+    if st.annotation(self.iter) != "none":
+      raise ScheduleError(f"{where}: loop {self.iter!r} is annotated {st.annotation(self.iter)!r}; a pipelined loop "
+                          "runs its iterations in order")
+    if st.kind(self.iter) != "reduce":
+      raise ScheduleError(f"{where}: {self.iter!r} is a spatial loop; pipeline the reduction loop whose iterations "
+                          "fetch the shared tiles")
+    fetched = [o.name for o in s.stages if o.attach == Attach("at", self.stage, self.iter) and o.scope == "shared"]
+    if not fetched:
+      raise ScheduleError(f"{where}: no shared-memory stage is computed at {self.iter!r} (cache_read one to "
+                          "'shared' and compute_at it there first)")
+    s.set_stage(replace(st, pipeline=tuple(p for p in st.pipeline if p[0] != self.iter) + ((self.iter, self.stages),)))
+
+
 def _check_attachable(s: State, name: str, what: str):
   st = s.stage(name)
   if st.is_placeholder: raise ScheduleError(f"{what}: {name!r} is a placeholder")

@@ -159,7 +159,7 @@ _REG_RE = re.compile(r"%[A-Za-z_]\w*")
 def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...]) -> float:
   """One warp's latency-bound cycles: each basic block list-scheduled in order (one issue per
   cycle, an instruction waiting for the registers it reads, a barrier for the warp's pending
-  results), its length times its executions, summed. Dependencies between blocks are not
+  results but not its asynchronous copies), its length times its executions, summed. Dependencies between blocks are not
   followed (a loop-carried chain is counted inside its block)."""
   total = 0.0
   for bb in blocks:
@@ -175,7 +175,8 @@ def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...]) -> f
       t = start
       done = start + LATENCY_CYCLES[cls]
       for d in ins.dsts: ready[d] = done
-      pending = max(pending, start + 1 if cls in _STORES else done)
+      # a store, or a cp.async (its wait_group, not the next barrier, waits for it: Schedule.pipeline), is left behind
+      pending = max(pending, start + 1 if cls in _STORES or ins.base == "cp" else done)
     total += (t + 1) * bb.executions
   return total
 

@@ -34,7 +34,7 @@ from minicomp.errors import FootprintError
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, free_vars, var, walk
 from minicomp.ir.rewrite import substitute
-from minicomp.ir.loop import Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Seq, Store, Sync, walk_scoped
+from minicomp.ir.loop import AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Seq, Store, Sync, walk_scoped
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.linear import linear
 from minicomp.search.static.footprint.isl_text import Digits, aff_text, cond_text, pieces_text
@@ -313,7 +313,7 @@ def collect_accesses(kernel: LoopKernel) -> tuple[list[Access], list[LoopNode]]:
       accesses.append(Access(s.buffer, "write", idx, lp, conds))
     elif isinstance(s, CrossThreadReduce):
       _cross_thread(kernel, s, sub, lp, conds, loads, accesses)
-    elif not isinstance(s, (Seq, For, Sync, Comment, Mma, FragmentLoad)):
+    elif not isinstance(s, (Seq, For, Sync, AsyncCommit, AsyncWait, Comment, Mma, FragmentLoad)):
       # (a tensorized nest: its scalar loops are its accesses, and those of the fragments it reads ahead)
       raise FootprintError(f"unknown statement {type(s).__name__}")
   return accesses, loops
