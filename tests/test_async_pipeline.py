@@ -147,3 +147,23 @@ def test_the_tensor_core_template_is_pipelined_where_cp_async_exists(target, pip
     assert "mc_cp_async_16(A_shared" in k.source and "mc_cp_async_16(B_shared" in k.source
     assert f"mc_cp_async_wait<{list(n.values())[0] - 2}>();" in k.source
     assert sum(r.shared_bytes for r in k.binary.resources.values()) <= 48 * 1024
+
+
+@pytest.mark.parametrize("channels, piped", [(128, True), (64, False)])
+def test_a_convolution_pipelines_its_taps_and_k_steps_as_one_loop(channels, piped):
+  """A 3x3 convolution's k-steps of 32 channels run inside its 9 filter taps: with 128 channels (36 steps) the taps
+  and steps are fused into one pipelined loop, with 64 (18 steps, fewer than TAP_PIPELINE_MIN_STEPS) the tiles stay
+  synchronous; both compute numpy's result in the simulator."""
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  wl = W.conv2d(1, channels, 8, 8, channels, 3, pad=1, dtype="float16", channels_last_weights=True)
+  ins = wl.random_inputs()
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  for s in tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("sm_80")):
+    pipes = [dict(st.pipeline) for st in s.state.stages if st.tensorize][0]
+    assert list(pipes) == (["ry.rx.rc.0.fused"] if piped else [])
+    k = mc.build(s, target="sm_80")
+    assert ("mc_cp_async_commit();" in k.source) == piped
+    out = k(*ins, device="cpu").astype(np.float64)
+    assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3

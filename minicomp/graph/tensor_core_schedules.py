@@ -26,7 +26,8 @@ a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only:
   tensorizes the innermost (r, c, k) loops.
 
 On sm_80+ the shared tiles are fetched ahead with ``cp.async`` (``Schedule.pipeline``: 3 stages where they fit 48 KB,
-else 2), where the k-step loop is the only reduction loop around the tiles (docs/tensor_cores.md). On an H200
+else 2): a matmul's k-steps, and a convolution's taps and k-steps fused into one loop where it is long enough
+(:data:`TAP_PIPELINE_MIN_STEPS`; docs/tensor_cores.md). On an H200
 (2026-11-29, research/tc_kernel_variants.py) 3 stages made a hand-written 128 x 64 fp16 matmul 1.12x faster and 2
 stages on a 128 x 128 tile 1.43x.
 
@@ -61,6 +62,11 @@ KSTEP = 32                  # reduction elements per shared-memory step (two m16
 MAX_CANDIDATES = 2
 FETCH_BYTES = 16            # bytes a thread copies to shared memory at once (one 16-byte access: 8 halves, 4 floats)
 STAGES = (3, 2)             # pipeline stages offered on sm_80+ (cp.async), the most that fit the shared memory first
+# a convolution's taps x k-steps below which its tiles stay synchronous: on an H200 (2026-11-29, fp16, research/
+# results/tc_choice/) pipelining 9 taps x 4 steps (ResNet-18's 8 x 8 x 128 layers) took 33 -> 20 us, 9 x 2 (16 x 16 x
+# 64) changed nothing, and conv 3x3 56x56x64 (9 x 2) went 21.7 -> 43.5 us in fp16 (another of the two candidates
+# chosen, each estimated 10.4 us*) and 23.6 -> 20.5 in bf16
+TAP_PIPELINE_MIN_STEPS = 32
 
 
 def intrinsic_for(dtype: str, target: Target, tf32: bool = False) -> str | None:
@@ -210,13 +216,18 @@ def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, targ
 
 
 def _pipeline(s: Schedule, stages: int) -> None:
-  """Fetch the template's shared tiles ``stages - 1`` k-steps ahead (``Schedule.pipeline``), unless its k-step loop
-  lies inside other reduction loops (a convolution's filter taps): there the pipeline would restart at every tap,
-  a prologue and a barrier each, for two k-steps of 32 channels; not measured, left synchronous."""
+  """Fetch the template's shared tiles ``stages - 1`` k-steps ahead (``Schedule.pipeline``). A convolution's k-steps
+  lie inside its filter-tap loops, where a pipeline would restart at every tap: the taps and the k-steps are fused
+  into one loop first (each iteration still reads one tap's box of channels), and only where that loop has
+  :data:`TAP_PIPELINE_MIN_STEPS` iterations or more."""
   at = next(st.attach for st in s.state.stages if st.scope == "shared")
   local = s.state.stage(at.stage)
-  if any(local.kind(x) == "reduce" for x in local.leaves[:local.leaves.index(at.iter)]): return
-  s.pipeline(at.stage, at.iter, stages)
+  outer = [x for x in local.leaves[:local.leaves.index(at.iter)] if local.kind(x) == "reduce"]
+  if outer:
+    ext = local.leaf_extents()
+    steps = math.prod(int(ext[x].arg) if ext[x].is_const else 0 for x in (*outer, at.iter))
+    if steps < TAP_PIPELINE_MIN_STEPS: return
+  s.pipeline(at.stage, s.fuse(at.stage, *outer, at.iter) if outer else at.iter, stages)
 
 
 SKETCH_WARPS = (2, 2)        # the sketch's warps (rows, columns): a fixed block of 128 threads, which its fetches split

@@ -1,0 +1,75 @@
+"""Per kernel call of a half model: the static model's estimate and the GPU's time, with and without the tensor cores.
+
+compile keeps a task's tensor-core schedule where the static model estimates it faster than Gensor's FP32-pipe
+kernel (compiler._construct). On an H200 (2026-11-29, benchmarks/README.md) ResNet-18 at 64 x 64 in fp16 ran
+slower with its 5 tensor-core tasks (371.5 us) than without (341.9): some choice is wrong. This compiles a model
+twice (``MINICOMP_TENSOR_CORES`` on, off), pairs the kernel calls by position (the same partition both times) and
+prints, per call, both estimates and, on a GPU, both measured medians (CUDA events, L2 flushed before each run,
+stream launches: a call's time includes its launch), marking the calls where the model and the GPU disagree on
+which is faster.
+
+    python research/tc_choice_check.py                       # estimates only, for an H100 (no GPU here)
+    python research/tc_choice_check.py --gpu --repeat 30     # on a GPU machine: measured beside the estimates
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import minicomp as mc  # noqa: E402
+from minicomp import zoo  # noqa: E402
+
+MODELS = {"resnet18": lambda: zoo.resnet18(hw=64), "bert_tiny": lambda: zoo.transformer_encoder(s=128, d=128, heads=2, ff=512)}
+
+
+def per_call(model, feeds, target: str, precision: str, gpu: bool, repeat: int):
+  """[(ops, on tensor cores, estimate s, measured s or None)] per kernel call, and the end-to-end times."""
+  mod = mc.compile(model, target=target, precision=precision)
+  est = mod.estimate()
+  meas = mod.benchmark(feeds or mod.random_feeds(), repeat=repeat) if gpu else None
+  rows = []
+  for k, (c, e) in enumerate(est.calls):
+    tc = "mc_mma_" in (getattr(mod.kernels[c.kernel], "source", "") or "")
+    rows.append(("+".join(c.ops), tc, e.latency_s, meas.calls[k][2] if meas else None))
+  return rows, est.latency_s, meas.median_s if meas else None
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--model", default="resnet18", choices=sorted(MODELS))
+  ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "tf32"])
+  ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU (target='cuda')")
+  ap.add_argument("--repeat", type=int, default=30)
+  a = ap.parse_args(argv)
+  target = "cuda" if a.gpu else "h100"
+  model, feeds = MODELS[a.model]()
+  runs = {}
+  for tc in ("1", "0"):
+    os.environ["MINICOMP_TENSOR_CORES"] = tc
+    runs[tc] = per_call(model, feeds, target, a.precision, a.gpu, a.repeat)
+  os.environ.pop("MINICOMP_TENSOR_CORES")
+  (on, est_on, med_on), (off, est_off, med_off) = runs["1"], runs["0"]
+  if len(on) != len(off):
+    print(f"the two compiles have {len(on)} and {len(off)} kernel calls: not paired")
+    return 1
+  where = mc.gpu_status() if a.gpu else "no GPU: estimates for an H100 only"
+  print(f"# python research/tc_choice_check.py --model {a.model} --precision {a.precision}"
+        f"{' --gpu' if a.gpu else ''}: {where}; us* static-model ESTIMATE, us measured (median of {a.repeat})")
+  print("| # | ops | TC | est TC us* | est FP32 us* | GPU TC us | GPU FP32 us | model and GPU agree |")
+  print("|---|---|---|---|---|---|---|---|")
+  for k, ((ops, tc, e1, m1), (_, _, e0, m0)) in enumerate(zip(on, off)):
+    if not tc: continue        # (the same FP32 kernel both times)
+    agree = "" if m1 is None else ("yes" if (e1 < e0) == (m1 < m0) else "**no**")
+    fmt = lambda x: "-" if x is None else f"{x * 1e6:.1f}"   # noqa: E731
+    print(f"| {k} | {ops[:40]} | yes | {fmt(e1)} | {fmt(e0)} | {fmt(m1)} | {fmt(m0)} | {agree} |")
+  fmt = lambda x: "-" if x is None else f"{x * 1e6:.1f}"     # noqa: E731
+  print(f"end to end: estimate {fmt(est_on)} (TC) / {fmt(est_off)} (FP32) us*; GPU {fmt(med_on)} / {fmt(med_off)} us")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
