@@ -167,3 +167,17 @@ def test_a_convolution_pipelines_its_taps_and_k_steps_as_one_loop(channels, pipe
     assert ("mc_cp_async_commit();" in k.source) == piped
     out = k(*ins, device="cpu").astype(np.float64)
     assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+
+
+def test_stages_may_be_a_schedule_parameter():
+  """A variable stage count (the tensor-core sketch's choice) is a parameter: params() lists it, JSON keeps it,
+  substitute() gives the schedule that the same count written as an int gives."""
+  s, CL, ko = matmul(64, 16, None)
+  s.pipeline(CL, ko, mc.var("stages"))
+  assert s.params() == ["stages"] and "@pipeline stages stages" in str(s)
+  again = mc.Schedule.from_json(s.dag.outputs, s.to_json())
+  assert again.params() == ["stages"]
+  fixed, _, _ = matmul(64, 16, 3)
+  assert mc.build(again.substitute({"stages": 3}), target="sm_80").source == mc.build(fixed, target="sm_80").source
+  with pytest.raises(ScheduleError, match="stages must be an int from 2 to 8"):
+    s.substitute({"stages": 1})

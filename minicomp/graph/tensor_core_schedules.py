@@ -215,24 +215,25 @@ def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, targ
   return s
 
 
-def _pipeline(s: Schedule, stages: int) -> None:
+def _pipeline(s: Schedule, stages) -> bool:
   """Fetch the template's shared tiles ``stages - 1`` k-steps ahead (``Schedule.pipeline``). A convolution's k-steps
   lie inside its filter-tap loops, where a pipeline would restart at every tap: the taps and the k-steps are fused
   into one loop first (each iteration still reads one tap's box of channels), and only where that loop has
-  :data:`TAP_PIPELINE_MIN_STEPS` iterations or more."""
+  :data:`TAP_PIPELINE_MIN_STEPS` iterations or more. Whether it pipelined."""
   at = next(st.attach for st in s.state.stages if st.scope == "shared")
   local = s.state.stage(at.stage)
   outer = [x for x in local.leaves[:local.leaves.index(at.iter)] if local.kind(x) == "reduce"]
   if outer:
     ext = local.leaf_extents()
     steps = math.prod(int(ext[x].arg) if ext[x].is_const else 0 for x in (*outer, at.iter))
-    if steps < TAP_PIPELINE_MIN_STEPS: return
+    if steps < TAP_PIPELINE_MIN_STEPS: return False
   s.pipeline(at.stage, s.fuse(at.stage, *outer, at.iter) if outer else at.iter, stages)
+  return True
 
 
 SKETCH_WARPS = (2, 2)        # the sketch's warps (rows, columns): a fixed block of 128 threads, which its fetches split
 SKETCH_TILES = (1, 2, 4)     # instructions per warp tile in rows (MI) and in columns (NI)
-SKETCH_STAGES = 2            # the sketch's pipeline stages on sm_80+ (a fixed choice: stages are not a variable)
+SKETCH_STAGES = (2, 3, 4)    # the sketch's pipeline stages on sm_80+ (a draw whose tiles exceed 48 KB is redrawn)
 
 
 def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedule, list[tuple]] | None:
@@ -240,8 +241,9 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   (a symbolic Schedule, [(variable, candidates, what)]), or None when the task does not qualify (:func:`plan`;
   float32 tasks never: the sketch knows no precision). The warps are :data:`SKETCH_WARPS`; open are the warp tile
   (MI, NI in :data:`SKETCH_TILES`), the k-step (half, one or two :data:`KSTEP`) and each shared tile's fetch width
-  (up to 16 bytes); on sm_80+ the tiles are fetched a k-step ahead (2 stages: a draw whose tiles then exceed the
-  shared memory fails to build and is drawn again). ``new_var(base)`` makes a fresh variable. A draw whose tiles do not divide the task fails to
+  (up to 16 bytes); on sm_80+ also the pipeline's stages (:data:`SKETCH_STAGES`; a draw whose tiles then exceed the
+  shared memory fails to build and is drawn again), for a matmul: a convolution's taps are pipelined only where
+  their count is known (:func:`_pipeline`), which the sketch's variable k-step hides. ``new_var(base)`` makes a fresh variable. A draw whose tiles do not divide the task fails to
   lower (a guard inside the tensorized loops) and is drawn again."""
   p = plan(dag, target)
   if p is None: return None
@@ -260,7 +262,9 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
     most = FETCH_BYTES // DTYPE_BYTES[src.dtype]
     return choose(f"tc_{name}_vec", [v for v in (1, 2, 4, 8) if v <= most], f"fetch width of {name}")
   s = _build(dag, p, *SKETCH_WARPS, mi, ni, width, ksteps)
-  if target.device.compute_capability >= CP_ASYNC_MIN_CC: _pipeline(s, SKETCH_STAGES)
+  if target.device.compute_capability >= CP_ASYNC_MIN_CC:
+    stages = choose("tc_stages", SKETCH_STAGES, "pipeline stages (cp.async buffers per shared tile)")
+    if not _pipeline(s, stages): choices.pop()      # (a convolution: its k-step count is a variable of the sketch)
   return s, choices
 
 

@@ -83,8 +83,9 @@ class AsyncCommit:
 @dataclass(frozen=True)
 class AsyncWait:
   """Wait until at most ``pending`` groups of this thread's asynchronous copies are still in flight
-  (``cp.async.wait_group``); a barrier after it makes every thread's landed copies visible to the block."""
-  pending: int
+  (``cp.async.wait_group``); a barrier after it makes every thread's landed copies visible to the block. (An Expr
+  in a symbolic program: a sketch's stage count.)"""
+  pending: int | Expr
 
 
 @dataclass(frozen=True)

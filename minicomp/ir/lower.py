@@ -52,7 +52,7 @@ class _Info:
   vdims: list[tuple[str, Expr]] = field(default_factory=list)   # injected virtual-thread dims: (C var, extent)
   vt_ext: dict[str, Expr] = field(default_factory=dict)          # extents of the injected vthread loops
   radix: list[tuple[tuple[int, int], ...] | None] = field(default_factory=list)  # per dim, a strided region: below
-  slots: tuple[str, int, Expr] | None = None   # a pipelined shared tile: (the loop's C variable, stages, tile size)
+  slots: tuple[str, int | Expr, Expr] | None = None   # a pipelined shared tile: (the loop's C variable, stages, size)
 
 
 class _Lowerer(NestBuilder):
@@ -330,19 +330,19 @@ class _Lowerer(NestBuilder):
       if st.attach.kind != "root":
         for _, e in reversed(i.vdims): acc = simplify(acc * e)
         stages = self._pipeline_stages(i)
-        if stages:     # one tile per stage, the iteration's tile at (loop variable % stages) (ir/nest.py: _pipelined)
+        if stages is not None:     # one tile per stage, the iteration's tile at (loop variable % stages) (ir/nest.py: _pipelined)
           i.slots = (self.info[st.attach.stage].cvar[st.attach.iter], stages, acc)
           acc = simplify(acc * stages)
         mma_only = i.scope == "shared" and all(self.s.stage(c).tensorize for c in self.s.consumers(n))
         i.buffer = Buffer(c_ident(n), dt, i.scope, acc, "temp", half_tile=mma_only and dt in HALF_DTYPES)
 
-  def _pipeline_stages(self, i: _Info) -> int:
-    """The stages of the pipelined loop shared stage ``i`` is computed at (``Schedule.pipeline``), or 0."""
+  def _pipeline_stages(self, i: _Info) -> int | Expr | None:
+    """The stages of the pipelined loop shared stage ``i`` is computed at (``Schedule.pipeline``), or None."""
     at = i.st.attach
-    if i.scope != "shared" or at.kind != "at": return 0
+    if i.scope != "shared" or at.kind != "at": return None
     target = self.info[at.stage]
-    stages = dict(target.st.pipeline).get(at.iter, 0)
-    return 0 if _is_one(target.leaf_ext[at.iter]) else stages
+    stages = dict(target.st.pipeline).get(at.iter)
+    return None if _is_one(target.leaf_ext[at.iter]) else stages
 
   def _flat(self, i: _Info, idx) -> Expr:
     e = const(0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minicomp.errors import ScheduleError
-from minicomp.ir.expr import Expr, all_of, cast, const, free_vars, max_, min_, var, walk
+from minicomp.ir.expr import Expr, all_of, as_expr, cast, const, free_vars, max_, min_, var, walk
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import (AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma,
                               Seq, Store, Sync, map_stmts, stmt_parts, walk_scoped, walk_stmts)
@@ -124,8 +124,8 @@ class NestBuilder:
     for it, _ in i.st.pipeline:
       where = _step_of(self.s, name, it, "pipeline")
       if it not in i.st.leaves:
-        raise ScheduleError(f"{where}: loop {it!r} of {name!r} no longer exists (a later split or fuse); pipeline "
-                            f"the loop the shared stages are computed at last")
+        raise ScheduleError(f"{where}: loop {it!r} of {name!r} no longer exists (a later split or fuse); apply "
+                            "pipeline after the steps that restructure that loop")
       if i.st.annotation(it) != "none":
         raise ScheduleError(f"{where}: loop {it!r} is now annotated {i.st.annotation(it)!r}; a pipelined loop runs in order")
       if _is_one(i.leaf_ext[it]): continue
@@ -149,11 +149,11 @@ class NestBuilder:
                                 lambda s: replace(s, async_copy=True) if isinstance(s, Store) and s.buffer in tiles else s)
                       for o in fetched))
     pre = f"{ko}_ahead"
-    self.ranges[pre] = (0, stages - 2)
+    if isinstance(stages, int): self.ranges[pre] = (0, stages - 2)     # (a symbolic count: a sketch's, not emitted)
 
     def at(k: Expr):
       return self._when(k < ext, _substitute_stmt(fetch, {ko: k}, lambda e: simplify(e, self.ranges)))
-    prologue = For(pre, const(stages - 1), Seq((at(var(pre)), AsyncCommit())), "unroll")
+    prologue = For(pre, simplify(as_expr(stages) - 1), Seq((at(var(pre)), AsyncCommit())), "unroll")
     steady = Seq((AsyncWait(stages - 2), Sync(), at(var(ko) + (stages - 1)), AsyncCommit(), body))
     note = Comment(f"{', '.join(o.st.name for o in fetched)}: {stages} stages, fetched {stages - 1} iterations of "
                    f"{it} ahead (cp.async)")
@@ -161,9 +161,7 @@ class NestBuilder:
 
   def _when(self, cond: Expr, stmt):
     """``stmt`` under ``cond`` (simplified: no guard where the ranges prove it)."""
-    c = simplify(cond, self.ranges)
-    if c.is_const: return stmt if c.arg else Seq(())
-    return If(c, stmt)
+    return _if(simplify(cond, self.ranges), stmt)
 
   def _mma(self, name: str, i, j: int, scalar, intrinsic: str, unroll_kind: dict, at_level: dict, ahead: dict):
     """The tensorized loops of stage ``name`` (from leaf ``j`` inward, lowered to ``scalar``) as a warp's mma.sync;
@@ -343,14 +341,17 @@ def _substitute_stmt(s, mapping: dict[str, Expr], tidy):
   """A fetch's statements with loop variables replaced (``mapping``), each expression then passed to ``tidy``."""
   def f(x):
     if isinstance(x, For): return replace(x, extent=tidy(substitute(x.extent, mapping)))
-    if isinstance(x, If):
-      c = tidy(substitute(x.cond, mapping))
-      return (x.then if c.arg else Seq(())) if c.is_const else replace(x, cond=c)
+    if isinstance(x, If): return _if(tidy(substitute(x.cond, mapping)), x.then)
     if isinstance(x, Store):
       return replace(x, index=tidy(substitute(x.index, mapping)), value=tidy(substitute(x.value, mapping)))
     if isinstance(x, (Seq, Sync, Comment)): return x
     raise ScheduleError(f"a pipelined fetch holds a {type(x).__name__}: only loops, guards and stores run ahead")
   return map_stmts(s, f)
+
+
+def _if(cond: Expr, then):
+  """``If(cond, then)``, or ``then`` / nothing where ``cond`` is a constant."""
+  return (then if cond.arg else Seq(())) if cond.is_const else If(cond, then)
 
 
 def _dims(es: list[Expr]) -> tuple:

@@ -1197,7 +1197,8 @@ class Schedule:
     return s
 
   def params(self) -> list[str]:
-    """Names of the symbolic schedule parameters: the variables used as split factors, in first-use order.
+    """Names of the symbolic schedule parameters: the variables used as split factors (and as pipeline stages), in
+    first-use order.
 
     Returns
     -------
@@ -1223,7 +1224,7 @@ class Schedule:
     """
     out: list[str] = []
     for st in self.state.steps:
-      for f in getattr(st, "factors", ()):
+      for f in (*getattr(st, "factors", ()), getattr(st, "stages", None)):
         if isinstance(f, Expr) and f.arg not in out: out.append(f.arg)
     return out
 
@@ -1274,6 +1275,8 @@ class Schedule:
     for k, st in enumerate(self.state.steps):
       if isinstance(st, S.SplitStep):
         st = S.SplitStep(st.stage, st.iter, tuple(values[f.arg] if isinstance(f, Expr) else f for f in st.factors))
+      elif isinstance(st, S.PipelineStep) and isinstance(st.stages, Expr):
+        st = S.PipelineStep(st.stage, st.iter, values[st.stages.arg])
       S.apply_step(s.state, st, k)
     return s
 

@@ -157,7 +157,7 @@ class State:
       for d, it in enumerate(s.leaves):
         ann, mma, pipe = s.annotation(it), dict(s.tensorize).get(it), dict(s.pipeline).get(it)
         lines.append("  " * (d + 1) + f"for {it} in 0..{ext[it]}" + ("" if ann == "none" else f"  @{ann}")
-                     + (f"  @mma.sync {mma}" if mma else "") + (f"  @pipeline {pipe} stages" if pipe else ""))
+                     + (f"  @mma.sync {mma}" if mma else "") + (f"  @pipeline {pipe} stages" if pipe is not None else ""))
     return "\n".join(lines)
 
 

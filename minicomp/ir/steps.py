@@ -48,6 +48,7 @@ class Step:
     for f in fields(self):
       v = getattr(self, f.name)
       if f.name == "factors": v = [_factor_json(x) for x in v]
+      elif f.name == "stages": v = _factor_json(v)
       elif isinstance(v, tuple): v = list(v)
       d[f.name] = v
     return d
@@ -61,6 +62,7 @@ class Step:
     for f in fields(cls):
       v = d[f.name]
       if f.name == "factors": v = tuple(_factor_from_json(x) for x in v)
+      elif f.name == "stages": v = _factor_from_json(v)
       elif isinstance(v, list): v = tuple(v)
       kw[f.name] = v
     return cls(**kw)
@@ -245,17 +247,20 @@ class TensorizeStep(Step):
 class PipelineStep(Step):
   """Fetch the shared-memory stages computed at loop ``iter`` of ``stage`` ``stages - 1`` iterations ahead, into
   ``stages`` buffers, with asynchronous copies (``cp.async``, sm_80+), so that an iteration's arithmetic overlaps
-  the next tiles' loads. Lowering builds the prologue, the slots and the waits (``minicomp/ir/nest.py``)."""
+  the next tiles' loads. Lowering builds the prologue, the slots and the waits (``minicomp/ir/nest.py``). ``stages``
+  may be a variable (a sketch's choice; ``Schedule.substitute`` gives it its value)."""
   kind: ClassVar[str] = "pipeline"
   stage: str
   iter: str
-  stages: int
+  stages: Any
 
   def apply(self, s: State):
     st = _loop(s, self.stage, self.iter, "pipeline")
     where = f"pipeline {self.stage}.{self.iter}"
-    if not isinstance(self.stages, int) or isinstance(self.stages, bool) or not 2 <= self.stages <= 8:
-      raise ScheduleError(f"{where}: stages must be an int from 2 to 8 (buffers per shared tile), got {self.stages!r}")
+    symbolic = isinstance(self.stages, Expr) and self.stages.op is Op.VAR
+    if not symbolic and (not isinstance(self.stages, int) or isinstance(self.stages, bool) or not 2 <= self.stages <= 8):
+      raise ScheduleError(f"{where}: stages must be an int from 2 to 8 (buffers per shared tile) or a variable, got "
+                          f"{self.stages!r}")
     if st.annotation(self.iter) != "none":
       raise ScheduleError(f"{where}: loop {self.iter!r} is annotated {st.annotation(self.iter)!r}; a pipelined loop "
                           "runs its iterations in order")
