@@ -7,9 +7,10 @@
 #   OUT=/tmp/out bash benchmarks/gpu_check.sh          # islpy from .whl/ when the machine lacks it
 #
 # Steps (seconds): smoke 60, half / tensor-core tests 170, the other gpu tests 80, the hand-written tensor-core
-# matmul variants 100, tensor_cores.py --gpu 110, precision.py --gpu 100, the fp16 encoder's kernels 60,
-# minicomp collect (fp16 matmul and conv) until 520 s have passed. On an H200 (2026-11-29) the first run of the
-# steps without the variants and the encoder took 311 s after a start of about 30 s.
+# matmul variants 100, tensor_cores.py --gpu 110, precision.py --gpu 100, the fp16 encoder's kernels 60, ResNet-18's
+# kernels with and without the tensor cores 90, minicomp collect (fp16 matmul and conv) until 520 s have passed. On
+# an H200 (2026-11-29) the steps before the last took 235 s (the ResNet-18 one, run apart, 25 s) after a start of
+# about 30 s.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -56,10 +57,12 @@ step "precision.py --gpu" 100 precision.txt python3 benchmarks/precision.py --gp
   --models residual_block inverted_residual transformer_encoder
 step "the fp16 encoder's kernels" 60 encoder.txt python3 benchmarks/gpu_models.py --models transformer_encoder \
   --precision fp16
+step "tensor cores or not, per kernel" 90 choice.txt python3 research/tc_choice_check.py --gpu --model resnet18
 LEFT=$((520 - (SECONDS - START)))
 if [ "$LEFT" -gt 20 ]; then
   step "collect (fp16 matmul, conv)" "$LEFT" collect.txt python3 -m minicomp.cli collect -o "$OUT/timings_half.jsonl" \
     --per-task 32 --workload 'matmul(1024, 1024, 1024, dtype="float16")' \
     --workload 'conv2d(1, 64, 56, 56, 64, 3, pad=1, dtype="float16", channels_last_weights=True)'
 fi
-tail -n 3 "$OUT/gputests.txt"; cat "$OUT/variants.txt" "$OUT/tensor_cores.txt" "$OUT/precision.txt" | grep -v "^  "
+tail -n 3 "$OUT/gputests.txt"; cat "$OUT/variants.txt" "$OUT/tensor_cores.txt" "$OUT/precision.txt" "$OUT/choice.txt" \
+  | grep -v "^  \|^\[minicomp\]"

@@ -145,12 +145,14 @@ def _fp16_mlp():
 
 def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
   """The static model estimates the tensor-core schedule of an fp16 MatMul+Add+Relu faster than Gensor's FP32
-  ones on an A100: compile keeps it, the summary says so, and the model computes what numpy does."""
+  ones on an A100: compile keeps it (pipelined), the summary says so, and the model computes what numpy does, also
+  saved and loaded."""
   monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
   monkeypatch.setenv("MINICOMP_SCHEDULE_CACHE", "1")
   model, w, b = _fp16_mlp()
   cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
   assert cm.stats.tensor_cores == 1 and "fp16/fp32 tensor cores" in cm.summary()
+  assert any("mc_cp_async_commit();" in (k.source or "") for k in cm.kernels)     # (its tiles fetched ahead)
   x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float16)
   out = cm.run({"x": x}, device="cpu")[0]
   ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
