@@ -133,8 +133,9 @@ def test_the_interpreter_computes_half_as_the_emitted_code_does():
 
 @pytest.mark.parametrize("arch", ["sm_70", "sm_86"])
 def test_bfloat16_rounds_to_nearest_even_as_ml_dtypes_does(arch):
-  """Every float32 bit pattern class: ties to even, overflow to inf, denormals, inf, NaN; the same text on sm_70
-  (no bf16 conversion instruction) and sm_86."""
+  """Every float32 bit pattern class: ties to even, overflow to inf, denormals, inf, NaN; on sm_70 (no bf16
+  conversion instruction: integer arithmetic) and sm_86 (cvt.rn.bf16.f32), in the simulator (the GPU's cvt:
+  tests/test_on_gpu_precision.py)."""
   X = mc.placeholder((4096,), "float32", name="X")
   Y = mc.compute((4096,), lambda i: mc.cast(X[i], "bfloat16"), name="Y")
   s = mc.Schedule([Y])
@@ -143,7 +144,9 @@ def test_bfloat16_rounds_to_nearest_even_as_ml_dtypes_does(arch):
   bits = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
   bits[:8] = [0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x807fffff, 0x7f800000, 0xff800000, 0x7fc00000]
   x = bits.view(np.float32)
-  got = mc.build(s, arch)(x)
+  k = mc.build(s, arch)
+  assert ("cvt.rn.bf16.f32" in k.binary.ptx) == (arch >= "sm_80")     # (one instruction where the arch has it)
+  got = k(x)
   with np.errstate(invalid="ignore"): want = x.astype(ml_dtypes.bfloat16)
   assert got.dtype == ml_dtypes.bfloat16
   g, w = got.view(np.uint16), want.view(np.uint16)

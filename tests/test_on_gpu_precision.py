@@ -110,3 +110,27 @@ def test_an_fp16_bert_on_the_tensor_cores_matches_onnxruntime_on_the_gpu():
   assert cm.stats.tensor_cores >= 1
   got, ref = cm.run(hfeeds, device="gpu")[0].astype(np.float32), run_ort(half, hfeeds)[0].astype(np.float32)
   assert np.abs(got - ref).max() <= 4 * 2.0 ** -10 * np.abs(ref).max()
+
+
+def test_bfloat16_rounding_on_the_gpu_matches_ml_dtypes():
+  """float32 -> bfloat16 with the GPU's own cvt.rn.bf16.f32 (sm_80+; before, the integer arithmetic every bf16 test
+  here ran on the H200 until 2026-11-29): ml_dtypes' bits for every non-NaN input, NaN for NaN (tests/test_half.py
+  has both forms in the simulator)."""
+  import ml_dtypes
+  tgt = mc.Target("cuda")
+  if tgt.device.compute_capability < (8, 0): pytest.skip(f"{tgt.arch} has no cvt.rn.bf16.f32")
+  X = mc.placeholder((4096,), "float32", name="X")
+  Y = mc.compute((4096,), lambda i: mc.cast(X[i], "bfloat16"), name="Y")
+  s = mc.Schedule([Y])
+  o, t = s.split(Y, s.axis(Y)[0], 256)
+  s.bind(Y, o, "blockIdx.x"); s.bind(Y, t, "threadIdx.x")
+  bits = np.random.default_rng(0).integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
+  bits[:8] = [0x3f808000, 0x3f818000, 0x7f7fffff, 0x00000001, 0x807fffff, 0x7f800000, 0xff800000, 0x7fc00000]
+  x = bits.view(np.float32)
+  k = mc.build(s, target=tgt)
+  assert "cvt.rn.bf16.f32" in k.binary.ptx
+  got = k(x, device="gpu")
+  with np.errstate(invalid="ignore"): want = x.astype(ml_dtypes.bfloat16)
+  nan = np.isnan(x)
+  np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+  assert np.isnan(got[nan].astype(np.float32)).all()

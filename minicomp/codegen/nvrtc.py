@@ -153,7 +153,8 @@ def nvrtc_version() -> tuple[int, int]:
 # The half type for NVRTC, which the pip wheel ships without cuda_fp16.h: storage and the conversions the emitter
 # writes (codegen/cuda.py), given to NVRTC in memory and included before a source that uses it. The simulator has
 # its own (cuda_shim.h). Kept out of the emitted text, which holds no asm (saved models refuse it).
-# (bfloat16's rounding in integer arithmetic: the same on every arch, sm_70's included, which has no cvt to bf16)
+# (bfloat16's rounding: one cvt.rn.bf16.f32 on sm_80+, in integer arithmetic before, which has no cvt to bf16; the
+# same bits but for a NaN's payload, which the cvt makes canonical)
 HALF_HEADER = ("minicomp_half.h", """\
 struct __align__(2) __half { unsigned short x; };
 __device__ __forceinline__ float __half2float(__half h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.x)); return f; }
@@ -161,8 +162,13 @@ __device__ __forceinline__ __half __float2half_rn(float f) { __half h; asm("cvt.
 struct __align__(2) __nv_bfloat16 { unsigned short x; };
 __device__ __forceinline__ float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float(((unsigned)h.x) << 16); }
 __device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(float f) {
-  unsigned u = __float_as_uint(f); __nv_bfloat16 h;
+  __nv_bfloat16 h;
+#if __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.x) : "f"(f));
+#else
+  unsigned u = __float_as_uint(f);
   h.x = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u) : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
   return h;
 }
 """)
