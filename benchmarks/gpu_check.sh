@@ -7,7 +7,7 @@
 #   OUT=/tmp/out bash benchmarks/gpu_check.sh          # islpy from .whl/ when the machine lacks it
 #
 # Steps (seconds): smoke 60, half / tensor-core tests 170, the other gpu tests 80, the hand-written tensor-core
-# matmul variants 100, tensor_cores.py --gpu 110, precision.py --gpu 100, the fp16 encoder's kernels 60, ResNet-18's
+# matmul variants 100, mma.sync's peak 40, tensor_cores.py --gpu 110, precision.py --gpu 100, the fp16 encoder's kernels 60, ResNet-18's
 # kernels with and without the tensor cores 90, minicomp collect (fp16 matmul and conv) until 520 s have passed. On
 # an H200 (2026-11-29) the steps before the last took 235 s (the ResNet-18 one, run apart, 25 s) after a start of
 # about 30 s.
@@ -52,6 +52,7 @@ step "half and tensor-core gpu tests" 170 gputests.txt python3 -m pytest -m gpu 
 step "other gpu tests" 80 gputests.txt python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider -rs \
   tests/test_on_gpu.py tests/test_measure.py tests/test_nvrtc.py
 step "tensor-core matmul variants" 100 variants.txt python3 research/tc_kernel_variants.py --gpu --size 4096
+step "mma.sync peak" 40 variants.txt python3 research/mma_peak.py --gpu
 step "tensor_cores.py --gpu" 110 tensor_cores.txt python3 benchmarks/tensor_cores.py --gpu
 step "precision.py --gpu" 100 precision.txt python3 benchmarks/precision.py --gpu --precisions fp32 fp16 bf16 \
   --models residual_block inverted_residual transformer_encoder

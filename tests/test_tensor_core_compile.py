@@ -75,6 +75,27 @@ def test_a_warp_tile_reads_each_fragment_once_per_k_step():
   assert b < src.rindex("for (int i_0 = 0;", 0, a) < a
 
 
+def test_tf32_fragments_are_rounded_once_per_k_step():
+  """A TF32 matmul (precision="tf32") rounds each fragment element once, where the fragment is read ahead, not in
+  every instruction that uses it: 96 cvt.rna.tf32 for 64 mma.sync in the A100 template's k-step (384 when each
+  instruction rounded its 6 registers), and the kernel computes numpy's product of the tf32-rounded inputs."""
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import _schedule, plan, tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  (s, *_) = tensor_core_schedules(ComputeDAG(W.matmul(1024, 1024, 1024).outputs), mc.Target("a100"), tf32=True)
+  ptx = mc.build(s, target="a100").binary.ptx
+  assert ptx.count("cvt.rna.tf32.f32") <= 2 * ptx.count("mma.sync"), (ptx.count("cvt.rna.tf32.f32"), ptx.count("mma.sync"))
+  wl = W.matmul(128, 128, 64)        # (warp tiles of 2 x 2 instructions: each fragment feeds two)
+  dag, tgt = ComputeDAG(wl.outputs), mc.Target("sm_80")
+  k = mc.build(_schedule(dag, plan(dag, tgt, tf32=True), 2, 2, 2, 2, tgt), target=tgt)
+  assert "unsigned mc_frag_" in k.source and "mc_tf32(" in k.source
+  a, b = wl.random_inputs()
+  tf = lambda x: ((x.view(np.uint32).astype(np.uint64) + 0x1000) & ~np.uint64(0x1fff)).astype(np.uint32).view(np.float32)  # noqa: E731
+  ta, tb = tf(a).astype(np.float64), tf(b).astype(np.float64)
+  # the float32 sum of 64 exact products (tf32 x tf32 is exact in float32); unrounded operands would be ~2^-11 off
+  assert np.abs(k(a, b, device="cpu") - ta @ tb).max() <= 64 * 2.0 ** -24 * (np.abs(ta) @ np.abs(tb)).max()
+
+
 def test_the_template_lays_fragments_out_as_ptx_does_and_pads_its_tiles():
   """compile's template for a 1024^3 fp16 matmul (A100, 128 x 128 x 32 per block, 8 warps of 4 x 4 instructions, 2
   pipeline stages): rows of 40 and 136 halves in the shared tiles (32 and 128 plus 16 bytes), a register tile of exactly its 4 x 4 x 4

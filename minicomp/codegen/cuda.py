@@ -348,8 +348,8 @@ class CUDARenderer:
 
   def _mma(self, s: Mma, depth: int, out: list[str]) -> None:
     """A warp's mma.sync (``Schedule.tensorize``): the lane's accumulator elements gathered, its A and B fragment
-    elements packed into registers (two 16-bit values per register, the lower-numbered in the low half; tf32
-    as floats, rounded by the helper), the helper of ``codegen/tensor_core.py`` called, the elements put back.
+    elements packed into registers (two 16-bit values per register, the lower-numbered in the low half; one tf32
+    per register, rounded by ``mc_tf32``), the helper of ``codegen/tensor_core.py`` called, the elements put back.
     A fragment whose layout allows it (``Mma.a_ld`` / ``b_ld``, ir/mma.py) is read with one ``ldmatrix`` instead,
     unless ``MINICOMP_LDMATRIX=0``."""
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
@@ -365,10 +365,9 @@ class CUDARenderer:
         elif ld is not None:
           out.append(f"{ind2}unsigned {name}[{ld.count}];")
           out.append(f"{ind2}{ld.helper}({name}, {ld.buffer.name} + {self.index(ld.index)});")
-        elif intr.per_register == 2:
+        else:
           regs = self._fragment_registers(vals, intr.dtype)
           out.append(f"{ind2}const unsigned {name}[{len(regs)}] = {{{', '.join(regs)}}};")
-        else: out.append(f"{ind2}const float {name}[{len(vals)}] = {{{', '.join(self.expr(v) for v in vals)}}};")
       out.append(f"{ind2}{intr.helper}(mma_d, mma_a, mma_b);")
       for c, text in enumerate(acc): out.append(f"{ind2}{text} = mma_d[{c}];")
     out.append(f"{ind}}}")
@@ -392,7 +391,9 @@ class CUDARenderer:
     for k in reversed(range(len(s.dims))): out.append(f"{self.indent * (depth + k)}}}")
 
   def _fragment_registers(self, vals, dtype: str) -> list[str]:
-    """A fragment's 32-bit registers of 16-bit elements ``vals``, two a register (:meth:`_fragment_register`)."""
+    """A fragment's 32-bit registers of elements ``vals``: 16-bit ones two a register (:meth:`_fragment_register`),
+    tf32 ones one each, rounded (``mc_tf32``)."""
+    if dtype == "tfloat32": return [f"mc_tf32({self.expr(v)})" for v in vals]
     return [self._fragment_register(vals[r], vals[r + 1], dtype) for r in range(0, len(vals), 2)]
 
   def _fragment_register(self, lo: Expr, hi: Expr, dtype: str) -> str:

@@ -450,7 +450,7 @@ inline unsigned tf32_bits(float x) {  // cvt.rna.tf32.f32: 10 mantissa bits, rou
 }
 // kind: 0 f16 (k16), 1 bf16 (k16), 2 f16 (k8), 3 tf32 (k8)
 inline float element(int kind, unsigned reg, int half) {
-  if (kind == 3) return mc_sim_bitcast<float>(reg);
+  if (kind == 3) return mc_sim_bitcast<float>(reg & 0xffffe000u);   // (tf32: the 13 low mantissa bits ignored)
   unsigned short h = (unsigned short)(reg >> (16 * half));
   return kind == 1 ? mc_sim_bitcast<float>((unsigned)h << 16) : f16_value(h);
 }
@@ -547,12 +547,8 @@ inline unsigned mc_pack_bf16(float lo, float hi) {
 inline void mc_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(0, 16, d, a, 4, b, 2); }
 inline void mc_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(1, 16, d, a, 4, b, 2); }
 inline void mc_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(2, 8, d, a, 2, b, 1); }
-inline void mc_mma_m16n8k8_tf32(float* d, const float* a, const float* b) {
-  unsigned ra[4], rb[2];
-  for (int i = 0; i < 4; ++i) ra[i] = mc_sim::tf32_bits(a[i]);
-  for (int i = 0; i < 2; ++i) rb[i] = mc_sim::tf32_bits(b[i]);
-  mc_sim::mma(3, 8, d, ra, 4, rb, 2);
-}
+inline unsigned mc_tf32(float x) { return mc_sim::tf32_bits(x); }
+inline void mc_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(3, 8, d, a, 4, b, 2); }
 inline void mc_ldmatrix_x1(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 1, false); }
 inline void mc_ldmatrix_x2(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 2, false); }
 inline void mc_ldmatrix_x4(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 4, false); }

@@ -27,9 +27,10 @@ intrinsic (helper)            arch        per-lane elements (row, col); A is m x
 every shape                               C/D c0..c3 (4 floats): (g + 8 * (i // 2), 2t + i % 2)
 ============================  ==========  =====================================================================
 
-The products are accumulated in float32 (``.f32`` C and D). tf32 operands are given as floats and rounded to
-tf32 (10 mantissa bits, round to nearest, ties away: ``cvt.rna.tf32.f32``) inside the helper, as cuBLAS rounds
-them. The simulator adds the k products to C in order in float32; the GPU's adder tree rounds differently, so
+The products are accumulated in float32 (``.f32`` C and D). tf32 operands are given as tf32 bit patterns,
+floats rounded by ``mc_tf32`` (10 mantissa bits, round to nearest, ties away: ``cvt.rna.tf32.f32``, as cuBLAS
+rounds them) where the fragment is read, once per fragment when it is read ahead (ir/nest.py); the instruction
+ignores the 13 low mantissa bits of what it is given (the simulator too). The simulator adds the k products to C in order in float32; the GPU's adder tree rounds differently, so
 the two agree to the float32 rounding of a k-long sum, not bit for bit.
 
 **ldmatrix** (sm_75+): ``mc_ldmatrix_x{1,2,4}[_trans](unsigned* r, const void* row)`` loads 1, 2 or 4 8x8
@@ -77,12 +78,8 @@ def _mma(i: Intrinsic) -> str:
   ptype = {"float16": "f16", "bfloat16": "bf16", "tfloat32": "tf32"}[i.dtype]
   asm = (f"mma.sync.aligned.m{i.m}n{i.n}k{i.k}.row.col.f32.{ptype}.{ptype}.f32 "
          f"{{%0, %1, %2, %3}}, {{{a}}}, {{{b}}}, {{%0, %1, %2, %3}};")
-  if i.dtype == "tfloat32":
-    ins = ", ".join([f'"r"(mc_tf32(a[{r}]))' for r in range(i.a_regs)] + [f'"r"(mc_tf32(b[{r}]))' for r in range(i.b_regs)])
-    args = "const float* a, const float* b"
-  else:
-    ins = ", ".join([f'"r"(a[{r}])' for r in range(i.a_regs)] + [f'"r"(b[{r}])' for r in range(i.b_regs)])
-    args = "const unsigned* a, const unsigned* b"
+  ins = ", ".join([f'"r"(a[{r}])' for r in range(i.a_regs)] + [f'"r"(b[{r}])' for r in range(i.b_regs)])
+  args = "const unsigned* a, const unsigned* b"
   # not volatile: a pure function of its registers, so NVVM may reuse the fragment reads of one tile across the
   # unrolled mma.sync of its neighbours (volatile asm keeps every shared read in place: 5x the reads of a 64 x 64
   # warp tile). Every lane still reaches it: lowering refuses thread-dependent guards around it (ir/mma.py).

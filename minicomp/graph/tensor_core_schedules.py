@@ -243,8 +243,9 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   (MI, NI in :data:`SKETCH_TILES`), the k-step (half, one or two :data:`KSTEP`) and each shared tile's fetch width
   (up to 16 bytes); on sm_80+ also the pipeline's stages (:data:`SKETCH_STAGES`; a draw whose tiles then exceed the
   shared memory fails to build and is drawn again), for a matmul: a convolution's taps are pipelined only where
-  their count is known (:func:`_pipeline`), which the sketch's variable k-step hides. ``new_var(base)`` makes a fresh variable. A draw whose tiles do not divide the task fails to
-  lower (a guard inside the tensorized loops) and is drawn again."""
+  their count is known (:func:`_pipeline`), which the sketch's variable k-step hides. ``new_var(base)`` makes a
+  fresh variable. A draw whose tiles do not divide the task fails to lower (a guard inside the tensorized loops)
+  and is drawn again."""
   p = plan(dag, target)
   if p is None: return None
   choices = []

@@ -129,10 +129,11 @@ class Ldmatrix:
 @dataclass(frozen=True)
 class FragmentLoad:
   """An operand's fragments read ahead of the loops that reuse them (``minicomp/ir/nest.py``) into the register
-  array ``name``: one fragment (``regs`` 32-bit registers of two ``dtype`` values) for each value of the loops
+  array ``name``: one fragment (``regs`` 32-bit registers of ``dtype`` values) for each value of the loops
   ``dims`` ((variable, extent), all unrolled, which the statement loops over itself), so that the tensorized
   statements inside the loops it was hoisted out of read each fragment once. With ``ld``, one ldmatrix; else (or
-  with ``MINICOMP_LDMATRIX=0``) the ``elements`` (``Mma.a`` / ``b``) packed in pairs. Only the emitted code reads
+  with ``MINICOMP_LDMATRIX=0``) the ``elements`` (``Mma.a`` / ``b``) packed in pairs (tf32: one a register,
+  rounded once here rather than at every instruction that uses it). Only the emitted code reads
   it: the interpreter, the static model and the features run the statement's scalar loops."""
   name: str
   dims: tuple[tuple[str, int], ...]

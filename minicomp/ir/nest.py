@@ -176,7 +176,6 @@ class NestBuilder:
     k_var = next(i.cvar[x] for x in leaves if i.st.kind(x) == "reduce")
     intr = INTRINSICS[intrinsic]
     m = mma_statement(scalar, intr, spatial, k_var, self._lane_vars, self.ranges, where)
-    if intr.per_register != 2: return m          # (TF32 fragments are rounded floats, read in place)
     a = self._read_ahead(name, i, j, m.a_ld, m.a, intr.a_regs, intr.dtype, unroll_kind, at_level, ahead)
     b = self._read_ahead(name, i, j, m.b_ld, m.b, intr.b_regs, intr.dtype, unroll_kind, at_level, ahead)
     return replace(m, a_frag=a, b_frag=b)

@@ -670,8 +670,8 @@ class Schedule:
     ``k + stages - 1`` into the buffer iteration ``k - 1`` used, and computes on its tile while that copy is in
     flight. The copies are ``cp.async`` (sm_80+; the build refuses older targets): 4, 8 or 16 bytes at once,
     global to shared without passing through registers, so a vectorized fetch of 16-byte-aligned rows is one
-    instruction per thread and 16 bytes. A copy the emitter cannot write that way (a guarded or converting fetch)
-    stays a plain store, which the buffers keep correct. docs/tensor_cores.md shows the emitted loop.
+    instruction per thread and 16 bytes. A copy the emitter cannot write that way (a padding select, a converting
+    fetch) stays a plain store, which the buffers keep correct. docs/tensor_cores.md shows the emitted loop.
 
     Parameters
     ----------
@@ -679,8 +679,9 @@ class Schedule:
         The stage whose loop fetches the tiles (a reduction: the ``cache_write`` stage of a matmul).
     loop : str
         Its reduction loop at which the shared-memory stages are computed.
-    stages : int
-        Buffers per tile, 2 to 8 (2: double buffering). Shared memory grows by that factor.
+    stages : int or Expr
+        Buffers per tile, 2 to 8 (2: double buffering), or a variable (``mc.var``: a schedule parameter that
+        :meth:`substitute` sets). Shared memory grows by that factor.
 
     Returns
     -------
