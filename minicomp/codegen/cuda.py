@@ -81,8 +81,8 @@ def _stored(buf) -> bool:
 
 
 def _copied(buf, value: Expr) -> bool:
-  """``value`` is a global element of the type ``buf`` holds, copied as it is (a pipelined fetch's cp.async)."""
-  return value.op is Op.LOAD and value.arg.scope == "global" and value.arg.stored_dtype == buf.stored_dtype
+  """``value`` is an element read from a buffer that holds the type ``buf`` holds: stored as it is (raw bits)."""
+  return value.op is Op.LOAD and value.arg.stored_dtype == buf.stored_dtype
 
 
 def _unrounded(buf, value: Expr) -> Expr:
@@ -222,11 +222,11 @@ class CUDARenderer:
 
   def _store(self, s: Store, depth: int, out: list[str]) -> None:
     v = s.value
-    if s.async_copy and _copied(s.buffer, v) and s.buffer.element_bytes == 4:   # one 4-byte cp.async
+    if s.async_copy and _copied(s.buffer, v) and v.arg.scope == "global" and s.buffer.element_bytes == 4:   # cp.async
       out.append(f"{self.indent * depth}mc_cp_async_4({s.buffer.name} + {self.index(s.index)}, "
                  f"{v.arg.name} + {self.index(v.src[0])}, true);")
       return
-    if v.op is Op.LOAD and _stored(s.buffer) and _stored(v.arg) and v.arg.dtype == s.buffer.dtype:   # a half copy:
+    if _copied(s.buffer, v) and _stored(s.buffer):   # a half copy:
       out.append(f"{self.indent * depth}{s.buffer.name}[{self.index(s.index)}] = {v.arg.name}[{self.index(v.src[0])}];")
       return                                                                                      # no conversions
     v = _unrounded(s.buffer, v)
@@ -275,7 +275,7 @@ class CUDARenderer:
     if v in free_vars(rest): return False   # the loop variable is used outside contiguous loads
     if n == 8 and (st.buffer.stored_dtype not in _HALF or any(x.arg.stored_dtype not in _HALF for x in vec_loads)):
       return False                              # 8 lanes: half only (16 bytes); 8 floats would be 32
-    if st.async_copy and _copied(st.buffer, st.value):    # a pipelined fetch: one cp.async of n elements
+    if st.async_copy and _copied(st.buffer, st.value) and st.value.arg.scope == "global":   # one cp.async of n values
       nbytes = n * st.buffer.element_bytes
       out.append(f"{self.indent * depth}mc_cp_async_{nbytes}({st.buffer.name} + {self.index(_aligned_base(st.index, v, n))}, "
                  f"{st.value.arg.name} + {self.index(_aligned_base(st.value.src[0], v, n))}, true);  // {s.var}: vectorized")
@@ -316,7 +316,7 @@ class CUDARenderer:
     out.append(f"{ind}{{  // {s.var}: vectorized ({n} x {C_TYPE[dst_t]})")
     src = lambda x: f"*reinterpret_cast<const {raw}*>({x.arg.name} + {self.index(_aligned_base(x.src[0], v, n))})"
     dst = f"{st.buffer.name} + {self.index(_aligned_base(st.index, v, n))}"
-    if len(vec_loads) == 1 and st.value in vec_loads and st.value.arg.stored_dtype == dst_t:   # a raw copy
+    if len(vec_loads) == 1 and st.value in vec_loads and _copied(st.buffer, st.value):   # a raw copy
       out.append(f"{ind2}*reinterpret_cast<{raw}*>({dst}) = {src(st.value)};")
       out.append(f"{ind}}}")
       return True

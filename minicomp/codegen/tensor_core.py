@@ -30,8 +30,9 @@ every shape                               C/D c0..c3 (4 floats): (g + 8 * (i // 
 The products are accumulated in float32 (``.f32`` C and D). tf32 operands are given as tf32 bit patterns,
 floats rounded by ``mc_tf32`` (10 mantissa bits, round to nearest, ties away: ``cvt.rna.tf32.f32``, as cuBLAS
 rounds them) where the fragment is read, once per fragment when it is read ahead (ir/nest.py); the instruction
-ignores the 13 low mantissa bits of what it is given (the simulator too). The simulator adds the k products to C in order in float32; the GPU's adder tree rounds differently, so
-the two agree to the float32 rounding of a k-long sum, not bit for bit.
+ignores the 13 low mantissa bits of what it is given (the simulator too). The simulator adds the k products to C
+in order in float32; the GPU's adder tree rounds differently, so the two agree to the float32 rounding of a k-long
+sum, not bit for bit.
 
 **ldmatrix** (sm_75+): ``mc_ldmatrix_x{1,2,4}[_trans](unsigned* r, const void* row)`` loads 1, 2 or 4 8x8
 matrices of 16-bit elements from shared memory. Lanes ``8j .. 8j + 7`` give the addresses of matrix j's 8 rows

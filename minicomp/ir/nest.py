@@ -152,16 +152,12 @@ class NestBuilder:
     if isinstance(stages, int): self.ranges[pre] = (0, stages - 2)     # (a symbolic count: a sketch's, not emitted)
 
     def at(k: Expr):
-      return self._when(k < ext, _substitute_stmt(fetch, {ko: k}, lambda e: simplify(e, self.ranges)))
+      return self._guard(_substitute_stmt(fetch, {ko: k}, lambda e: simplify(e, self.ranges)), [k < ext])
     prologue = For(pre, simplify(as_expr(stages) - 1), Seq((at(var(pre)), AsyncCommit())), "unroll")
     steady = Seq((AsyncWait(stages - 2), Sync(), at(var(ko) + (stages - 1)), AsyncCommit(), body))
     note = Comment(f"{', '.join(o.st.name for o in fetched)}: {stages} stages, fetched {stages - 1} iterations of "
                    f"{it} ahead (cp.async)")
     return Seq((note, prologue, loop(it, steady), Sync()))
-
-  def _when(self, cond: Expr, stmt):
-    """``stmt`` under ``cond`` (simplified: no guard where the ranges prove it)."""
-    return _if(simplify(cond, self.ranges), stmt)
 
   def _mma(self, name: str, i, j: int, scalar, intrinsic: str, unroll_kind: dict, at_level: dict, ahead: dict):
     """The tensorized loops of stage ``name`` (from leaf ``j`` inward, lowered to ``scalar``) as a warp's mma.sync;
@@ -213,7 +209,8 @@ class NestBuilder:
     return frag, tuple(v for v, _ in dims)
 
   def _guard(self, stmt, gs: list[Expr]):
-    return If(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
+    """``stmt`` under the guards ``gs`` (simplified: none where the ranges prove them)."""
+    return _if(simplify(all_of(*gs), self.ranges), stmt) if gs else stmt
 
   def _stage_guards(self, name: str, i) -> list[Expr]:
     """The stage's predicates, plus: one thread per block dimension the stage does not use, threads past a

@@ -159,8 +159,8 @@ _REG_RE = re.compile(r"%[A-Za-z_]\w*")
 def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...]) -> float:
   """One warp's latency-bound cycles: each basic block list-scheduled in order (one issue per
   cycle, an instruction waiting for the registers it reads, a barrier for the warp's pending
-  results but not its asynchronous copies), its length times its executions, summed. Dependencies between blocks are not
-  followed (a loop-carried chain is counted inside its block)."""
+  results but not its asynchronous copies), its length times its executions, summed. Dependencies
+  between blocks are not followed (a loop-carried chain is counted inside its block)."""
   total = 0.0
   for bb in blocks:
     ready: dict[str, int] = {}
