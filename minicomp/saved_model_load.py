@@ -50,7 +50,7 @@ from minicomp.saved_model import (
   manifest_digest,
   sha256,
 )
-from minicomp.target import Target, TargetError
+from minicomp.target import MAX_SHARED_OPTIN_BYTES, Target, TargetError
 
 MAX_DIM, MAX_NDIM, MAX_ELEMENTS = 2**31 - 1, 32, 2**40
 MAX_BLOCK, MAX_GRID, MAX_THREADS = (1024, 1024, 64), (2**31 - 1, 65535, 65535), 1024
@@ -273,7 +273,8 @@ def _plan(v, at: str) -> LaunchPlan:
   launches = []
   for j, x in enumerate(_list(d["launches"], f"{at}.launches", nonempty=True)):
     a = f"{at}.launches[{j}]"
-    x = _obj(x, a, ("kernel", "grid", "block", "params", "written"))
+    x = _obj(x, a, ("kernel", "grid", "block", "params", "written") + (("shared_bytes",) if type(x) is dict and
+                                                                         "shared_bytes" in x else ()))
     block = _dims(x["block"], f"{a}.block", MAX_BLOCK)
     if math.prod(block) > MAX_THREADS: raise BadField(f"{a}.block", f"{list(block)} is more than {MAX_THREADS} threads")
     params = _list(x["params"], f"{a}.params", _name)
@@ -283,7 +284,8 @@ def _plan(v, at: str) -> LaunchPlan:
     written = _list(x["written"], f"{a}.written", _name)
     if not set(written) <= set(params): raise BadField(f"{a}.written", "names a buffer that is not a parameter")
     launches.append(Launch(_ident(x["kernel"], f"{a}.kernel"), _dims(x["grid"], f"{a}.grid", MAX_GRID), block,
-                           tuple(params), tuple(written)))
+                           tuple(params), tuple(written), _int(x.get("shared_bytes", 0), f"{a}.shared_bytes", 0,
+                                                               MAX_SHARED_OPTIN_BYTES)))
   return LaunchPlan(*groups, tuple(launches))
 
 

@@ -52,6 +52,12 @@ _SMEM_OPTIN = {"sm_70": 96 * 1024, "sm_72": 96 * 1024, "sm_75": 64 * 1024, "sm_8
                "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024,
                "sm_100": 227 * 1024, "sm_120": 99 * 1024}
 
+# A block's static __shared__ arrays may hold this much on every arch; more is dynamic shared memory, which a kernel
+# must be allowed (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES) up to _SMEM_OPTIN (CUDA C Programming Guide,
+# "Shared Memory" of each compute capability)
+STATIC_SHARED_BYTES = 48 * 1024
+MAX_SHARED_OPTIN_BYTES = max(_SMEM_OPTIN.values())   # the most any arch allows (the simulator's dynamic array)
+
 # "sm_86" / "sm86" -> "86"; "sm_100" -> "100" (three digits from Blackwell on: CC 10.0, 12.0).
 _ARCH_RE = re.compile(r"sm_?(\d{2,3})", re.IGNORECASE)   # ("SM_86" too)
 
@@ -314,12 +320,13 @@ class Target:
 
   ``Target("sm_86")`` (or ``"sm86"``) is the arch with its default device (``.device``);
   ``Target("rtx3090")`` (any name in ``DEVICES``) is that device's arch with that device.
-  Static shared memory (``__shared__`` arrays, which is all minicomp emits) is limited to
-  48 KiB per block on every arch.
+  ``max_shared_bytes_per_block`` is the shared memory a block may use: by default the arch's opt-in maximum
+  (``max_shared_optin_bytes``; a kernel past :data:`STATIC_SHARED_BYTES` takes it as dynamic shared memory,
+  codegen/cuda.py). The searches offer a block at most :attr:`search_shared_bytes`.
   """
   arch: str
   max_threads_per_block: int = 1024
-  max_shared_bytes_per_block: int = 48 * 1024
+  max_shared_bytes_per_block: int | None = None    # None: the arch's opt-in maximum
   max_registers_per_thread: int = 255
   warp_size: int = 32
   max_vthread_extent: int = 8  # Ansor's GPU default (HardwareParams.max_vthread_extent)
@@ -328,6 +335,11 @@ class Target:
   device_name: str | None = None  # set for named-device targets; None -> DEFAULT_DEVICE[arch]
 
   def __post_init__(self):
+    self._resolve()
+    if self.max_shared_bytes_per_block is None:
+      object.__setattr__(self, "max_shared_bytes_per_block", _SMEM_OPTIN[self.arch])
+
+  def _resolve(self) -> None:
     if self.arch.strip().lower() in GPU_TARGETS:
       arch, dev = resolve_gpu_target(self.arch.strip().lower())
       object.__setattr__(self, "arch", arch)
@@ -363,6 +375,13 @@ class Target:
   @property
   def max_shared_optin_bytes(self) -> int:
     return _SMEM_OPTIN[self.arch]
+
+  @property
+  def search_shared_bytes(self) -> int:
+    """The shared memory the searches (sketch validity, Gensor, Felix, the tensor-core template) offer a block:
+    :data:`STATIC_SHARED_BYTES`, or less where ``max_shared_bytes_per_block`` is less. Tiles past it build (as
+    dynamic shared memory) but are not proposed: none has been timed on a GPU yet."""
+    return min(self.max_shared_bytes_per_block, STATIC_SHARED_BYTES)
 
   @property
   def device(self) -> DeviceSpec:

@@ -37,11 +37,21 @@ def param_types(source: str, name: str) -> list[str]:
   return out
 
 
+_DYNAMIC = re.compile(r"extern __shared__ __align__\(16\) unsigned char \w+\[\];  // (\d+) bytes")
+
+
+def _dynamic_need(source: str, name: str) -> int:
+  """The bytes of dynamic shared memory kernel ``name`` of ``source`` declares (codegen/cuda.py's comment), or 0."""
+  body = next((part for part in source.split('extern "C" __global__')[1:] if re.search(rf"\b{name}\(", part.split("{")[0])), "")
+  m = _DYNAMIC.search(body)
+  return int(m.group(1)) if m else 0
+
+
 class FakeDriver:
   name = "cuda"
 
   def __init__(self, cc=(8, 6), driver_version=13000, gpu_name="Fake GPU", max_ptx: tuple[int, int] | None = None,
-               launch_s: float = 1e-5):
+               launch_s: float = 1e-5, max_shared_optin: int = 99 * 1024):
     self._info = DeviceInfo(gpu_name, cc, driver_version, 1 << 34, "fake")
     self.max_ptx, self.launch_s = max_ptx, launch_s
     self.calls: list[tuple] = []
@@ -51,6 +61,8 @@ class FakeDriver:
     self._clock = 0.0
     self._capturing: list | None = None
     self.fail_launch: dict[str, str] = {}    # kernel name -> CUDA error code to raise on launch
+    self.allowed: dict[tuple, int] = {}      # (simulator module, kernel) -> dynamic shared memory allowed
+    self.max_shared_optin = max_shared_optin
 
   def know(self, binary) -> None:
     """Learn the source behind a CudaBinary's images (the conftest fixture calls this on load)."""
@@ -82,7 +94,15 @@ class FakeDriver:
   def function(self, module, name: str):
     if name not in module["sims"]:
       module["sims"][name] = build_simulator(module["source"], {name: param_types(module["source"], name)})
-    return (module["sims"][name], name)
+    return (module["sims"][name], name, _dynamic_need(module["source"], name))
+
+  def allow_shared(self, fn, nbytes: int) -> None:
+    sim, name, _ = fn
+    if nbytes > self.max_shared_optin:
+      raise DriverError(f"fake driver: {nbytes} bytes of dynamic shared memory > {self.max_shared_optin}",
+                        "CUDA_ERROR_INVALID_VALUE")
+    self.allowed[(id(sim), name)] = nbytes
+    self.calls.append(("allow_shared", name, nbytes))
 
   def alloc(self, nbytes: int) -> int:
     p = self._next
@@ -119,9 +139,17 @@ class FakeDriver:
     self._run(fn, grid, block, shared_bytes, args)
 
   def _run(self, fn, grid, block, shared_bytes, args) -> None:
-    sim, name = fn
+    sim, name, need = fn
     self.calls.append(("launch", name, tuple(grid), tuple(block), tuple(args)))
     if name in self.fail_launch: raise DriverError(f"fake failure of {name}", self.fail_launch[name])
+    # as the driver: more than 48 KiB only where allowed (else CUDA_ERROR_INVALID_VALUE); and, which a GPU would
+    # not say (it reads past the end), fewer bytes than the kernel's dynamic shared array holds
+    if shared_bytes > 48 * 1024 and self.allowed.get((id(sim), name), 0) < shared_bytes:
+      raise DriverError(f"fake driver: {name} launched with {shared_bytes} bytes of dynamic shared memory, not "
+                        "allowed", "CUDA_ERROR_INVALID_VALUE")
+    if need > shared_bytes:
+      raise DriverError(f"fake driver: {name} needs {need} bytes of dynamic shared memory, launched with "
+                        f"{shared_bytes}", "CUDA_ERROR_ILLEGAL_ADDRESS")
     params = sim.kernels[name]
     vals = [self.mem[a].view(p.dtype) if p.pointer else a for p, a in zip(params, args)]
     sim.launch(name, tuple(grid), tuple(block), vals)

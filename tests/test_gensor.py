@@ -77,7 +77,7 @@ def test_construction_respects_the_target_limits(arch):
       for k in c.program.kernels:
         assert int(np.prod([int(getattr(d, "arg", d)) for d in k.block])) <= tgt.max_threads_per_block
         smem = sum(int(b.size.arg) * 4 for b in k.allocs if b.scope == "shared")
-        assert smem <= tgt.max_shared_bytes_per_block
+        assert smem <= tgt.search_shared_bytes
     kern = build(res.candidates[0].schedule, tgt)            # NVRTC compiles it for this arch
     for r in kern.binary.resources.values():
       assert r.registers <= tgt.device.max_regs_per_thread

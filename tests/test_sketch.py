@@ -151,7 +151,7 @@ def test_samples_respect_the_target_limits():
     assert 32 <= threads <= 1024
     assert math.prod(c.values[v] for v in sk.vthreads["C"]) <= 8
     smem = sum(int(b.size.arg) * 4 for b in k.allocs if b.scope == "shared")
-    assert smem <= tgt.max_shared_bytes_per_block
+    assert smem <= tgt.search_shared_bytes
 
 
 def test_population_is_distinct_deterministic_and_skips_measured():

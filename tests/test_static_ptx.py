@@ -37,7 +37,9 @@ def test_arch_target_unchanged():
   t = Target("sm_86")
   assert t.arch == "sm_86" and str(t) == "sm_86" and Target("sm86") == t and as_target("sm_86") == t
   assert (t.max_threads_per_block, t.max_shared_bytes_per_block, t.max_registers_per_thread, t.warp_size) == \
-    (1024, 48 * 1024, 255, 32)
+    (1024, 99 * 1024, 255, 32)     # a block may use the opt-in maximum (dynamic shared memory past 48 KiB) ...
+  assert t.search_shared_bytes == 48 * 1024     # ... the searches offer the static 48 KiB
+  assert Target("sm_86", max_shared_bytes_per_block=1024).search_shared_bytes == 1024
   assert t.max_vthread_extent == 8 and t.max_block_dims == (1024, 1024, 64)
   assert t.max_grid_dims == (2**31 - 1, 65535, 65535)
   assert t.compute_capability == (8, 6) and t.max_shared_optin_bytes == 99 * 1024

@@ -29,12 +29,12 @@ from minicomp.codegen.cse import shared_subexpressions
 from minicomp.errors import CodegenError
 from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
-from minicomp.ir.loop import (AsyncCommit, AsyncWait, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store, Sync,
-                               walk_stmts)
+from minicomp.ir.loop import (AsyncCommit, AsyncWait, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store, Sync)
 from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
+from minicomp.target import STATIC_SHARED_BYTES
 
 _PREC = {Op.OR: 1, Op.AND: 2, Op.EQ: 3, Op.NE: 3, Op.LT: 4, Op.LE: 4, Op.GT: 4, Op.GE: 4,
          Op.ADD: 5, Op.SUB: 5, Op.MUL: 6, Op.DIV: 6, Op.FLOORDIV: 6, Op.FLOORMOD: 6}
@@ -464,13 +464,17 @@ class CUDARenderer:
       params.append(f"{const_}{C_TYPE[b.dtype]}* __restrict__ {b.name}")
     nthreads = k.block[0] * k.block[1] * k.block[2]
     lines = [f'extern "C" __global__ void __launch_bounds__({nthreads}) {k.name}({", ".join(params)}) {{']
-    scratch = {st.scratch.name for st in walk_stmts(k.body) if isinstance(st, CrossThreadReduce)}
     for b in k.allocs:
       if not b.size.is_const: raise CodegenError(f"buffer {b.name} has a symbolic size {b.size}; substitute values first")
-      n = int(b.size.arg)
-      if b.scope == "shared":   # (a half tensor's tile holds floats, as a cross-thread reduction's scratch does, but
-        lines.append(f"  __shared__ __align__(16) {C_TYPE[b.stored_dtype]} {b.name}[{n}];")   # a tensor-core tile)
-      else: lines.append(f"  {_ctype(b.dtype)} {b.name}[{n}];")
+    dynamic = dynamic_shared_bytes(k)
+    offsets = shared_layout(k)[0]
+    if dynamic: lines.append(f"  extern __shared__ __align__(16) unsigned char {DYNAMIC_SHARED}[];  // {dynamic} bytes")
+    for b in k.allocs:
+      n, t = int(b.size.arg), C_TYPE[b.stored_dtype]   # (a half tensor's tile holds floats, as a cross-thread
+      if b.scope != "shared": lines.append(f"  {_ctype(b.dtype)} {b.name}[{n}];")   # reduction's scratch does, but
+      elif dynamic:                                                                   # a tensor-core tile)
+        lines.append(f"  {t}* const {b.name} = reinterpret_cast<{t}*>({DYNAMIC_SHARED} + {offsets[b.name]});  // [{n}]")
+      else: lines.append(f"  __shared__ __align__(16) {t} {b.name}[{n}];")
     for v, tag in k.bindings:
       lines.append(f"  const {self.itype} {v} = {tag};")
     self.stmt(k.body, 1, lines)
@@ -481,6 +485,30 @@ class CUDARenderer:
     bodies = [self.kernel(k) for k in p.kernels]
     head = (PRELUDE if self.uses_floor_helpers else "") + (PRELUDE64 if self.uses_floor_helpers64 else "")
     return head + "\n".join(bodies)
+
+
+# -- shared memory: static arrays, or offsets into the block's dynamic shared memory
+
+DYNAMIC_SHARED = "mc_dynamic_shared"   # the extern array a kernel past STATIC_SHARED_BYTES holds its shared buffers in
+
+
+def shared_layout(k: LoopKernel) -> tuple[dict[str, int], int]:
+  """Each shared buffer of ``k``'s byte offset (16-byte aligned, in allocation order, as the static arrays are
+  laid out) and the block's total bytes. The sizes must be constants."""
+  offsets, end = {}, 0
+  for b in k.allocs:
+    if b.scope != "shared": continue
+    offsets[b.name] = end = -(-end // 16) * 16
+    end += int(b.size.arg) * b.element_bytes
+  return offsets, end
+
+
+def dynamic_shared_bytes(k: LoopKernel) -> int:
+  """The dynamic shared memory a launch of ``k`` passes: its shared buffers' total where that is more than static
+  ``__shared__`` arrays may hold (:data:`~minicomp.target.STATIC_SHARED_BYTES`; the emitter then declares one
+  ``extern __shared__`` array and each buffer as a pointer into it), else 0."""
+  total = shared_layout(k)[1]
+  return total if total > STATIC_SHARED_BYTES else 0
 
 
 # -- the expression table: rule(renderer, node, folded children) -> (text, precedence)

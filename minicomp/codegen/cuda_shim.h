@@ -35,6 +35,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __shared__ static  // one instance, shared by every fiber (= thread) of the block
+#define MC_DYNAMIC_SHARED_BYTES (227 * 1024)  // the dynamic shared array (simulator.py): sm_90's opt-in maximum
 #define __constant__ static
 #define __align__(n) __attribute__((aligned(n)))  // not alignas: `static alignas(16) T a;` is ill-formed
 struct uint3 { unsigned int x, y, z; };  struct dim3 { unsigned int x, y, z; };

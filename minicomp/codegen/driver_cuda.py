@@ -75,6 +75,11 @@ class CudaDriver:
     self._current()
     return self._call("cuModuleGetFunction", module, name.encode())
 
+  def allow_shared(self, fn: Any, nbytes: int) -> None:
+    self._current()
+    self._call("cuFuncSetAttribute", fn,
+               self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
+
   def alloc(self, nbytes: int) -> int:
     self._current()
     return int(self._call("cuMemAlloc", max(int(nbytes), 1)))

@@ -52,6 +52,9 @@ class PycudaDriver:
   def module_load(self, image: bytes) -> Any: return self._wrap("module load", self._drv.module_from_buffer, image)
   def module_unload(self, module: Any) -> None: pass          # pycuda unloads a module when it is collected
   def function(self, module: Any, name: str) -> Any: return self._wrap(f"get function {name}", module.get_function, name)
+  def allow_shared(self, fn: Any, nbytes: int) -> None:
+    self._wrap("set its dynamic shared memory", fn.set_attribute,
+               self._drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
 
   def alloc(self, nbytes: int) -> int:
     a = self._wrap("alloc", self._drv.mem_alloc, max(int(nbytes), 1))

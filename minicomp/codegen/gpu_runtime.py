@@ -30,7 +30,7 @@ from minicomp.codegen.driver import (DeviceInfo, DevicePtr, Driver, DriverError,
                                      gpu_available, gpu_status)
 from minicomp.codegen.nvrtc import CudaBinary
 from minicomp.errors import RuntimeLaunchError
-from minicomp.target import arch_compute_capability
+from minicomp.target import STATIC_SHARED_BYTES, arch_compute_capability
 
 _logger = logging.getLogger("minicomp")
 _warned: set[tuple[str, str]] = set()
@@ -105,16 +105,26 @@ class GpuModule:
       raise DriverError(f"could not load the {binary.arch} {self.image.upper()} ({', '.join(binary.resources)}) "
                         f"on {info}: {e}{hint}", e.code) from e
     self._functions: dict[str, object] = {}
+    self._allowed: dict[str, int] = {}     # kernel -> the dynamic shared memory it was allowed
     self._params = kernel_params(binary.source)
     self._finalizer = weakref.finalize(self, _unload, self.driver, self._module)
 
-  def function(self, name: str):
+  def function(self, name: str, shared_bytes: int = 0):
+    """Kernel ``name``'s handle, allowed ``shared_bytes`` of dynamic shared memory where that is more than a kernel
+    may take without asking (:data:`~minicomp.target.STATIC_SHARED_BYTES`)."""
     if name not in self._functions:
       try:
         self._functions[name] = self.driver.function(self._module, name)
       except DriverError as e:
         raise RuntimeLaunchError(f"kernel {name!r} is not in the module ({', '.join(self.binary.resources)}): {e}") from e
-    return self._functions[name]
+    fn = self._functions[name]
+    if shared_bytes > max(STATIC_SHARED_BYTES, self._allowed.get(name, 0)):
+      try:
+        self.driver.allow_shared(fn, int(shared_bytes))
+      except DriverError as e:
+        raise launch_failed(f"allowing {name} {shared_bytes} bytes of dynamic shared memory", self.driver, e) from e
+      self._allowed[name] = int(shared_bytes)
+    return fn
 
   def launch(self, name: str, grid: int | Sequence[int], block: int | Sequence[int], shared_bytes: int,
              args: Sequence[object], time: bool = False, stream=None) -> float | None:
@@ -134,7 +144,7 @@ class GpuModule:
     allocs, copies, kargs = [], [], []
     try:
       grid3, block3 = _dim3(grid, "grid"), _dim3(block, "block")
-      fn = self.function(name)
+      fn = self.function(name, int(shared_bytes))
       for i, a in enumerate(args):
         if isinstance(a, np.ndarray):
           host = np.ascontiguousarray(a)
@@ -191,7 +201,8 @@ def launch_plan(module: GpuModule, plan, ptrs: dict[str, int], stream=None) -> N
   """Queue every launch of ``plan`` (a LaunchPlan) on ``stream`` with buffers ``ptrs`` (name -> pointer)."""
   for l in plan.launches:
     try:
-      module.driver.launch(module.function(l.kernel), l.grid, l.block, 0, [ptrs[n] for n in l.params], stream)
+      module.driver.launch(module.function(l.kernel, l.shared_bytes), l.grid, l.block, l.shared_bytes,
+                           [ptrs[n] for n in l.params], stream)
     except DriverError as e:
       raise launch_failed(f"{l.kernel}<<<{l.grid}, {l.block}>>> ({module.binary.resources.get(l.kernel)})",
                           module.driver, e) from e

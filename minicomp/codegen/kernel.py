@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from minicomp.codegen.cuda import C_TYPE, emit_cuda
+from minicomp.codegen.cuda import C_TYPE, dynamic_shared_bytes, emit_cuda
 from minicomp.codegen.nvrtc import CudaBinary, Resources, compile_cuda
 from minicomp.codegen.verify import check_resources
 from minicomp.errors import RuntimeLaunchError
@@ -56,6 +56,7 @@ class Launch:
   block: tuple[int, int, int]
   params: tuple[str, ...]          # buffer names, in parameter order
   written: tuple[str, ...]         # the params the kernel writes (the others are const)
+  shared_bytes: int = 0            # dynamic shared memory per block (codegen/cuda.py dynamic_shared_bytes)
 
 
 @dataclass(frozen=True)
@@ -70,16 +71,22 @@ class LaunchPlan:
   def from_program(p: Program) -> "LaunchPlan":
     spec = lambda b: BufferSpec(b.name, tuple(p.shapes[b.name]), b.dtype)
     ls = tuple(Launch(k.name, tuple(k.grid), tuple(k.block), tuple(b.name for b in k.params),
-                      tuple(b.name for b in k.params if b.name in k.written)) for k in p.kernels)
+                      tuple(b.name for b in k.params if b.name in k.written), dynamic_shared_bytes(k))
+               for k in p.kernels)
     return LaunchPlan(tuple(map(spec, p.inputs)), tuple(map(spec, p.outputs)), tuple(map(spec, p.temps)), ls)
 
-  def to_dict(self) -> dict: return asdict(self)
+  def to_dict(self) -> dict:
+    """As JSON (a launch without dynamic shared memory has no ``shared_bytes``, as before it existed)."""
+    d = asdict(self)
+    for l in d["launches"]:
+      if not l["shared_bytes"]: del l["shared_bytes"]
+    return d
 
   @staticmethod
   def from_dict(d: dict) -> "LaunchPlan":
     bs = lambda xs: tuple(BufferSpec(x["name"], tuple(x["shape"]), x["dtype"]) for x in xs)
-    ls = tuple(Launch(x["kernel"], tuple(x["grid"]), tuple(x["block"]), tuple(x["params"]), tuple(x["written"]))
-               for x in d["launches"])
+    ls = tuple(Launch(x["kernel"], tuple(x["grid"]), tuple(x["block"]), tuple(x["params"]), tuple(x["written"]),
+                      x.get("shared_bytes", 0)) for x in d["launches"])
     return LaunchPlan(bs(d["inputs"]), bs(d["outputs"]), bs(d["temps"]), ls)
 
 

@@ -45,6 +45,7 @@ class _Launch:
   fn: object
   grid: tuple[int, int, int]
   block: tuple[int, int, int]
+  shared_bytes: int  # dynamic shared memory
   args: list[int]
   call: int          # index of the kernel call in CompiledModel.calls
   what: str          # for error messages
@@ -112,7 +113,8 @@ class DeviceSession:
       for v, b in zip(st.outputs, plan.outputs): ptr[b.name] = addr[v]
       mod = modules[st.kernel]
       for l in plan.launches:
-        self.launches.append(_Launch(mod.function(l.kernel), l.grid, l.block, [ptr[n] for n in l.params], call,
+        self.launches.append(_Launch(mod.function(l.kernel, l.shared_bytes), l.grid, l.block, l.shared_bytes,
+                                     [ptr[n] for n in l.params], call,
                                      f"call {call} ({'+'.join(st.ops)}): {l.kernel}<<<{l.grid}, {l.block}>>>"))
     # graph outputs: read back from the device, or copied on the host when they are inputs / constants
     self.outputs = []
@@ -141,7 +143,7 @@ class DeviceSession:
     drv = self.driver
     for k, l in enumerate(self.launches):
       try:
-        drv.launch(l.fn, l.grid, l.block, 0, l.args, self.stream)
+        drv.launch(l.fn, l.grid, l.block, l.shared_bytes, l.args, self.stream)
       except DriverError as e:
         raise launch_failed(l.what, drv, e) from e
       if events is not None: drv.record(events[k + 1], self.stream)

@@ -15,7 +15,8 @@ one barrier instance must reach the same ``__syncthreads()`` line (else
 by another thread of the block never yields and does hang. Memory faults (invalid
 pointers, fiber stack overflow) and integer division by zero raise
 :class:`SimulatorError`; an out-of-bounds access that lands in mapped memory is not
-detected. Dynamic shared memory (``extern __shared__``) is not supported.
+detected. Dynamic shared memory is the one ``extern __shared__`` array minicomp emits (codegen/cuda.py), made a
+static array of the largest size any arch allows.
 
 The shim's runtime (fibers, barriers, launch) is compiled once per shim text, compiler and flags into
 an object file under ``cache_dir("sim")`` that every build links, so a build compiles only the kernel
@@ -189,8 +190,15 @@ def _private_dir() -> Path:
   return d
 
 
+# A kernel's dynamic shared memory (codegen/cuda.py: one extern array its shared buffers point into) becomes a static
+# array of the largest any arch allows, like every __shared__ array here: one instance, shared by the block's fibers
+_DYNAMIC_SHARED = re.compile(r"\bextern __shared__ (__align__\(16\) unsigned char \w+)\[\];")
+
+
 def _translation_unit(source: str, params: Mapping[str, tuple[Param, ...]]) -> str:
-  """Shim include + source verbatim (line numbers kept by #line) + one launcher per kernel."""
+  """Shim include + source (line numbers kept by #line; a dynamic shared array made static) + one launcher per
+  kernel."""
+  source = _DYNAMIC_SHARED.sub(r"__shared__ \1[MC_DYNAMIC_SHARED_BYTES];", source)
   out = ['#include "cuda_shim.h"', f'#line 1 "{SOURCE_NAME}"', source, f'#line 1 "{LAUNCHER_NAME}"']
   for name, ps in params.items():
     call = ", ".join(f"*static_cast<{p.ctype}*>(a[{i}])" for i, p in enumerate(ps))

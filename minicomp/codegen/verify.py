@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from minicomp.codegen.cuda import shared_layout
 from minicomp.codegen.tensor_core import check_arch
 from minicomp.errors import ScheduleError, TargetError
 from minicomp.ir.loop import Program
@@ -21,9 +22,11 @@ def _steps_matching(state: State, pred) -> str:
   return "; ".join(hits[-3:]) if hits else "(no step: the default schedule)"
 
 
-def check_resources(state: State, prog: Program, target: Target) -> None:
+def check_resources(state: State, prog: Program, target: Target, shared_limit: int | None = None) -> None:
   """Threads per block, block dims, shared memory per block and vthread extents against ``target``; the
-  tensor-core instructions of tensorize steps and the cp.async of pipeline steps against its arch."""
+  tensor-core instructions of tensorize steps and the cp.async of pipeline steps against its arch. Shared memory
+  is held to ``shared_limit`` where given (the searches': ``Target.search_shared_bytes``), else to the target's
+  ``max_shared_bytes_per_block``."""
   for k, st in enumerate(state.steps):
     if st.kind in ("tensorize", "pipeline"):
       try:
@@ -42,12 +45,13 @@ def check_resources(state: State, prog: Program, target: Target) -> None:
         + _steps_matching(state, lambda st: getattr(st, "annotation", None) in THREAD_TAGS or st.kind == "cross_thread_reduce"))
     if any(g > m for g, m in zip(k.grid, target.max_grid_dims)):
       raise ScheduleError(f"kernel {k.name}: grid {k.grid} exceeds the {target.arch} limits {target.max_grid_dims}")
-    smem = sum(int(b.size.arg) * b.element_bytes for b in k.allocs if b.scope == "shared")
-    if smem > target.max_shared_bytes_per_block:
+    smem = shared_layout(k)[1]
+    limit = target.max_shared_bytes_per_block if shared_limit is None else shared_limit
+    if smem > limit:
       names = [b.name for b in k.allocs if b.scope == "shared"]
+      allows = f"{target.arch} allows {limit}" if shared_limit is None else f"the search offers {limit}"
       raise ScheduleError(
-        f"kernel {k.name}: {smem} bytes of shared memory ({', '.join(names)}); {target.arch} allows "
-        f"{target.max_shared_bytes_per_block} per block. Caused by: "
+        f"kernel {k.name}: {smem} bytes of shared memory ({', '.join(names)}); {allows} per block. Caused by: "
         + _steps_matching(state, lambda st: (st.kind == "cache_read" and st.scope == "shared") or st.kind == "compute_at"))
   for st in state.stages:
     for it, a in st.annotations:

@@ -210,7 +210,7 @@ def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, targ
   s = _build(dag, p, wm, wn, mi, ni, lambda src, name: widths.get(name, 1))
   if target.device.compute_capability >= CP_ASYNC_MIN_CC:
     padded = sum(int(b.size.arg) * b.element_bytes for k in s.lower().kernels for b in k.allocs if b.scope == "shared")
-    stages = next((n for n in STAGES if n * padded <= target.max_shared_bytes_per_block), None)
+    stages = next((n for n in STAGES if n * padded <= target.search_shared_bytes), None)
     if stages: _pipeline(s, stages)
   return s
 

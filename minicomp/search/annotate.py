@@ -119,13 +119,14 @@ def concretize(sketch: Sketch, values: dict[str, int], unroll: dict | None = Non
   return s
 
 
-def validate(schedule: Schedule, target: Target):
-  """Lower and check resources (no NVRTC): (the lowered program, None) or (None, the reason it is invalid)."""
+def validate(schedule: Schedule, target: Target, shared_limit: int | None = None):
+  """Lower and check resources (no NVRTC; shared memory within ``shared_limit`` where given, else the target's
+  limit): (the lowered program, None) or (None, the reason it is invalid)."""
   from minicomp.codegen.verify import check_resources
   from minicomp.ir.lower import lower
   try:
     prog = lower(schedule.state)
-    check_resources(schedule.state, prog, target)
+    check_resources(schedule.state, prog, target, shared_limit)
   except (ScheduleError, LoweringError) as e:
     return None, str(e)
   return prog, None
@@ -137,7 +138,7 @@ def make_candidate(sketch: Sketch, values: dict[str, int], unroll: dict, target:
   why = check_values(sketch, values, target)
   if why is not None: return None, why
   s = concretize(sketch, values, unroll)
-  prog, why = validate(s, target)
+  prog, why = validate(s, target, target.search_shared_bytes)   # (no tile the search does not offer)
   if why is not None: return None, why
   return Candidate(s, dict(values), sketch_index, dict(unroll), prog), None
 

@@ -123,7 +123,7 @@ class SketchFormulas:
       for d, m in zip(dims, target.max_block_dims): ok &= d <= m
       for g, m in zip(grid, target.max_grid_dims): ok &= np.broadcast_to(np.asarray(ev(g), np.int64), (P,)) <= m
       smem = sum((np.broadcast_to(np.asarray(ev(s), np.int64), (P,)) * nb for s, nb in shared), np.zeros(P, np.int64))
-      ok &= smem <= target.max_shared_bytes_per_block
+      ok &= smem <= target.search_shared_bytes
     return ok
 
 

@@ -388,7 +388,7 @@ class SketchModel:
     ok = np.ones(P, bool)
     for kf in self.kernels:
       threads, smem, local, blocks = num(kf.threads), num(kf.smem), num(kf.local), num(kf.blocks)
-      ok &= (threads <= tgt.max_threads_per_block) & (smem <= tgt.max_shared_bytes_per_block)
+      ok &= (threads <= tgt.max_threads_per_block) & (smem <= tgt.search_shared_bytes)
       ok &= REG_OVERHEAD + REG_PER_LOCAL * local <= self.dev.max_regs_per_thread
       ok &= (blocks >= 1) & (blocks <= tgt.max_grid_dims[0])
     return ok

@@ -47,7 +47,8 @@ def launch_facts(kernel, dev) -> list[LaunchFacts]:
     prof = analyze_ptx(kernel.binary.ptx, l.kernel, hints=ir_loop_extents(kir.body))
     res = kernel.binary.resources.get(l.kernel)
     threads, blocks = math.prod(l.block), math.prod(l.grid)
-    occ = occupancy(dev, threads, res.registers if res else 32, res.shared_bytes if res else 0, blocks)
+    occ = occupancy(dev, threads, res.registers if res else 32, (res.shared_bytes if res else 0) + l.shared_bytes,
+                    blocks)   # (ptxas counts static shared memory only; the launch passes the dynamic)
     dm = data_movement(kir, l1_bytes=dev.l1_bytes_per_sm, l2_bytes=dev.l2_bytes)
     warps = math.ceil(threads / dev.warp_size)
     # L1 handles one 128-byte line (up to four sectors) per cycle: a request costs a cycle per

@@ -100,7 +100,7 @@ def resource_formulas(formulas, target: Target) -> tuple[list, list[float]]:
     if threads.op is not Op.CONST: exprs.append(threads); limits.append(float(target.max_threads_per_block))
     if shared:
       smem = sum((size * nbytes for size, nbytes in shared[1:]), shared[0][0] * shared[0][1])
-      if smem.op is not Op.CONST: exprs.append(smem); limits.append(float(target.max_shared_bytes_per_block))
+      if smem.op is not Op.CONST: exprs.append(smem); limits.append(float(target.search_shared_bytes))
   return exprs, limits
 
 
