@@ -10,7 +10,9 @@ on a 128 x 64 tile. Each variant here changes one thing at a time, all written i
   fragments read with plain loads;
 - ``ldm``: the same with ``ldmatrix`` (A: x4, B: x2.trans);
 - ``stages``: global -> shared through ``cp.async`` with that many buffers (1: synchronous loads);
-- tile ``bm x bn x bk`` and warps ``wm x wn``.
+- tile ``bm x bn x bk`` and warps ``wm x wn``;
+- compile's template itself, and its 128 x 128 tile of 8 warps in 3 and 4 stages (``DEEP``: more than the 48 KB the
+  template offers, as dynamic shared memory).
 
 Correct first: ``--check`` runs each at 256 x 256 x 128 in the CPU simulator against numpy (float32 sums of the
 same half inputs); ``--gpu`` checks each once on the GPU and times it (CUDA events, L2 flushed, median), beside
@@ -166,11 +168,35 @@ def close(out: np.ndarray, ref: np.ndarray) -> float:
   return float(np.abs(out.astype(np.float64) - ref).max() / (2.0 ** -11 * np.abs(ref).max()))
 
 
+# compile's template with more pipeline stages than 48 KB of shared memory holds (dynamic shared memory, which the
+# template does not offer until timed): (warps m, warps n, instructions m, n per warp) -> stages
+DEEP = {(2, 4, 4, 4): (3, 4)}
+
+
+def deep_templates(M: int, N: int, K: int, target):
+  """(name, schedule) of compile's template of an fp16 M x N x K matmul with :data:`DEEP`'s stages."""
+  import minicomp as mc
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import _schedule, plan
+  dag = mc.ComputeDAG(W.matmul(M, N, K, dtype="float16").outputs)
+  p = plan(dag, target)
+  return [(f"template {16 * wm * mi}x{8 * wn * ni} {32 * wm * wn}t {n} stages", _schedule(dag, p, wm, wn, mi, ni,
+                                                                                          target, stages=n))
+          for (wm, wn, mi, ni), ns in DEEP.items() for n in ns]
+
+
 def check(size=(256, 256, 128)) -> int:
+  import minicomp as mc
   from minicomp.codegen.simulator import build_simulator
   M, N, K = size
   a, b, ref = inputs(M, N, K)
   bad = 0
+  for name, sched in deep_templates(M, N, K, mc.Target("sm_90")):
+    k = mc.build(sched, target="sm_90")
+    err = close(k(a, b), ref)
+    bad += err > 1
+    print(f"{name:24s} simulator {M}x{N}x{K}: error {err:.2f} half-ulps of max |C|, {k.plan.launches[0].shared_bytes} "
+          f"bytes of dynamic shared memory  {'ok' if err <= 1 else 'WRONG'}", flush=True)
   for v in VARIANTS:
     mod = build_simulator(source(v, M, N, K), {"mm": ["const __half*", "const __half*", "__half*"]})
     out = np.zeros((M, N), np.float16)
@@ -199,13 +225,14 @@ def gpu(size: int, repeat: int) -> int:
   drv.htod(pa, a); drv.htod(pb, b)
   flush, start, end = L2Flush(drv), drv.event(), drv.event()
 
-  def timed(fn, grid, block, args):
+  def timed(fn, grid, block, args, shared=0):
     drv.memset(pc, M * N * 2)
-    drv.launch(fn, grid, block, 0, args); drv.sync()
+    if shared > 48 * 1024: drv.allow_shared(fn, shared)
+    drv.launch(fn, grid, block, shared, args); drv.sync()
     out = np.zeros((M, N), np.float16); drv.dtoh(out, pc)
     times = []
     for _ in range(repeat):
-      flush(); drv.record(start); drv.launch(fn, grid, block, 0, args); drv.record(end)
+      flush(); drv.record(start); drv.launch(fn, grid, block, shared, args); drv.record(end)
       times.append(drv.elapsed_s(start, end))
     return statistics.median(times), close(out, ref)
 
@@ -224,6 +251,20 @@ def gpu(size: int, repeat: int) -> int:
     rows.append((f"compile's template{', ldmatrix' if ldm == '1' else ''}", s, err,
                  k.binary.resources.get(call.kernel, "")))
   os.environ.pop("MINICOMP_LDMATRIX")
+  for name, sched in deep_templates(M, N, K, tgt):
+    try:
+      k = mc.build(sched, target=tgt)
+      (call,) = k.plan.launches
+      ptr = {k.plan.inputs[0].name: pa, k.plan.inputs[1].name: pb, k.plan.outputs[0].name: pc}
+      mod = drv.module_load(k.binary.cubin)
+      s, err = timed(drv.function(mod, call.kernel), call.grid, call.block, [ptr[n] for n in call.params],
+                     call.shared_bytes)
+    except Exception as e:  # noqa: BLE001 - reported in the table, the others still timed
+      print(f"  {name} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+      rows.append((name, float("nan"), float("nan"), f"failed: {type(e).__name__}"))
+      continue
+    rows.append((name, s, err, f"{k.binary.resources.get(call.kernel, '')} dynamic={call.shared_bytes}B"))
+    print(f"  {name} {s * 1e6:.1f} us", file=sys.stderr, flush=True)
   for v in VARIANTS:
     try:                # one variant that NVRTC or the driver refuses costs only its row
       binary = compile_cuda(source(v, M, N, K), arch)

@@ -196,11 +196,13 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   return found
 
 
-def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, target: Target) -> Schedule:
+def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, target: Target,
+              stages: int | None = None) -> Schedule:
   """The schedule of one configuration; each shared tile is fetched ``FETCH_BYTES`` per thread at once,
   or fewer where its size (known once lowered) does not split evenly over the block's threads. On sm_80+ the
-  tiles are fetched ahead with cp.async (``Schedule.pipeline``) in the most :data:`STAGES` whose tiles fit the
-  block's shared memory."""
+  tiles are fetched ahead with cp.async (``Schedule.pipeline``) in ``stages`` buffers where given (more than the
+  searches offer: research/tc_kernel_variants.py), else in the most :data:`STAGES` whose tiles fit the shared
+  memory the searches offer a block."""
   tiles = [b for k in _build(dag, p, wm, wn, mi, ni, lambda src, name: 1, pad=False).lower().kernels for b in k.allocs
            if b.scope == "shared"]
   threads = wm * wn * 32
@@ -209,8 +211,10 @@ def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, targ
             for b in tiles}
   s = _build(dag, p, wm, wn, mi, ni, lambda src, name: widths.get(name, 1))
   if target.device.compute_capability >= CP_ASYNC_MIN_CC:
-    padded = sum(int(b.size.arg) * b.element_bytes for k in s.lower().kernels for b in k.allocs if b.scope == "shared")
-    stages = next((n for n in STAGES if n * padded <= target.search_shared_bytes), None)
+    if stages is None:
+      padded = sum(int(b.size.arg) * b.element_bytes for k in s.lower().kernels for b in k.allocs
+                   if b.scope == "shared")
+      stages = next((n for n in STAGES if n * padded <= target.search_shared_bytes), None)
     if stages: _pipeline(s, stages)
   return s
 
