@@ -9,6 +9,7 @@ stream launches: a call's time includes its launch), marking the calls where the
 which is faster.
 
     python research/tc_choice_check.py                       # estimates only, for an H100 (no GPU here)
+    python research/tc_choice_check.py --target h200         # estimates for the GPU of the recorded timings
     python research/tc_choice_check.py --gpu --repeat 30     # on a GPU machine: measured beside the estimates
 """
 from __future__ import annotations
@@ -44,8 +45,10 @@ def main(argv=None) -> int:
   ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "tf32"])
   ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU (target='cuda')")
   ap.add_argument("--repeat", type=int, default=30)
+  ap.add_argument("--target", default=None, help="without --gpu: the device estimated for (default h100; h200 to "
+                  "set estimates beside the timings of research/results/tc_choice/)")
   a = ap.parse_args(argv)
-  target = "cuda" if a.gpu else "h100"
+  target = "cuda" if a.gpu else a.target or "h100"
   model, feeds = MODELS[a.model]()
   runs = {}
   for tc in ("1", "0"):
@@ -56,7 +59,7 @@ def main(argv=None) -> int:
   if len(on) != len(off):
     print(f"the two compiles have {len(on)} and {len(off)} kernel calls: not paired")
     return 1
-  where = mc.gpu_status() if a.gpu else "no GPU: estimates for an H100 only"
+  where = mc.gpu_status() if a.gpu else f"no GPU: estimates for {target} only"
   print(f"# python research/tc_choice_check.py --model {a.model} --precision {a.precision}"
         f"{' --gpu' if a.gpu else ''}: {where}; us* static-model ESTIMATE, us measured (median of {a.repeat})")
   print("| # | ops | TC | est TC us* | est FP32 us* | GPU TC us | GPU FP32 us | model and GPU agree |")

@@ -476,6 +476,9 @@ def test_classify():
   assert classify("fma.rn.f32") == ("fp32_fma", 0) and classify("fma.rn.f64") == ("fp64", 0)
   assert classify("ld.global.nc.v4.f32") == ("ld_global", 16) and classify("st.shared.f32") == ("st_shared", 4)
   assert classify("ld.local.u32") == ("ld_local", 4) and classify("st.local.v2.f32") == ("st_local", 8)
+  # an ldmatrix is a shared-memory load (its latency and a load/store slot), not an issue-only "other"
+  assert classify("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == ("ld_shared", 16)
+  assert classify("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16") == ("ld_shared", 8)
   assert classify("setp.lt.f32")[0] == "fp32_arith" and classify("setp.ne.s32")[0] == "int"
   assert classify("mad.lo.s32")[0] == "int" and classify("selp.f32")[0] == "int" and classify("shl.b32")[0] == "int"
   assert classify("rsqrt.approx.ftz.f32")[0] == "sfu" and classify("div.rn.f32")[0] == "sfu"

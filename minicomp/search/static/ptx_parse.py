@@ -170,6 +170,8 @@ def classify(opcode: str) -> tuple[str, int]:
     return f"{'st' if base == 'st' else 'ld'}_{space}", nbytes
   if base == "cp":
     return "ld_global", 0
+  if base == "ldmatrix":     # a shared-memory load of 1, 2 or 4 8x8 b16 matrices: a 32-bit register each per lane
+    return "ld_shared", 4 * next((int(m[1:]) for m in mods if re.fullmatch(r"x[124]", m)), 1)
   if base == "mma":
     return "tensor_tf32" if "tf32" in mods else "tensor_k16" if "m16n8k16" in mods else "tensor_k8", 0
   if base in ("bar", "barrier"):
