@@ -53,6 +53,23 @@ def test_division_and_mod_follow_onnx(t):
   assert np.array_equal(q, want_q) and np.array_equal(r, np.mod(a, b))
 
 
+@pytest.mark.parametrize("t", TYPES + [np.int32, np.int64], ids=lambda t: t.__name__)
+def test_an_integer_zero_divisor_gives_0_as_onnx_reference_does(t):
+  """ONNX leaves it undefined and onnxruntime refuses to run it; numpy and ONNX's reference evaluator give 0 for
+  Div and Mod (Div divided by 1, giving the dividend, until the fuzzer found it on 2026-11-30)."""
+  from onnx.reference import ReferenceEvaluator
+  a = _full_range(t, (64,), 5)
+  b = np.zeros(64, t)
+  b[::3] = 2
+  m = make_model([helper.make_node("Div", ["a", "b"], ["q"]), helper.make_node("Mod", ["a", "b"], ["r"])],
+                 {"a": a, "b": b}, ["q", "r"], opset=17)
+  q, r = mc.compile(m, target="sm_86", progress=False).run({"a": a, "b": b})
+  with np.errstate(divide="ignore", over="ignore"):
+    want_q, want_r = ReferenceEvaluator(m).run(None, {"a": a, "b": b})
+  assert np.array_equal(q[b == 0], np.zeros((b == 0).sum(), t)) and np.array_equal(r[b == 0], want_r[b == 0])
+  assert np.array_equal(q[b == 0], want_q[b == 0])
+
+
 def test_narrow_types_save_load_and_cast(tmp_path):
   """A uint8 image cast to float and back, saved and loaded: the types survive the saved format."""
   from minicomp.saved_model_load import load

@@ -94,8 +94,8 @@ def _trunc_div(a: Expr, b: Expr) -> Expr:
   """Integer division truncating toward zero (ONNX / onnxruntime / C), not floor division.
 
   Divides magnitudes: ``max(|a|, 0) // max(|b|, 1)`` is provably non-negative, so the emitter
-  prints C ``/`` in the operands' own type (int64 stays int64). Division by zero is undefined
-  in ONNX; here it divides by 1.
+  prints C ``/`` in the operands' own type (int64 stays int64). A zero divisor divides by 1 here (no trap):
+  callers say what it gives.
   """
   if a.dtype in UNSIGNED_DTYPES: return a // max_(b, 1)
   if a.dtype in ("int8", "int16"):        # in int32: the magnitude of -128 is 128, which int8 does not hold
@@ -114,9 +114,11 @@ _binary_op("Mul", lambda x, y: x * y, 7)
 
 @op("Div", kind="broadcast", since=7)
 def div(ctx, a, b):
-  """ONNX Div: true division for floats; integer division truncates toward zero (-7 / 2 = -3)."""
+  """ONNX Div: true division for floats; integer division truncates toward zero (-7 / 2 = -3). An integer zero
+  divisor gives 0, as for Mod (ONNX leaves it undefined; its reference evaluator, numpy, gives 0; C would trap)."""
   d = _check(ctx, [a, b], FLOATS + INTEGER_DTYPES, "supported")
-  return _binary(ctx, a, b, (lambda x, y: x / y) if d in FLOATS else _trunc_div)
+  if d in FLOATS: return _binary(ctx, a, b, lambda x, y: x / y)
+  return _binary(ctx, a, b, lambda x, y: select(eq(y, 0), const(0, x.dtype), _trunc_div(x, y)))
 
 
 @op("Pow", kind="broadcast", since=12)
