@@ -107,3 +107,22 @@ def test_arg_extremes_take_a_nan_as_onnx_reference_does(op, last):
   m = make_model([helper.make_node(op, ["x"], ["y"], axis=1, select_last_index=last)], {"x": x}, ["y"], opset=13)
   got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0]
   np.testing.assert_array_equal(got, ReferenceEvaluator(m).run(None, {"x": x})[0])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("weights", ["input", "constant"])
+def test_conv_transpose_with_a_non_finite_weight_matches_onnxruntime(weights):
+  """A tap that reads a zero of the dilated input multiplied it by its weight: 0 x inf = NaN in outputs the weight
+  does not reach (found by benchmarks/fuzz.py, 2026-11-30). Weights that are not known finite constants are
+  guarded; onnxruntime scatters only real inputs."""
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
+  w = rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+  w[1, 0, 0, 0], w[1, 0, 2, 2], w[0, 0, 1, 1] = np.inf, np.nan, -np.inf
+  node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=2, strides=[2, 2], pads=[1, 0, 0, 1])
+  ins, inits = ({"x": x, "w": w}, {}) if weights == "input" else ({"x": x}, {"w": w})
+  m = make_model([node], ins, ["y"], inits, 13)
+  got = mc.compile(m, target="sm_80", schedules="rules").run(ins, device="cpu")[0]
+  want = run_ort(m, ins)[0]
+  assert np.isfinite(want).any() and not np.isfinite(want).all()
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -108,17 +108,24 @@ def _dilate_pad(ctx, x: Tensor, strides: Sequence[int], pb: Sequence[int], ext: 
   if all(s == 1 and b == 0 and e == n for s, b, e, n in zip(strides, pb, ext, sp)): return x
 
   def body(n, c, *j):
-    conds, src = [], []
-    for jd, s, b, e, n_in in zip(j, strides, pb, ext, sp):
-      t = jd - b if b else jd
-      if b > 0: conds.append(t >= 0)                     # j >= 0 makes t >= 0 when b <= 0
-      if s > 1: conds.append(eq(t % s, 0))
-      q = t // s if s > 1 else t
-      if (e - 1 - b) // s >= n_in: conds.append(q < n_in)    # only when the extent reaches past the input
-      src.append(q)
+    conds, src = _dilated_source(j, strides, pb, ext, sp)
     v = x[(n, c, *src)]
     return select(all_of(*conds), v, as_expr(0.0, x.dtype)) if conds else v
   return ctx.compute((*x.shape[:2], *ext), body, "dilate")
+
+
+def _dilated_source(j, strides, pb, ext, sp) -> tuple[list, list]:
+  """For positions ``j`` of :func:`_dilate_pad`'s output: the conditions under which they hold an element of the
+  input (none: always) and that element's index."""
+  conds, src = [], []
+  for jd, s, b, e, n_in in zip(j, strides, pb, ext, sp):
+    t = jd - b if b else jd
+    if b > 0: conds.append(t >= 0)                     # j >= 0 makes t >= 0 when b <= 0
+    if s > 1: conds.append(eq(t % s, 0))
+    q = t // s if s > 1 else t
+    if (e - 1 - b) // s >= n_in: conds.append(q < n_in)    # only when the extent reaches past the input
+    src.append(q)
+  return conds, src
 
 
 def _bias(ctx, y: Tensor, b) -> Tensor:
@@ -221,8 +228,11 @@ def conv_transpose(ctx, x, w, b=None):
     pb = pads[:nsp]
     out = [f - pads[d] - pads[nsp + d] for d, f in enumerate(full)]
     if any(o <= 0 for o in out): raise ShapeError(f"{_where(ctx)}: pads {pads} leave an empty output")
-  xd = _dilate_pad(ctx, X, st, [(k - 1) * d - b for k, d, b in zip(ks, dl, pb)],
-                   [o + (k - 1) * d for o, k, d in zip(out, ks, dl)])
+  lead, ext = [(k - 1) * d - b for k, d, b in zip(ks, dl, pb)], [o + (k - 1) * d for o, k, d in zip(out, ks, dl)]
+  xd = _dilate_pad(ctx, X, st, lead, ext)
+  # a tap that reads a zero of the dilation multiplies it by its weight: 0 x inf = NaN where the op's sum has no
+  # such term. Weights that are constants and finite (a model's) skip the guard; others (inputs) take it
+  guarded = xd is not X and not (isinstance(w, np.ndarray) and np.isfinite(w).all())
   rc = ctx.reduce_axis(cpg, "rc") if cpg > 1 else None
   rk = _raxes(ctx, ks, "rk")
   axes = [a for a in [rc, *rk] if a is not None]
@@ -232,6 +242,8 @@ def conv_transpose(ctx, x, w, b=None):
     wm = m % mpg if group > 1 else m
     pos = [oi + _ix(r) * d for oi, r, d in zip(o, rk, dl)]
     e = xd[(n, c, *pos)] * W[(c, wm, *[k - 1 - _ix(r) for k, r in zip(ks, rk)])]
+    conds = _dilated_source(pos, st, lead, ext, sp)[0] if guarded else []
+    if conds: e = select(all_of(*conds), e, as_expr(0.0, e.dtype))
     return te.sum(e, axis=axes) if axes else e
   y = ctx.compute((N, M, *out), lambda *i: body(*i), "convT")
   return [_bias(ctx, y, b)]
