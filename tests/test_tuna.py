@@ -159,7 +159,7 @@ def test_sketches_without_an_analytic_model_get_random_programs(monkeypatch):
   import minicomp.search.strategies.tuna as T
 
   def broken(*a, **k): raise mc.EstimateError("cannot model this")
-  monkeypatch.setattr(T, "SketchModel", broken)
+  monkeypatch.setattr(T, "sketch_model", broken)
   task = _task(W.matmul(64, 64, 64))
   strat = TunaStrategy(iterations=5, restarts=2)
   cands = strat.propose(task, 4, np.random.default_rng(0))
@@ -174,7 +174,7 @@ def test_a_bug_in_the_analytic_model_is_not_taken_for_a_sketch_it_cannot_model(m
   import minicomp.search.strategies.tuna as T
 
   def buggy(*a, **k): raise TypeError("a bug")
-  monkeypatch.setattr(T, "SketchModel", buggy)
+  monkeypatch.setattr(T, "sketch_model", buggy)
   with pytest.raises(TypeError, match="a bug"):
     TunaStrategy(iterations=5, restarts=2).propose(_task(W.matmul(64, 64, 64)), 4, np.random.default_rng(0))
 

@@ -44,7 +44,13 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
 - **latency** (Tuna's ILP cost, approximated from what the full model shows on PTX, which puts a
   load right before its first use): one instruction per cycle, plus the full latency of every
   shared load and of every global load outside a cooperative fetch, plus half a global latency
-  per barrier (the fetch before it) and an SFU latency per intrinsic.
+  per barrier (the fetch before it) and an SFU latency per intrinsic;
+- **tensor cores**: an ``Mma`` statement is one mma.sync per thread (the tensor pipe's class, whose FMAs the
+  shared formula costs at the device's tensor rate) with its latency, and its fragment reads (an ldmatrix, the
+  elements, or nothing where a ``FragmentLoad`` read them ahead, which counts them itself) are shared loads, their
+  wavefronts and latency; the scalar loops it keeps for the interpreter are not counted. A tensorized sketch does
+  not lower symbolically (the tensorized loops' checks need concrete sizes): :func:`sketch_model` gives it a
+  :class:`PointwiseModel`, which lowers each point's program on its own, once, and counts it the same way.
 
 Data movement to DRAM is compulsory (every global buffer once), and L2 -> SM traffic is the
 sectors of the global requests, as in the full model. The facts then go through the same
@@ -61,7 +67,8 @@ import numpy as np
 
 from minicomp.ir.expr import Expr, const, free_vars, walk
 from minicomp.ir.rewrite import map_loads, substitute
-from minicomp.ir.loop import CrossThreadReduce, For, Store, Sync, walk_scoped, walk_stmts
+from minicomp.ir.loop import CrossThreadReduce, For, FragmentLoad, Mma, Store, Sync, walk_scoped, walk_stmts
+from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.ops import FLOAT_DTYPES, Op
 from minicomp.search.features.formulas import FormulaProgram
 from minicomp.search.static.calibration import active as active_calibration
@@ -119,6 +126,8 @@ class _KernelFormulas:
   counts: dict[str, Expr] = field(default_factory=dict)       # per-thread instructions outside the sites
   sites: list[_Site] = field(default_factory=list)
   rounds: Expr = field(default_factory=lambda: const(0))     # barriers per thread
+  exposed: Expr = field(default_factory=lambda: const(0))    # latency cycles outside the sites (mma.sync, fragments)
+  wavefronts: Expr = field(default_factory=lambda: const(0))  # shared-memory wavefronts per warp outside the sites
   dram_bytes: float = 0.0
 
 
@@ -151,10 +160,10 @@ class SketchModel:
   ``model.valid(values)`` -> the resource check alone. Raises whatever lowering the symbolic
   program raises (callers treat any failure as "no analytic model for this sketch")."""
 
-  def __init__(self, sketch, target: Target, unroll: int = UNROLL_DEFAULT):
+  def __init__(self, sketch, target: Target, unroll: int = UNROLL_DEFAULT, program=None):
     self.sketch, self.target, self.dev, self.unroll = sketch, target, target.device, unroll
     self.calibration = active_calibration(self.dev)      # (looked up once: a walk evaluates thousands of points)
-    prog = sketch.schedule.lower()
+    prog = program if program is not None else sketch.schedule.lower()   # (PointwiseModel: one point's program)
     self.names = sketch.schedule.params()
     sizes = {b.name: math.prod(prog.shapes[b.name]) * b.element_bytes for b in prog.inputs + prog.outputs}
     self.kernels = [self._kernel(k, sizes) for k in prog.kernels]
@@ -176,15 +185,35 @@ class SketchModel:
       counts[cls] = counts[cls] + n if cls in counts else n
 
     def into(st, ctx):
-      """(trip count, enclosing loops, vector width, the vectorized loop's variable) inside ``st``."""
+      """(trip count, enclosing loops, vector width, the vectorized loop's variable) inside ``st``; None inside an
+      Mma (its scalar loops are what the interpreter runs, not what the GPU does)."""
+      if ctx is None or isinstance(st, Mma): return None
       trip, loops, width, vvar = ctx
       if not isinstance(st, For): return ctx
       if st.kind == "vectorize": return trip, loops, width * st.extent, st.var
       kind = "barrier" if _has_sync(st.body) else st.kind
       return trip * st.extent, loops + [(st.var, st.extent, kind)], width, vvar
 
-    for st, (trip, loops, width, vvar) in walk_scoped(k.body, (const(1), [], const(1), None), into):
-      if isinstance(st, For):
+    for st, ctx in walk_scoped(k.body, (const(1), [], const(1), None), into):
+      if ctx is None: continue
+      trip, loops, width, vvar = ctx
+      if isinstance(st, Mma):               # one warp instruction; its fragments from registers, ldmatrix or elements
+        intr = INTRINSICS[st.intrinsic]
+        add("tensor_tf32" if "tf32" in intr.name else f"tensor_k{intr.k}", trip)
+        reads = sum(0 if frag else 1 if ld else len({n for e in vals for n in walk(e) if n.op is Op.LOAD})
+                    for frag, ld, vals in ((st.a_frag, st.a_ld, st.a), (st.b_frag, st.b_ld, st.b)))
+        if reads: add("ld_shared", trip * reads)
+        kf.wavefronts = kf.wavefronts + trip * sum(0 if frag else ld.count if ld else len(vals) for frag, ld, vals in (
+          (st.a_frag, st.a_ld, st.a), (st.b_frag, st.b_ld, st.b)))
+        kf.exposed = kf.exposed + trip * (reads * LATENCY_CYCLES["ld_shared"] + LATENCY_CYCLES[
+          "tensor_tf32" if "tf32" in intr.name else f"tensor_k{intr.k}"])
+      elif isinstance(st, FragmentLoad):    # fragments read ahead: an ldmatrix, or the elements, per fragment
+        n = trip * math.prod(e for _, e in st.dims) * (1 if st.ld is not None else len(
+          {x for e in st.elements for x in walk(e) if x.op is Op.LOAD}))
+        add("ld_shared", n)
+        kf.wavefronts = kf.wavefronts + (n * st.ld.count if st.ld is not None else n)   # (an 8x8 matrix: one each)
+        kf.exposed = kf.exposed + n * LATENCY_CYCLES["ld_shared"]
+      elif isinstance(st, For):
         self._loops.add(st.var)
       elif isinstance(st, Sync):
         kf.rounds = kf.rounds + trip
@@ -282,7 +311,8 @@ class SketchModel:
       regs = REG_OVERHEAD + REG_PER_LOCAL * local
       warps = np.ceil(threads / self.dev.warp_size)
       counts = {c: num(e).copy() for c, e in kf.counts.items()}
-      l1, l2, shared, exposed = np.zeros(P), np.zeros(P), np.zeros(P), np.zeros(P)
+      l1, l2, exposed = np.zeros(P), np.zeros(P), num(kf.exposed).copy()
+      shared = num(kf.wavefronts) * warps
 
       def add(cls, n):
         counts[cls] = counts[cls] + n if cls in counts else n
@@ -406,4 +436,51 @@ class SketchModel:
     return out
 
 
-__all__ = ["SketchModel", "UNROLL_DEFAULT"]
+class PointwiseModel:
+  """The analytic model of a sketch whose symbolic program does not lower: the tensor-core sketch, whose tensorized
+  loops and lane checks need its sizes. Each point's program is lowered on its own, once (kept by its values), and
+  costed by :class:`SketchModel`'s counting; the sketch's few choices (warp tile, k-step, fetch widths, stages)
+  bound that to a few hundred lowerings a task. A point that does not lower (tiles that do not divide the task)
+  is invalid. The same interface: ``model(values)``, ``valid``, ``facts``, ``names`` and ``unroll``."""
+
+  def __init__(self, sketch, target: Target, unroll: int = UNROLL_DEFAULT):
+    self.sketch, self.target, self.unroll = sketch, target, unroll
+    self.names = sketch.schedule.params()
+    self._points: dict[tuple, SketchModel | None] = {}
+
+  def _model(self, values: dict) -> SketchModel | None:
+    from minicomp.errors import MinicompError
+    from minicomp.search.annotate import concretize
+    key = tuple(values[n] for n in self.names)
+    if key not in self._points:
+      try:
+        self._points[key] = SketchModel(self.sketch, self.target, self.unroll,
+                                        program=concretize(self.sketch, values).lower())
+      except MinicompError:
+        self._points[key] = None
+    m = self._points[key]
+    if m is not None: m.unroll = self.unroll      # (Tuna sets the unroll limit on its copies of the model)
+    return m
+
+  def valid(self, values: list[dict]) -> np.ndarray:
+    return np.array([m is not None and bool(m.valid([v])[0]) for v in values for m in [self._model(v)]], bool)
+
+  def facts(self, values: list[dict]) -> list[list[LaunchFacts]]:
+    return [self._model(v).facts([v])[0] for v in values]
+
+  def __call__(self, values: list[dict]) -> np.ndarray:
+    return np.array([m([v])[0] if m is not None else np.inf for v in values for m in [self._model(v)]], np.float64)
+
+
+def sketch_model(sketch, target: Target, unroll: int = UNROLL_DEFAULT):
+  """The analytic model of ``sketch``: formulas of its variables (:class:`SketchModel`), or, for a sketch with a
+  tensorize step, whose symbolic program does not lower, one program per point (:class:`PointwiseModel`)."""
+  from minicomp.errors import MinicompError
+  try:
+    return SketchModel(sketch, target, unroll)
+  except MinicompError:
+    if not any(st.kind == "tensorize" for st in sketch.schedule.state.steps): raise
+    return PointwiseModel(sketch, target, unroll)
+
+
+__all__ = ["PointwiseModel", "SketchModel", "UNROLL_DEFAULT", "sketch_model"]

@@ -62,7 +62,7 @@ from minicomp.errors import MinicompError
 from minicomp.search.annotate import Candidate, check_values, make_candidate, prime_factors
 from minicomp.search.sketch import generate_sketches
 from minicomp.search.sketch_types import Sketch, TileGroup
-from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel
+from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel, sketch_model
 from minicomp.search.strategies.base import Strategy, TuneTask
 from minicomp.target import Target, as_target
 
@@ -114,7 +114,7 @@ class SketchWalker:
 
   def __init__(self, sketch: Sketch, target: Target, model: SketchModel | None = None):
     self.sketch, self.target = sketch, target
-    self.model = model or SketchModel(sketch, target)
+    self.model = model or sketch_model(sketch, target)
     self.groups = list(sketch.tiles)
     self.costs: dict[tuple, float] = {}
     self.evaluations = 0

@@ -78,7 +78,7 @@ from minicomp.search.annotate import (
   sample_population,
 )
 from minicomp.search.sketch_types import Sketch
-from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel
+from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel, sketch_model
 from minicomp.search.strategies.base import Strategy, TuneTask
 from minicomp.search.strategies.tuna.evolution_strategies import ALPHA, ITERATIONS, POPULATION, SIGMA, ESRun, evolve
 from minicomp.search.strategies.felix import round_values
@@ -106,7 +106,7 @@ class SketchSearch:
     self.p = len(self.names)
     self.relax_unroll = unroll is None and bool(sketch.unroll)
     self.unrolls = UNROLL_CHOICES if self.relax_unroll else (UNROLL_DEFAULT if unroll is None else int(unroll),)
-    base = model or SketchModel(sketch, target)
+    base = model or sketch_model(sketch, target)
     self.models = {}
     for u in self.unrolls:       # the model reads its unroll limit from this attribute only (facts())
       self.models[u] = copy.copy(base)
