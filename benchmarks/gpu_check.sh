@@ -50,7 +50,7 @@ print('tensor-core smoke: max |gpu - numpy| =', float(np.abs(got - want).max()),
 step "half and tensor-core gpu tests" 170 gputests.txt python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider -rs \
   tests/test_on_gpu_precision.py tests/test_tensor_core.py tests/test_tensorize.py
 step "other gpu tests" 80 gputests.txt python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider -rs \
-  tests/test_on_gpu.py tests/test_measure.py tests/test_nvrtc.py
+  tests/test_on_gpu.py tests/test_measure.py tests/test_nvrtc.py tests/test_dynamic_shared.py
 step "tensor-core matmul variants" 100 variants.txt python3 research/tc_kernel_variants.py --gpu --size 4096
 step "mma.sync peak" 40 variants.txt python3 research/mma_peak.py --gpu
 step "tensor_cores.py --gpu" 110 tensor_cores.txt python3 benchmarks/tensor_cores.py --gpu
@@ -59,6 +59,8 @@ step "precision.py --gpu" 100 precision.txt python3 benchmarks/precision.py --gp
 step "the fp16 encoder's kernels" 60 encoder.txt python3 benchmarks/gpu_models.py --models transformer_encoder \
   --precision fp16
 step "tensor cores or not, per kernel" 90 choice.txt python3 research/tc_choice_check.py --gpu --model resnet18
+step "Gensor's tensor-core constructions or not" 90 choice.txt python3 research/tc_choice_check.py --gpu \
+  --model resnet18 --gensor-tc
 LEFT=$((520 - (SECONDS - START)))
 if [ "$LEFT" -gt 20 ]; then
   step "collect (fp16 matmul, conv)" "$LEFT" collect.txt python3 -m minicomp.cli collect -o "$OUT/timings_half.jsonl" \

@@ -27,9 +27,9 @@ from minicomp import zoo  # noqa: E402
 MODELS = {"resnet18": lambda: zoo.resnet18(hw=64), "bert_tiny": lambda: zoo.transformer_encoder(s=128, d=128, heads=2, ff=512)}
 
 
-def per_call(model, feeds, target: str, precision: str, gpu: bool, repeat: int):
+def per_call(model, feeds, target: str, precision: str, gpu: bool, repeat: int, jobs: int | None = None):
   """[(ops, on tensor cores, estimate s, measured s or None)] per kernel call, and the end-to-end times."""
-  mod = mc.compile(model, target=target, precision=precision)
+  mod = mc.compile(model, target=target, precision=precision, jobs=jobs)
   est = mod.estimate()
   meas = mod.benchmark(feeds or mod.random_feeds(), repeat=repeat) if gpu else None
   rows = []
@@ -45,15 +45,20 @@ def main(argv=None) -> int:
   ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "tf32"])
   ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU (target='cuda')")
   ap.add_argument("--repeat", type=int, default=30)
+  ap.add_argument("--gensor-tc", action="store_true", help="the tensor-core side with Gensor's constructions on the "
+                  "tensor-core sketch as well as the template (compiler.CONSTRUCT_TENSOR_CORE_SKETCH)")
   ap.add_argument("--target", default=None, help="without --gpu: the device estimated for (default h100; h200 to "
                   "set estimates beside the timings of research/results/tc_choice/)")
   a = ap.parse_args(argv)
   target = "cuda" if a.gpu else a.target or "h100"
   model, feeds = MODELS[a.model]()
   runs = {}
+  import minicomp.compiler
   for tc in ("1", "0"):
     os.environ["MINICOMP_TENSOR_CORES"] = tc
-    runs[tc] = per_call(model, feeds, target, a.precision, a.gpu, a.repeat)
+    minicomp.compiler.CONSTRUCT_TENSOR_CORE_SKETCH = a.gensor_tc and tc == "1"
+    if a.gensor_tc: os.environ["MINICOMP_SCHEDULE_CACHE"] = "0"   # (the cache keys no such switch; workers re-import)
+    runs[tc] = per_call(model, feeds, target, a.precision, a.gpu, a.repeat, jobs=1 if a.gensor_tc else None)
   os.environ.pop("MINICOMP_TENSOR_CORES")
   (on, est_on, med_on), (off, est_off, med_off) = runs["1"], runs["0"]
   if len(on) != len(off):
@@ -61,7 +66,7 @@ def main(argv=None) -> int:
     return 1
   where = mc.gpu_status() if a.gpu else f"no GPU: estimates for {target} only"
   print(f"# python research/tc_choice_check.py --model {a.model} --precision {a.precision}"
-        f"{' --gpu' if a.gpu else ''}: {where}; us* static-model ESTIMATE, us measured (median of {a.repeat})")
+        f"{' --gpu' if a.gpu else ''}{' --gensor-tc' if a.gensor_tc else ''}: {where}; us* static-model ESTIMATE, us measured (median of {a.repeat})")
   print("| # | ops | TC | est TC us* | est FP32 us* | GPU TC us | GPU FP32 us | model and GPU agree |")
   print("|---|---|---|---|---|---|---|---|")
   for k, ((ops, tc, e1, m1), (_, _, e0, m0)) in enumerate(zip(on, off)):
