@@ -199,14 +199,15 @@ class SketchModel:
       trip, loops, width, vvar = ctx
       if isinstance(st, Mma):               # one warp instruction; its fragments from registers, ldmatrix or elements
         intr = INTRINSICS[st.intrinsic]
-        add("tensor_tf32" if "tf32" in intr.name else f"tensor_k{intr.k}", trip)
+        cls = "tensor_tf32" if "tf32" in intr.name else f"tensor_k{intr.k}"    # (ptx_parse.TENSOR_FMAS' classes)
+        operands = ((st.a_frag, st.a_ld, st.a), (st.b_frag, st.b_ld, st.b))
         reads = sum(0 if frag else 1 if ld else len({n for e in vals for n in walk(e) if n.op is Op.LOAD})
-                    for frag, ld, vals in ((st.a_frag, st.a_ld, st.a), (st.b_frag, st.b_ld, st.b)))
+                    for frag, ld, vals in operands)
+        add(cls, trip)
         if reads: add("ld_shared", trip * reads)
-        kf.wavefronts = kf.wavefronts + trip * sum(0 if frag else ld.count if ld else len(vals) for frag, ld, vals in (
-          (st.a_frag, st.a_ld, st.a), (st.b_frag, st.b_ld, st.b)))
-        kf.exposed = kf.exposed + trip * (reads * LATENCY_CYCLES["ld_shared"] + LATENCY_CYCLES[
-          "tensor_tf32" if "tf32" in intr.name else f"tensor_k{intr.k}"])
+        kf.wavefronts = kf.wavefronts + trip * sum(0 if frag else ld.count if ld else len(vals)
+                                                   for frag, ld, vals in operands)
+        kf.exposed = kf.exposed + trip * (reads * LATENCY_CYCLES["ld_shared"] + LATENCY_CYCLES[cls])
       elif isinstance(st, FragmentLoad):    # fragments read ahead: an ldmatrix, or the elements, per fragment
         n = trip * math.prod(e for _, e in st.dims) * (1 if st.ld is not None else len(
           {x for e in st.elements for x in walk(e) if x.op is Op.LOAD}))
