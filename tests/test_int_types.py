@@ -125,3 +125,26 @@ def test_bitwise_ops_and_shifts_follow_numpy(t):
   want = [a & b, a | b, a ^ b, ~a, shl, shr]
   for name, g, w in zip(["and", "or", "xor", "not", "shl", "shr"], got, want):
     assert g.dtype == t and np.array_equal(g, w), name
+
+
+@pytest.mark.parametrize("src, dst", [(np.int8, np.uint8), (np.uint16, np.int16), (np.uint32, np.int32),
+                                      (np.int64, np.uint64), (np.bool_, np.uint8), (np.bool_, np.int8)])
+def test_bitcast_between_integer_types_keeps_the_bits(src, dst):
+  """ONNX BitCast (opset 26) between integer types, and from bool: numpy's view of the same bytes."""
+  from onnx_harness import NP_TO_ONNX
+  x = (_full_range(src, (32,), 7) if src is not np.bool_ else np.arange(32) % 3 == 0).astype(src)
+  m = make_model([helper.make_node("BitCast", ["x"], ["y"], to=NP_TO_ONNX[np.dtype(dst)])], {"x": x}, ["y"],
+                 opset=26)
+  (y,) = mc.compile(m, target="sm_86", progress=False).run({"x": x})
+  assert y.dtype == dst and np.array_equal(y, x.view(dst))
+
+
+def test_bitcast_of_a_float_is_refused_naming_the_types():
+  x = np.ones(4, np.float32)
+  m = make_model([helper.make_node("BitCast", ["x"], ["y"], to=6)], {"x": x}, ["y"], opset=26)
+  with pytest.raises(mc.errors.UnsupportedOpError, match="BitCast from float32 to int32 is not supported"):
+    mc.compile(m, target="sm_86", progress=False)
+  # types of two widths: a clean ModelError (ONNX's checker refuses it before the op's own width check does)
+  m = make_model([helper.make_node("BitCast", ["x"], ["y"], to=7)], {"x": x}, ["y"], opset=26, output_types={"y": 7})
+  with pytest.raises(mc.errors.ModelError):
+    mc.compile(m, target="sm_86", progress=False)

@@ -13,12 +13,13 @@ import ml_dtypes
 import numpy as np
 
 import minicomp.ir.te as te
+from minicomp.errors import ModelError
 from minicomp.frontend.dtypes import DTYPE_TO_NP, ONNX_TO_DTYPE
 from minicomp.graph.ops._util import broadcast_shape, dtype_of, load, operand
 from minicomp.graph.registry import op
 from minicomp.ir.expr import (Expr, abs_, call, cast, const, eq, erf, exp, log, max_, min_, ne, power, select, sigmoid,
                               sqrt, tanh)
-from minicomp.ir.ops import FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED_DTYPES
+from minicomp.ir.ops import FLOAT_DTYPES, INT_BITS, INTEGER_DTYPES, UNSIGNED_DTYPES
 from minicomp.ir.te import Tensor
 
 FLOATS = FLOAT_DTYPES
@@ -449,6 +450,29 @@ def cast_op(ctx, x):
     name = TensorProto.DataType.Name(to) if to in TensorProto.DataType.values() else str(to)
     raise ctx.error(f"cast to {name} is not supported (supported: {', '.join(_ONNX_DTYPES.values())})")
   return _cast(ctx, x, _ONNX_DTYPES[to])
+
+
+_BITS = {"bool": 8, "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, **INT_BITS}
+
+
+@op("BitCast", kind="elementwise", since=26)
+def bitcast(ctx, x):
+  """ONNX BitCast: the same bits read as another type of the same width. Between integer types, and from bool to an
+  8-bit one, that is C's conversion, which keeps the bits (two's complement; a bool is the byte 0 or 1). Between a
+  float and an integer type it needs a reinterpretation the IR has no intrinsic for: refused, naming the types."""
+  to = int(ctx.attr("to"))
+  src = dtype_of(x)
+  if to not in _ONNX_DTYPES:
+    from onnx import TensorProto
+    raise ctx.error(f"BitCast to {TensorProto.DataType.Name(to) if to in TensorProto.DataType.values() else to} "
+                    "is not supported")
+  dst = _ONNX_DTYPES[to]
+  if src not in _BITS or _BITS[src] != _BITS[dst]:
+    raise ModelError(f"{_where(ctx)}: BitCast needs types of one width; {src} to {dst} is not")
+  if src not in INTEGER_DTYPES + ("bool",) or dst not in INTEGER_DTYPES:
+    raise ctx.error(f"BitCast from {src} to {dst} is not supported (no float reinterpretation yet: only between "
+                    "integer types, and from bool to int8 / uint8)")
+  return _cast(ctx, x, dst)
 
 
 @op("CastLike", kind="elementwise", since=15)
