@@ -217,6 +217,7 @@ def gpu(size: int, repeat: int) -> int:
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
   from minicomp.ir.dag import ComputeDAG
   from minicomp.search.static.estimate import estimate
+  from minicomp.target import STATIC_SHARED_BYTES
   M = N = K = size
   drv, arch = get_driver(), gpu_arch()
   a, b, ref = inputs(M, N, K)
@@ -227,7 +228,7 @@ def gpu(size: int, repeat: int) -> int:
 
   def timed(fn, grid, block, args, shared=0):
     drv.memset(pc, M * N * 2)
-    if shared > 48 * 1024: drv.allow_shared(fn, shared)
+    if shared > STATIC_SHARED_BYTES: drv.allow_shared(fn, shared)
     drv.launch(fn, grid, block, shared, args); drv.sync()
     out = np.zeros((M, N), np.float16); drv.dtoh(out, pc)
     times = []

@@ -19,7 +19,7 @@ import numpy as np
 
 from minicomp.codegen.driver import DeviceInfo, DriverError
 from minicomp.codegen.gpu_runtime import ptx_isa
-from minicomp.target import arch_compute_capability
+from minicomp.target import STATIC_SHARED_BYTES, arch_compute_capability
 from minicomp.codegen.simulator import build_simulator
 
 _SIG = r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?{name}\s*\(([^)]*)\)'
@@ -144,7 +144,7 @@ class FakeDriver:
     if name in self.fail_launch: raise DriverError(f"fake failure of {name}", self.fail_launch[name])
     # as the driver: more than 48 KiB only where allowed (else CUDA_ERROR_INVALID_VALUE); and, which a GPU would
     # not say (it reads past the end), fewer bytes than the kernel's dynamic shared array holds
-    if shared_bytes > 48 * 1024 and self.allowed.get((id(sim), name), 0) < shared_bytes:
+    if shared_bytes > STATIC_SHARED_BYTES and self.allowed.get((id(sim), name), 0) < shared_bytes:
       raise DriverError(f"fake driver: {name} launched with {shared_bytes} bytes of dynamic shared memory, not "
                         "allowed", "CUDA_ERROR_INVALID_VALUE")
     if need > shared_bytes:
