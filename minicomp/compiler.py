@@ -88,14 +88,14 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   the task and the target only, so the default records of a tuning log stay valid across tuning seeds."""
   from minicomp.search.sketch import generate_sketches
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
+  from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, compared, construct
   tgt = built.target
   tensor = _tensor_core_options(task, built, name, tensor_cores)
   t0 = time.perf_counter()
   try:
     sketches = [sk for sk in generate_sketches(task.dag, tgt) if CONSTRUCT_TENSOR_CORE_SKETCH
                 or TENSOR_CORE_RULE not in sk.rules]
-    res = construct(task.dag, tgt, seed=CONSTRUCT_SEED, sketches=sketches)
+    res = construct(task.dag, tgt, seed=CONSTRUCT_SEED, sketches=sketches, keep=COMPARE)   # (no more are compared)
   except MinicompError as e:
     log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
     res = None

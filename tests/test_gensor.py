@@ -250,3 +250,22 @@ def test_cli_compile_takes_the_schedules_option(tmp_path):
   assert mc.load(str(tmp_path / "out")).kernels
   r = run("compile", mp, "--schedules", "fast", "-o", tmp_path / "out2")
   assert r.returncode != 0 and "invalid choice" in r.stderr
+
+
+@pytest.mark.parametrize("target", ["sm_86", "h100"])     # uncalibrated; calibrated (a p-norm)
+def test_the_analytic_model_costs_many_points_as_launch_time_costs_each(target):
+  """The walk's costs (every point at once, numpy arrays through ``model.launch_times``) are what
+  ``launch_time`` gives each point's facts: exactly by the uncalibrated formula, within rounding by the
+  calibrated p-norm (numpy's vectorized power rounds the last bit otherwise); points no SM can hold are inf."""
+  from minicomp.search.static.model import launch_time
+  tgt = as_target(target)
+  sk = generate_sketches(ComputeDAG(W.conv2d(1, 16, 14, 14, 32, 3, 1, 1).outputs), tgt)[0]
+  model, rng = SketchModel(sk, tgt), np.random.default_rng(3)
+  points = [sample(sk, rng, tgt).values for _ in range(12)]
+  got = model(points)
+  assert np.isfinite(got).sum() >= 6, got
+  one_by_one = [sum(launch_time(f, tgt.device, model.calibration).latency_s for f in fs)
+                if all(f.blocks_per_sm for f in fs) else np.inf for fs in model.facts(points)]
+  if model.calibration is None: np.testing.assert_array_equal(got, one_by_one)
+  else: np.testing.assert_allclose(got, one_by_one, rtol=1e-12)
+  assert (model.calibration is None) == (target == "sm_86")

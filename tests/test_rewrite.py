@@ -117,3 +117,27 @@ def test_a_compiled_fold_gives_the_values_fold_gives():
   run = compile_fold(roots, table)
   for got, r in zip(run(env), roots):
     np.testing.assert_array_equal(got, fold(r, table, env))
+
+
+def test_a_compiled_fold_calls_unmarked_rules_and_names_a_missing_variable():
+  """Rules without compile_fold's marks are called as fold calls them; a variable ctx lacks raises the table's
+  own error, compiled or not."""
+  import numpy as np
+  import pytest
+
+  from minicomp.errors import ExprError
+  from minicomp.ir.evaluate import fold_table
+  from minicomp.ir.expr import exp, var
+  from minicomp.ir.ops import Op
+  from minicomp.ir.rewrite import compile_fold, fold
+  x = var("x", "float32")
+  seen = []
+  table = dict(fold_table(np, wide=True))
+  plain_add = lambda ctx, n, k: (seen.append(n.op), k[0] + k[1])[1]   # noqa: E731
+  table[Op.ADD] = plain_add
+  root = exp(x) + x * 2.0
+  env = {"x": np.linspace(0, 1, 5)}
+  np.testing.assert_array_equal(compile_fold([root], table)(env)[0], fold(root, table, env))
+  assert seen == [Op.ADD, Op.ADD]
+  with pytest.raises(ExprError, match="no value for variable 'x'"):
+    compile_fold([root], table)({"y": env["x"]})

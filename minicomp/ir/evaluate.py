@@ -15,6 +15,7 @@ import numpy as np
 from minicomp.errors import ExprError, UnevaluableError
 from minicomp.ir.expr import Expr
 from minicomp.ir.ops import DTYPES, INTEGER_DTYPES, Op, np_type
+from minicomp.ir.rewrite import node_rule, value_rule, variable_rule
 
 
 def _erf(xp):
@@ -32,6 +33,11 @@ def _intrinsics(xp) -> dict[str, Callable]:
           "sinh": xp.sinh, "cosh": xp.cosh, "asinh": xp.arcsinh, "acosh": xp.arccosh, "atanh": xp.arctanh,
           "bitand": xp.bitwise_and, "bitor": xp.bitwise_or, "bitxor": xp.bitwise_xor, "bitnot": xp.invert,
           "shl": xp.left_shift, "shr": xp.right_shift}
+
+
+# the operators _table's lambdas are (compile_fold writes them in place of the call)
+_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">=",
+          Op.EQ: "==", Op.NE: "!="}
 
 
 @functools.cache
@@ -78,8 +84,8 @@ def fold_table(xp=np, wide: bool = False) -> dict[Op, Callable]:
   """The evaluator as a fold table (``minicomp.ir.rewrite.fold``; ctx: the variables' values), for numpy or
   jax.numpy. ``wide``: integers as int64 and floats as float64 (formulas over populations), else C's casts."""
   ops, intr = _table(xp), _intrinsics(xp)
-  out: dict[Op, Callable] = {op: (lambda f: lambda env, n, k: f(*k))(fn) for op, fn in ops.items()}
-  out.update({Op.CONST: lambda env, n, k: n.arg, Op.VAR: _var, Op.REDUCE: _no_reduce,
+  out: dict[Op, Callable] = {op: value_rule(fn, _INFIX.get(op)) for op, fn in ops.items()}
+  out.update({Op.CONST: node_rule(lambda n: n.arg), Op.VAR: variable_rule(_var), Op.REDUCE: _no_reduce,
               Op.CALL: lambda env, n, k: intr[n.arg](*k), Op.CAST: _cast_wide if wide else _cast_c(xp)})
   return out
 

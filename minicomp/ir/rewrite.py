@@ -54,6 +54,29 @@ Rule = Callable[[Expr, Any], "Expr | None"]
 FoldRule = Callable[[Any, Expr, tuple], Any]
 
 
+def value_rule(f: Callable, infix: str | None = None) -> FoldRule:
+  """The fold rule ``f(*child values)`` (no ctx, no node), marked so that :func:`compile_fold` calls ``f`` itself, or
+  writes ``a <infix> b`` where ``infix`` says ``f`` is that operator."""
+  def rule(ctx, n, k): return f(*k)
+  rule.of_values, rule.infix = f, infix
+  return rule
+
+
+def node_rule(f: Callable[[Expr], Any]) -> FoldRule:
+  """The fold rule ``f(node)`` of a leaf whose value is the node's own (a constant): :func:`compile_fold` computes it
+  once."""
+  def rule(ctx, n, k): return f(n)
+  rule.of_node = f
+  return rule
+
+
+def variable_rule(f: FoldRule) -> FoldRule:
+  """``f``, the fold rule of a variable that returns ``ctx[name]`` (or raises where ctx has none), marked so that
+  :func:`compile_fold` reads ``ctx`` in place (calling ``f`` only for a name ctx lacks)."""
+  f.variable = True
+  return f
+
+
 class Rules:
   """An ordered table of rewrite rules keyed by ``Op`` (a rule added for no op applies to every op, in the
   order it was added). ``rules(node, ctx)`` returns the first rule's replacement, or None."""
@@ -196,21 +219,29 @@ def fold(e: Expr, table: dict[Op, FoldRule], ctx: Any = None, memo: dict | None 
 
 def compile_fold(roots: list[Expr], table: dict[Op, FoldRule], what: str = "fold") -> Callable[[Any], list]:
   """``fold`` of every one of ``roots`` as one straight-line Python function of ``ctx`` (``fn(ctx)`` -> the
-  roots' values, in order): each distinct node is one line calling its rule on its children's values,
-  children first. For formulas evaluated again and again on new values (the analytic model's, at every
-  point of a walk), it skips what ``fold`` does per node and call (recursion, memo lookups); the rules and
-  their inputs are the same, so the values are too."""
+  roots' values, in order): each distinct node is one line, children first. For formulas evaluated again and
+  again on new values (the analytic model's, at every point of a walk), it skips what ``fold`` does per node
+  and call (recursion, memo lookups); the rules and their inputs are the same, so the values are too. A rule
+  made by :func:`value_rule` is called on the children's values directly (or written as its operator), one by
+  :func:`node_rule` is computed here once, one by :func:`variable_rule` reads ``ctx``; any other rule is called
+  as ``fold`` calls it."""
   order = children_first(roots)
   slot = {n: k for k, n in enumerate(order)}
-  rules, lines = [], ["def _run(ctx):"]
+  scope: dict[str, Any] = {"N": order}
+  lines, names = [], {}
   for k, n in enumerate(order):
     fn = table.get(n.op)
     if fn is None: raise ExprError(f"{what}: no rule for {n.op.name} (in {str(n)[:200]})")
-    rules.append(fn)
-    kids = "".join(f"v{slot[s]}, " for s in n.src)
-    lines.append(f"  v{k} = R[{k}](ctx, N[{k}], ({kids}))")
-  lines.append(f"  return [{', '.join(f'v{slot[r]}' for r in roots)}]")
-  scope = {"R": rules, "N": order}
+    kids = [f"v{slot[s]}" for s in n.src]
+    if getattr(fn, "infix", None) and len(kids) == 2: rhs = f"({kids[0]} {fn.infix} {kids[1]})"
+    elif hasattr(fn, "of_values"): scope[f"F{k}"], rhs = fn.of_values, f"F{k}({', '.join(kids)})"
+    elif hasattr(fn, "of_node"): scope[f"C{k}"], rhs = fn.of_node(n), f"C{k}"
+    elif hasattr(fn, "variable"): names[n.arg], rhs = fn, f"ctx[{n.arg!r}]"
+    else: scope[f"R{k}"], rhs = fn, f"R{k}(ctx, N[{k}], ({''.join(x + ', ' for x in kids)}))"
+    lines.append(f"  v{k} = {rhs}")
+  head = ["def _run(ctx):"] + [f"  if {name!r} not in ctx: V[{name!r}](ctx, VN[{name!r}], ())" for name in names]
+  scope["V"], scope["VN"] = names, {n.arg: n for n in order if n.op is Op.VAR}   # (its rule raises its error)
+  lines = head + lines + [f"  return [{', '.join(f'v{slot[r]}' for r in roots)}]"]
   exec(compile("\n".join(lines), f"<compiled {what}>", "exec"), scope)   # noqa: S102 -- code built here from a DAG
   return scope["_run"]
 

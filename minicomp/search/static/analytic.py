@@ -54,7 +54,7 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
 
 Data movement to DRAM is compulsory (every global buffer once), and L2 -> SM traffic is the
 sectors of the global requests, as in the full model. The facts then go through the same
-:func:`~.model.launch_time` formula as a built kernel's, so the two models share every
+:func:`~.model.launch_time` formula as a built kernel's (all points at once: ``launch_times``), so the two models share every
 hardware figure; only the counting differs. ``tests/test_gensor.py`` checks their rank
 agreement; the figures are **estimates** of a GPU this machine does not have.
 """
@@ -72,7 +72,7 @@ from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.ops import FLOAT_DTYPES, Op
 from minicomp.search.features.formulas import FormulaProgram
 from minicomp.search.static.calibration import active as active_calibration
-from minicomp.search.static.model import LaunchFacts, launch_time
+from minicomp.search.static.model import LaunchFacts, launch_times
 from minicomp.search.static.ptx import LATENCY_CYCLES
 from minicomp.target import Target
 
@@ -153,6 +153,22 @@ def _e(x) -> Expr:
   return x if isinstance(x, Expr) else const(int(x))
 
 
+def _per_point(ev, P: int):
+  """A formula's value at each of ``P`` points (``ev``: a bound :class:`FormulaProgram`), as a read-only float64
+  array, each formula evaluated once per call (a site's loops and strides recur across its accesses)."""
+  memo: dict = {}
+
+  def num(e: Expr) -> np.ndarray:
+    out = memo.get(e)
+    if out is None:
+      v = ev(e)
+      out = v.astype(np.float64) if isinstance(v, np.ndarray) and v.shape == (P,) else np.full(P, v, np.float64)
+      out.flags.writeable = False
+      memo[e] = out
+    return out
+  return num
+
+
 class SketchModel:
   """Latency estimates of many concrete points of one sketch at once (see module docstring).
 
@@ -169,6 +185,7 @@ class SketchModel:
     self.kernels = [self._kernel(k, sizes) for k in prog.kernels]
     # each evaluation asks the same formulas on new values: compiled after the first (FormulaProgram)
     self._facts_f, self._whole_f, self._valid_f = FormulaProgram(), FormulaProgram(), FormulaProgram()
+    self._occupied: dict[tuple, tuple[int, int]] = {}
 
   # -- building the formulas (once per sketch)
   def _kernel(self, k, sizes: dict[str, int]) -> _KernelFormulas:
@@ -300,13 +317,29 @@ class SketchModel:
   # -- evaluating (per population)
   def facts(self, values: list[dict]) -> list[list[LaunchFacts]]:
     """Per point, per kernel: the launch facts (occupancy from the register / shared formulas)."""
-    from minicomp.search.static.occupancy import OccupancyError, occupancy
+    P = len(values)
+    out: list[list[LaunchFacts]] = [[] for _ in range(P)]
+    for ki, f in enumerate(self._launches(values)):
+      for p in range(P):
+        b = max(int(f.blocks[p]), 1)
+        out[p].append(LaunchFacts(
+          name=f"k{ki}", blocks=b, threads_per_block=int(f.threads_per_block[p]),
+          per_thread={c: float(v[p]) for c, v in f.per_thread.items()},
+          active_warps_per_sm=int(f.active_warps_per_sm[p]), blocks_per_sm=int(f.blocks_per_sm[p]),
+          dram_bytes=f.dram_bytes, l2_bytes=float(f.l2_bytes[p]), l1_cycles_per_block=float(f.l1_cycles_per_block[p]),
+          shared_wavefronts_per_block=float(f.shared_wavefronts_per_block[p]), chain_cycles=float(f.chain_cycles[p]),
+          local_bytes_per_thread=float(f.local_bytes_per_thread[p]), registers=int(f.registers[p])))
+    return out
+
+  def _launches(self, values: list[dict]) -> list[LaunchFacts]:
+    """Per kernel, the launch facts of every point at once: each number a numpy array, one value per point
+    (:func:`.model.unit_times` takes them so)."""
     P = len(values)
     env = {n: np.array([v[n] for v in values], np.int64) for n in self.names}
     ev = self._facts_f.bind(env)
-    num = lambda e: np.broadcast_to(np.asarray(ev(e), np.float64), (P,))   # noqa: E731
+    num = _per_point(ev, P)
     whole = self._whole(env, P)
-    out: list[list[LaunchFacts]] = [[] for _ in range(P)]
+    out: list[LaunchFacts] = []
     for ki, kf in enumerate(self.kernels):
       blocks, threads, smem, local = num(kf.blocks), num(kf.threads), num(kf.smem), num(kf.local)
       regs = REG_OVERHEAD + REG_PER_LOCAL * local
@@ -381,22 +414,32 @@ class SketchModel:
       chain = sum(counts.values()) + exposed + rounds * LATENCY_CYCLES["ld_global"] / 2 \
         + counts.get("sfu", 0) * LATENCY_CYCLES["sfu"]
       spill = np.maximum(regs - self.dev.max_regs_per_thread, 0) * 8.0 * np.maximum(rounds / 2, 1)
-      for p in range(P):
-        r = int(min(regs[p], self.dev.max_regs_per_thread))
-        try:
-          occ = occupancy(self.dev, int(threads[p]), r, int(smem[p]), max(int(blocks[p]), 1))
-          bps, active = occ.blocks_per_sm, occ.active_warps_per_sm
-        except OccupancyError:
-          bps, active = 0, 0
-        b = max(int(blocks[p]), 1)
-        out[p].append(LaunchFacts(
-          name=f"k{ki}", blocks=b, threads_per_block=int(threads[p]),
-          per_thread={c: float(v[p]) for c, v in counts.items()}, active_warps_per_sm=active, blocks_per_sm=bps,
-          dram_bytes=kf.dram_bytes, l2_bytes=max(float(l2[p]), kf.dram_bytes),
-          l1_cycles_per_block=float(l1[p]) / b, shared_wavefronts_per_block=float(shared[p]),
-          chain_cycles=float(chain[p]),
-          local_bytes_per_thread=float(spill[p]), registers=int(round(regs[p]))))
+      capped = np.minimum(regs, self.dev.max_regs_per_thread).astype(np.int64)
+      occ = np.array([self._occupancy(*x) for x in zip(threads.astype(np.int64).tolist(), capped.tolist(),
+                                                        smem.astype(np.int64).tolist(),
+                                                        np.maximum(blocks, 1).astype(np.int64).tolist())], np.int64)
+      b = np.maximum(blocks.astype(np.int64), 1).astype(np.float64)
+      out.append(LaunchFacts(
+        name=f"k{ki}", blocks=b, threads_per_block=threads.astype(np.int64).astype(np.float64),
+        per_thread=counts, active_warps_per_sm=occ[:, 1], blocks_per_sm=occ[:, 0],
+        dram_bytes=kf.dram_bytes, l2_bytes=np.maximum(l2, kf.dram_bytes), l1_cycles_per_block=l1 / b,
+        shared_wavefronts_per_block=shared, chain_cycles=chain, local_bytes_per_thread=spill,
+        registers=np.round(regs).astype(np.int64)))
     return out
+
+  def _occupancy(self, threads: int, regs: int, smem: int, blocks: int) -> tuple[int, int]:
+    """(blocks, warps) resident per SM; (0, 0) where the launch does not fit (memoised: walks revisit them)."""
+    from minicomp.search.static.occupancy import OccupancyError, occupancy
+    key = (threads, regs, smem, blocks)
+    hit = self._occupied.get(key)
+    if hit is None:
+      try:
+        occ = occupancy(self.dev, threads, regs, smem, blocks)
+        hit = (occ.blocks_per_sm, occ.active_warps_per_sm)
+      except OccupancyError:
+        hit = (0, 0)
+      self._occupied[key] = hit
+    return hit
 
   def _whole(self, env: dict[str, np.ndarray], P: int) -> list[dict[str, np.ndarray]]:
     """Per kernel, per shared buffer: the elements it holds over the whole reduction (its size with
@@ -408,14 +451,15 @@ class SketchModel:
         env[g.vars[0]] = np.full(P, g.extent, np.int64)
         for v in g.vars[1:]: env[v] = np.ones(P, np.int64)
     ev = self._whole_f.bind(env)
-    return [{b: np.broadcast_to(np.asarray(ev(e), np.float64), (P,)) for b, e in kf.shared_sizes.items()}
+    num = _per_point(ev, P)
+    return [{b: num(e) for b, e in kf.shared_sizes.items()}
             for kf in self.kernels]
 
   def valid(self, values: list[dict]) -> np.ndarray:
     """Block size, grid, shared memory and registers within the target's limits (bool per point)."""
     tgt, P = self.target, len(values)
     ev = self._valid_f.bind({n: np.array([v[n] for v in values], np.int64) for n in self.names})
-    num = lambda e: np.broadcast_to(np.asarray(ev(e), np.float64), (P,))   # noqa: E731
+    num = _per_point(ev, P)
     ok = np.ones(P, bool)
     for kf in self.kernels:
       threads, smem, local, blocks = num(kf.threads), num(kf.smem), num(kf.local), num(kf.blocks)
@@ -431,9 +475,11 @@ class SketchModel:
     out = np.full(len(values), np.inf)
     idx = [i for i in range(len(values)) if ok[i]]
     if not idx: return out
-    for i, fs in zip(idx, self.facts([values[i] for i in idx])):
-      if any(f.blocks_per_sm == 0 for f in fs): continue
-      out[i] = sum(launch_time(f, self.dev, self.calibration).latency_s for f in fs)
+    total, fits = np.zeros(len(idx)), np.ones(len(idx), bool)
+    for f in self._launches([values[i] for i in idx]):
+      fits &= f.blocks_per_sm > 0
+      total = total + launch_times(f, self.dev, self.calibration)
+    out[np.array(idx)[fits]] = total[fits]
     return out
 
 

@@ -33,6 +33,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from minicomp.errors import CalibrationError
 
 FORMAT = "minicomp-static-calibration"
@@ -59,7 +61,13 @@ class Calibration:
   def weighted(self, times: dict[str, float]) -> dict[str, float]:
     return {k: self.weights.get(k, 1.0) * v for k, v in times.items()}
 
-  def combine(self, xs: list[float]) -> float:
+  def combine(self, xs: list):
+    """The p-norm of the positive terms (numbers; or numpy arrays, one value per program, elementwise)."""
+    if any(isinstance(x, np.ndarray) for x in xs):
+      top = functools.reduce(np.maximum, xs)
+      scale = np.where(top > 0, top, 1.0)
+      total = sum(np.where(x > 0, x / scale, 0.0) ** self.p for x in xs)
+      return np.where(top > 0, top * total ** (1 / self.p), 0.0)
     xs = [x for x in xs if x > 0]
     if not xs: return 0.0
     top = max(xs)                    # scaled: times are ~1e-6 s and p may be large

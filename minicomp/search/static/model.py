@@ -46,8 +46,10 @@ does not have.
 """
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from minicomp.search.static.ptx_parse import TENSOR_FMAS
 
@@ -104,12 +106,13 @@ def unit_times(f: LaunchFacts, dev) -> tuple[dict[str, float], float, int]:
   (issue, the pipes, tensor cores where the kernel has mma.sync, shared memory, L1, the latency chain,
   barriers), then L2 and DRAM (each divided by the memory efficiency); with that efficiency and the blocks
   the busiest SM runs. ``barrier`` (a warp's ``bar.sync`` count x the block's warps x the blocks) is not a
-  term of the uncalibrated formula; a calibration weighs it."""
+  term of the uncalibrated formula; a calibration weighs it. The facts' numbers may be numpy arrays, one value
+  per program (the analytic model's walks cost many at once): then so are the times, each the same arithmetic."""
   clock = dev.boost_clock_mhz * 1e6
-  warps = math.ceil(f.threads_per_block / dev.warp_size)
-  on_sm = math.ceil(f.blocks / dev.sm_count)
+  warps = np.ceil(f.threads_per_block / dev.warp_size)
+  on_sm = np.ceil(f.blocks / dev.sm_count)
   c = f.per_thread
-  warp_instr = lambda *classes: sum(c.get(k, 0.0) for k in classes) * warps * on_sm
+  warp_instr = lambda *classes: sum(c.get(k, 0.0) for k in classes) * warps * on_sm   # noqa: E731
   total = warp_instr(*c.keys())
   pipes = {
     "issue": total / SCHEDULERS_PER_SM,
@@ -122,23 +125,29 @@ def unit_times(f: LaunchFacts, dev) -> tuple[dict[str, float], float, int]:
     "cvt": warp_instr("conversion") / CVT_PER_CYCLE,
     "shared": f.shared_wavefronts_per_block * on_sm,
     "l1": f.l1_cycles_per_block * on_sm,
-    "latency": math.ceil(on_sm / max(f.blocks_per_sm, 1)) * f.chain_cycles,
+    "latency": np.ceil(on_sm / np.maximum(f.blocks_per_sm, 1)) * f.chain_cycles,
   }
-  if any(c.get(cls) for cls in TENSOR_FMAS):   # (a term only where the kernel has mma.sync: other estimates keep their parts)
-    pipes["tensor"] = sum(warp_instr(cls) * fmas / max(dev.tensor_fma_per_clock_per_sm(kind), 1e-9)
-                          for cls, (fmas, kind) in TENSOR_FMAS.items() if c.get(cls))
+  tensor = [cls for cls in TENSOR_FMAS if np.any(c.get(cls, 0.0))]
+  if tensor:     # (a term only where the kernel has mma.sync: other estimates keep their parts)
+    pipes["tensor"] = sum(warp_instr(cls) * TENSOR_FMAS[cls][0]
+                          / max(dev.tensor_fma_per_clock_per_sm(TENSOR_FMAS[cls][1]), 1e-9) for cls in tensor)
   pipes["barrier"] = warp_instr("bar_sync")
-  resident = min(f.blocks_per_sm, on_sm) * warps
+  resident = np.minimum(f.blocks_per_sm, on_sm) * warps
   bytes_per_cycle_sm = dev.dram_bandwidth_gbs * 1e9 / clock / dev.sm_count
   warps_needed = max(1.0, DRAM_LATENCY_CYCLES * bytes_per_cycle_sm / (128 * MLP_LOADS_PER_WARP))
-  eff_mem = min(1.0, resident / warps_needed) if resident else 1.0
-  busy_sms = min(f.blocks, dev.sm_count)
+  eff_mem = np.where(resident > 0, np.minimum(1.0, resident / warps_needed), 1.0)
+  busy_sms = np.minimum(f.blocks, dev.sm_count)
   dram_s = f.dram_bytes / (dev.dram_bandwidth_gbs * 1e9)
   l2_bytes = f.l2_bytes + f.local_bytes_per_thread * f.threads_per_block * f.blocks
-  l2_s = l2_bytes / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9) * dev.sm_count / max(busy_sms, 1)
-  out = {k: v / clock for k, v in pipes.items()}
-  out.update({"l2": l2_s / eff_mem, "dram": dram_s / eff_mem})
-  return out, eff_mem, on_sm
+  l2_s = l2_bytes / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9) * dev.sm_count / np.maximum(busy_sms, 1)
+  out = {k: _plain(v / clock) for k, v in pipes.items()}
+  out.update({"l2": _plain(l2_s / eff_mem), "dram": _plain(dram_s / eff_mem)})
+  return out, _plain(eff_mem), _plain(on_sm, int)
+
+
+def _plain(x, kind=float):
+  """A number of one program as a Python number (a numpy array of several programs' stays an array)."""
+  return x if isinstance(x, np.ndarray) and x.ndim else kind(x)
 
 
 MEMORY_UNITS = ("l2", "dram")
@@ -152,9 +161,14 @@ def combine(times: dict[str, float], calibration=None) -> tuple[dict[str, float]
     return (parts, calibration.combine([v for k, v in parts.items() if k not in MEMORY_UNITS]),
             calibration.combine([parts.get(k, 0.0) for k in MEMORY_UNITS]), calibration.combine(list(parts.values())))
   parts = {k: v for k, v in times.items() if k != "barrier"}
-  sm_s = max((v for k, v in parts.items() if k not in MEMORY_UNITS), default=0.0)
-  memory_s = max(parts.get("l2", 0.0), parts.get("dram", 0.0))
-  return parts, sm_s, memory_s, max(sm_s, memory_s)
+  sm_s = _largest([v for k, v in parts.items() if k not in MEMORY_UNITS])
+  memory_s = _largest([parts.get("l2", 0.0), parts.get("dram", 0.0)])
+  return parts, sm_s, memory_s, _largest([sm_s, memory_s])
+
+
+def _largest(xs: list) -> float:
+  """max of numbers, or the elementwise max of arrays (one value per program); 0.0 for none."""
+  return _plain(functools.reduce(np.maximum, xs)) if any(isinstance(x, np.ndarray) for x in xs) else max(xs, default=0.0)
 
 
 def launch_time(f: LaunchFacts, dev, calibration="active") -> LaunchEstimate:
@@ -173,6 +187,13 @@ def launch_time(f: LaunchFacts, dev, calibration="active") -> LaunchEstimate:
   parts["launch_s"] = LAUNCH_OVERHEAD_S
   return LaunchEstimate(f.name, body + LAUNCH_OVERHEAD_S, sm_s, memory_s, parts,
                         {"memory": eff_mem}, bound, on_sm)
+
+
+def launch_times(f: LaunchFacts, dev, calibration=None) -> np.ndarray:
+  """:func:`launch_time`'s latency (seconds) of many programs at once: ``f``'s numbers are numpy arrays, one value
+  per program (the analytic model's; ``calibration`` a :class:`.calibration.Calibration` or None)."""
+  times, _, _ = unit_times(f, dev)
+  return combine(times, calibration)[3] + LAUNCH_OVERHEAD_S
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ measured states and proposes the best unmeasured states it finds.
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -109,6 +110,11 @@ def _moves(group: TileGroup, level: str) -> list[tuple[int, int, str]]:
   return []
 
 
+@functools.lru_cache(maxsize=4096)
+def _distinct_primes(n: int) -> tuple[int, ...]:
+  return tuple(dict.fromkeys(prime_factors(n)))
+
+
 class SketchWalker:
   """Gensor's walks over one sketch (see the module docstring)."""
 
@@ -146,7 +152,7 @@ class SketchWalker:
     if uniq:
       self.evaluations += len(uniq)
       for s, c in zip(uniq, self.model(uniq)):
-        ok = check_values(self.sketch, s, self.target) is None
+        ok = math.isfinite(c) and check_values(self.sketch, s, self.target) is None
         self.costs[self.key(s)] = float(c) if ok else math.inf
     return np.array([self.costs[self.key(s)] for s in states])
 
@@ -172,7 +178,7 @@ class SketchWalker:
       if g.extent <= 1: continue
       lengths = self._lengths(g, values)
       for src, dst, kind in _moves(g, level):
-        for p in dict.fromkeys(prime_factors(lengths[src])): out.append(Move(gi, src, dst, p, kind))
+        for p in _distinct_primes(lengths[src]): out.append(Move(gi, src, dst, p, kind))
     return out
 
   def finish(self, states: list[dict]) -> list[dict]:
