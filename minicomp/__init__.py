@@ -19,8 +19,8 @@ from minicomp.errors import (AnnotationError, CalibrationError, ClusterError, Co
                              SimulatorCompileError, SimulatorError, SketchError, TargetError, TEError, TuneError,
                              UnevaluableError, UnsupportedOpError, UsageError, WorkerLostError)
 from minicomp.target import Target
-from minicomp.ir.expr import (Expr, IterVar, all_of, cast, const, erf, exp, log, power, rsqrt, select, sigmoid, sqrt,
-                              tanh, var)
+from minicomp.ir.expr import (Expr, IterVar, all_of, cast, const, dot4, erf, exp, log, power, rsqrt, select, sigmoid,
+                              sqrt, tanh, var)
 from minicomp.ir.te import Tensor, compute, max, min, placeholder, reduce_axis, sum  # noqa: A004
 from minicomp.ir.dag import ComputeDAG
 from minicomp.ir.schedule import Schedule
@@ -33,7 +33,7 @@ __all__ = ["AnnotationError", "CalibrationError", "ClusterError", "CodegenError"
            "MinicompError", "MissingDependencyError", "ModelError", "NoGPUError", "NVRTCError", "OccupancyError", "PTXAnalysisError",
            "RecordsError", "ReportError", "RuntimeLaunchError", "SaveError", "SaveFormatError", "ScheduleError", "ShapeError",
            "SimulatorCompileError", "SimulatorError", "SketchError", "TargetError", "TEError", "TuneError",
-           "UnevaluableError", "UnsupportedOpError", "UsageError", "WorkerLostError", "Target", "Expr", "IterVar", "all_of", "cast", "const", "erf", "exp",
+           "UnevaluableError", "UnsupportedOpError", "UsageError", "WorkerLostError", "Target", "Expr", "IterVar", "all_of", "cast", "const", "dot4", "erf", "exp",
            "log", "power", "rsqrt", "select", "sigmoid", "sqrt", "tanh", "var", "Tensor", "compute", "max", "min",
            "placeholder", "reduce_axis", "sum", "ComputeDAG", "Schedule", "Kernel", "build"]
 

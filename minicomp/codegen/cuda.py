@@ -31,7 +31,7 @@ from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import (AsyncCommit, AsyncWait, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store, Sync)
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import C_TYPE, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
+from minicomp.ir.ops import C_TYPE, DOT4, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
 from minicomp.target import STATIC_SHARED_BYTES
@@ -52,6 +52,24 @@ PRELUDE = """\
 __device__ __forceinline__ int mc_floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 __device__ __forceinline__ int mc_floormod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 """
+# dot4 (ir/ops.py): dp4a where NVRTC compiles (every arch minicomp targets has it: sm_61+), the same sum in C where
+# the simulator does; mc_dp4a_<a><b>: a's and b's bytes signed (s) or unsigned (u)
+_BYTE = {"s": "signed char", "u": "unsigned char"}
+PRELUDE_DP4A = "\n".join([
+  "#ifdef __CUDA_ARCH__",
+  "__device__ __forceinline__ int mc_word(const void* p) { return *(const int*)p; }",
+  *(f"__device__ __forceinline__ int mc_dp4a_{a}{b}(int x, int y, int c) {{ int d; "
+    f'asm("dp4a.{a}32.{b}32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(y), "r"(c)); return d; }}'
+    for a in "su" for b in "su"),
+  "#else",
+  "__device__ __forceinline__ int mc_word(const void* p) { int w; __builtin_memcpy(&w, p, 4); return w; }",
+  *(f"__device__ __forceinline__ int mc_dp4a_{a}{b}(int x, int y, int c) {{ "
+    f"for (int i = 0; i < 32; i += 8) c += (int)({_BYTE[a]})(x >> i) * (int)({_BYTE[b]})(y >> i); return c; }}"
+    for a in "su" for b in "su"),
+  "#endif",
+  "__device__ __forceinline__ int mc_pack4(int a, int b, int c, int d) {",
+  "  return (int)((unsigned)(a & 255) | (unsigned)(b & 255) << 8 | (unsigned)(c & 255) << 16 | (unsigned)(d & 255) << 24);",
+  "}", ""])
 PRELUDE64 = """\
 __device__ __forceinline__ long long mc_floordiv64(long long a, long long b) { long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 __device__ __forceinline__ long long mc_floormod64(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
@@ -67,6 +85,8 @@ _HALF = {"float16": ("__half2float", "__float2half_rn"),    # storage dtype -> (
 
 
 _VECTOR = ("float32", "float16", "bfloat16")   # element types (as held) a vectorize loop moves in one access
+_BYTES = ("int8", "uint8")   # ... and these, 2 to 16 at a time, where the loop copies them (a fetched int8 tile)
+_RAW_BYTES = {2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
 
 
 def _ctype(dtype: str) -> str:
@@ -107,7 +127,7 @@ class CUDARenderer:
 
   def __init__(self):
     self._ranges: dict[str, tuple[int, int]] = {}
-    self.uses_floor_helpers = self.uses_floor_helpers64 = False
+    self.uses_floor_helpers = self.uses_floor_helpers64 = self.uses_dp4a = False
     self.i64, self.itype = False, "int"   # the kernel being rendered indexes with long long / int (kernel() sets)
     self._idx = 0      # > 0 while rendering an index (or a guard)
     self._named = 0    # locals declared for shared subexpressions in this kernel (mc_e0, mc_e1, ...)
@@ -261,8 +281,9 @@ class CUDARenderer:
     return False (scalar fallback) otherwise."""
     n = int(s.extent.arg)
     st = s.body
-    if n not in (2, 4, 8) or not isinstance(st, Store) or st.buffer.scope == "local": return False
-    if st.buffer.stored_dtype not in _VECTOR: return False
+    if not isinstance(st, Store) or st.buffer.scope == "local": return False
+    if st.buffer.stored_dtype in _BYTES: return self._vectorized_bytes(s, st, n, depth, out)
+    if n not in (2, 4, 8) or st.buffer.stored_dtype not in _VECTOR: return False
     v = s.var
     vec_loads: dict[Expr, int] = {}
     for node in walk(st.value):
@@ -302,6 +323,23 @@ class CUDARenderer:
         out.append(f"{ind2}mc_r.{comp} = {self.expr(val)};")
     out.append(f"{ind2}{dst} = mc_r;")
     out.append(f"{ind}}}")
+    return True
+
+  def _vectorized_bytes(self, s: For, st: Store, n: int, depth: int, out: list[str]) -> bool:
+    """The vectorize loop of :meth:`_vectorized` when it copies 8-bit values (a fetch of an int8 / uint8 tile): one
+    2-, 4-, 8- or 16-byte load and store (one cp.async where the copy is asynchronous), both provably aligned."""
+    v, src = s.var, st.value
+    if n not in _RAW_BYTES or src.op is not Op.LOAD or src.arg.scope == "local" or src.dtype != st.buffer.dtype:
+      return False
+    dst_base, src_base = _aligned_base(st.index, v, n), _aligned_base(src.src[0], v, n)
+    if dst_base is None or src_base is None: return False
+    dst, frm = f"{st.buffer.name} + {self.index(dst_base)}", f"{src.arg.name} + {self.index(src_base)}"
+    if st.async_copy and src.arg.scope == "global" and n >= 4:
+      out.append(f"{self.indent * depth}mc_cp_async_{n}({dst}, {frm}, true);  // {v}: vectorized")
+      return True
+    t = _RAW_BYTES[n]
+    out.append(f"{self.indent * depth}*reinterpret_cast<{t}*>({dst}) = *reinterpret_cast<const {t}*>({frm});"
+               f"  // {v}: vectorized ({n} bytes)")
     return True
 
   def _vectorized_half(self, s: For, st: Store, n: int, vec_loads: dict, depth: int, out: list[str]) -> bool:
@@ -483,7 +521,8 @@ class CUDARenderer:
 
   def program(self, p: Program) -> str:
     bodies = [self.kernel(k) for k in p.kernels]
-    head = (PRELUDE if self.uses_floor_helpers else "") + (PRELUDE64 if self.uses_floor_helpers64 else "")
+    head = (PRELUDE if self.uses_floor_helpers else "") + (PRELUDE64 if self.uses_floor_helpers64 else "") \
+      + (PRELUDE_DP4A if self.uses_dp4a else "")
     return head + "\n".join(bodies)
 
 
@@ -575,6 +614,7 @@ def _shift(n: Expr, a: str, b: str) -> str:
 
 
 def _call(r: CUDARenderer, n: Expr, k) -> _Kid:
+  if n.arg == DOT4: return (_dp4a(r, n, k, "0"), _ATOM)
   if n.arg == "bitnot": return (f"(~{_at(k[0], 7)})", _ATOM)
   if n.arg in _BIT_INFIX:
     a, b = _at(k[0], 7), _at(k[1], 7)
@@ -590,6 +630,36 @@ def _call(r: CUDARenderer, n: Expr, k) -> _Kid:
   name = _F32_CALL.get(n.arg) if f32 else {"abs": "fabs"}.get(n.arg, n.arg)
   if name is None: raise CodegenError(f"failed to render CALL node: no float32 function for {n.arg!r} in {n}")
   return (f"{name}({args})", _ATOM)
+
+
+def _dp4a(r: CUDARenderer, n: Expr, k, acc: str) -> str:
+  """dot4 node ``n`` (its children rendered: ``k``) added to ``acc`` by one dp4a."""
+  r.uses_dp4a = True
+  sign = lambda e: "s" if e.dtype == "int8" else "u"   # noqa: E731
+  return f"mc_dp4a_{sign(n.src[0])}{sign(n.src[4])}({_word(r, n.src[:4], k[:4])}, {_word(r, n.src[4:], k[4:])}, {acc})"
+
+
+def _add(r: CUDARenderer, n: Expr, k) -> _Kid:
+  """``a + b``; ``acc + dot4(...)`` (a reduction's update) as one dp4a accumulating into ``acc``."""
+  for d, other in ((1, 0), (0, 1)):
+    x = n.src[d]
+    if n.dtype == "int32" and x.op is Op.CALL and x.arg == DOT4 and not r._index_int(n):
+      return (_dp4a(r, x, [(r.expr(c), _ATOM) for c in x.src], k[other][0]), _ATOM)
+  return _INFIX[Op.ADD](r, n, k)
+
+
+def _word(r: CUDARenderer, values: Sequence[Expr], kids) -> str:
+  """Four 8-bit values as the 32-bit word dp4a takes (the first in the low byte): one load where they are four
+  consecutive bytes of a global or shared buffer starting at a provable multiple of 4 (every buffer starts 16-byte
+  aligned), else the four values packed."""
+  first = values[0]
+  if all(v.op is Op.LOAD and v.arg is first.arg for v in values) and first.arg.scope in ("global", "shared"):
+    lin = [linear(v.src[0]) for v in values]
+    terms, c = lin[0]
+    if all(t == terms and ci == c + i for i, (t, ci) in enumerate(lin)) and c % 4 == 0 \
+       and all((m * multiple_of(t)) % 4 == 0 for t, m in terms.items()):
+      return f"mc_word(&{first.arg.name}[{r.index(first.src[0])}])"
+  return f"mc_pack4({', '.join(t for t, _ in kids)})"
 
 
 def _cast(r: CUDARenderer, n: Expr, k) -> _Kid:
@@ -626,7 +696,7 @@ def _unrenderable(r: CUDARenderer, n: Expr, k) -> _Kid:
 
 CODE_FOR_OP: dict[Op, Callable[[CUDARenderer, Expr, tuple[_Kid, ...]], _Kid]] = {
   Op.CONST: _const, Op.VAR: _var,
-  **_INFIX, Op.FLOORDIV: _floor, Op.FLOORMOD: _floor,
+  **_INFIX, Op.ADD: _add, Op.FLOORDIV: _floor, Op.FLOORMOD: _floor,
   Op.MIN: _minmax, Op.MAX: _minmax,
   Op.NEG: lambda r, n, k: (f"-{_at(k[0], 7)}", _ATOM),
   Op.NOT: lambda r, n, k: (f"!{_at(k[0], 7)}", _ATOM),

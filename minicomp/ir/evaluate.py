@@ -32,7 +32,14 @@ def _intrinsics(xp) -> dict[str, Callable]:
           "sin": xp.sin, "cos": xp.cos, "tan": xp.tan, "asin": xp.arcsin, "acos": xp.arccos, "atan": xp.arctan,
           "sinh": xp.sinh, "cosh": xp.cosh, "asinh": xp.arcsinh, "acosh": xp.arccosh, "atanh": xp.arctanh,
           "bitand": xp.bitwise_and, "bitor": xp.bitwise_or, "bitxor": xp.bitwise_xor, "bitnot": xp.invert,
-          "shl": xp.left_shift, "shr": xp.right_shift}
+          "shl": xp.left_shift, "shr": xp.right_shift, "dot4": _dot4(xp)}
+
+
+def _dot4(xp):
+  def dot4(*v):
+    w = [xp.asarray(x).astype(xp.int32) for x in v]
+    return w[0] * w[4] + w[1] * w[5] + w[2] * w[6] + w[3] * w[7]
+  return dot4
 
 
 # the operators _table's lambdas are (compile_fold writes them in place of the call)

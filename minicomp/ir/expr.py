@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from minicomp.errors import ExprError
-from minicomp.ir.ops import (BINARY, COMPARE, FLOAT_DTYPES, INT_INTRINSICS, INTEGER_DTYPES, INTRINSICS, NARROW_INT_DTYPES,
-                             Op, wrap_int)
+from minicomp.ir.ops import (BINARY, COMPARE, DOT4, FLOAT_DTYPES, INT_INTRINSICS, INTEGER_DTYPES, INTRINSICS,
+                             NARROW_INT_DTYPES, Op, wrap_int)
 
 ExprLike = Union["Expr", int, float, bool, "IterVar"]
 
@@ -275,9 +275,16 @@ def select(cond: ExprLike, t: ExprLike, f: ExprLike) -> Expr:
 
 def call(name: str, *args: ExprLike, dtype: str | None = None) -> Expr:
   """An intrinsic call (``exp``, ``log``, ``sqrt``, ``rsqrt``, ``tanh``, ``erf``, ``pow``, ``sigmoid``, ...; the integer
-  ones ``bitand``, ``bitor``, ``bitxor``, ``bitnot``, ``shl``, ``shr`` in their first operand's type)."""
+  ones ``bitand``, ``bitor``, ``bitxor``, ``bitnot``, ``shl``, ``shr`` in their first operand's type; ``dot4`` of eight
+  8-bit values, int32: :func:`dot4`)."""
   if name not in INTRINSICS: raise ExprError(f"unknown intrinsic {name!r}; known: {sorted(INTRINSICS)}")
   if len(args) != INTRINSICS[name]: raise ExprError(f"{name} takes {INTRINSICS[name]} argument(s), got {len(args)}")
+  if name == DOT4:
+    es = [as_expr(a) for a in args]
+    for half in (es[:4], es[4:]):
+      if half[0].dtype not in ("int8", "uint8") or any(e.dtype != half[0].dtype for e in half):
+        raise ExprError(f"dot4 takes four int8 or four uint8 values per side, got {[e.dtype for e in half]}")
+    return Expr.make(Op.CALL, "int32", tuple(es), name)
   if name in INT_INTRINSICS:
     es = [as_expr(a, "int32") for a in args]
     d = dtype or es[0].dtype
@@ -298,6 +305,11 @@ def erf(x): return call("erf", x)
 def sigmoid(x): return call("sigmoid", x)
 def power(x, y): return call("pow", x, y)
 def abs_(x): return call("abs", x)
+
+
+def dot4(a, b) -> Expr:
+  """``a[0] * b[0] + ... + a[3] * b[3]`` in int32, ``a`` four int8 (or four uint8) values, ``b`` likewise: one dp4a."""
+  return call(DOT4, *a, *b)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -78,7 +78,8 @@ _CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / n
          "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
          "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
          "bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor, "bitnot": np.invert,
-         "shl": np.left_shift, "shr": np.right_shift}
+         "shl": np.left_shift, "shr": np.right_shift,
+         "dot4": lambda *v: sum(int(a) * int(b) for a, b in zip(v[:4], v[4:]))}
 _COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": np.fmax, "min": np.fmin}
 
 

@@ -6,13 +6,18 @@ Each is one int32 sum over int8 / uint8 operands with their zero points subtract
 requantize it in the same kernel, as onnxruntime does: ``y = saturate(round_half_even(float(acc + bias) *
 (x_scale * w_scale / y_scale)) + y_zero_point)``, the multiplier in float32, per tensor or per output channel
 (QLinearConv's ``w_scale``; QLinearMatMul's ``b_scale`` per column, ``a_scale`` per row). The kernel reads the
-8-bit operands from memory and widens them in registers; there is no ``dp4a`` or int8 tensor-core kernel yet.
-Zero points: per tensor, per output channel (a weight's), per row of A or per column of B (MatMulInteger's
+8-bit operands from memory and widens them in registers, except a matmul whose B is a constant 2-D matrix with no
+zero point (what a QDQ model's weights are) and whose K is a multiple of 4: its sum is one ``dot4`` per four steps
+of k (``dp4a``: four 8-bit products from two 32-bit words, B stored transposed so that its four bytes are one word), A's
+zero point taken off after the sum as ``a_zero_point x`` B's constant column sums. There is no int8 tensor-core kernel
+yet. Zero points: per tensor, per output channel (a weight's), per row of A or per column of B (MatMulInteger's
 1-D forms and their N-D ``[..., M, 1]`` / ``[..., 1, N]`` forms).
 """
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from minicomp.graph.ops._util import dtype_of, load, operand
 from minicomp.graph.ops.elementwise import _round_half_even
@@ -20,7 +25,9 @@ from minicomp.graph.ops.linalg import matmul_sum
 from minicomp.graph.ops.nn import conv_sum
 from minicomp.graph.ops.quantize import QUANTIZED
 from minicomp.graph.registry import op
-from minicomp.ir.expr import cast, const, max_, min_
+from minicomp.ir import te
+from minicomp.ir.expr import cast, const, dot4, max_, min_
+from minicomp.ir.te import Tensor
 
 EIGHT_BIT = ("int8", "uint8")
 
@@ -96,6 +103,26 @@ def qlinear_conv(ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None)
   return [_requantize(ctx, acc, scales, y_scale, y_zp, bias)]
 
 
+def _dot4_matmul(ctx, a, b, a_zp, b_zp):
+  """A @ B as one dot4 per four steps of k (module docstring), or None where it does not apply: B a graph input, not
+  2-D, with a zero point that is not all zeros, K not a multiple of 4, or A a vector."""
+  if isinstance(b, Tensor) or isinstance(a_zp, Tensor) and a_zp.ndim > 1 or isinstance(b_zp, Tensor): return None
+  B = np.asarray(b)
+  if B.ndim != 2 or B.shape[0] % 4 or len(a.shape) < 2 or a.shape[-1] != B.shape[0]: return None
+  if b_zp is not None and np.any(np.asarray(b_zp) != 0): return None
+  if dtype_of(a) not in EIGHT_BIT or dtype_of(b) not in EIGHT_BIT: return None     # (_shifted names the error)
+  if a_zp is not None and dtype_of(a_zp) != dtype_of(a): return None
+  A, BT = ctx.tensor(a), ctx.const(np.ascontiguousarray(B.T), "bt")
+  (K, N), rest = B.shape, A.shape[:-1]
+  k = ctx.reduce_axis(K // 4, "k")
+  acc = ctx.compute(rest + (N,), lambda *i: te.sum(dot4([A[i[:-1] + (4 * k + t,)] for t in range(4)],
+                                                        [BT[i[-1], 4 * k + t] for t in range(4)]), axis=k), "dot4")
+  za = _per(ctx, a_zp, A.shape, "A's zero point", -2)
+  if za is None: return acc
+  colsum = ctx.const(B.astype(np.int64).sum(axis=0).astype(np.int32), "colsum")
+  return ctx.compute(acc.shape, lambda *i: acc[i] - cast(za(i[:-1] + (0,)), "int32") * colsum[i[-1]], "zp")
+
+
 def _matmul_operands(ctx, a, b, a_zp, b_zp):
   """A's zero point per row (a 1-D one of M entries), B's per column."""
   A = _shifted(ctx, a, a_zp, "A", -2 if len(a.shape) > 1 else None)
@@ -105,14 +132,16 @@ def _matmul_operands(ctx, a, b, a_zp, b_zp):
 @op("MatMulInteger", kind="data_reuse", since=10)
 def matmul_integer(ctx, a, b, a_zp=None, b_zp=None):
   """ONNX MatMulInteger (module docstring): the int32 matmul of the zero-point-shifted operands."""
-  return [matmul_sum(ctx, *_matmul_operands(ctx, a, b, a_zp, b_zp))]
+  acc = _dot4_matmul(ctx, a, b, a_zp, b_zp)
+  return [acc if acc is not None else matmul_sum(ctx, *_matmul_operands(ctx, a, b, a_zp, b_zp))]
 
 
 @op("QLinearMatMul", kind="data_reuse", since=10)
 def qlinear_matmul(ctx, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
   """ONNX QLinearMatMul (module docstring): MatMulInteger requantized to y's type; A's scale per tensor or per
   row, B's per tensor or per column."""
-  acc = matmul_sum(ctx, *_matmul_operands(ctx, a, b, a_zp, b_zp))
+  acc = _dot4_matmul(ctx, a, b, a_zp, b_zp)
+  if acc is None: acc = matmul_sum(ctx, *_matmul_operands(ctx, a, b, a_zp, b_zp))
   out = acc.shape
   rows = -2 if len(a.shape) > 1 and len(out) > 1 else None
   scales = (_per(ctx, a_scale, out, "a_scale", rows), _per(ctx, b_scale, out, "b_scale", -1))

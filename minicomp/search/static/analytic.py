@@ -66,10 +66,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minicomp.ir.expr import Expr, const, free_vars, walk
+from minicomp.ir.linear import linear
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, FragmentLoad, Mma, Store, Sync, walk_scoped, walk_stmts
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import FLOAT_DTYPES, Op
+from minicomp.ir.ops import DOT4, FLOAT_DTYPES, Op
 from minicomp.search.features.formulas import FormulaProgram
 from minicomp.search.static.calibration import active as active_calibration
 from minicomp.search.static.model import LaunchFacts, launch_times
@@ -151,6 +152,21 @@ def _prod(xs) -> Expr:
 
 def _e(x) -> Expr:
   return x if isinstance(x, Expr) else const(int(x))
+
+
+def _dot4_words(value: Expr) -> tuple[set, set]:
+  """The loads of ``value`` that the emitter reads a 32-bit word at a time for a dot4 (the first of four consecutive
+  bytes of one buffer: codegen/cuda.py ``_word``), and the other three, which that word holds."""
+  words, held = set(), set()
+  for n in walk(value):
+    if n.op is Op.CALL and n.arg == DOT4:
+      for side in (n.src[:4], n.src[4:]):
+        if all(x.op is Op.LOAD and x.arg is side[0].arg and getattr(x.arg, "scope", "global") != "local"
+               for x in side):
+          lin = [linear(x.src[0]) for x in side]
+          if all(t == lin[0][0] and c == lin[0][1] + i for i, (t, c) in enumerate(lin)):
+            words.add(side[0]); held.update(side[1:])
+  return words, held - words
 
 
 def _per_point(ev, P: int):
@@ -285,21 +301,25 @@ class SketchModel:
     accesses, counts, vector = [], {}, []
     fetch = buf.name if buf.scope == "shared" else None
     n_mul = n_add = 0
+    words, in_words = _dot4_words(value)
     for e in [value] + ([index] if index is not None else []):
       for n in walk(e):
         if n.op is Op.LOAD:
           b = n.arg
           scope = getattr(b, "scope", "global")
-          if scope == "local": continue
+          if scope == "local" or n in in_words: continue
           d = deps(n.src[0])
           inner = max(d) if d else None
-          accesses.append(_Access(scope, False, self._step(n.src[0]), width, b.element_bytes, d,
-                                  fetch if scope == "global" else None, inner,
-                                  self._along(n.src[0], loops[inner][0]) if inner is not None else None,
+          along = self._along(n.src[0], loops[inner][0]) if inner is not None else None
+          if n in words and along is not None: along = along // 4      # (in words: 1 where the words are adjacent)
+          accesses.append(_Access(scope, False, self._step(n.src[0]), const(4) if n in words else width,
+                                  b.element_bytes, d, fetch if scope == "global" else None, inner, along,
                                   _divmods(n.src[0], varying)))
           if vvar is not None and vvar in free_vars(n.src[0]): vector += self._vector_probes(n.src[0], vvar, width)
         elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES:
           counts["sfu"] = counts.get("sfu", const(0)) + width
+        elif n.op is Op.CALL and n.arg == DOT4:
+          counts["int"] = counts.get("int", const(0)) + width
         elif n.op in _ARITH and n.dtype in FLOAT_DTYPES:
           if n.op is Op.MUL: n_mul += 1
           elif n.op in (Op.ADD, Op.SUB): n_add += 1
