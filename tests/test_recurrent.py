@@ -95,6 +95,18 @@ def test_unknown_activation_and_wrong_count_are_refused_naming_the_node():
     mc.compile(model, target="sm_80", schedules="rules", progress=False)
 
 
+def test_a_sequence_past_the_unrolled_limit_is_refused_at_once_naming_the_node():
+  """The fuzzer's GRU of 4096 steps (a mutated dim) took over 5 minutes before it failed; now refused in a moment."""
+  import time
+
+  from minicomp.frontend.recurrent import MAX_TIME_STEPS
+  model, _, _ = _case("GRU", dirs=2, direction="bidirectional", T=MAX_TIME_STEPS + 1, B=1, I=2, H=2)
+  t0 = time.perf_counter()
+  with pytest.raises(UnsupportedOpError, match=rf"GRU node .*{MAX_TIME_STEPS + 1} time steps.*more than {MAX_TIME_STEPS}"):
+    mc.compile(model, target="sm_80", schedules="rules", progress=False)
+  assert time.perf_counter() - t0 < 30
+
+
 def test_a_symbolic_sequence_length_asks_for_its_size_and_compiles_with_it():
   model, feeds, _ = _case("LSTM")
   model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "time"

@@ -4,7 +4,8 @@ ONNX defines the recurrent ops by their equations, not by a function body, so mi
 node from its attributes and input shapes, and ``frontend.expand`` inlines it like ONNX's own bodies. Per
 direction, the input projection of every time step is one Gemm (``X @ W^T + Wb + Rb`` for all T*B rows), and each
 step is a Gather of its rows, ``H @ R^T`` and the gates' elementwise ops: a matmul kernel with its gates fused into
-it per step, the time loop unrolled into kernel calls. The equations, gate orders (LSTM ``iofc``, peepholes
+it per step, the time loop unrolled into kernel calls (more than ``MAX_TIME_STEPS`` steps are refused naming the
+node: a bidirectional LSTM of 100 steps compiles in 8 s, of 400 in 49 s, on 2 cores). The equations, gate orders (LSTM ``iofc``, peepholes
 ``iof``; GRU ``zrh``), ``activations`` with ``activation_alpha``/``beta`` (consumed in order by the activations
 that take them, the operators' defaults otherwise), ``clip`` (on every gate's input to its activation),
 ``input_forget`` (``f = 1 - i``), GRU's ``linear_before_reset``, ``direction`` (forward, reverse,
@@ -29,6 +30,7 @@ ACTIVATIONS = {
   "affine": (None, (("alpha", 1.0), ("beta", 0.0))), "scaledtanh": (None, (("alpha", 1.0), ("beta", 1.0))),
 }
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+MAX_TIME_STEPS = 1024
 DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 
 
@@ -129,6 +131,9 @@ def recurrent_body(node: onnx.NodeProto, types: dict, opset: int) -> onnx.Functi
   if w_shape[0] != dirs:
     raise UnsupportedOpError(f"{_where(node)}: W has {w_shape[0]} directions, direction={direction!r} needs {dirs}")
 
+  if T > MAX_TIME_STEPS:
+    raise UnsupportedOpError(f"{_where(node)}: {T} time steps; minicomp unrolls a recurrence over time into a kernel "
+                             f"call per step and refuses more than {MAX_TIME_STEPS} (compiling takes minutes before that)")
   X = b.op("Transpose", "in0", perm=[1, 0, 2]) if layout else "in0"               # [T, B, I]
   X2 = b.op("Reshape", X, b.const([T * B, x_shape[2]], np.int64))
   state = lambda k: (b.op("Transpose", f"in{k}", perm=[1, 0, 2]) if layout else f"in{k}") if given(k) else None
