@@ -198,6 +198,7 @@ class SketchModel:
     prog = program if program is not None else sketch.schedule.lower()   # (PointwiseModel: one point's program)
     self.names = sketch.schedule.params()
     sizes = {b.name: math.prod(prog.shapes[b.name]) * b.element_bytes for b in prog.inputs + prog.outputs}
+    self._plain: dict[Expr, tuple[Expr, set]] = {}     # index -> (its loads read as 0, its variables): _at
     self.kernels = [self._kernel(k, sizes) for k in prog.kernels]
     # each evaluation asks the same formulas on new values: compiled after the first (FormulaProgram)
     self._facts_f, self._whole_f, self._valid_f = FormulaProgram(), FormulaProgram(), FormulaProgram()
@@ -268,8 +269,11 @@ class SketchModel:
   def _at(self, index: Expr, fixed: dict[str, Expr]) -> Expr:
     """``index`` with the variables in ``fixed`` set and every other loop, block and thread index
     at 0; a gathered position (a load in the index) reads as 0 (unknown)."""
-    index = map_loads(index, lambda n: const(0, n.dtype))
-    used = free_vars(index)                 # (once: not once per loop variable)
+    plain = self._plain.get(index)          # (once per index: its step, its step along each loop, its probes ask)
+    if plain is None:
+      mapped = map_loads(index, lambda n: const(0, n.dtype))
+      plain = self._plain[index] = (mapped, free_vars(mapped))
+    index, used = plain
     zero = {v: const(0) for v in (self._loops | self._blocks | self._threads) if v in used}
     return substitute(index, {**zero, **fixed})
 
