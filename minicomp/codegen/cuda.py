@@ -31,7 +31,7 @@ from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import (AsyncCommit, AsyncWait, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store, Sync)
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import C_TYPE, DOT4, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
+from minicomp.ir.ops import BITCAST, C_TYPE, DOT4, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
 from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
 from minicomp.ir.simplify import simplify
 from minicomp.target import STATIC_SHARED_BYTES
@@ -70,6 +70,10 @@ PRELUDE_DP4A = "\n".join([
   "__device__ __forceinline__ int mc_pack4(int a, int b, int c, int d) {",
   "  return (int)((unsigned)(a & 255) | (unsigned)(b & 255) << 8 | (unsigned)(c & 255) << 16 | (unsigned)(d & 255) << 24);",
   "}", ""])
+# bitcast (ir/ops.py): the same bits read as another type of their width
+# (a union: NVRTC has no memcpy without headers; both compilers define reading the other member)
+PRELUDE_BITCAST = ("template <typename T, typename F> __device__ __forceinline__ T mc_bitcast(F x) "
+                   "{ union { F f; T t; } u; u.f = x; return u.t; }\n")
 PRELUDE64 = """\
 __device__ __forceinline__ long long mc_floordiv64(long long a, long long b) { long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 __device__ __forceinline__ long long mc_floormod64(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
@@ -127,7 +131,7 @@ class CUDARenderer:
 
   def __init__(self):
     self._ranges: dict[str, tuple[int, int]] = {}
-    self.uses_floor_helpers = self.uses_floor_helpers64 = self.uses_dp4a = False
+    self.uses_floor_helpers = self.uses_floor_helpers64 = self.uses_dp4a = self.uses_bitcast = False
     self.i64, self.itype = False, "int"   # the kernel being rendered indexes with long long / int (kernel() sets)
     self._idx = 0      # > 0 while rendering an index (or a guard)
     self._named = 0    # locals declared for shared subexpressions in this kernel (mc_e0, mc_e1, ...)
@@ -522,7 +526,7 @@ class CUDARenderer:
   def program(self, p: Program) -> str:
     bodies = [self.kernel(k) for k in p.kernels]
     head = (PRELUDE if self.uses_floor_helpers else "") + (PRELUDE64 if self.uses_floor_helpers64 else "") \
-      + (PRELUDE_DP4A if self.uses_dp4a else "")
+      + (PRELUDE_DP4A if self.uses_dp4a else "") + (PRELUDE_BITCAST if self.uses_bitcast else "")
     return head + "\n".join(bodies)
 
 
@@ -615,6 +619,9 @@ def _shift(n: Expr, a: str, b: str) -> str:
 
 def _call(r: CUDARenderer, n: Expr, k) -> _Kid:
   if n.arg == DOT4: return (_dp4a(r, n, k, "0"), _ATOM)
+  if n.arg == BITCAST:
+    r.uses_bitcast = True
+    return (f"mc_bitcast<{C_TYPE[n.dtype]}>(({C_TYPE[n.src[0].dtype]}){_at(k[0], 7)})", _ATOM)
   if n.arg == "bitnot": return (f"(~{_at(k[0], 7)})", _ATOM)
   if n.arg in _BIT_INFIX:
     a, b = _at(k[0], 7), _at(k[1], 7)

@@ -14,7 +14,7 @@ import numpy as np
 
 from minicomp.errors import ExprError, UnevaluableError
 from minicomp.ir.expr import Expr
-from minicomp.ir.ops import DTYPES, INTEGER_DTYPES, Op, np_type
+from minicomp.ir.ops import BITCAST, DTYPES, INTEGER_DTYPES, Op, np_type
 from minicomp.ir.rewrite import node_rule, value_rule, variable_rule
 
 
@@ -78,6 +78,17 @@ def _cast_wide(env, n, k):
   return v.astype(bool if n.dtype == "bool" else np.int64 if n.dtype in INTEGER_DTYPES else np.float64)
 
 
+def _bitcast_or(xp, intr):
+  """The CALL rule: an intrinsic of the values, and ``bitcast`` of the node's types (the same bits read as its own)."""
+  def call(env, n, k):
+    if n.arg != BITCAST: return intr[n.arg](*k)
+    v = xp.asarray(k[0]).astype(_NP_DT[n.src[0].dtype])
+    if xp is np: return v.view(_NP_DT[n.dtype])
+    import jax
+    return jax.lax.bitcast_convert_type(v, _NP_DT[n.dtype])
+  return call
+
+
 def _var(env, n, k):
   try: return env[n.arg]
   except KeyError: raise ExprError(f"no value for variable {n.arg!r}") from None
@@ -93,7 +104,7 @@ def fold_table(xp=np, wide: bool = False) -> dict[Op, Callable]:
   ops, intr = _table(xp), _intrinsics(xp)
   out: dict[Op, Callable] = {op: value_rule(fn, _INFIX.get(op)) for op, fn in ops.items()}
   out.update({Op.CONST: node_rule(lambda n: n.arg), Op.VAR: variable_rule(_var), Op.REDUCE: _no_reduce,
-              Op.CALL: lambda env, n, k: intr[n.arg](*k), Op.CAST: _cast_wide if wide else _cast_c(xp)})
+              Op.CALL: _bitcast_or(xp, intr), Op.CAST: _cast_wide if wide else _cast_c(xp)})
   return out
 
 

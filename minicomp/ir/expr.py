@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from minicomp.errors import ExprError
-from minicomp.ir.ops import (BINARY, COMPARE, DOT4, FLOAT_DTYPES, INT_INTRINSICS, INTEGER_DTYPES, INTRINSICS,
-                             NARROW_INT_DTYPES, Op, wrap_int)
+from minicomp.ir.ops import (BINARY, BITCAST, BITCAST_WIDTHS, COMPARE, DOT4, FLOAT_DTYPES, INT_INTRINSICS,
+                             INTEGER_DTYPES, INTRINSICS, NARROW_INT_DTYPES, Op, wrap_int)
 
 ExprLike = Union["Expr", int, float, bool, "IterVar"]
 
@@ -276,9 +276,16 @@ def select(cond: ExprLike, t: ExprLike, f: ExprLike) -> Expr:
 def call(name: str, *args: ExprLike, dtype: str | None = None) -> Expr:
   """An intrinsic call (``exp``, ``log``, ``sqrt``, ``rsqrt``, ``tanh``, ``erf``, ``pow``, ``sigmoid``, ...; the integer
   ones ``bitand``, ``bitor``, ``bitxor``, ``bitnot``, ``shl``, ``shr`` in their first operand's type; ``dot4`` of eight
-  8-bit values, int32: :func:`dot4`)."""
+  8-bit values, int32: :func:`dot4`; ``bitcast`` of a 32- or 64-bit float to an integer of its width or back: the
+  same bits, ``dtype`` the type read)."""
   if name not in INTRINSICS: raise ExprError(f"unknown intrinsic {name!r}; known: {sorted(INTRINSICS)}")
   if len(args) != INTRINSICS[name]: raise ExprError(f"{name} takes {INTRINSICS[name]} argument(s), got {len(args)}")
+  if name == BITCAST:
+    e = as_expr(args[0])
+    if not any(e.dtype in w and dtype in w and FLOAT_DTYPES.count(e.dtype) + FLOAT_DTYPES.count(dtype) == 1
+               for w in BITCAST_WIDTHS):
+      raise ExprError(f"bitcast reads a 32- or 64-bit float as an integer of its width or back; {e.dtype} to {dtype}")
+    return Expr.make(Op.CALL, dtype, (e,), name)
   if name == DOT4:
     es = [as_expr(a) for a in args]
     for half in (es[:4], es[4:]):

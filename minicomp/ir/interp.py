@@ -48,7 +48,8 @@ import numpy as np
 from minicomp.errors import RuntimeLaunchError, SimulatorError
 from minicomp.ir.expr import Expr
 from minicomp.ir.loop import AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, Mma, Program, Seq, Store, Sync
-from minicomp.ir.ops import FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, Op, np_type, wrap_int
+from minicomp.ir.ops import (BITCAST, FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, Op, np_type,
+                             wrap_int)
 
 # a half value (float16, bfloat16) is computed in float32, as the emitter does (codegen/cuda.py): rounded to its
 # type where stored in memory (global, shared) or cast to it
@@ -294,6 +295,8 @@ class _Launch:
       if not isinstance(e.arg, Buffer): raise SimulatorError(f"{self.where}: {e} reads a tensor, not a lowered buffer")
       v = self.load(e.arg, self.ev(src[0], t), t)
     elif op is Op.CAST: v = self.cast(self.ev(src[0], t), src[0].dtype, e.dtype, t)
+    elif op is Op.CALL and e.arg == BITCAST:
+      v = np.array(self.ev(src[0], t), np_type(src[0].dtype)).view(np_type(e.dtype))[()]
     elif op is Op.CALL and e.arg in _CALL: v = _CALL[e.arg](*[self.ev(s, t) for s in src])
     else: raise SimulatorError(f"{self.where}: the interpreter cannot evaluate {op.name} node {e}")
     return self.coerce(v, e.dtype, t)

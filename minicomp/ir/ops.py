@@ -37,11 +37,15 @@ COMMUTATIVE = {Op.ADD, Op.MUL, Op.MIN, Op.MAX, Op.EQ, Op.NE, Op.AND, Op.OR}
 TRIG = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "erf": 1, "pow": 2, "sigmoid": 1,
               "abs": 1, "floor": 1, "ceil": 1, "exp2": 1, "log2": 1, "round": 1, "fmod": 2, **{t: 1 for t in TRIG},
-              "bitand": 2, "bitor": 2, "bitxor": 2, "bitnot": 1, "shl": 2, "shr": 2, "dot4": 8}
+              "bitand": 2, "bitor": 2, "bitxor": 2, "bitnot": 1, "shl": 2, "shr": 2, "dot4": 8, "bitcast": 1}
 # dot4(a0, a1, a2, a3, b0, b1, b2, b3): the int32 sum of the four products of 8-bit integers (each a's one type, each
 # b's one type, int8 or uint8): what one dp4a instruction computes on the bytes of two 32-bit words (codegen/cuda.py
 # packs the operands, from one aligned word load where they are four consecutive bytes of a buffer)
 DOT4 = "dot4"
+# bitcast(x) to a float or an integer type of x's width (32 or 64 bits; integers among themselves convert by CAST,
+# which keeps the bits): the same bits read as the other type
+BITCAST = "bitcast"
+BITCAST_WIDTHS = ({"float32", "int32", "uint32"}, {"float64", "int64", "uint64"})
 # integer intrinsics: C's & | ^ ~ << >> in the operands' integer type (a shift by a negative amount or by the width or
 # more gives the sign fill, as ONNX's BitShift-28 and numpy: codegen/cuda.py _shift)
 INT_INTRINSICS = ("bitand", "bitor", "bitxor", "bitnot", "shl", "shr")

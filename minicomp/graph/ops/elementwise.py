@@ -19,7 +19,7 @@ from minicomp.graph.ops._util import broadcast_shape, dtype_of, load, operand
 from minicomp.graph.registry import op
 from minicomp.ir.expr import (Expr, abs_, call, cast, const, eq, erf, exp, log, max_, min_, ne, power, select, sigmoid,
                               sqrt, tanh)
-from minicomp.ir.ops import FLOAT_DTYPES, INT_BITS, INTEGER_DTYPES, UNSIGNED_DTYPES
+from minicomp.ir.ops import BITCAST, BITCAST_WIDTHS, FLOAT_DTYPES, INT_BITS, INTEGER_DTYPES, UNSIGNED_DTYPES
 from minicomp.ir.te import Tensor
 
 FLOATS = FLOAT_DTYPES
@@ -458,8 +458,9 @@ _BITS = {"bool": 8, "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64,
 @op("BitCast", kind="elementwise", since=26)
 def bitcast(ctx, x):
   """ONNX BitCast: the same bits read as another type of the same width. Between integer types, and from bool to an
-  8-bit one, that is C's conversion, which keeps the bits (two's complement; a bool is the byte 0 or 1). Between a
-  float and an integer type it needs a reinterpretation the IR has no intrinsic for: refused, naming the types."""
+  8-bit one, that is C's conversion, which keeps the bits (two's complement; a bool is the byte 0 or 1); between a
+  32- or 64-bit float and an integer type of its width, the IR's ``bitcast`` intrinsic. float16 / bfloat16 ones
+  (held as float32 in a kernel) are refused, naming the types."""
   to = int(ctx.attr("to"))
   src = dtype_of(x)
   if to not in _ONNX_DTYPES:
@@ -469,9 +470,12 @@ def bitcast(ctx, x):
   dst = _ONNX_DTYPES[to]
   if src not in _BITS or _BITS[src] != _BITS[dst]:
     raise ModelError(f"{_where(ctx)}: BitCast needs types of one width; {src} to {dst} is not")
+  if any(src in w and dst in w for w in BITCAST_WIDTHS) and (src in FLOAT_DTYPES) != (dst in FLOAT_DTYPES):
+    X = ctx.tensor(x)
+    return ctx.compute(X.shape, lambda *i: call(BITCAST, X[i], dtype=dst))
   if src not in INTEGER_DTYPES + ("bool",) or dst not in INTEGER_DTYPES:
-    raise ctx.error(f"BitCast from {src} to {dst} is not supported (no float reinterpretation yet: only between "
-                    "integer types, and from bool to int8 / uint8)")
+    raise ctx.error(f"BitCast from {src} to {dst} is not supported (between integer types, from bool to int8 / "
+                    "uint8, and between a 32- or 64-bit float and an integer of its width)")
   return _cast(ctx, x, dst)
 
 

@@ -70,7 +70,7 @@ from minicomp.ir.linear import linear
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, FragmentLoad, Mma, Store, Sync, walk_scoped, walk_stmts
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import DOT4, FLOAT_DTYPES, Op
+from minicomp.ir.ops import BITCAST, DOT4, FLOAT_DTYPES, Op
 from minicomp.search.features.formulas import FormulaProgram
 from minicomp.search.static.calibration import active as active_calibration
 from minicomp.search.static.model import LaunchFacts, launch_times
@@ -320,7 +320,7 @@ class SketchModel:
                                   b.element_bytes, d, fetch if scope == "global" else None, inner, along,
                                   _divmods(n.src[0], varying)))
           if vvar is not None and vvar in free_vars(n.src[0]): vector += self._vector_probes(n.src[0], vvar, width)
-        elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES:
+        elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES and n.arg != BITCAST:    # (a bitcast is a register's bits)
           counts["sfu"] = counts.get("sfu", const(0)) + width
         elif n.op is Op.CALL and n.arg == DOT4:
           counts["int"] = counts.get("int", const(0)) + width
