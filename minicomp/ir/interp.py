@@ -48,7 +48,7 @@ import numpy as np
 from minicomp.errors import RuntimeLaunchError, SimulatorError
 from minicomp.ir.expr import Expr
 from minicomp.ir.loop import AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, Mma, Program, Seq, Store, Sync
-from minicomp.ir.ops import (BITCAST, FLOAT_DTYPES, HALF_DTYPES, INT_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, Op, np_type,
+from minicomp.ir.ops import (BITCAST, FLOAT_DTYPES, HALF_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, Op, np_type,
                              wrap_int)
 
 # a half value (float16, bfloat16) is computed in float32, as the emitter does (codegen/cuda.py): rounded to its
