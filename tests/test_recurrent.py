@@ -54,6 +54,9 @@ CASES = {
   "rnn_bidirectional_layout1_relu": dict(kind="RNN", dirs=2, layout=1, lens=[1, 4, 2], init=True,
                                          activations=["Relu", "ThresholdedRelu"], activation_alpha=[0.2]),
   "rnn_only_y_h_softplus_clip": dict(kind="RNN", outputs=("", "Y_h"), activations=["Softplus"], clip=1.0),
+  # a batch entry of length 0: its Y_h / Y_c are 0, not the initial state (onnxruntime; the fuzzer found the difference)
+  "lstm_bidirectional_length_0": dict(kind="LSTM", dirs=2, direction="bidirectional", lens=[0, 2, 4], init=True),
+  "gru_reverse_length_0": dict(kind="GRU", direction="reverse", lens=[3, 0, 1], init=True),
 }
 
 

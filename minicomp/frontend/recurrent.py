@@ -10,7 +10,8 @@ node: a bidirectional LSTM of 100 steps compiles in 8 s, of 400 in 49 s, on 2 co
 that take them, the operators' defaults otherwise), ``clip`` (on every gate's input to its activation),
 ``input_forget`` (``f = 1 - i``), GRU's ``linear_before_reset``, ``direction`` (forward, reverse,
 bidirectional), ``layout`` and ``sequence_lens`` (a batch entry's state stops changing after its length and its
-``Y`` rows are 0, so a reverse pass starts at its last valid step) follow the ONNX operator specification and
+``Y`` rows are 0, so a reverse pass starts at its last valid step; an entry of length 0 has ``Y_h`` and ``Y_c`` 0)
+follow the ONNX operator specification and
 onnxruntime, which the tests compare against.
 """
 from __future__ import annotations
@@ -179,6 +180,10 @@ def recurrent_body(node: onnx.NodeProto, types: dict, opset: int) -> onnx.Functi
         y[t] = h = h_new
         c = c_new
     ys.append(b.op("Concat", *[b.op("Unsqueeze", v, b.const([0, 1], np.int64)) for v in y], axis=0))   # [T, 1, B, H]
+    if masks:   # a batch entry of length 0 has no last step: its Y_h (Y_c) is 0, as onnxruntime gives, not the initial state
+      ran = b.op("Less", b.const(np.int32(0), np.int32), lens)
+      h = b.op("Where", ran, h, zeros)
+      if c is not None: c = b.op("Where", ran, c, zeros)
     hs.append(h)
     cs.append(c)
 
