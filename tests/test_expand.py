@@ -50,3 +50,21 @@ def test_an_op_whose_body_is_not_taken_is_refused_by_its_own_name():
   g = helper.make_graph([helper.make_node("AffineGrid", ["theta", "size"], ["y"], name="ag")], "g", [theta], outs, [size])
   with pytest.raises(UnsupportedOpError, match="AffineGrid \\(node 'ag'\\)"):
     mc.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), target="sm_80", progress=False)
+
+
+@pytest.mark.parametrize("periodic", [0, 1, -1, 2])
+def test_a_window_is_periodic_or_symmetric_and_other_flags_are_refused(periodic):
+  """The window ops' bodies compute with ``periodic`` (a window of size - 1 + periodic): 0 and 1 give numpy's
+  symmetric / periodic Blackman window; another value is refused naming the node and the attribute (the fuzzer's
+  periodic=-1 came out as a window of size - 2)."""
+  size = helper.make_tensor("size", TensorProto.INT64, [], [10])
+  g = helper.make_graph([helper.make_node("BlackmanWindow", ["size"], ["y"], periodic=periodic, name="win")], "w", [],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [10])], [size])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  if periodic not in (0, 1):
+    with pytest.raises(mc.errors.ModelError, match="BlackmanWindow node 'win': attribute periodic is"):
+      mc.compile(m, target="sm_80", schedules="rules", progress=False)
+    return
+  (y,) = mc.compile(m, target="sm_80", schedules="rules", progress=False).run({}, device="cpu")
+  want = np.blackman(11)[:10] if periodic else np.blackman(10)
+  np.testing.assert_allclose(y, want, atol=1e-6)

@@ -12,12 +12,17 @@ from __future__ import annotations
 import onnx
 from onnx import inliner
 
-from minicomp.errors import UnsupportedOpError
+from minicomp.errors import ModelError, UnsupportedOpError
 from minicomp.frontend import recurrent
 from minicomp.frontend.control_flow import OPS as CONTROL_FLOW, unroll_control_flow
 
 DOMAIN = "minicomp.expanded"     # where the per-node function copies live until they are inlined
 MAX_DEPTH = 3
+
+
+# (op, attribute): the 0 / 1 flags of ops expanded into their ONNX function body, which computes with the value (the
+# fuzzer's periodic=-1 window was the window of size - 2: onnxruntime and ONNX's own op read any nonzero as 1)
+FLAGS = {("BlackmanWindow", "periodic"), ("HammingWindow", "periodic"), ("HannWindow", "periodic")}
 
 
 def _lowered(op_type: str, domain: str, opset: int) -> bool:
@@ -30,6 +35,9 @@ def _body(node: onnx.NodeProto, types: dict[str, onnx.TypeProto], opset: int) ->
   types), or None when its op has none, an input's type is unknown, or ONNX cannot build it. The recurrent ops,
   which ONNX defines by equations only, get minicomp's body (``frontend.recurrent``)."""
   if node.domain not in ("", "ai.onnx"): return None
+  for a in node.attribute:     # a flag the body computes with (a window of size - 1 + periodic): 0 or 1 only
+    if (node.op_type, a.name) in FLAGS and a.type == onnx.AttributeProto.INT and a.i not in (0, 1):
+      raise ModelError(f"{node.op_type} node {node.name!r}: attribute {a.name} is {a.i}; it must be 0 or 1")
   if node.op_type in recurrent.GATES: return recurrent.recurrent_body(node, types, opset)
   if node.op_type == "DynamicQuantizeLinear": return _dynamic_quantize_linear(opset)
   try:
