@@ -341,6 +341,8 @@ def _do(req: dict) -> dict:
       outs = ort.InferenceSession(for_reference(data), so, providers=["CPUExecutionProvider"]).run(None, feeds)
     except Exception as e:   # noqa: BLE001 (the reference rejecting the mutant is a result)
       return {"ref": "rejects", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+    if any(o is None for o in outs):   # (an output it does not compute: saved, it would not load and kill the worker)
+      return {"ref": "rejects", "why": "onnxruntime gives no value for an output"}
     np.savez(req["ref"], *[np.asarray(o) for o in outs])
     return {"ref": "ok"}
   import minicomp

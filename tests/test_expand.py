@@ -68,3 +68,11 @@ def test_a_window_is_periodic_or_symmetric_and_other_flags_are_refused(periodic)
   (y,) = mc.compile(m, target="sm_80", schedules="rules", progress=False).run({}, device="cpu")
   want = np.blackman(11)[:10] if periodic else np.blackman(10)
   np.testing.assert_allclose(y, want, atol=1e-6)
+
+
+def test_an_attention_flag_other_than_0_or_1_is_refused_naming_the_attribute():
+  m = _attention_model()
+  for a in m.graph.node[0].attribute:
+    if a.name == "is_causal": a.i = 2
+  with pytest.raises(mc.errors.ModelError, match="Attention node '': attribute is_causal is 2; it must be 0 or 1"):
+    mc.compile(m, target="sm_80", schedules="rules", progress=False)
