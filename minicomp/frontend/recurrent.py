@@ -5,14 +5,13 @@ node from its attributes and input shapes, and ``frontend.expand`` inlines it li
 direction, the input projection of every time step is one Gemm (``X @ W^T + Wb + Rb`` for all T*B rows), and each
 step is a Gather of its rows, ``H @ R^T`` and the gates' elementwise ops: a matmul kernel with its gates fused into
 it per step, the time loop unrolled into kernel calls (more than ``MAX_TIME_STEPS`` steps are refused naming the
-node: a bidirectional LSTM of 100 steps compiles in 8 s, of 400 in 49 s, on 2 cores). The equations, gate orders (LSTM ``iofc``, peepholes
-``iof``; GRU ``zrh``), ``activations`` with ``activation_alpha``/``beta`` (consumed in order by the activations
-that take them, the operators' defaults otherwise), ``clip`` (on every gate's input to its activation),
-``input_forget`` (``f = 1 - i``), GRU's ``linear_before_reset``, ``direction`` (forward, reverse,
+node: a bidirectional LSTM of 100 steps compiles in 8 s, of 400 in 49 s, on 2 cores). The equations, gate orders
+(LSTM ``iofc``, peepholes ``iof``; GRU ``zrh``), ``activations`` with ``activation_alpha``/``beta`` (consumed in
+order by the activations that take them, the operators' defaults otherwise), ``clip`` (on every gate's input to its
+activation), ``input_forget`` (``f = 1 - i``), GRU's ``linear_before_reset``, ``direction`` (forward, reverse,
 bidirectional), ``layout`` and ``sequence_lens`` (a batch entry's state stops changing after its length and its
 ``Y`` rows are 0, so a reverse pass starts at its last valid step; an entry of length 0 has ``Y_h`` and ``Y_c`` 0)
-follow the ONNX operator specification and
-onnxruntime, which the tests compare against.
+follow the ONNX operator specification and onnxruntime, which the tests compare against.
 """
 from __future__ import annotations
 
@@ -133,8 +132,9 @@ def recurrent_body(node: onnx.NodeProto, types: dict, opset: int) -> onnx.Functi
     raise UnsupportedOpError(f"{_where(node)}: W has {w_shape[0]} directions, direction={direction!r} needs {dirs}")
 
   if T > MAX_TIME_STEPS:
-    raise UnsupportedOpError(f"{_where(node)}: {T} time steps; minicomp unrolls a recurrence over time into a kernel "
-                             f"call per step and refuses more than {MAX_TIME_STEPS} (compiling takes minutes before that)")
+    raise UnsupportedOpError(f"{_where(node)}: {T} time steps; minicomp unrolls a recurrence over time into a "
+                             f"kernel call per step and refuses more than {MAX_TIME_STEPS} (compiling takes minutes "
+                             "before that)")
   X = b.op("Transpose", "in0", perm=[1, 0, 2]) if layout else "in0"               # [T, B, I]
   X2 = b.op("Reshape", X, b.const([T * B, x_shape[2]], np.int64))
   state = lambda k: (b.op("Transpose", f"in{k}", perm=[1, 0, 2]) if layout else f"in{k}") if given(k) else None
@@ -180,7 +180,7 @@ def recurrent_body(node: onnx.NodeProto, types: dict, opset: int) -> onnx.Functi
         y[t] = h = h_new
         c = c_new
     ys.append(b.op("Concat", *[b.op("Unsqueeze", v, b.const([0, 1], np.int64)) for v in y], axis=0))   # [T, 1, B, H]
-    if masks:   # a batch entry of length 0 has no last step: its Y_h (Y_c) is 0, as onnxruntime gives, not the initial state
+    if masks:   # an entry of length 0 has no last step: its Y_h (Y_c) is 0, as onnxruntime gives, not its initial state
       ran = b.op("Less", b.const(np.int32(0), np.int32), lens)
       h = b.op("Where", ran, h, zeros)
       if c is not None: c = b.op("Where", ran, c, zeros)

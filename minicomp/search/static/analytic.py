@@ -54,8 +54,8 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
 
 Data movement to DRAM is compulsory (every global buffer once), and L2 -> SM traffic is the
 sectors of the global requests, as in the full model. The facts then go through the same
-:func:`~.model.launch_time` formula as a built kernel's (all points at once: ``launch_times``), so the two models share every
-hardware figure; only the counting differs. ``tests/test_gensor.py`` checks their rank
+:func:`~.model.launch_time` formula as a built kernel's (all points at once: ``launch_times``), so the two
+models share every hardware figure; only the counting differs. ``tests/test_gensor.py`` checks their rank
 agreement; the figures are **estimates** of a GPU this machine does not have.
 """
 from __future__ import annotations

@@ -168,7 +168,8 @@ def combine(times: dict[str, float], calibration=None) -> tuple[dict[str, float]
 
 def _largest(xs: list) -> float:
   """max of numbers, or the elementwise max of arrays (one value per program); 0.0 for none."""
-  return _plain(functools.reduce(np.maximum, xs)) if any(isinstance(x, np.ndarray) for x in xs) else max(xs, default=0.0)
+  if any(isinstance(x, np.ndarray) for x in xs): return _plain(functools.reduce(np.maximum, xs))
+  return max(xs, default=0.0)
 
 
 def launch_time(f: LaunchFacts, dev, calibration="active") -> LaunchEstimate:
