@@ -32,7 +32,7 @@ from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.loop import (AsyncCommit, AsyncWait, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Program, Seq, Store, Sync)
 from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.ops import BITCAST, C_TYPE, DOT4, FLOAT_DTYPES, INT_BITS, TRIG, UNSIGNED_DTYPES, Op, int_range
-from minicomp.ir.linear import bounds, build_linear, linear, multiple_of
+from minicomp.ir.linear import bounds, build_linear, consecutive, linear, multiple_of
 from minicomp.ir.simplify import simplify
 from minicomp.target import STATIC_SHARED_BYTES
 
@@ -90,7 +90,7 @@ _HALF = {"float16": ("__half2float", "__float2half_rn"),    # storage dtype -> (
 
 _VECTOR = ("float32", "float16", "bfloat16")   # element types (as held) a vectorize loop moves in one access
 _BYTES = ("int8", "uint8")   # ... and these, 2 to 16 at a time, where the loop copies them (a fetched int8 tile)
-_RAW_BYTES = {2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
+_RAW = {2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}   # bytes -> the type that moves them raw
 
 
 def _ctype(dtype: str) -> str:
@@ -301,10 +301,7 @@ class CUDARenderer:
     if n == 8 and (st.buffer.stored_dtype not in _HALF or any(x.arg.stored_dtype not in _HALF for x in vec_loads)):
       return False                              # 8 lanes: half only (16 bytes); 8 floats would be 32
     if st.async_copy and _copied(st.buffer, st.value) and st.value.arg.scope == "global":   # one cp.async of n values
-      nbytes = n * st.buffer.element_bytes
-      out.append(f"{self.indent * depth}mc_cp_async_{nbytes}({st.buffer.name} + {self.index(_aligned_base(st.index, v, n))}, "
-                 f"{st.value.arg.name} + {self.index(_aligned_base(st.value.src[0], v, n))}, true);  // {s.var}: vectorized")
-      return True
+      return self._cp_async(st, v, n, depth, out)
     if st.buffer.stored_dtype in _HALF or any(x.arg.stored_dtype in _HALF for x in vec_loads):
       return self._vectorized_half(s, st, n, vec_loads, depth, out)
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
@@ -333,17 +330,22 @@ class CUDARenderer:
     """The vectorize loop of :meth:`_vectorized` when it copies 8-bit values (a fetch of an int8 / uint8 tile): one
     2-, 4-, 8- or 16-byte load and store (one cp.async where the copy is asynchronous), both provably aligned."""
     v, src = s.var, st.value
-    if n not in _RAW_BYTES or src.op is not Op.LOAD or src.arg.scope == "local" or src.dtype != st.buffer.dtype:
-      return False
+    if n not in _RAW or not _copied(st.buffer, src) or src.arg.scope == "local": return False
     dst_base, src_base = _aligned_base(st.index, v, n), _aligned_base(src.src[0], v, n)
     if dst_base is None or src_base is None: return False
-    dst, frm = f"{st.buffer.name} + {self.index(dst_base)}", f"{src.arg.name} + {self.index(src_base)}"
-    if st.async_copy and src.arg.scope == "global" and n >= 4:
-      out.append(f"{self.indent * depth}mc_cp_async_{n}({dst}, {frm}, true);  // {v}: vectorized")
-      return True
-    t = _RAW_BYTES[n]
-    out.append(f"{self.indent * depth}*reinterpret_cast<{t}*>({dst}) = *reinterpret_cast<const {t}*>({frm});"
+    if st.async_copy and src.arg.scope == "global" and n >= 4: return self._cp_async(st, v, n, depth, out)
+    t = _RAW[n]
+    out.append(f"{self.indent * depth}*reinterpret_cast<{t}*>({st.buffer.name} + {self.index(dst_base)}) = "
+               f"*reinterpret_cast<const {t}*>({src.arg.name} + {self.index(src_base)});"
                f"  // {v}: vectorized ({n} bytes)")
+    return True
+
+  def _cp_async(self, st: Store, v: str, n: int, depth: int, out: list[str]) -> bool:
+    """The vectorize loop over ``v`` of ``n`` values that ``st`` copies raw from global memory, both sides aligned,
+    as one cp.async of their bytes."""
+    out.append(f"{self.indent * depth}mc_cp_async_{n * st.buffer.element_bytes}({st.buffer.name} + "
+               f"{self.index(_aligned_base(st.index, v, n))}, {st.value.arg.name} + "
+               f"{self.index(_aligned_base(st.value.src[0], v, n))}, true);  // {v}: vectorized")
     return True
 
   def _vectorized_half(self, s: For, st: Store, n: int, vec_loads: dict, depth: int, out: list[str]) -> bool:
@@ -353,7 +355,7 @@ class CUDARenderer:
     raw bits); a float store (a shared tile) is one float2 / float4 store."""
     v = s.var
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
-    raw = {2: "unsigned int", 4: "uint2", 8: "uint4"}[n]
+    raw = _RAW[2 * n]
     dst_t = st.buffer.stored_dtype
     out.append(f"{ind}{{  // {s.var}: vectorized ({n} x {C_TYPE[dst_t]})")
     src = lambda x: f"*reinterpret_cast<const {raw}*>({x.arg.name} + {self.index(_aligned_base(x.src[0], v, n))})"
@@ -660,12 +662,9 @@ def _word(r: CUDARenderer, values: Sequence[Expr], kids) -> str:
   consecutive bytes of a global or shared buffer starting at a provable multiple of 4 (every buffer starts 16-byte
   aligned), else the four values packed."""
   first = values[0]
-  if all(v.op is Op.LOAD and v.arg is first.arg for v in values) and first.arg.scope in ("global", "shared"):
-    lin = [linear(v.src[0]) for v in values]
-    terms, c = lin[0]
-    if all(t == terms and ci == c + i for i, (t, ci) in enumerate(lin)) and c % 4 == 0 \
-       and all((m * multiple_of(t)) % 4 == 0 for t, m in terms.items()):
-      return f"mc_word(&{first.arg.name}[{r.index(first.src[0])}])"
+  if all(v.op is Op.LOAD and v.arg is first.arg for v in values) and first.arg.scope in ("global", "shared") \
+     and consecutive([v.src[0] for v in values]) and multiple_of(first.src[0]) % 4 == 0:
+    return f"mc_word(&{first.arg.name}[{r.index(first.src[0])}])"
   return f"mc_pack4({', '.join(t for t, _ in kids)})"
 
 

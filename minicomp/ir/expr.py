@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from minicomp.errors import ExprError
-from minicomp.ir.ops import (BINARY, BITCAST, BITCAST_WIDTHS, COMPARE, DOT4, FLOAT_DTYPES, INT_INTRINSICS,
-                             INTEGER_DTYPES, INTRINSICS, NARROW_INT_DTYPES, Op, wrap_int)
+from minicomp.ir.ops import (BINARY, BITCAST, COMPARE, DOT4, FLOAT_DTYPES, INT_INTRINSICS, INTEGER_DTYPES, INTRINSICS,
+                             NARROW_INT_DTYPES, Op, bitcastable, wrap_int)
 
 ExprLike = Union["Expr", int, float, bool, "IterVar"]
 
@@ -282,8 +282,7 @@ def call(name: str, *args: ExprLike, dtype: str | None = None) -> Expr:
   if len(args) != INTRINSICS[name]: raise ExprError(f"{name} takes {INTRINSICS[name]} argument(s), got {len(args)}")
   if name == BITCAST:
     e = as_expr(args[0])
-    if not any(e.dtype in w and dtype in w and FLOAT_DTYPES.count(e.dtype) + FLOAT_DTYPES.count(dtype) == 1
-               for w in BITCAST_WIDTHS):
+    if not bitcastable(e.dtype, dtype):
       raise ExprError(f"bitcast reads a 32- or 64-bit float as an integer of its width or back; {e.dtype} to {dtype}")
     return Expr.make(Op.CALL, dtype, (e,), name)
   if name == DOT4:

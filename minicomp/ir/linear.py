@@ -244,3 +244,9 @@ def multiple_of(e: Expr) -> int:
   g = abs(c) if c else 0
   for t, k in terms.items(): g = math.gcd(g, abs(k) * multiple_of(t))
   return g or 1
+
+
+def consecutive(indices) -> bool:
+  """The indices are provably ``i, i + 1, i + 2, ...`` (their linear forms differ only in the constant, by one each)."""
+  forms = [_linear(e) for e in indices]
+  return all(t == forms[0][0] and c == forms[0][1] + k for k, (t, c) in enumerate(forms))

@@ -45,7 +45,8 @@ DOT4 = "dot4"
 # bitcast(x) to a float or an integer type of x's width (32 or 64 bits; integers among themselves convert by CAST,
 # which keeps the bits): the same bits read as the other type
 BITCAST = "bitcast"
-BITCAST_WIDTHS = ({"float32", "int32", "uint32"}, {"float64", "int64", "uint64"})
+_BITCAST_WIDTHS = ({"float32", "int32", "uint32"}, {"float64", "int64", "uint64"})
+
 # integer intrinsics: C's & | ^ ~ << >> in the operands' integer type (a shift by a negative amount or by the width or
 # more gives the sign fill, as ONNX's BitShift-28 and numpy: codegen/cuda.py _shift)
 INT_INTRINSICS = ("bitand", "bitor", "bitxor", "bitnot", "shl", "shr")
@@ -62,6 +63,11 @@ NARROW_INT_DTYPES = ("int8", "uint8", "int16", "uint16", "uint32", "uint64")
 UNSIGNED_DTYPES = ("uint8", "uint16", "uint32", "uint64")
 INTEGER_DTYPES = INT_DTYPES + NARROW_INT_DTYPES
 INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32, "int64": 64, "uint64": 64}
+
+
+def bitcastable(src: str, dst: str) -> bool:
+  """``bitcast`` reads ``src``'s bits as ``dst``: a 32- or 64-bit float and an integer type of its width."""
+  return any(src in w and dst in w for w in _BITCAST_WIDTHS) and (src in FLOAT_DTYPES) != (dst in FLOAT_DTYPES)
 
 
 def int_range(dtype: str) -> tuple[int, int]:

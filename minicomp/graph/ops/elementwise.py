@@ -19,7 +19,7 @@ from minicomp.graph.ops._util import broadcast_shape, dtype_of, load, operand
 from minicomp.graph.registry import op
 from minicomp.ir.expr import (Expr, abs_, call, cast, const, eq, erf, exp, log, max_, min_, ne, power, select, sigmoid,
                               sqrt, tanh)
-from minicomp.ir.ops import BITCAST, BITCAST_WIDTHS, FLOAT_DTYPES, INT_BITS, INTEGER_DTYPES, UNSIGNED_DTYPES
+from minicomp.ir.ops import BITCAST, FLOAT_DTYPES, INT_BITS, INTEGER_DTYPES, UNSIGNED_DTYPES, bitcastable
 from minicomp.ir.te import Tensor
 
 FLOATS = FLOAT_DTYPES
@@ -470,7 +470,7 @@ def bitcast(ctx, x):
   dst = _ONNX_DTYPES[to]
   if src not in _BITS or _BITS[src] != _BITS[dst]:
     raise ModelError(f"{_where(ctx)}: BitCast needs types of one width; {src} to {dst} is not")
-  if any(src in w and dst in w for w in BITCAST_WIDTHS) and (src in FLOAT_DTYPES) != (dst in FLOAT_DTYPES):
+  if bitcastable(src, dst):
     X = ctx.tensor(x)
     return ctx.compute(X.shape, lambda *i: call(BITCAST, X[i], dtype=dst))
   if src not in INTEGER_DTYPES + ("bool",) or dst not in INTEGER_DTYPES:

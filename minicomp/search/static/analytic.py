@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from minicomp.ir.expr import Expr, const, free_vars, walk
-from minicomp.ir.linear import linear
+from minicomp.ir.linear import consecutive
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, FragmentLoad, Mma, Store, Sync, walk_scoped, walk_stmts
 from minicomp.ir.mma import INTRINSICS
@@ -162,10 +162,8 @@ def _dot4_words(value: Expr) -> tuple[set, set]:
     if n.op is Op.CALL and n.arg == DOT4:
       for side in (n.src[:4], n.src[4:]):
         if all(x.op is Op.LOAD and x.arg is side[0].arg and getattr(x.arg, "scope", "global") != "local"
-               for x in side):
-          lin = [linear(x.src[0]) for x in side]
-          if all(t == lin[0][0] and c == lin[0][1] + i for i, (t, c) in enumerate(lin)):
-            words.add(side[0]); held.update(side[1:])
+               for x in side) and consecutive([x.src[0] for x in side]):
+          words.add(side[0]); held.update(side[1:])
   return words, held - words
 
 
@@ -345,9 +343,8 @@ class SketchModel:
     out: list[list[LaunchFacts]] = [[] for _ in range(P)]
     for ki, f in enumerate(self._launches(values)):
       for p in range(P):
-        b = max(int(f.blocks[p]), 1)
         out[p].append(LaunchFacts(
-          name=f"k{ki}", blocks=b, threads_per_block=int(f.threads_per_block[p]),
+          name=f"k{ki}", blocks=int(f.blocks[p]), threads_per_block=int(f.threads_per_block[p]),
           per_thread={c: float(v[p]) for c, v in f.per_thread.items()},
           active_warps_per_sm=int(f.active_warps_per_sm[p]), blocks_per_sm=int(f.blocks_per_sm[p]),
           dram_bytes=f.dram_bytes, l2_bytes=float(f.l2_bytes[p]), l1_cycles_per_block=float(f.l1_cycles_per_block[p]),
