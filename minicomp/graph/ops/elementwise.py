@@ -19,7 +19,7 @@ from minicomp.graph.ops._util import broadcast_shape, dtype_of, load, operand
 from minicomp.graph.registry import op
 from minicomp.ir.expr import (Expr, abs_, call, cast, const, eq, erf, exp, log, max_, min_, ne, power, select, sigmoid,
                               sqrt, tanh)
-from minicomp.ir.ops import BITCAST, FLOAT_DTYPES, INT_BITS, INTEGER_DTYPES, UNSIGNED_DTYPES, bitcastable
+from minicomp.ir.ops import BITCAST, DTYPE_BYTES, FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED_DTYPES, bitcastable
 from minicomp.ir.te import Tensor
 
 FLOATS = FLOAT_DTYPES
@@ -452,9 +452,6 @@ def cast_op(ctx, x):
   return _cast(ctx, x, _ONNX_DTYPES[to])
 
 
-_BITS = {"bool": 8, "float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, **INT_BITS}
-
-
 @op("BitCast", kind="elementwise", since=26)
 def bitcast(ctx, x):
   """ONNX BitCast: the same bits read as another type of the same width. Between integer types, and from bool to an
@@ -468,7 +465,7 @@ def bitcast(ctx, x):
     raise ctx.error(f"BitCast to {TensorProto.DataType.Name(to) if to in TensorProto.DataType.values() else to} "
                     "is not supported")
   dst = _ONNX_DTYPES[to]
-  if src not in _BITS or _BITS[src] != _BITS[dst]:
+  if src not in DTYPE_BYTES or DTYPE_BYTES[src] != DTYPE_BYTES[dst]:
     raise ModelError(f"{_where(ctx)}: BitCast needs types of one width; {src} to {dst} is not")
   if bitcastable(src, dst):
     X = ctx.tensor(x)
