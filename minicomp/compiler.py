@@ -107,7 +107,7 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   options: list[Built] = []
   for c in compared(res) if res is not None else ():
     try:
-      options.append((built.kernel(c.schedule, name), c.schedule, "gensor"))
+      options.append((built.kernel(c.schedule, name, c.program), c.schedule, "gensor"))   # (lowered by construct)
     except BUILD_ERRORS as e:
       log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
   if not options and not tensor: return rules()

@@ -193,6 +193,22 @@ def test_the_rules_are_compared_only_where_they_can_win(monkeypatch):
   assert len(built) == 1
 
 
+def test_compile_lowers_a_compared_candidate_once(monkeypatch):
+  """compile builds the program construct lowered to check a candidate (renamed to the task), which gives the kernel a
+  fresh lowering under the task's name gives."""
+  import minicomp.codegen.kernel as K
+  res = construct(ComputeDAG(W.conv2d(1, 8, 10, 10, 16, 3, 1, 1).outputs), "sm_86", seed=0)
+  for c in res.candidates[:2]:
+    reused, fresh = K.Builds(as_target("sm_86")), K.Builds(as_target("sm_86"))
+    a, b = reused.kernel(c.schedule, "task7", c.program), fresh.kernel(c.schedule, "task7")
+    assert a.source == b.source and "task7_kernel" in a.source and a.plan == b.plan
+  lowered = []
+  real = K.lower_checked
+  monkeypatch.setattr(K, "lower_checked", lambda sched, *a, **k: lowered.append(sched) or real(sched, *a, **k))
+  cm = mc.compile(zoo.residual_block()[0], target="sm_86", jobs=1, progress=False)
+  assert cm.stats.constructed == len(cm.tasks) == 2 and lowered == []
+
+
 def test_fallback_to_the_rules_is_logged(caplog, monkeypatch):
   import minicomp.search.strategies.gensor as G
   monkeypatch.setattr(G, "SketchWalker", lambda *a, **k: (_ for _ in ()).throw(mc.EstimateError("no model")))

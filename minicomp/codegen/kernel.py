@@ -22,7 +22,7 @@ from minicomp.codegen.nvrtc import CudaBinary, Resources, compile_cuda
 from minicomp.codegen.verify import check_resources
 from minicomp.errors import RuntimeLaunchError
 from minicomp.ir.loop import Program
-from minicomp.ir.lower import lower
+from minicomp.ir.lower import lower, renamed
 from minicomp.ir.ops import NP_DTYPE
 from minicomp.target import Target, as_target
 
@@ -246,27 +246,30 @@ class Builds:
   def _key(schedule, name: str) -> tuple:
     return name, schedule.to_json()
 
-  def program(self, schedule, name: str) -> Program:
+  def program(self, schedule, name: str, lowered: Program | None = None) -> Program:
+    """``lowered``: the schedule's program, lowered and checked already under any name (a search's candidate
+    carries it), taken instead of lowering again."""
     k = self._key(schedule, name)
     if k not in self._programs:
       t0 = time.perf_counter()
-      try: self._programs[k] = lower_checked(schedule, self.target, name)
+      try:
+        self._programs[k] = renamed(lowered, name) if lowered is not None else lower_checked(schedule, self.target, name)
       finally: self.seconds["lower_emit"] += time.perf_counter() - t0
     return self._programs[k]
 
-  def source(self, schedule, name: str) -> str:
+  def source(self, schedule, name: str, lowered: Program | None = None) -> str:
     k = self._key(schedule, name)
     if k not in self._sources:
-      prog = self.program(schedule, name)
+      prog = self.program(schedule, name, lowered)
       t0 = time.perf_counter()
       self._sources[k] = emit_cuda(prog)
       self.seconds["lower_emit"] += time.perf_counter() - t0
     return self._sources[k]
 
-  def kernel(self, schedule, name: str) -> Kernel:
+  def kernel(self, schedule, name: str, lowered: Program | None = None) -> Kernel:
     k = self._key(schedule, name)
     if k not in self._kernels:
-      src = self.source(schedule, name)
+      src = self.source(schedule, name, lowered)
       t0 = time.perf_counter()
       try: self._kernels[k] = kernel_of(self._programs[k], src, self.target)
       finally: self.seconds["nvrtc"] += time.perf_counter() - t0

@@ -250,6 +250,7 @@ class LoopKernel:
   auto_unroll_max_step: int = 0   # the largest auto_unroll_max_step pragma of its stages (features read it)
   index_dtype: str = "int32"      # "int64" when an index may not fit in int32 (lowering decides; see lower.py)
   written: set[str] = field(default_factory=set)   # names of the params it stores to (the others are ``const``)
+  root: str = ""       # the stage whose loops are the kernel's outermost (its name follows nest.kernel_name)
 
 
 @dataclass

@@ -31,7 +31,7 @@ from minicomp.ir.linear import _bounds, _ctx, linear
 from minicomp.ir.simplify import simplify
 from minicomp.ir.state import BLOCK_TAGS, INLINE, THREAD_TAGS, Split, Stage, State
 from minicomp.ir.names import c_ident, check_distinct
-from minicomp.ir.nest import NestBuilder, _is_one, _step_of
+from minicomp.ir.nest import NestBuilder, _is_one, _step_of, kernel_name
 
 @dataclass
 class _Info:
@@ -476,3 +476,9 @@ def choose_index_dtype(k: LoopKernel) -> str:
 def lower(state: State, name: str = "default") -> Program:
   """Lower a schedule state to a loop-nest Program."""
   return _Lowerer(state, name).run()
+
+
+def renamed(prog: Program, name: str) -> Program:
+  """``prog`` with its kernels named as ``lower(state, name)`` names them (``name`` is all that the kernels' names
+  depend on: a program lowered under another name, a search's candidate, need not be lowered again)."""
+  return replace(prog, kernels=[replace(k, name=kernel_name(name, k.root, len(prog.kernels))) for k in prog.kernels])

@@ -24,6 +24,12 @@ from minicomp.ir.te import reduce_identity
 _COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": max_, "min": min_}
 
 
+def kernel_name(program: str, root: str, n_roots: int) -> str:
+  """The ``__global__`` function's name of the kernel rooted at stage ``root`` in the program ``program`` of
+  ``n_roots`` kernels."""
+  return c_ident(f"{program}_{root}" if n_roots > 1 else f"{program}_kernel")
+
+
 class NestBuilder:
   """Mixin of the lowerer that builds kernels (uses its ``info``, ``ranges``, ``s`` and ``_scratch``)."""
 
@@ -62,10 +68,9 @@ class NestBuilder:
     order = [b for b in self.in_buffers.values()] + [i.buffer for i in self.info.values()]
     params = [b for b in order if b.name in params_seen]
     n_roots = len([x for x in self.info.values() if x.st.attach.kind == "root"])
-    kname = c_ident(f"{self.name}_{root}" if n_roots > 1 else f"{self.name}_kernel")
-    return LoopKernel(kname, params, allocs, bindings, _dims(grid), _dims(block), body, members,
-                      max((self.info[m].st.auto_unroll_max_step for m in members if m in self.info), default=0),
-                      written={b.name for b, w in params_seen.values() if w})
+    return LoopKernel(kernel_name(self.name, root, n_roots), params, allocs, bindings, _dims(grid), _dims(block), body,
+                      members, max((self.info[m].st.auto_unroll_max_step for m in members if m in self.info), default=0),
+                      written={b.name for b, w in params_seen.values() if w}, root=root)
 
   def _stage_stmt(self, name: str):
     """The statements of stage ``name``: its loop nest around the store (or the reduction's init, update
