@@ -54,6 +54,8 @@ def test_a_dot4_kernel_reads_words_and_runs_dp4a(a_type, b_type):
   got = np.asarray(kern(a, b))
   assert np.array_equal(got, a.astype(np.int64) @ b.astype(np.int64).T)
   assert kern.source.count("mc_word(&") == 2 and "mc_pack4(" not in kern.source.split("__global__")[1]
+  signs = "".join("s" if t == np.int8 else "u" for t in (a_type, b_type))
+  assert f"mc_dp4a_{signs}(" in kern.source and "asm" not in kern.source    # (the pure form; helpers in a header)
   assert "dp4a." in kern.binary.ptx
 
 
@@ -65,6 +67,7 @@ def test_unaligned_or_strided_bytes_are_packed_and_still_right():
   assert np.array_equal(np.asarray(kern(a, b)), a[:, 1:].astype(np.int64) @ b.astype(np.int64))
   body = kern.source.split("__global__")[1]
   assert body.count("mc_pack4(") == 2 and "mc_word(" not in body
+  assert "mc_dp4av_us(" in body and "dp4a." in kern.binary.ptx    # (the volatile form: nvrtc.DP4A_HEADER says why)
 
 
 def test_the_ir_interpreter_runs_dot4_as_the_kernel_does():

@@ -1,6 +1,8 @@
 """ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul (minicomp/graph/ops/qlinear.py) and DynamicQuantizeLinear
 (frontend/expand.py) against onnxruntime and numpy's exact integer arithmetic; an int8 model in onnxruntime's
 QOperator format against onnxruntime."""
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -141,4 +143,41 @@ def test_a_qdq_matmul_becomes_a_dp4a_kernel_matching_onnxruntime():
   cm = mc.compile(m, target="sm_86", progress=False)
   got, want = cm.run({"a": a}, device="cpu")[0], run_ort(m, {"a": a})[0]
   assert got.dtype == np.uint8 and np.abs(got.astype(int) - want).max() <= 1 and np.mean(got != want) < 0.05
-  assert "mc_dp4a_su(" in _sources(cm)
+  assert re.search(r"mc_dp4av?_us\(", _sources(cm))     # (a uint8, w int8)
+
+
+@pytest.mark.parametrize("x_type,w_type,x_zp,group,attrs,schedules", [
+  (np.uint8, np.int8, 120, 1, {"pads": [1, 1, 1, 1]}, "rules"),
+  (np.int8, np.int8, -5, 2, {"pads": [1, 2, 1, 0], "strides": [2, 1]}, "gensor"),
+  (np.uint8, np.uint8, None, 1, {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, "gensor"),
+  (np.int8, np.uint8, 0, 1, {}, "rules")])
+def test_conv_integer_with_constant_weights_runs_on_dp4a(x_type, w_type, x_zp, group, attrs, schedules):
+  """Constant weights with no zero point and channels per group a multiple of 4: one dp4a per four channels of a tap
+  (the weights stored channels-last, x padded with its zero point, which is taken off after the sum as x_zero_point x
+  the weights' sums); exact against onnxruntime, with pads, strides, groups and dilations."""
+  x = rng.integers(np.iinfo(x_type).min, np.iinfo(x_type).max + 1, (1, 8, 9, 7)).astype(x_type)
+  w = rng.integers(np.iinfo(w_type).min, np.iinfo(w_type).max + 1, (6, 8 // group, 3, 3)).astype(w_type)
+  inits = {"w": w, **({"xz": x_type(x_zp)} if x_zp is not None else {})}
+  node = helper.make_node("ConvInteger", ["x", "w"] + (["xz"] if x_zp is not None else []), ["y"], group=group, **attrs)
+  m = make_model([node], {"x": x}, ["y"], inits)
+  cm = mc.compile(m, target="sm_86", schedules=schedules, progress=False)
+  got, want = cm.run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0]
+  assert got.dtype == np.int32 and np.array_equal(got, want)
+  signs = "".join("s" if t == np.int8 else "u" for t in (x_type, w_type))
+  assert re.search(rf"mc_dp4av?_{signs}\(", _sources(cm))
+
+
+def test_a_saved_dp4a_model_loads_and_runs(tmp_path):
+  """The dp4a helpers are not in the saved kernel text (which holds no asm: the loader refuses it); NVRTC and the
+  simulator have their own (nvrtc.DP4A_HEADER, cuda_shim.h)."""
+  x, w = _u8(1, 8, 6, 6), _i8(4, 8, 3, 3)
+  inits = {"xs": np.float32(0.05), "xz": np.uint8(3), "w": w, "ws": np.float32(0.01), "wz": np.int8(0),
+           "ys": np.float32(0.2), "yz": np.uint8(10)}
+  m = make_model([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], pads=[1] * 4)],
+                 {"x": x}, ["y"], inits)
+  cm = mc.compile(m, target="sm_86", progress=False)
+  assert "mc_dp4a" in _sources(cm) and "asm" not in _sources(cm)
+  cm.save(tmp_path / "m")
+  got = mc.load(tmp_path / "m").run({"x": x}, device="cpu")[0]
+  assert np.array_equal(got, cm.run({"x": x}, device="cpu")[0])
+  assert np.abs(got.astype(int) - run_ort(m, {"x": x})[0]).max() <= 1

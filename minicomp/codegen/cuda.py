@@ -52,24 +52,6 @@ PRELUDE = """\
 __device__ __forceinline__ int mc_floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
 __device__ __forceinline__ int mc_floormod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 """
-# dot4 (ir/ops.py): dp4a where NVRTC compiles (every arch minicomp targets has it: sm_61+), the same sum in C where
-# the simulator does; mc_dp4a_<a><b>: a's and b's bytes signed (s) or unsigned (u)
-_BYTE = {"s": "signed char", "u": "unsigned char"}
-PRELUDE_DP4A = "\n".join([
-  "#ifdef __CUDA_ARCH__",
-  "__device__ __forceinline__ int mc_word(const void* p) { return *(const int*)p; }",
-  *(f"__device__ __forceinline__ int mc_dp4a_{a}{b}(int x, int y, int c) {{ int d; "
-    f'asm("dp4a.{a}32.{b}32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(y), "r"(c)); return d; }}'
-    for a in "su" for b in "su"),
-  "#else",
-  "__device__ __forceinline__ int mc_word(const void* p) { int w; __builtin_memcpy(&w, p, 4); return w; }",
-  *(f"__device__ __forceinline__ int mc_dp4a_{a}{b}(int x, int y, int c) {{ "
-    f"for (int i = 0; i < 32; i += 8) c += (int)({_BYTE[a]})(x >> i) * (int)({_BYTE[b]})(y >> i); return c; }}"
-    for a in "su" for b in "su"),
-  "#endif",
-  "__device__ __forceinline__ int mc_pack4(int a, int b, int c, int d) {",
-  "  return (int)((unsigned)(a & 255) | (unsigned)(b & 255) << 8 | (unsigned)(c & 255) << 16 | (unsigned)(d & 255) << 24);",
-  "}", ""])
 # bitcast (ir/ops.py): the same bits read as another type of their width
 # (a union: NVRTC has no memcpy without headers; both compilers define reading the other member)
 PRELUDE_BITCAST = ("template <typename T, typename F> __device__ __forceinline__ T mc_bitcast(F x) "
@@ -131,7 +113,7 @@ class CUDARenderer:
 
   def __init__(self):
     self._ranges: dict[str, tuple[int, int]] = {}
-    self.uses_floor_helpers = self.uses_floor_helpers64 = self.uses_dp4a = self.uses_bitcast = False
+    self.uses_floor_helpers = self.uses_floor_helpers64 = self.uses_bitcast = False
     self.i64, self.itype = False, "int"   # the kernel being rendered indexes with long long / int (kernel() sets)
     self._idx = 0      # > 0 while rendering an index (or a guard)
     self._named = 0    # locals declared for shared subexpressions in this kernel (mc_e0, mc_e1, ...)
@@ -528,7 +510,7 @@ class CUDARenderer:
   def program(self, p: Program) -> str:
     bodies = [self.kernel(k) for k in p.kernels]
     head = (PRELUDE if self.uses_floor_helpers else "") + (PRELUDE64 if self.uses_floor_helpers64 else "") \
-      + (PRELUDE_DP4A if self.uses_dp4a else "") + (PRELUDE_BITCAST if self.uses_bitcast else "")
+      + (PRELUDE_BITCAST if self.uses_bitcast else "")
     return head + "\n".join(bodies)
 
 
@@ -641,19 +623,24 @@ def _call(r: CUDARenderer, n: Expr, k) -> _Kid:
   return (f"{name}({args})", _ATOM)
 
 
-def _dp4a(r: CUDARenderer, n: Expr, k, acc: str) -> str:
-  """dot4 node ``n`` (its children rendered: ``k``) added to ``acc`` by one dp4a."""
-  r.uses_dp4a = True
+def _dp4a(r: CUDARenderer, n: Expr, k, acc: str, tiled: bool = False) -> str:
+  """dot4 node ``n`` (its children rendered: ``k``) added to ``acc`` by one dp4a: ``mc_dp4a_<a><b>``, a's and b's
+  bytes signed (s) or unsigned (u); ``mc_dp4av_<a><b>``, the volatile form, where an operand is packed from bytes and
+  the accumulator is not one of a register tile (``tiled``), whose neighbours could reuse its loads (NVRTC's helpers:
+  ``nvrtc.DP4A_HEADER``, which says why; the simulator's: cuda_shim.h)."""
   sign = lambda e: "s" if e.dtype == "int8" else "u"   # noqa: E731
-  return f"mc_dp4a_{sign(n.src[0])}{sign(n.src[4])}({_word(r, n.src[:4], k[:4])}, {_word(r, n.src[4:], k[4:])}, {acc})"
+  x, y = _word(r, n.src[:4], k[:4]), _word(r, n.src[4:], k[4:])
+  volatile = "v" if (x.startswith("mc_pack4") or y.startswith("mc_pack4")) and not tiled else ""
+  return f"mc_dp4a{volatile}_{sign(n.src[0])}{sign(n.src[4])}({x}, {y}, {acc})"
 
 
 def _add(r: CUDARenderer, n: Expr, k) -> _Kid:
   """``a + b``; ``acc + dot4(...)`` (a reduction's update) as one dp4a accumulating into ``acc``."""
   for d, other in ((1, 0), (0, 1)):
-    x = n.src[d]
+    x, acc = n.src[d], n.src[other]
     if n.dtype == "int32" and x.op is Op.CALL and x.arg == DOT4 and not r._index_int(n):
-      return (_dp4a(r, x, [(r.expr(c), _ATOM) for c in x.src], k[other][0]), _ATOM)
+      tiled = acc.op is Op.LOAD and acc.arg.scope == "local" and not (acc.arg.size.is_const and acc.arg.size.value == 1)
+      return (_dp4a(r, x, [(r.expr(c), _ATOM) for c in x.src], k[other][0], tiled), _ATOM)
   return _INFIX[Op.ADD](r, n, k)
 
 

@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 #if !defined(__x86_64__) || defined(MC_SIM_UCONTEXT)
 #include <ucontext.h>
@@ -416,6 +417,19 @@ template <class T> inline T __shfl_xor_sync(unsigned m, T v, int lm, int w = 32)
 inline unsigned __ballot_sync(unsigned m, int p) { return mc_sim::ballot(m, p); }
 inline int __any_sync(unsigned m, int p) { return mc_sim::ballot(m, p) != 0; }
 inline int __all_sync(unsigned m, int p) { return mc_sim::ballot(m, !p) == 0; }
+
+// ---- dot4 (minicomp/codegen/nvrtc.py DP4A_HEADER): dp4a as the sum it is; mc_dp4av_* is the same instruction
+inline int mc_word(const void* p) { int w; memcpy(&w, p, 4); return w; }
+inline int mc_pack4(int a, int b, int c, int d) {
+  return (int)((unsigned)(a & 255) | (unsigned)(b & 255) << 8 | (unsigned)(c & 255) << 16 | (unsigned)(d & 255) << 24);
+}
+#define MC_DP4A(name, A, B) \
+  inline int name(int x, int y, int c) { for (int i = 0; i < 32; i += 8) c += (int)(A)(x >> i) * (int)(B)(y >> i); return c; }
+MC_DP4A(mc_dp4a_ss, signed char, signed char) MC_DP4A(mc_dp4a_su, signed char, unsigned char)
+MC_DP4A(mc_dp4a_us, unsigned char, signed char) MC_DP4A(mc_dp4a_uu, unsigned char, unsigned char)
+MC_DP4A(mc_dp4av_ss, signed char, signed char) MC_DP4A(mc_dp4av_su, signed char, unsigned char)
+MC_DP4A(mc_dp4av_us, unsigned char, signed char) MC_DP4A(mc_dp4av_uu, unsigned char, unsigned char)
+#undef MC_DP4A
 
 // ---- tensor cores: mma.sync, ldmatrix, cp.async (minicomp/codegen/tensor_core.py) ---------
 // Each instruction as the PTX ISA defines it for the warp: mma.sync and ldmatrix exchange the

@@ -173,13 +173,30 @@ __device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(float f) {
 }
 """)
 
+# The helpers of dot4 (ir/ops.py; codegen/cuda.py's _dp4a), which every arch minicomp targets has (sm_61+): a word of
+# four bytes (one 32-bit load, or four values packed) and dp4a, mc_dp4a_<a><b> with a's and b's bytes signed (s) or
+# unsigned (u). Its asm is pure, so NVVM reuses an operand's loads across the unrolled dp4a of a register tile (a
+# 4 x 8 tile of an int8 matmul: 192 shared loads; 512 with a volatile asm), except in mc_dp4av_<a><b>, which the
+# emitter writes where an operand is packed from four byte loads into an accumulator of no register tile (nothing to
+# reuse): volatile, as NVIDIA's own __dp4a, because there NVRTC 12.9 took 3.1-3.5 s instead of 0.55 on a convolution
+# of 288 unrolled dp4a with the pure asm, for the same PTX (2026-11-30). The simulator's are in cuda_shim.h.
+DP4A_HEADER = ("minicomp_dp4a.h", "".join([
+  "__device__ __forceinline__ int mc_word(const void* p) { return *(const int*)p; }\n",
+  "__device__ __forceinline__ int mc_pack4(int a, int b, int c, int d) {\n"
+  "  return (int)((unsigned)(a & 255) | (unsigned)(b & 255) << 8 | (unsigned)(c & 255) << 16 | (unsigned)(d & 255) << 24);"
+  "\n}\n",
+  *(f"__device__ __forceinline__ int mc_dp4a{v}_{a}{b}(int x, int y, int c) {{ int d; "
+    f'asm{" volatile" if v else ""}("dp4a.{a}32.{b}32 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(y), "r"(c)); '
+    "return d; }\n" for v in ("", "v") for a in "su" for b in "su")]))
+
 
 def _headers(source: str) -> tuple[tuple[str, str], ...]:
   """The in-memory headers ``source`` needs: the half types where it names one, the tensor-core helpers
-  (:mod:`minicomp.codegen.tensor_core`) where it calls one."""
+  (:mod:`minicomp.codegen.tensor_core`) where it calls one, the dp4a helpers where it calls one."""
   tensor = tensor_core.uses_tensor_core_helpers(source)      # (its helpers take the half types)
   half = tensor or "__half" in source or "bfloat16" in source
-  return ((HALF_HEADER,) if half else ()) + ((tensor_core.HEADER,) if tensor else ())
+  return ((HALF_HEADER,) if half else ()) + ((tensor_core.HEADER,) if tensor else ()) \
+    + ((DP4A_HEADER,) if "mc_dp4a" in source else ())
 
 
 def _compile(source: str, arch: str, options: tuple[str, ...], headers: tuple[tuple[str, str], ...]

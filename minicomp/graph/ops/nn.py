@@ -15,7 +15,7 @@ from minicomp.errors import ModelError, ShapeError
 from minicomp.frontend.dtypes import DTYPE_TO_NP
 from minicomp.graph.ops._util import as_stat, back_to, stat_type
 from minicomp.graph.registry import op
-from minicomp.ir.expr import all_of, as_expr, eq, power, rsqrt, select
+from minicomp.ir.expr import all_of, as_expr, dot4, eq, power, rsqrt, select
 from minicomp.ir.ops import FLOAT_DTYPES
 from minicomp.ir.te import Tensor
 
@@ -150,31 +150,41 @@ def conv(ctx, x, w, b=None):
   return [_bias(ctx, conv_sum(ctx, ctx.tensor(x), ctx.tensor(w)), b)]
 
 
-def conv_sum(ctx, X: Tensor, W: Tensor) -> Tensor:
-  """The convolution of ``X`` and ``W`` under the node's attributes, in their element type, padding with 0
-  (ConvInteger's operands arrive with their zero points subtracted)."""
+def conv_sum(ctx, X: Tensor, W: Tensor, fill=0, packed: bool = False) -> Tensor:
+  """The convolution of ``X`` and ``W`` under the node's attributes, in their element type, padding with ``fill``
+  (ConvInteger's operands arrive with their zero points subtracted, so 0). ``packed``: ``W`` is stored channels-last
+  (``[M, *kernel, channels per group]``, a multiple of 4 channels) and each four channels are one ``dot4`` of 8-bit
+  operands (qlinear.py)."""
   if X.ndim < 3 or W.ndim != X.ndim:
     raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} and weight rank {W.ndim} must be equal and >= 3")
   N, C, sp = X.shape[0], X.shape[1], X.shape[2:]
-  M, cpg, ks = W.shape[0], W.shape[1], W.shape[2:]
+  M, cpg, ks = (W.shape[0], W.shape[-1], W.shape[1:-1]) if packed else (W.shape[0], W.shape[1], W.shape[2:])
   _check_kernel(ctx, ks)
   group = int(ctx.attr("group", 1))
   if group <= 0 or C != cpg * group or M % group:
     raise ShapeError(f"{_where(ctx)}: {C} input channels, weight {tuple(W.shape)} and group={group} do not agree")
   out, pb, pe, st, dl = window(ctx, sp, ks)
   ext = [max(n + b + e, (o - 1) * s + (k - 1) * d + 1) for n, b, e, o, s, k, d in zip(sp, pb, pe, out, st, ks, dl)]
-  P = pad_stage(ctx, X, pb, ext, 0.0 if X.dtype in FLOAT_DTYPES else 0)
+  P = pad_stage(ctx, X, pb, ext, 0.0 if X.dtype in FLOAT_DTYPES else fill)
   mpg = M // group
-  rc = ctx.reduce_axis(cpg, "rc") if cpg > 1 else None
+  steps = cpg // 4 if packed else cpg
+  rc = ctx.reduce_axis(steps, "rc") if steps > 1 else None
   rk = _raxes(ctx, ks, "rk")
   axes = [a for a in [rc, *rk] if a is not None]
 
+  def channel(m, c):   # input channel c of output channel m's group
+    if group == 1: return c
+    if cpg == 1: return m // mpg if mpg > 1 else m
+    return (m // mpg) * cpg + c
+
   def body(n, m, *o):
-    if group == 1: ch = _ix(rc)
-    elif cpg == 1: ch = m // mpg if mpg > 1 else m
-    else: ch = (m // mpg) * cpg + _ix(rc)
     pos = [oi * s + _ix(r) * d for oi, s, r, d in zip(o, st, rk, dl)]
-    e = P[(n, ch, *pos)] * W[(m, _ix(rc), *[_ix(r) for r in rk])]
+    taps = [_ix(r) for r in rk]
+    if packed:
+      e = dot4([P[(n, channel(m, 4 * _ix(rc) + t), *pos)] for t in range(4)],
+               [W[(m, *taps, 4 * _ix(rc) + t)] for t in range(4)])
+    else:
+      e = P[(n, channel(m, _ix(rc)), *pos)] * W[(m, _ix(rc), *taps)]
     return te.sum(e, axis=axes) if axes else e
   return ctx.compute((N, M, *out), lambda *i: body(*i), "conv")
 

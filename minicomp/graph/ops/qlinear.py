@@ -6,11 +6,12 @@ Each is one int32 sum over int8 / uint8 operands with their zero points subtract
 requantize it in the same kernel, as onnxruntime does: ``y = saturate(round_half_even(float(acc + bias) *
 (x_scale * w_scale / y_scale)) + y_zero_point)``, the multiplier in float32, per tensor or per output channel
 (QLinearConv's ``w_scale``; QLinearMatMul's ``b_scale`` per column, ``a_scale`` per row). The kernel reads the
-8-bit operands from memory and widens them in registers, except a matmul whose B is a constant 2-D matrix with no
-zero point (what a QDQ model's weights are) and whose K is a multiple of 4: its sum is one ``dot4`` per four steps
-of k (``dp4a``: four 8-bit products from two 32-bit words, B stored transposed so that its four bytes are one word), A's
-zero point taken off after the sum as ``a_zero_point x`` B's constant column sums. There is no int8 tensor-core kernel
-yet. Zero points: per tensor, per output channel (a weight's), per row of A or per column of B (MatMulInteger's
+8-bit operands from memory and widens them in registers, except where the weights are constant with no zero point
+(what a QDQ model's weights are) and four steps of the sum can go together: a matmul whose B is 2-D and whose K is a
+multiple of 4 sums one ``dot4`` per four steps of k (``dp4a``: four 8-bit products from two 32-bit words, B stored
+transposed so that its four bytes are one word), A's zero point taken off after the sum as ``a_zero_point x`` B's
+constant column sums; a convolution whose channels per group are a multiple of 4 and whose x zero point is one
+constant sums one ``dot4`` per four channels of a tap (``_dot4_conv``). There is no int8 tensor-core kernel yet. Zero points: per tensor, per output channel (a weight's), per row of A or per column of B (MatMulInteger's
 1-D forms and their N-D ``[..., M, 1]`` / ``[..., 1, N]`` forms).
 """
 from __future__ import annotations
@@ -84,16 +85,40 @@ def _conv_operands(ctx, x, w, x_zp, w_zp):
   return _shifted(ctx, x, x_zp, "x", None), _shifted(ctx, w, w_zp, "w", 0)
 
 
+def _dot4_conv(ctx, x, w, x_zp, w_zp):
+  """The convolution as one dot4 per four input channels of a tap (module docstring), or None where it does not apply:
+  w a graph input or with a zero point that is not all zeros, x's zero point a graph input or not per tensor, or
+  the channels per group not a multiple of 4. The weights are stored channels-last, so a tap's four channels are one
+  word; x is padded with its zero point, so that ``x_zero_point x`` the weights' sum per output channel is what the
+  zero point adds to the sum, padding included, and is taken off after it."""
+  if isinstance(w, Tensor) or isinstance(x_zp, Tensor) or isinstance(w_zp, Tensor): return None
+  W = np.asarray(w)
+  if W.ndim < 3 or W.shape[1] % 4 or w_zp is not None and np.any(np.asarray(w_zp) != 0): return None
+  if dtype_of(x) not in EIGHT_BIT or dtype_of(w) not in EIGHT_BIT: return None     # (_shifted names the error)
+  if x_zp is not None and (np.asarray(x_zp).size != 1 or dtype_of(x_zp) != dtype_of(x)): return None
+  zx = int(np.asarray(x_zp).reshape(-1)[0]) if x_zp is not None else 0
+  acc = conv_sum(ctx, ctx.tensor(x), ctx.const(np.ascontiguousarray(np.moveaxis(W, 1, -1)), "w4"), fill=zx,
+                 packed=True)
+  if zx == 0: return acc
+  wsum = ctx.const(W.astype(np.int64).reshape(W.shape[0], -1).sum(axis=1).astype(np.int32), "wsum")
+  return ctx.compute(acc.shape, lambda n, m, *o: acc[(n, m, *o)] - const(zx, "int32") * wsum[m], "zp")
+
+
+def _conv_acc(ctx, x, w, x_zp, w_zp):
+  acc = _dot4_conv(ctx, x, w, x_zp, w_zp)
+  return acc if acc is not None else conv_sum(ctx, *_conv_operands(ctx, x, w, x_zp, w_zp))
+
+
 @op("ConvInteger", kind="data_reuse", since=10)
 def conv_integer(ctx, x, w, x_zp=None, w_zp=None):
   """ONNX ConvInteger (module docstring): the int32 convolution of the zero-point-shifted operands."""
-  return [conv_sum(ctx, *_conv_operands(ctx, x, w, x_zp, w_zp))]
+  return [_conv_acc(ctx, x, w, x_zp, w_zp)]
 
 
 @op("QLinearConv", kind="data_reuse", since=10)
 def qlinear_conv(ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None):
   """ONNX QLinearConv (module docstring): ConvInteger, the int32 bias added, requantized to y's type."""
-  acc = conv_sum(ctx, *_conv_operands(ctx, x, w, x_zp, w_zp))
+  acc = _conv_acc(ctx, x, w, x_zp, w_zp)
   out = acc.shape
   scales = (_per(ctx, x_scale, out, "x_scale", None), _per(ctx, w_scale, out, "w_scale", 1))
   bias = None
