@@ -153,8 +153,9 @@ def test_a_qdq_matmul_becomes_a_dp4a_kernel_matching_onnxruntime():
   (np.int8, np.uint8, 0, 1, {}, "rules")])
 def test_conv_integer_with_constant_weights_runs_on_dp4a(x_type, w_type, x_zp, group, attrs, schedules):
   """Constant weights with no zero point and channels per group a multiple of 4: one dp4a per four channels of a tap
-  (the weights stored channels-last, x padded with its zero point, which is taken off after the sum as x_zero_point x
-  the weights' sums); exact against onnxruntime, with pads, strides, groups and dilations."""
+  (the weights stored channels-last, x blocked by four channels and padded with its zero point, which is taken off
+  after the sum as x_zero_point x the weights' sums); exact against onnxruntime, with pads, strides, groups and
+  dilations, with the rule-based schedule and Gensor's."""
   x = rng.integers(np.iinfo(x_type).min, np.iinfo(x_type).max + 1, (1, 8, 9, 7)).astype(x_type)
   w = rng.integers(np.iinfo(w_type).min, np.iinfo(w_type).max + 1, (6, 8 // group, 3, 3)).astype(w_type)
   inits = {"w": w, **({"xz": x_type(x_zp)} if x_zp is not None else {})}
@@ -164,7 +165,8 @@ def test_conv_integer_with_constant_weights_runs_on_dp4a(x_type, w_type, x_zp, g
   got, want = cm.run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0]
   assert got.dtype == np.int32 and np.array_equal(got, want)
   signs = "".join("s" if t == np.int8 else "u" for t in (x_type, w_type))
-  assert re.search(rf"mc_dp4av?_{signs}\(", _sources(cm))
+  assert re.search(rf"mc_dp4a_{signs}\(mc_word\(", _sources(cm)) and "mc_pack4(" not in _sources(cm)   # x's four
+  # channels one word too: the padded input is blocked by four channels ([N, C / 4, H, W, 4]) in its shared tile
 
 
 def test_a_saved_dp4a_model_loads_and_runs(tmp_path):

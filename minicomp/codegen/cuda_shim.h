@@ -18,7 +18,6 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 #include <sys/mman.h>
 #if !defined(__x86_64__) || defined(MC_SIM_UCONTEXT)
 #include <ucontext.h>
@@ -419,7 +418,7 @@ inline int __any_sync(unsigned m, int p) { return mc_sim::ballot(m, p) != 0; }
 inline int __all_sync(unsigned m, int p) { return mc_sim::ballot(m, !p) == 0; }
 
 // ---- dot4 (minicomp/codegen/nvrtc.py DP4A_HEADER): dp4a as the sum it is; mc_dp4av_* is the same instruction
-inline int mc_word(const void* p) { int w; memcpy(&w, p, 4); return w; }
+inline int mc_word(const void* p) { int w; __builtin_memcpy(&w, p, 4); return w; }
 inline int mc_pack4(int a, int b, int c, int d) {
   return (int)((unsigned)(a & 255) | (unsigned)(b & 255) << 8 | (unsigned)(c & 255) << 16 | (unsigned)(d & 255) << 24);
 }

@@ -73,12 +73,14 @@ def window(ctx, in_sz: Sequence[int], kernel: Sequence[int], ceil_mode: bool = F
 
 
 def pad_stage(ctx, x: Tensor, pb: Sequence[int], ext: Sequence[int], fill, first: int = 2) -> Tensor:
-  """``x`` with dims ``first..`` padded to extents ``ext``, ``pb`` of them before the data, filled with ``fill``.
+  """``x`` with dims ``first..`` (``len(pb)`` of them; any after are kept) padded to extents ``ext``, ``pb`` of them
+  before the data, filled with ``fill``.
 
   ``x`` itself when nothing is padded. An injective stage the default schedule inlines into its reader."""
-  sp = x.shape[first:]
+  last = first + len(pb)
+  sp = x.shape[first:last]
   if all(b == 0 and e == n for b, e, n in zip(pb, ext, sp)): return x
-  shape = tuple(x.shape[:first]) + tuple(ext)
+  shape = tuple(x.shape[:first]) + tuple(ext) + tuple(x.shape[last:])
 
   def body(*i):
     conds, src = [], list(i[:first])
@@ -87,6 +89,7 @@ def pad_stage(ctx, x: Tensor, pb: Sequence[int], ext: Sequence[int], fill, first
       if b > 0: conds.append(j >= b)
       if e > b + n: conds.append(j < b + n)
       src.append(j - b if b else j)
+    src += i[last:]
     v = x[tuple(src)]
     return select(all_of(*conds), v, as_expr(fill, x.dtype)) if conds else v
   return ctx.compute(shape, body, "pad")
@@ -165,6 +168,9 @@ def conv_sum(ctx, X: Tensor, W: Tensor, fill=0, packed: bool = False) -> Tensor:
     raise ShapeError(f"{_where(ctx)}: {C} input channels, weight {tuple(W.shape)} and group={group} do not agree")
   out, pb, pe, st, dl = window(ctx, sp, ks)
   ext = [max(n + b + e, (o - 1) * s + (k - 1) * d + 1) for n, b, e, o, s, k, d in zip(sp, pb, pe, out, st, ks, dl)]
+  if packed:   # x blocked by four channels, [N, C / 4, *spatial, 4]: a shared-memory tile of it holds a tap's four
+    # channels as one word (staged from NCHW bytes; the tile's reads are then words, not four bytes packed)
+    X = ctx.compute((N, C // 4, *sp, 4), lambda n, c, *i: X[(n, 4 * c + i[-1], *i[:-1])], "blocked")
   P = pad_stage(ctx, X, pb, ext, 0.0 if X.dtype in FLOAT_DTYPES else fill)
   mpg = M // group
   steps = cpg // 4 if packed else cpg
@@ -180,8 +186,9 @@ def conv_sum(ctx, X: Tensor, W: Tensor, fill=0, packed: bool = False) -> Tensor:
   def body(n, m, *o):
     pos = [oi * s + _ix(r) * d for oi, s, r, d in zip(o, st, rk, dl)]
     taps = [_ix(r) for r in rk]
-    if packed:
-      e = dot4([P[(n, channel(m, 4 * _ix(rc) + t), *pos)] for t in range(4)],
+    if packed:   # (P's channel blocks: a group's cpg / 4 of them)
+      block = _ix(rc) if group == 1 else (m // mpg) * (cpg // 4) + _ix(rc)
+      e = dot4([P[(n, block, *pos, t)] for t in range(4)],
                [W[(m, *taps, 4 * _ix(rc) + t)] for t in range(4)])
     else:
       e = P[(n, channel(m, _ix(rc)), *pos)] * W[(m, _ix(rc), *taps)]

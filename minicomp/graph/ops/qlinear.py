@@ -89,8 +89,9 @@ def _dot4_conv(ctx, x, w, x_zp, w_zp):
   """The convolution as one dot4 per four input channels of a tap (module docstring), or None where it does not apply:
   w a graph input or with a zero point that is not all zeros, x's zero point a graph input or not per tensor, or
   the channels per group not a multiple of 4. The weights are stored channels-last, so a tap's four channels are one
-  word; x is padded with its zero point, so that ``x_zero_point x`` the weights' sum per output channel is what the
-  zero point adds to the sum, padding included, and is taken off after it."""
+  word, and x is blocked by four channels (``nn.conv_sum``: its shared-memory tile holds them as one word); x is padded
+  with its zero point, so that ``x_zero_point x`` the weights' sum per output channel is what the zero point adds to
+  the sum, padding included, and is taken off after it."""
   if isinstance(w, Tensor) or isinstance(x_zp, Tensor) or isinstance(w_zp, Tensor): return None
   W = np.asarray(w)
   if W.ndim < 3 or W.shape[1] % 4 or w_zp is not None and np.any(np.asarray(w_zp) != 0): return None
