@@ -192,3 +192,32 @@ def test_register_estimate_is_a_resource_formula(mm):
     words = sum(int(b.size.arg if hasattr(b.size, "arg") else b.size) for k in cand.program.kernels
                 for b in k.allocs if b.scope == "local")
     assert int(evaluate(reg, v)) == words
+
+
+def test_a_sketch_without_formulas_is_drawn_and_ranked_by_the_cost_model():
+  """The tensor-core sketch of a half matmul lowers only point by point (no formulas to descend on): Felix draws
+  valid points of it, scores their lowered programs with the cost model beside its descents' points, and proposes
+  the best-scored one first of that sketch; the program computes the right thing."""
+  from minicomp.search.cost_model import MLPCostModel
+  from minicomp.search.features import N_FEATURES
+  wl = W.matmul(64, 64, 64, dtype="float16")
+  task = _task(wl, "hmm")
+  tc = next(k for k, sk in enumerate(task.sketches) if "tensor_core_tiling" in sk.rules)
+  strat = FelixStrategy(seed=0, n_seeds=2, n_steps=8)
+  assert strat.objective(task, tc) is None and strat.objective(task, 1 - tc) is not None
+  rng = np.random.default_rng(0)
+  drawn = [c for c in (make_candidate(task.sketches[k], draw_values(task.sketches[k], rng),
+                                      draw_unroll(task.sketches[k], rng), TGT, k)[0] for k in (0, 1) * 16) if c]
+  model = MLPCostModel(N_FEATURES, loss="rank", seed=0, batch=128, lr=1e-3, epochs=30)
+  model.fit([strat.features(c) for c in drawn], list(rng.uniform(1e-6, 2e-6, len(drawn))), ["hmm"] * len(drawn))
+  strat._model = model
+  cands = strat.propose(task, 6, np.random.default_rng(1))
+  assert strat.stats["pointwise"] > 0 and strat.stats["random"] == 0
+  mine = [c for c in cands if c.sketch_index == tc]
+  assert mine
+  pool = [c for key, c in strat._concrete.items() if key[0] == tc]
+  scores = model.predict([strat.features(c) for c in pool])
+  assert mine[0].key == pool[int(np.argmax(scores))].key
+  ins = wl.random_inputs(5)
+  got = mc.build(mine[0].schedule, "sm_86")(*ins, device="cpu")
+  np.testing.assert_allclose(np.asarray(got, np.float32), wl.reference(*ins).astype(np.float32), rtol=2e-2, atol=2e-2)

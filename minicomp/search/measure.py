@@ -18,6 +18,7 @@ input order, ``measure_iter`` as they finish; the static model is deterministic.
 from __future__ import annotations
 
 import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool   # (a submodule that `import concurrent.futures` does not load)
 import enum
 import time
 from dataclasses import dataclass, field
@@ -157,7 +158,7 @@ class StaticMeasurer(Measurer):
     try:
       try:
         for i, inp in enumerate(inputs): futs[self.executor.submit(_static_one, inp)] = i
-      except cf.process.BrokenProcessPool:
+      except BrokenProcessPool:
         lost = sorted(set(range(len(inputs))) - set(futs.values()))
       while futs:
         done, _ = cf.wait(futs, timeout=self.timeout_s, return_when=cf.FIRST_COMPLETED)
@@ -175,7 +176,7 @@ class StaticMeasurer(Measurer):
           i = futs.pop(f)
           try:
             yield i, f.result()
-          except cf.process.BrokenProcessPool:
+          except BrokenProcessPool:
             lost.append(i)
           except WorkerLostError as e:   # a cluster executor's worker died, also on the retry
             yield i, MeasureResult(None, ErrorKind.LOST, str(e))
@@ -194,7 +195,7 @@ class StaticMeasurer(Measurer):
     for i in lost:
       try:
         r = self.executor.submit(_static_one, inputs[i]).result(timeout=self.timeout_s)
-      except cf.process.BrokenProcessPool:
+      except BrokenProcessPool:
         r = MeasureResult(None, ErrorKind.INTERNAL, "the worker process died measuring this candidate")
         self._restart(check=True)
       except cf.TimeoutError:
@@ -210,7 +211,7 @@ class StaticMeasurer(Measurer):
     if check:
       try:
         self.executor.submit(ping).result(timeout=max(60.0, self.timeout_s))
-      except (cf.process.BrokenProcessPool, cf.TimeoutError) as e:
+      except (BrokenProcessPool, cf.TimeoutError) as e:
         raise MeasureError(f"StaticMeasurer: the measuring worker processes die at start ({type(e).__name__}). "
                            f"{MAIN_GUARD_FIX}. Nothing was logged for the candidates in flight") from None
 
@@ -259,7 +260,7 @@ class GPUMeasurer(Measurer):
     if self._own: self.executor = shared_pool()     # the shared pool may have been replaced since
     try:
       futs = [self.executor.submit(build_plain, inp) for inp in inputs]
-    except (cf.process.BrokenProcessPool, RuntimeError) as e:
+    except (BrokenProcessPool, RuntimeError) as e:
       raise MeasureError(f"GPUMeasurer: the build workers cannot take work ({type(e).__name__}: {e}); if they die "
                          f"at start: {MAIN_GUARD_FIX}") from e
     try:
@@ -273,7 +274,7 @@ class GPUMeasurer(Measurer):
       built = fut.result(timeout=self.timeout_s)
     except cf.TimeoutError:
       return MeasureResult(None, ErrorKind.TIMEOUT, f"build took over {self.timeout_s} s", False)
-    except cf.process.BrokenProcessPool as e:
+    except BrokenProcessPool as e:
       raise MeasureError(f"GPUMeasurer: a build worker process died ({e}); the measurement machinery is broken. If "
                          f"the workers die at start: {MAIN_GUARD_FIX}") from e
     except Exception as e:   # any failure of one candidate is recorded (its kind, its text): the run goes on

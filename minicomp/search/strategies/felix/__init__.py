@@ -17,9 +17,11 @@ Per round for a task (Felix, ASPLOS'24, Algorithm 1; its optimiser, ``python/tvm
 4. auto-unroll is rounded by trying every step of ``UNROLL_CHOICES`` per rounded point and keeping
    the best-predicted unmeasured one (one program per point: a 5-way choice is cheaper to enumerate
    than to round, and the descent's unroll variable only steers the other variables);
-5. the points are ranked by the cost model's prediction on their (exact) formula features and taken
-   round robin over the seeds' trajectories (``_rank``); the first ``n`` that lower and pass the
-   resource checks (``make_candidate``) and were never measured are proposed (lowering them stops
+5. a sketch without formulas and without tile groups (the tensor-core sketch: a few choices) is not descended
+   on: ``POINTWISE x n`` valid points of it are drawn and lowered (``_drawn``), one more lane of the ranking;
+6. the points are ranked by the cost model's prediction on their (exact) formula features, or their lowered
+   programs' features, and taken round robin over the seeds' trajectories (``_rank``); the first ``n`` that lower
+   and pass the resource checks (``make_candidate``) and were never measured are proposed (lowering them stops
    after ``annotate.POPULATION_TIME_S``). If fewer than ``n`` are found, random valid programs fill the
    round (``sample_population``, bounded by the same time).
 
@@ -53,6 +55,7 @@ from minicomp.search.annotate import (
   draw_unroll,
   draw_values,
   factorizations,
+  make_candidate,
   sample_population,
 )
 from minicomp.search.sketch_types import Sketch
@@ -62,6 +65,7 @@ from minicomp.target import Target
 
 log = logging.getLogger("minicomp")
 _ROUND_CHUNK = 512                 # points per distance matrix when rounding (memory: chunk x options x vars)
+POINTWISE = 4                      # points drawn per proposal of a round from a sketch without formulas (_drawn)
 
 
 def round_values(sketch: Sketch, Y: np.ndarray) -> np.ndarray:
@@ -119,7 +123,7 @@ class FelixStrategy(LearnedStrategy):
     self.later_steps = max(1, self.n_steps // 4) if later_steps is None else int(later_steps)
     self.lr, self.lam, self.use_measured = float(lr), float(lam), float(use_measured)
     self.stats.update({"descents": 0, "visited": 0, "rounded": 0, "from_descent": 0, "random": 0,
-                       "rejected_after_prefilter": 0})
+                       "rejected_after_prefilter": 0, "pointwise": 0})
     self._objectives: dict[tuple[str, int], object] = {}
     self._descents: dict[str, int] = {}     # task key -> descent rounds so far
 
@@ -188,9 +192,14 @@ class FelixStrategy(LearnedStrategy):
     steps = self.n_steps if rnd == 0 else self.later_steps
     found: dict[tuple, tuple[int, dict, tuple[int, int]]] = {}     # config -> (sketch, values, (sketch, seed))
     ran = False
+    stop = time.perf_counter() + POPULATION_TIME_S      # the points of sketches without formulas are lowered
     for k, sk in enumerate(task.sketches):
       obj = self.objective(task, k)
-      if obj is None: continue
+      if obj is None:
+        if sk.tiles: continue              # (a tiled sketch without formulas: left to the random fill)
+        for v, u in self._drawn(task, k, n, rng, stop):      # its own lane: (k, -1)
+          found.setdefault((k, tuple(v[p] for p in sk.params), tuple(sorted(u.items()))), (k, v, (k, -1), u))
+        continue
       Y0, s = self._seeds(task, k, obj, rng)
       if Y0 is None: continue
       path, _ = obj.descend(Y0, self.model, steps, self.lr, self.lam, s)
@@ -200,7 +209,7 @@ class FelixStrategy(LearnedStrategy):
       self.stats["visited"] += len(pts)
       vals, first = round_points(sk, pts, task.target, obj.formulas, return_index=True)
       for v, i in zip(vals, first):
-        found.setdefault((k, tuple(v[p] for p in sk.params)), (k, v, (k, int(i) % len(Y0))))
+        found.setdefault((k, tuple(v[p] for p in sk.params)), (k, v, (k, int(i) % len(Y0)), None))
     if ran: self._descents[task.key] = rnd + 1
     self.stats["rounded"] += len(found)
     chosen: list[Candidate] = []
@@ -208,26 +217,46 @@ class FelixStrategy(LearnedStrategy):
     stop = time.perf_counter() + POPULATION_TIME_S      # each point is lowered: bound them by time too
     for p in self._rank(task, list(found.values())):
       if len(chosen) >= n or time.perf_counter() > stop: break
-      c = self._lower_new(task, p, exclude)
+      c = self._lower_new(task, p, exclude, self._concrete)
       if c is not None: chosen.append(c)
     self.stats["from_descent"] += len(chosen)
     return chosen
 
-  def _rank(self, task: TuneTask, configs: list[tuple[int, dict, tuple]]) -> list[Point]:
-    """One point per rounded config (its best-predicted unmeasured unroll choice), in measuring order:
-    round robin over the seeds' trajectories (each config belongs to the first seed that reached it),
-    best prediction first within a trajectory, trajectories in the order of their best. A single basin
-    that the model overrates then cannot take the whole round (Felix ranks all points together)."""
+  def _drawn(self, task: TuneTask, k: int, n: int, rng: np.random.Generator, stop: float) -> list[tuple[dict, dict]]:
+    """Up to ``POINTWISE x n`` valid points of sketch ``k``, which has no formulas to descend on and no tile group to
+    round (the tensor-core sketch: a few choices, ``sketch.py``), drawn at random and lowered (kept in
+    ``_concrete``; not past ``stop``): the cost model ranks them on their lowered programs' features in ``_rank``,
+    with the descents' points."""
+    sk, out, seen = task.sketches[k], [], set()
+    for _ in range(POINTWISE * n * 2):
+      if len(out) >= POINTWISE * n or time.perf_counter() > stop: break
+      p = Point(k, draw_values(sk, rng), draw_unroll(sk, rng))
+      if p.key in seen or p.key in self._measured_points: continue
+      seen.add(p.key)
+      c = self._concrete.get(p.key)
+      if c is None and check_values(sk, p.values, task.target) is None:
+        c, _ = make_candidate(sk, p.values, p.unroll, task.target, k)
+        if c is not None: self._concrete[p.key] = c
+      if c is not None: out.append((p.values, p.unroll))
+    self.stats["pointwise"] += len(out)
+    return out
+
+  def _rank(self, task: TuneTask, configs: list[tuple[int, dict, tuple, dict | None]]) -> list[Point]:
+    """One point per rounded config (its best-predicted unmeasured unroll choice; a drawn point: its own), in
+    measuring order: round robin over the seeds' trajectories (each config belongs to the first seed that reached it;
+    the drawn points of a sketch are one lane), best prediction first within a trajectory, trajectories in the order
+    of their best. A single basin that the model overrates then cannot take the whole round (Felix ranks all points
+    together)."""
     variants, owner = [], []
-    for i, (k, v, _) in enumerate(configs):
+    for i, (k, v, _, unroll) in enumerate(configs):
       sites = task.sketches[k].unroll
-      for u in (UNROLL_CHOICES if sites else (0,)):
-        p = Point(k, v, {at: int(u) for at in sites})
+      for u in ([unroll] if unroll is not None else [{at: int(u) for at in sites}
+                                                     for u in (UNROLL_CHOICES if sites else (0,))]):
+        p = Point(k, v, u)
         if p.key in self._measured_points: continue
         variants.append(p); owner.append(i)
     if not variants: return []
-    scores = np.asarray(self.model.predict(self._point_features(task, variants)), np.float64)
-    self.stats["scored"] += len(variants)
+    scores = self._scores(task, variants)     # (formula features; a sketch without formulas: its lowered points')
     best: dict[int, tuple[float, Point]] = {}
     for p, i, sc in zip(variants, owner, scores):
       if math.isfinite(sc) and (i not in best or sc > best[i][0]): best[i] = (float(sc), p)
