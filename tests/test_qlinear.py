@@ -183,3 +183,13 @@ def test_a_saved_dp4a_model_loads_and_runs(tmp_path):
   got = mc.load(tmp_path / "m").run({"x": x}, device="cpu")[0]
   assert np.array_equal(got, cm.run({"x": x}, device="cpu")[0])
   assert np.abs(got.astype(int) - run_ort(m, {"x": x})[0]).max() <= 1
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [((2, 8, 11), (5, 8, 3), {"pads": [1, 1], "strides": [2]}),
+                                                   ((1, 4, 5, 6, 4), (3, 4, 2, 3, 2), {"pads": [0, 1, 0, 1, 0, 1]})])
+def test_conv_integer_on_dp4a_in_one_and_three_dims(x_shape, w_shape, attrs):
+  x, w = _u8(*x_shape), _i8(*w_shape)
+  m = make_model([helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], **attrs)], {"x": x}, ["y"],
+                 {"w": w, "xz": np.uint8(77)})
+  cm = mc.compile(m, target="sm_86", progress=False)
+  assert np.array_equal(cm.run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0]) and "mc_dp4a" in _sources(cm)
