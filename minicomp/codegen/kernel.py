@@ -253,7 +253,8 @@ class Builds:
     if k not in self._programs:
       t0 = time.perf_counter()
       try:
-        self._programs[k] = renamed(lowered, name) if lowered is not None else lower_checked(schedule, self.target, name)
+        self._programs[k] = (renamed(lowered, name) if lowered is not None
+                             else lower_checked(schedule, self.target, name))
       finally: self.seconds["lower_emit"] += time.perf_counter() - t0
     return self._programs[k]
 

@@ -68,9 +68,9 @@ class NestBuilder:
     order = [b for b in self.in_buffers.values()] + [i.buffer for i in self.info.values()]
     params = [b for b in order if b.name in params_seen]
     n_roots = len([x for x in self.info.values() if x.st.attach.kind == "root"])
+    unroll = max((self.info[m].st.auto_unroll_max_step for m in members if m in self.info), default=0)
     return LoopKernel(kernel_name(self.name, root, n_roots), params, allocs, bindings, _dims(grid), _dims(block), body,
-                      members, max((self.info[m].st.auto_unroll_max_step for m in members if m in self.info), default=0),
-                      written={b.name for b, w in params_seen.values() if w}, root=root)
+                      members, unroll, written={b.name for b, w in params_seen.values() if w}, root=root)
 
   def _stage_stmt(self, name: str):
     """The statements of stage ``name``: its loop nest around the store (or the reduction's init, update

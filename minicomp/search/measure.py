@@ -18,7 +18,7 @@ input order, ``measure_iter`` as they finish; the static model is deterministic.
 from __future__ import annotations
 
 import concurrent.futures as cf
-from concurrent.futures.process import BrokenProcessPool   # (a submodule that `import concurrent.futures` does not load)
+from concurrent.futures.process import BrokenProcessPool   # (`import concurrent.futures` does not load it)
 import enum
 import time
 from dataclasses import dataclass, field

@@ -156,8 +156,8 @@ def conv(ctx, x, w, b=None):
 def conv_sum(ctx, X: Tensor, W: Tensor, fill=0, packed: bool = False) -> Tensor:
   """The convolution of ``X`` and ``W`` under the node's attributes, in their element type, padding with ``fill``
   (ConvInteger's operands arrive with their zero points subtracted, so 0). ``packed``: ``W`` is stored channels-last
-  (``[M, *kernel, channels per group]``, a multiple of 4 channels) and each four channels are one ``dot4`` of 8-bit
-  operands (qlinear.py)."""
+  (``[M, *kernel, channels per group]``, a multiple of 4 channels), ``X`` is read blocked by four channels, and each
+  four channels are one ``dot4`` of 8-bit operands (qlinear.py)."""
   if X.ndim < 3 or W.ndim != X.ndim:
     raise ShapeError(f"{_where(ctx)}: input rank {X.ndim} and weight rank {W.ndim} must be equal and >= 3")
   N, C, sp = X.shape[0], X.shape[1], X.shape[2:]
