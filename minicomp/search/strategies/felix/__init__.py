@@ -190,7 +190,7 @@ class FelixStrategy(LearnedStrategy):
   def _descend(self, task: TuneTask, n: int, rng: np.random.Generator, measured: set[str]) -> list[Candidate]:
     rnd = self._descents.get(task.key, 0)
     steps = self.n_steps if rnd == 0 else self.later_steps
-    found: dict[tuple, tuple[int, dict, tuple[int, int]]] = {}     # config -> (sketch, values, (sketch, seed))
+    found: dict[tuple, tuple] = {}     # config -> (sketch, values, lane: (sketch, seed), a drawn point's unroll)
     ran = False
     stop = time.perf_counter() + POPULATION_TIME_S      # the points of sketches without formulas are lowered
     for k, sk in enumerate(task.sketches):
@@ -219,6 +219,8 @@ class FelixStrategy(LearnedStrategy):
       if len(chosen) >= n or time.perf_counter() > stop: break
       c = self._lower_new(task, p, exclude, self._concrete)
       if c is not None: chosen.append(c)
+    for k, v, lane, u in found.values():     # the drawn points' programs are not kept past their round
+      if u is not None: self._concrete.pop(Point(k, v, u).key, None)
     self.stats["from_descent"] += len(chosen)
     return chosen
 
