@@ -6,7 +6,7 @@
 #
 #   OUT=/tmp/out bash benchmarks/gpu_check.sh          # islpy from .whl/ when the machine lacks it
 #
-# Steps (seconds): smoke 60, half / tensor-core tests 170, the other gpu tests 80, the hand-written tensor-core
+# Steps (seconds): smoke 60, half / tensor-core tests 170, the other gpu tests (dp4a too) 110, the hand-written tensor-core
 # matmul variants 100, mma.sync's peak 40, tensor_cores.py --gpu 110, precision.py --gpu 100, the fp16 encoder's kernels 60, ResNet-18's
 # kernels with and without the tensor cores 90, minicomp collect (fp16 matmul and conv) until 520 s have passed. On
 # an H200 (2026-11-29) the steps before the last took 235 s (the ResNet-18 one, run apart, 25 s) after a start of
@@ -49,7 +49,7 @@ print('tensor-core smoke: max |gpu - numpy| =', float(np.abs(got - want).max()),
 
 step "half and tensor-core gpu tests" 170 gputests.txt python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider -rs \
   tests/test_on_gpu_precision.py tests/test_tensor_core.py tests/test_tensorize.py
-step "other gpu tests" 80 gputests.txt python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider -rs \
+step "other gpu tests" 110 gputests.txt python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider -rs \
   tests/test_on_gpu.py tests/test_measure.py tests/test_nvrtc.py tests/test_dynamic_shared.py
 step "tensor-core matmul variants" 100 variants.txt python3 research/tc_kernel_variants.py --gpu --size 4096
 step "mma.sync peak" 40 variants.txt python3 research/mma_peak.py --gpu

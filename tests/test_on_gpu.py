@@ -77,3 +77,36 @@ def test_gpu_measured_tuning_is_no_slower_than_the_default_schedule(tmp_path):
   assert len(recs) >= 32 and all(r["is_estimate"] is False for r in recs)
   for g, w in zip(tuned.run(feeds), run_ort(model, feeds)):
     np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("a_type,b_type", [(np.int8, np.int8), (np.uint8, np.int8), (np.int8, np.uint8),
+                                           (np.uint8, np.uint8)])
+def test_dp4a_kernels_match_numpy_on_the_gpu(a_type, b_type):
+  """The dp4a helpers' PTX (nvrtc.DP4A_HEADER) on the GPU, every signedness: a word-read matmul (the pure asm) and one
+  whose A starts at an odd column (packed bytes: the volatile form), exact against numpy's int64 product."""
+  def full(t, *shape):
+    info = np.iinfo(t)
+    return np.random.default_rng(1).integers(info.min, info.max + 1, shape).astype(t)
+  M, K, N = 33, 256, 40
+  for offset in (0, 1):
+    A = mc.placeholder((M, K + offset), a_type.__name__, "A")
+    B = mc.placeholder((N, K), b_type.__name__, "B")
+    k = mc.reduce_axis(K // 4, "k")
+    C = mc.compute((M, N), lambda i, j: mc.sum(mc.dot4([A[i, offset + 4 * k + t] for t in range(4)],
+                                                      [B[j, 4 * k + t] for t in range(4)]), axis=k), "C")
+    kern = mc.build(mc.Schedule([C]), "cuda")
+    a, b = full(a_type, M, K + offset), full(b_type, N, K)
+    got = np.asarray(kern(a, b, device="gpu"))
+    assert np.array_equal(got, a[:, offset:].astype(np.int64) @ b.astype(np.int64).T), f"offset {offset}"
+    assert ("mc_dp4av_" in kern.source) == (offset == 1)
+
+
+def test_an_int8_qdq_block_on_dp4a_matches_onnxruntime_on_the_gpu(tmp_path):
+  """A ResNet basic block (64 channels, 28x28) quantized by onnxruntime's quantize_static, compiled for the GPU: its
+  QLinearConv kernels run dp4a on the input blocked by four channels; equal to onnxruntime's CPU output."""
+  from test_quantize import _quantized
+  model, feeds = zoo.residual_block(c=64, hw=28)
+  q = _quantized(model, feeds, tmp_path)
+  cm = mc.compile(q, target="cuda")
+  assert sum("mc_dp4a" in k.source for k in cm.kernels) == 2
+  assert np.array_equal(cm.run(feeds, device="gpu")[0], run_ort(q, feeds)[0])
