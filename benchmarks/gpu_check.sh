@@ -6,9 +6,10 @@
 #
 #   OUT=/tmp/out bash benchmarks/gpu_check.sh          # islpy from .whl/ when the machine lacks it
 #
-# Steps (seconds): smoke 60, half / tensor-core tests 170, the other gpu tests (dp4a too) 110, the hand-written tensor-core
-# matmul variants 100, mma.sync's peak 40, tensor_cores.py --gpu 110, precision.py --gpu 100, the fp16 encoder's kernels 60, ResNet-18's
-# kernels with and without the tensor cores 90, minicomp collect (fp16 matmul and conv) until 520 s have passed. On
+# Steps (seconds): smoke 60, half / tensor-core tests 170, the other gpu tests (dp4a too) 110, the hand-written
+# tensor-core matmul variants 100, mma.sync's peak 40, tensor_cores.py --gpu 110, precision.py --gpu 100, the fp16
+# encoder's kernels 60, ResNet-18's kernels with and without the tensor cores 90, minicomp collect (fp16 matmul and
+# conv) until 520 s have passed. On
 # an H200 (2026-11-29) the steps before the last took 235 s (the ResNet-18 one, run apart, 25 s) after a start of
 # about 30 s.
 set -u
