@@ -175,8 +175,8 @@ __device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(float f) {
 
 # The helpers of dot4 (ir/ops.py; codegen/cuda.py's _dp4a), which every arch minicomp targets has (sm_61+): a word of
 # four bytes (one 32-bit load, or four values packed) and dp4a, mc_dp4a_<a><b> with a's and b's bytes signed (s) or
-# unsigned (u). Its asm is pure, so NVVM reuses an operand's loads across the unrolled dp4a of a register tile (a
-# 4 x 8 tile of an int8 matmul: 192 shared loads; 512 with a volatile asm), except in mc_dp4av_<a><b>, which the
+# unsigned (u). Its asm is pure, so NVVM reuses an operand's loads across the unrolled dp4a of a register tile (an
+# int8 matmul's tile of 32 sums: 192 shared loads; 512 with a volatile asm), except in mc_dp4av_<a><b>, which the
 # emitter writes where an operand is packed from four byte loads into an accumulator of no register tile (nothing to
 # reuse): volatile, as NVIDIA's own __dp4a, because there NVRTC 12.9 took 3.1-3.5 s instead of 0.55 on a convolution
 # of 288 unrolled dp4a with the pure asm, for the same PTX (2026-11-30). The simulator's are in cuda_shim.h.
