@@ -150,7 +150,8 @@ def test_a_qdq_matmul_becomes_a_dp4a_kernel_matching_onnxruntime():
   (np.uint8, np.int8, 120, 1, {"pads": [1, 1, 1, 1]}, "rules"),
   (np.int8, np.int8, -5, 2, {"pads": [1, 2, 1, 0], "strides": [2, 1]}, "gensor"),
   (np.uint8, np.uint8, None, 1, {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, "gensor"),
-  (np.int8, np.uint8, 0, 1, {}, "rules")])
+  (np.int8, np.uint8, 0, 1, {}, "rules"),
+  (np.uint8, np.int8, 77, 2, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, "gensor")])
 def test_conv_integer_with_constant_weights_runs_on_dp4a(x_type, w_type, x_zp, group, attrs, schedules):
   """Constant weights with no zero point and channels per group a multiple of 4: one dp4a per four channels of a tap
   (the weights stored channels-last, x blocked by four channels and padded with its zero point, which is taken off

@@ -83,14 +83,15 @@ def test_int8_qdq_model_from_onnxruntime_static_quantization_matches_it(tmp_path
   assert np.array_equal(mc.load(cm.save(tmp_path / "saved")).run(feeds)[0], want)   # int8 weights saved as int8
 
 
-def test_int8_qdq_resnet18_equals_onnxruntime_with_every_conv_an_integer_kernel(tmp_path):
+@pytest.mark.parametrize("schedules", ["rules", "gensor"])
+def test_int8_qdq_resnet18_equals_onnxruntime_with_every_conv_an_integer_kernel(tmp_path, schedules):
   """ResNet-18's layers (width 16, 32x32: the simulator's time) through onnxruntime's pre-processing and static
   quantization: all 20 convolutions compile into QLinearConv kernels reading int8, all but the stem on dp4a, and the
   output equals onnxruntime's bit for bit."""
   from minicomp import zoo
   m, feeds = zoo.resnet18(hw=32, width=16, classes=10)
   q = _quantized(m, feeds, tmp_path, pre_process=True)
-  cm = mc.compile(q, target="sm_86", schedules="rules", progress=False)
+  cm = mc.compile(q, target="sm_86", schedules=schedules, progress=False)
   assert sum("QLinearConv" in c.ops for c in cm.calls) == 20 and not any("Conv" in c.ops for c in cm.calls)
   qconv = [c for c in cm.calls if "QLinearConv" in c.ops]
   assert all(cm.kernels[c.kernel].plan.inputs[0].dtype == "int8" for c in qconv[1:])   # the stem reads float x
