@@ -86,6 +86,15 @@ def _conv_operands(ctx, x, w, x_zp, w_zp):
   return _shifted(ctx, x, x_zp, "x", None), _shifted(ctx, w, w_zp, "w", 0)
 
 
+def _dot4_applies(x, w, x_zp, w_zp) -> bool:
+  """What dot4 needs of an integer convolution's or matmul's operands (the op adds its own shape conditions): constant
+  weights with no zero point or an all-zero one, 8-bit operands, and x's zero point (if any) of x's type. Where not,
+  the widening sum applies (and ``_shifted`` names what is wrong)."""
+  return not isinstance(w, Tensor) and not isinstance(w_zp, Tensor) \
+    and (w_zp is None or not np.any(np.asarray(w_zp) != 0)) \
+    and dtype_of(x) in EIGHT_BIT and dtype_of(w) in EIGHT_BIT and (x_zp is None or dtype_of(x_zp) == dtype_of(x))
+
+
 def _dot4_conv(ctx, x, w, x_zp, w_zp):
   """The convolution as one dot4 per four input channels of a tap (module docstring), or None where it does not apply:
   w a graph input or with a zero point that is not all zeros, x's zero point a graph input or not per tensor, or
@@ -93,11 +102,9 @@ def _dot4_conv(ctx, x, w, x_zp, w_zp):
   word, and x is blocked by four channels (``nn.conv_sum``: its shared-memory tile holds them as one word); x is padded
   with its zero point, so that ``x_zero_point x`` the weights' sum per output channel is what the zero point adds to
   the sum, padding included, and is taken off after it."""
-  if isinstance(w, Tensor) or isinstance(x_zp, Tensor) or isinstance(w_zp, Tensor): return None
+  if not _dot4_applies(x, w, x_zp, w_zp) or isinstance(x_zp, Tensor): return None
   W = np.asarray(w)
-  if W.ndim < 3 or W.shape[1] % 4 or w_zp is not None and np.any(np.asarray(w_zp) != 0): return None
-  if dtype_of(x) not in EIGHT_BIT or dtype_of(w) not in EIGHT_BIT: return None     # (_shifted names the error)
-  if x_zp is not None and (np.asarray(x_zp).size != 1 or dtype_of(x_zp) != dtype_of(x)): return None
+  if W.ndim < 3 or W.shape[1] % 4 or x_zp is not None and np.asarray(x_zp).size != 1: return None
   zx = int(np.asarray(x_zp).reshape(-1)[0]) if x_zp is not None else 0
   acc = conv_sum(ctx, ctx.tensor(x), ctx.const(np.ascontiguousarray(np.moveaxis(W, 1, -1)), "w4"), fill=zx,
                  packed=True)
@@ -133,12 +140,9 @@ def qlinear_conv(ctx, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b=None)
 def _dot4_matmul(ctx, a, b, a_zp, b_zp):
   """A @ B as one dot4 per four steps of k (module docstring), or None where it does not apply: B a graph input, not
   2-D, with a zero point that is not all zeros, K not a multiple of 4, or A a vector."""
-  if isinstance(b, Tensor) or isinstance(a_zp, Tensor) and a_zp.ndim > 1 or isinstance(b_zp, Tensor): return None
+  if not _dot4_applies(a, b, a_zp, b_zp) or isinstance(a_zp, Tensor) and a_zp.ndim > 1: return None
   B = np.asarray(b)
   if B.ndim != 2 or B.shape[0] % 4 or len(a.shape) < 2 or a.shape[-1] != B.shape[0]: return None
-  if b_zp is not None and np.any(np.asarray(b_zp) != 0): return None
-  if dtype_of(a) not in EIGHT_BIT or dtype_of(b) not in EIGHT_BIT: return None     # (_shifted names the error)
-  if a_zp is not None and dtype_of(a_zp) != dtype_of(a): return None
   A, BT = ctx.tensor(a), ctx.const(np.ascontiguousarray(B.T), "bt")
   (K, N), rest = B.shape, A.shape[:-1]
   k = ctx.reduce_axis(K // 4, "k")
