@@ -3,8 +3,8 @@
 For every task of every model below (minicomp.zoo builders at realistic sizes), on each target:
 
 - ``rules``: the static estimate of the rule-based schedule (graph/schedules.py);
-- ``gensor``: the static estimate of Gensor's construction (the best of the candidates
-  ``compile`` builds; search/strategies/gensor.py) and its construction time;
+- ``gensor``: the static estimate of Gensor's construction (the candidate ``compile`` keeps of those it
+  compares: ``compiler.rank_constructed``; search/strategies/gensor.py) and its construction time;
 - ``default``: what ``compile(trials=0)`` keeps (the faster of the two by the static model);
 - ``ansor``: the best static estimate of an Ansor search of ``--ansor-trials`` trials on that
   task alone (StaticMeasurer; ``--ansor-trials 0`` skips it; ``--ansor-per-class N`` runs it on
@@ -86,8 +86,10 @@ def main(argv=None) -> int:
 
   import minicomp as mc
   from minicomp import zoo
-  from minicomp.codegen.kernel import build
+  from minicomp.codegen.kernel import Builds, build
+  from minicomp.compiler import rank_constructed
   from minicomp.graph.schedules import default_schedule
+  from minicomp.search.sketch import generate_sketches
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import compared, construct
   from minicomp.target import as_target
@@ -107,9 +109,11 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         res = construct(t.dag, tgt, seed=args.seed)
         secs = time.perf_counter() - t0
-        gensor = math.inf
-        for c in compared(res):
-          try: gensor = min(gensor, estimate(build(c.schedule, tgt), tgt).latency_s)
+        gensor, built = math.inf, Builds(tgt)
+        for c in rank_constructed(compared(res), generate_sketches(t.dag, tgt), built, "task_kernel"):
+          try:
+            gensor = estimate(built.kernel(c.schedule, "task_kernel", c.program), tgt).latency_s
+            break
           except mc.MinicompError: pass
         rows.append({"model": mname, "task": "+".join(dict.fromkeys(t.ops))[:34], "class": task_class(t), "task_obj": t,
                      "rules": rules, "gensor": gensor, "default": min(rules, gensor), "secs": secs, "ansor": None})

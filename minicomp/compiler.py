@@ -10,6 +10,7 @@ rule-based schedule by the static model, or a tuning record. docs/architecture.m
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -79,8 +80,8 @@ RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "QLinear
 
 def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,
                tensor_cores: str = "half") -> Built:
-  """Gensor's schedule for ``task`` (the best by the full static model of the candidates
-  ``gensor.compared`` picks), or a tensor-core one (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32"
+  """Gensor's schedule for ``task`` (of the candidates ``gensor.compared`` picks, the first by :func:`rank_constructed`
+  that builds), or a tensor-core one (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32"
   or "off"), whichever the static model estimates fastest, unless the rule-based one (``rules()`` builds it)
   is faster still; for a task of :data:`RULES_NEVER_WIN` ops the rule-based
   one is not compared. Construction that fails, finds nothing valid or does not build falls back to the rules,
@@ -105,9 +106,10 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
              "; ".join(res.reasons[:3]) or "no sketch")
   options: list[Built] = []
-  for c in compared(res) if res is not None else ():
+  for c in rank_constructed(compared(res), sketches, built, name, stats, task.key) if res is not None else ():
     try:
       options.append((built.kernel(c.schedule, name, c.program), c.schedule, "gensor"))   # (lowered by construct)
+      break
     except BUILD_ERRORS as e:
       log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
   if not options and not tensor: return rules()
@@ -118,8 +120,8 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   try:
     costs = [estimate(k, tgt).latency_s for k, _, _ in options]
   except MinicompError as e:
-    log.info("task %s: the static model could not compare the schedules (%s); using Gensor's best by its "
-             "analytic model", task.key, e)
+    log.info("task %s: the static model could not compare the schedules (%s); using Gensor's first by its "
+             "ranking", task.key, e)
     return _kept(options[0], stats)
   finally:
     stats.estimate += time.perf_counter() - t1
@@ -128,6 +130,33 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
              costs[best] * 1e6, min(costs[:-1]) * 1e6)
   return _kept(options[best], stats)
+
+
+def rank_constructed(cands: list, sketches: list, built: Builds, name: str, stats: CompileStats | None = None,
+                     key: str = "") -> list:
+  """``cands`` (Gensor's compared candidates of task ``key``, the analytic model's order; ``sketches``: the list
+  their ``sketch_index`` points into) fastest first by the full static model's estimates of their ranking copies
+  (``gensor.ranking_copy``: unrolled less, built in a fraction of the time), built through ``built`` under kernel
+  name ``name``; a candidate whose copy does not build or estimate goes last, in the analytic model's order."""
+  from minicomp.search.static.estimate import estimate
+  from minicomp.search.strategies.gensor import ranking_copy
+  if len(cands) < 2: return cands
+  costs = []
+  for c in cands:
+    try:
+      copy = ranking_copy(c, sketches, built.target)
+      k = built.kernel(copy.schedule, name, copy.program) if copy is not None else None
+    except BUILD_ERRORS as e:
+      log.info("task %s: the ranking copy of a constructed schedule did not build (%s)", key, e)
+      k = None
+    t0 = time.perf_counter()
+    try: costs.append(estimate(k, built.target).latency_s if k is not None else math.inf)
+    except MinicompError as e:
+      log.info("task %s: the static model could not rank a constructed schedule (%s)", key, e)
+      costs.append(math.inf)
+    finally:
+      if stats is not None: stats.estimate += time.perf_counter() - t0
+  return [cands[i] for i in sorted(range(len(cands)), key=lambda i: costs[i])]
 
 
 # Gensor's walks over the tensor-core sketch (its analytic model lowers one program per point: PointwiseModel) are
@@ -214,7 +243,8 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
 
     from minicomp.search.workers import shared_pool
     pool = shared_pool(opts.jobs)
-    futs = {pool.submit(choose_default, b.task, target, b.name, _mode(opts)): b for b in todo}
+    futs = {pool.submit(choose_default, b.task, target, b.name, _mode(opts)): b
+            for b in sorted(todo, key=lambda b: _expected_work(b.task), reverse=True)}   # (the longest first)
     from minicomp.search.static import cache
     done: dict[int, tuple[str, str]] = {}
     for f in cf.as_completed(futs):
@@ -235,6 +265,17 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
     out.append((b, (steps, origin)))
     shown.update()
   return out
+
+
+def _expected_work(task: Task) -> tuple[int, int]:
+  """How long choosing ``task``'s schedule will take, to order the pool's work: NVVM's time, most of it, grows
+  faster than the unrolled reduction a kernel runs (the longest reduction of the task's stages, up to the
+  construction's unroll), then the flops. Ordering BERT-tiny's 11 tasks by it took its two-core schedule phase
+  from 1.4x the serial time over two to 1.0x (2026-11-30: the 512-long reduction, 40% of the work, came last)."""
+  from minicomp.search.static.analytic import UNROLL_DEFAULT
+  longest = max((math.prod(int(a.extent.arg) for a in t.reduce_axes) for t in task.dag.tensors if not t.is_placeholder),
+                default=1)
+  return min(longest, UNROLL_DEFAULT), task.flops
 
 
 def _spawn_safe() -> bool:

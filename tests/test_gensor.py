@@ -1,6 +1,7 @@
 """Gensor's construction (search/strategies/gensor.py) and the analytic model it walks with
 (search/static/analytic.py): constructed kernels are right (simulator vs numpy / onnxruntime),
 valid for every target, deterministic, and never estimated slower than the rule-based ones."""
+import json
 import logging
 
 import numpy as np
@@ -17,6 +18,7 @@ from minicomp.search.annotate import concretize, sample
 from minicomp.search.sketch import generate_sketches
 from minicomp.search.static.analytic import SketchModel
 from minicomp.search.static.estimate import estimate
+import minicomp.search.strategies.gensor as G
 from minicomp.search.strategies.gensor import LEVELS, SketchWalker, construct, unroll_of
 from minicomp.target import as_target
 from onnx_harness import make_model, run_ort
@@ -207,6 +209,48 @@ def test_compile_lowers_a_compared_candidate_once(monkeypatch):
   monkeypatch.setattr(K, "lower_checked", lambda sched, *a, **k: lowered.append(sched) or real(sched, *a, **k))
   cm = mc.compile(zoo.residual_block()[0], target="sm_86", jobs=1, progress=False)
   assert cm.stats.constructed == len(cm.tasks) == 2 and lowered == []
+
+
+def _unroll_values(schedule) -> list[int]:
+  return [s["value"] for s in json.loads(schedule.to_json()) if s.get("pragma") == "auto_unroll_max_step"]
+
+
+def test_a_ranking_copy_is_the_candidate_unrolled_less():
+  """Same tiles, threads and vectors, every auto_unroll_max_step capped at RANK_UNROLL, and numpy's result."""
+  wl = W.conv2d(1, 32, 12, 12, 16, 3, 1, 1)
+  dag, tgt = ComputeDAG(wl.outputs), as_target("sm_86")
+  sks = generate_sketches(dag, tgt)
+  c = construct(dag, tgt, seed=0, sketches=sks).candidates[0]
+  assert max(_unroll_values(c.schedule)) > G.RANK_UNROLL      # (the construction unrolls 512 steps)
+  copy = G.ranking_copy(c, sks, tgt)
+  assert copy.values == c.values and copy.sketch_index == c.sketch_index
+  assert _unroll_values(copy.schedule) == [min(v, G.RANK_UNROLL) for v in _unroll_values(c.schedule)]
+  ins = wl.random_inputs(1)
+  np.testing.assert_allclose(build(copy.schedule, tgt)(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)
+  few = c.__class__(c.schedule, c.values, c.sketch_index, {k: 16 for k in c.unroll}, c.program)
+  assert G.ranking_copy(few, sks, tgt) is few                     # nothing above the cap: itself
+
+
+def test_compile_builds_one_full_program_per_constructed_task(monkeypatch):
+  """The compared candidates are ranked on their copies; only the first is built with its full unroll, and it is
+  the one the copies' estimates put first (ties: the analytic model's order)."""
+  import minicomp.codegen.kernel as K
+  from minicomp.compiler import choose_default
+  full: list[str] = []
+  real = K.Builds.kernel
+  def spy(self, schedule, name, lowered=None):
+    if max(_unroll_values(schedule), default=0) > G.RANK_UNROLL: full.append(schedule.to_json())
+    return real(self, schedule, name, lowered)
+  monkeypatch.setattr(K.Builds, "kernel", spy)
+  tgt = as_target("sm_86")
+  task = mc.compile(zoo.residual_block(c=32, hw=28)[0], target=tgt, schedules="rules").tasks[0]
+  steps, origin, _, _ = choose_default(task, tgt, "task0", "gensor")
+  assert origin == "gensor" and full == [steps]
+  sks = generate_sketches(task.dag, tgt)
+  cands = G.compared(construct(task.dag, tgt, seed=G.CONSTRUCT_SEED, sketches=sks, keep=G.COMPARE))
+  assert len(cands) > 1                                           # (a task whose choice is a ranking)
+  costs = [estimate(build(G.ranking_copy(c, sks, tgt).schedule, tgt), tgt).latency_s for c in cands]
+  assert steps == cands[costs.index(min(costs))].schedule.to_json()
 
 
 def test_fallback_to_the_rules_is_logged(caplog, monkeypatch):

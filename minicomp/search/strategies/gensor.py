@@ -77,12 +77,20 @@ KEEP = 4                    # valid candidates construct() returns per task
 LOWER_TRIES = 16            # distinct best states lowered exactly, at most, to find them
 # what compile(trials=0) does with a construction (compiler._construct): from a fixed seed (a task's default
 # depends on the task and the target only, so the default records of a tuning log stay valid across tuning
-# seeds), it builds the first COMPARE candidates the analytic model puts within TIE of its best -- the ones it
+# seeds), it takes the first COMPARE candidates the analytic model puts within TIE of its best -- the ones it
 # cannot separate (research/compile_choice.py: on 118 tasks no candidate further away was ever the full static
-# model's choice) -- and keeps the best by the full static model (or the rule-based schedule)
+# model's choice) --, ranks them by the full static model on their ranking copies (ranking_copy), builds the
+# first and keeps it unless a tensor-core or the rule-based schedule is estimated faster
 CONSTRUCT_SEED = 0
 COMPARE = 3
 TIE = 0.05
+# The ranking copies' unroll cap. NVVM's time grows faster than the unrolled body (NVRTC 12.9, one fp32 FMA
+# chain over shared memory: 0.11 s at 128 steps, 0.29 at 256, 0.87 at 512), and the construction unrolls 512
+# steps (UNROLL_DEFAULT). On 2026-11-30 (sm_86, 64x64 ResNet-18 / MobileNetV2, BERT-tiny; h100 ResNet-18: 55
+# tasks with 2-3 candidates; research/README.md) the copies at 128 steps picked the full model's choice on 43,
+# cost 0.1-0.4% of the model's estimate where they did not, against 0.6-3.6% for keeping the analytic model's
+# first, and were built and estimated in about a sixth of the time the full programs took.
+RANK_UNROLL = 128
 
 
 @dataclass(frozen=True)
@@ -341,8 +349,18 @@ def _sizes(walker: SketchWalker, values: dict) -> str:
 
 
 def compared(res: Construction) -> list[Candidate]:
-  """The candidates of ``res`` that ``compile`` builds and compares with the full static model (above)."""
+  """The candidates of ``res`` that ``compile`` compares with the full static model (above)."""
   return [c for c, cost in zip(res.candidates[:COMPARE], res.costs) if cost <= res.costs[0] * (1 + TIE)]
+
+
+def ranking_copy(c: Candidate, sketches: list[Sketch], target: Target) -> Candidate | None:
+  """``c`` with every ``auto_unroll_max_step`` capped at :data:`RANK_UNROLL` (``c`` itself where none is above
+  it; ``sketches``: the list ``c.sketch_index`` points into): the same tiles, threads and vectors, and a
+  program NVRTC builds in a fraction of the time. None where the copy is not valid."""
+  if all(v <= RANK_UNROLL for v in c.unroll.values()): return c
+  copy, _ = make_candidate(sketches[c.sketch_index], c.values, {k: min(v, RANK_UNROLL) for k, v in c.unroll.items()},
+                           target, c.sketch_index)
+  return copy
 
 
 class GensorStrategy(Strategy):
