@@ -337,6 +337,14 @@ def walk(e: Expr, skip=None):
     stack.extend((s, False) for s in reversed(n.src))
 
 
+_FREE_VARS: "weakref.WeakKeyDictionary[Expr, frozenset]" = weakref.WeakKeyDictionary()
+
+
 def free_vars(e: Expr) -> set[str]:
-  """Names of the variables in ``e``."""
-  return {n.arg for n in walk(e) if n.op is Op.VAR}
+  """Names of the variables in ``e`` (remembered per node while it lives: nodes are immutable and interned, and
+  lowering and the analytic model ask again and again about the same indices)."""
+  got = _FREE_VARS.get(e)
+  if got is None:
+    got = frozenset(n.arg for n in walk(e) if n.op is Op.VAR)
+    with _INTERN_LOCK: _FREE_VARS[e] = got
+  return set(got)

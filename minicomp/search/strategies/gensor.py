@@ -86,10 +86,10 @@ COMPARE = 3
 TIE = 0.05
 # The ranking copies' unroll cap. NVVM's time grows faster than the unrolled body (NVRTC 12.9, one fp32 FMA
 # chain over shared memory: 0.11 s at 128 steps, 0.29 at 256, 0.87 at 512), and the construction unrolls 512
-# steps (UNROLL_DEFAULT). On 2026-11-30 (sm_86, 64x64 ResNet-18 / MobileNetV2, BERT-tiny; h100 ResNet-18: 55
-# tasks with 2-3 candidates; research/README.md) the copies at 128 steps picked the full model's choice on 43,
-# cost 0.1-0.4% of the model's estimate where they did not, against 0.6-3.6% for keeping the analytic model's
-# first, and were built and estimated in about a sixth of the time the full programs took.
+# steps (UNROLL_DEFAULT). On 88 tasks with 2-3 candidates (64x64 ResNet-18 and MobileNetV2, BERT-tiny; sm_86 and
+# h100; research/compile_ranking.py, 2026-11-30) the copies at 128 steps ranked first the full programs' best on
+# 80; what they kept instead cost at most 0.4% of a model's total estimate, where keeping the analytic model's
+# first cost up to 3.0% (64 steps: 74 of 88; 256: 82, at twice NVVM's time)
 RANK_UNROLL = 128
 
 
