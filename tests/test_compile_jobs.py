@@ -36,3 +36,13 @@ def test_a_compile_says_one_line_by_default(capsys):
   assert len(err) == 1 and err[0].startswith("[minicomp] compiled ") and " s: " in err[0] and "kernels" in err[0]
   mc.compile(model, target="sm_86", jobs=1, progress=False)
   assert capsys.readouterr().err == ""
+
+
+def test_the_pool_takes_the_longest_tasks_first():
+  """Matmuls before rows and elementwise tasks, the 512-long reduction (BERT's second FFN matmul) first of all."""
+  from minicomp.compiler import _expected_work
+  cm = mc.compile(zoo.bert_tiny(s=32)[0], target="sm_86", schedules="rules")
+  order = sorted(cm.tasks, key=_expected_work, reverse=True)
+  heavy = [t for t in order if {"MatMul", "Gemm"} & set(t.ops)]
+  assert order[:len(heavy)] == heavy and len(heavy) < len(order)
+  assert max(int(a.extent.arg) for x in order[0].dag.tensors for a in getattr(x, "reduce_axes", ())) == 512
