@@ -43,8 +43,8 @@ def elementwise(n=1024, threads=64, vec=None):
 
 
 def test_names_and_length():
-  assert len(NAMES) == N_FEATURES == 164 and len(set(NAMES)) == N_FEATURES
-  assert NAMES[57] == "B0.acc_type.kRead" and NAMES[-1] == "auto_unroll_max_step"
+  assert len(NAMES) == N_FEATURES == 165 and len(set(NAMES)) == N_FEATURES
+  assert NAMES[57] == "B0.acc_type.kRead" and NAMES[-2:] == ["auto_unroll_max_step", "tensor_mma"]
 
 
 def test_elementwise_hand_computed():
@@ -185,3 +185,22 @@ def test_symbolic_features_equal_concrete(make):
     conc = extract_features(s.substitute(vals).lower())
     np.testing.assert_array_equal(evaluate_features(rows, vals), conc, err_msg=str(vals))
   assert len(seen) >= 15
+
+
+@pytest.mark.parametrize("dtype,tf32,k_step", [("float16", False, 16), ("bfloat16", False, 16), ("float32", True, 8)])
+def test_tensor_mma_counts_the_mma_sync_a_tensor_core_program_issues(dtype, tf32, k_step):
+  """The column is the mma.sync count over the kernel's threads: a warp's m16n8k16 (m16n8k8 for tf32) covers
+  16 x 8 x k_step multiply-adds, so M N K / (16 * 8 * k_step) per warp-instruction, 32 lanes each; 0 elsewhere."""
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  col = feature_names().index("tensor_mma")
+  M, N, K = 128, 64, 256
+  wl = W.matmul(M, N, K, dtype=dtype)
+  scheds = tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("sm_86"), tf32=tf32)
+  assert scheds
+  for s in scheds:
+    f = extract_features(s.lower())
+    mma = f[:, col]
+    assert (mma > 0).sum() == 1                     # the store inside the Mma; fetches and the epilogue: 0
+    np.testing.assert_allclose(2.0 ** mma.max() - 1, 32 * M * N * K / (16 * 8 * k_step), rtol=1e-5)
+  assert (extract_features(mm_tiled_shared(W.matmul(64, 64, 32)).lower())[:, col] == 0).all()

@@ -83,7 +83,7 @@ def test_bad_data_raises_a_cost_model_error(tmp_path):
   (tmp_path / "junk.npz").write_bytes(b"not a zip")
   with pytest.raises(CostModelError, match="not a minicomp pre-training file"): PretrainData.load(tmp_path / "junk.npz")
   d = shipped().without(*[t for t in B.tasks() if t != "softmax"])
-  with pytest.raises(CostModelError, match="164 features per row, the cost model expects 80"): d.rows(80)
+  with pytest.raises(CostModelError, match="165 features per row, the cost model expects 80"): d.rows(80)
   with pytest.raises(CostModelError, match="4 feature matrices but 3 costs"):
     PretrainData(d.features[:4], d.costs[:3], d.tasks[:4], d.steps[:4])
   with pytest.raises(CostModelError, match="expected None, True"): resolve(3)

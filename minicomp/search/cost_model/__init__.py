@@ -18,7 +18,7 @@ so ``import minicomp`` stays fast.
 
 Example::
 
-    model = MLPCostModel(n_features=164)
+    model = MLPCostModel(n_features=165)
     model.update(programs, costs, task_ids)      # after each measurement round: retrains on all data
     scores = model.predict(candidate_programs)   # higher = predicted faster; -inf for empty programs
 """
@@ -129,7 +129,7 @@ class MLPCostModel:
 
   Parameters
   ----------
-  n_features : width F of a feature row (164 for Ansor's features).
+  n_features : width F of a feature row (``features.N_FEATURES``: 165, Ansor's 164 and ``tensor_mma``).
   hidden : width of the two hidden layers.
   loss : ``"weighted_mse"`` (Ansor) or ``"rank"`` (RankNet pairwise loss within a task).
   seed : seeds the init (jax PRNG), the shuffles and validation split (numpy Generator) and the

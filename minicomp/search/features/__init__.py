@@ -31,7 +31,7 @@ from minicomp.search.features.memory import (BUF_FEATURE_NAMES, CACHE_LINE, N_BU
 from minicomp.search.features.sites import Site, SiteLoop, add_regions, kernel_loop_vars, nontrivial, store_sites
 
 MAX_N_BUFS = 5
-N_FEATURES = 57 + N_BUF_FEATURES * MAX_N_BUFS + N_CURVE + 4 + 3   # 164, as Ansor with 5 buffers
+N_FEATURES = 57 + N_BUF_FEATURES * MAX_N_BUFS + N_CURVE + 4 + 3 + 1   # 165: Ansor's 164 (5 buffers) + tensor_mma
 _POS = ("kPosNone", "kPosInnerSpatial", "kPosMiddleSpatial", "kPosOuterSpatial", "kPosInnerReduce", "kPosMiddleReduce",
         "kPosOuterReduce", "kPosMixed")
 _OP_KINDS = ("mad", "addsub", "mul", "divmod", "cmp", "math_func", "other_func")
@@ -49,7 +49,7 @@ def feature_names() -> list[str]:
   out += [f"B{b}.{n}" for b in range(MAX_N_BUFS) for n in BUF_FEATURE_NAMES]
   out += [f"arith_intensity_curve_{i}" for i in range(N_CURVE)]
   return out + ["alloc_size", "alloc_prod", "alloc_outer_prod", "alloc_inner_prod", "outer_prod", "num_loops",
-                "auto_unroll_max_step"]
+                "auto_unroll_max_step", "tensor_mma"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,6 +127,13 @@ def _row(sites: list[Site], j: int, loop_vars: set[str], alloc_at: dict[str, int
   for lp in s.loops:
     num_loops = add(num_loops, 1.0 if lp.kind == "launch" else onehot(nontrivial(lp)))
   row += [slog(outer_prod), slog(num_loops), slog(fl(float(unroll_max)))]
+  # tensor_mma (not Ansor's): the mma.sync a tensor-core store's Mma issues, over the loops around it (its scalar
+  # body's multiply-adds are counted above as Ansor counts any: they run on the tensor pipe instead)
+  mma = fl(0.0)
+  if s.mma_loops is not None:
+    mma = fl(1.0)
+    for lp in s.loops[:s.mma_loops]: mma = mul(mma, lp.ext)
+  row.append(slog(mma))
   assert len(row) == N_FEATURES, len(row)
   return row
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from minicomp.ir.arith import add, fl, fmax, fmin, gt, imin, make, num, sub
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, cast, const, free_vars, var, walk
-from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, LoopKernel, Store, walk_scoped
+from minicomp.ir.loop import Buffer, CrossThreadReduce, For, If, LoopKernel, Mma, Store, walk_scoped
 from minicomp.ir.ops import INT_DTYPES, Op
 from minicomp.ir.rewrite import fold, map_loads, substitute
 from minicomp.ir.simplify import simplify
@@ -46,6 +46,7 @@ class Site:
   regions: dict[str, list[Expr]] = field(default_factory=dict)   # name -> elements touched as loops l.. sweep
   origin: dict[str, list[Expr]] = field(default_factory=dict)    # name -> each index at all loops 0
   fvs: dict[str, list[set[str]]] = field(default_factory=dict)   # name -> free variables of each index
+  mma_loops: int | None = None     # inside a tensor-core Mma: how many of ``loops`` enclose the Mma (its issues)
 
 
 def nontrivial(lp: SiteLoop) -> Expr:
@@ -229,7 +230,7 @@ def store_sites(k: LoopKernel) -> list[Site]:
   tags = [t for t in _FAKE_ORDER if any(t == b for _, b in k.bindings)]
   out: list[Site] = []
 
-  def site(loops, conds, buf, index, value):
+  def site(loops, conds, buf, index, value, mma):
     ext = {t: num(launch[t], "int32") for t in tags}
     loop_vars = {lp.var for lp in loops} | set(tags)
     for c in conds:   # a guard `threadIdx.x * 2 + v < X` runs the store on fewer threads of the launch dimension
@@ -237,7 +238,7 @@ def store_sites(k: LoopKernel) -> list[Site]:
         for t in tags:
           ext[t] = _narrow(ext[t], g, t, loop_vars)
     fake = [SiteLoop(("launch", t), t, ext[t], "launch") for t in tags]
-    s = Site(k, fake + loops, buf, value)
+    s = Site(k, fake + loops, buf, value, mma_loops=None if mma is None else len(fake) + mma)
     s.acc[buf.name] = (buf, "W", [_positions(substitute(index, rename))])
     for n in walk(value):   # the index tensors of a gather are read accesses too (walk yields inner LOADs)
       if n.op is Op.LOAD:
@@ -246,19 +247,20 @@ def store_sites(k: LoopKernel) -> list[Site]:
     out.append(s)
 
   def into(st, ctx):
-    loops, conds = ctx
+    loops, conds, mma = ctx
     if isinstance(st, For):   # the pragma's unrolling is a later pass in TVM: features see it in one column only
-      return loops + [SiteLoop(id(st), st.var, st.extent, "serial" if st.pragma_unroll else st.kind)], conds
-    if isinstance(st, If): return loops, conds + [_positions(substitute(st.cond, rename))]
+      return loops + [SiteLoop(id(st), st.var, st.extent, "serial" if st.pragma_unroll else st.kind)], conds, mma
+    if isinstance(st, If): return loops, conds + [_positions(substitute(st.cond, rename))], mma
+    if isinstance(st, Mma): return loops, conds, len(loops)   # (its body: the scalar loops of one mma.sync)
     return ctx
 
-  for st, (loops, conds) in walk_scoped(k.body, ([], []), into):
-    if isinstance(st, Store): site(loops, conds, st.buffer, st.index, st.value)
+  for st, (loops, conds, mma) in walk_scoped(k.body, ([], [], None), into):
+    if isinstance(st, Store): site(loops, conds, st.buffer, st.index, st.value, mma)
     elif isinstance(st, CrossThreadReduce):
       # every thread of the reduction combines once (the shuffle / tree steps), then the total is stored
       v = Expr.make(_COMBINE[st.combiner], st.value.dtype, (st.value, st.value))
       if st.init is not None: v = Expr.make(_COMBINE[st.combiner], v.dtype, (st.init, v))
-      site(loops, conds, st.dst, st.index, v)
+      site(loops, conds, st.dst, st.index, v, mma)
   return out
 
 
