@@ -360,8 +360,8 @@ class SpyStrategy(RandomStrategy):
 
 def test_tuning_starts_where_the_default_is(tmp_path):
   """The first round of a task hands its default (Gensor's, measured already) to the strategy as a measured
-  program, not a trial, and measures Gensor's constructed programs that compile did not compare ahead of the
-  strategy's own; tasks whose default takes longest go first."""
+  program, not a trial, and measures Gensor's other constructed programs (those compile compared with the default
+  first) ahead of the strategy's own; tasks whose default takes longest go first."""
   from minicomp.search.records import canonical_steps
   from minicomp.search.strategies.gensor import CONSTRUCT_SEED, compared, construct
   m, _ = zoo.residual_block()
@@ -380,7 +380,7 @@ def test_tuning_starts_where_the_default_is(tmp_path):
     res = construct(t.dag, "sm_86", seed=CONSTRUCT_SEED)
     default = canonical_steps(defaults[t.key].steps_json)
     gensor = [c for c in res.candidates if canonical_steps(c.key) != default]
-    starts = [c.key for c in gensor if c not in compared(res)] + [c.key for c in gensor if c in compared(res)]
+    starts = [c.key for c in gensor if c in compared(res)] + [c.key for c in gensor if c not in compared(res)]
     mine = [r.steps_json for r in trials if r.workload_key == t.key]
     assert [canonical_steps(s) for s in mine[:len(starts)]] == [canonical_steps(s) for s in starts[:3]][:len(mine)]
     assert default not in {canonical_steps(s) for s in mine}   # the default is never a trial

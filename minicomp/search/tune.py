@@ -228,8 +228,8 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
 def _start_at_defaults(tasks: list[TuneTask], defaults: dict[str, str], progress: bool) -> None:
   """Where each task's search starts: Gensor's construction as ``compile`` made it (same seed, so the same
   candidates). The default among them is a seed (measured: its cost goes to the strategy); the others are
-  the first round's start programs, those ``compile`` did not compare first (under the static model the
-  compared ones lost to the default; on a GPU they may not, so they follow)."""
+  the first round's start programs, first those ``compile`` compared with it (it ranked them on copies unrolled
+  less, ``gensor.ranking_copy``: built in full they may be faster, as they may on a GPU), then the rest."""
   from minicomp.errors import MinicompError
   from minicomp.progress import bar, check_interrupt
   from minicomp.search.records import canonical_steps
@@ -244,13 +244,13 @@ def _start_at_defaults(tasks: list[TuneTask], defaults: dict[str, str], progress
         res = None
       if res is not None:
         want, seen = canonical_steps(defaults[t.key]) if t.key in defaults else None, {c.key for c in compared(res)}
-        first, later = [], []
+        compared_first, rest = [], []
         for c in res.candidates:
           if canonical_steps(c.key) == want:
             if math.isfinite(t.default_cost): t.seeds.append((c, t.default_cost))
           else:
-            (later if c.key in seen else first).append(c)
-        t.starts = first + later
+            (compared_first if c.key in seen else rest).append(c)
+        t.starts = compared_first + rest
       shown.update()
 
 
