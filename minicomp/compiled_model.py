@@ -264,16 +264,18 @@ class CompiledModel:
     ``device``: a named device or an arch (default: the compile target's device). ``progress``:
     a bar over the distinct kernels on stderr."""
     from minicomp.progress import bar
-    from minicomp.search.static.estimate import estimate
+    from minicomp.search.static.estimate import analyse, estimate
     tgt = as_target(device) if device is not None else self.target
-    per_kernel = {}
-    with bar(len({c.kernel for c in self.calls}), f"[minicomp] estimate on {tgt.device.name}", progress,
-             unit="kernel") as shown:
+    per_kernel, counted = {}, set()
+    used = sorted({c.kernel for c in self.calls})
+    with bar(len(used), f"[minicomp] estimate on {tgt.device.name}", progress, unit="kernel") as shown:
+      analyse([self.kernels[k] for k in used], tgt.device,                        # (over the cores first)
+              on_done=lambda k: (counted.add(id(k)), shown.update()))
       for c in self.calls:
         if c.kernel not in per_kernel:
           shown.set_postfix_str("+".join(c.ops)[:40], refresh=False)
           per_kernel[c.kernel] = estimate(self.kernels[c.kernel], tgt)
-          shown.update()
+          if id(self.kernels[c.kernel]) not in counted: shown.update()
     calls = [(c, per_kernel[c.kernel]) for c in self.calls]
     return ModelEstimate(tgt.device.name, calls, model=calls[0][1].model if calls else "static model")
 

@@ -238,7 +238,8 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
     stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
     stats.tensor_cores += s.tensor_cores
     built.seconds["lower_emit"] += s.build; built.seconds["nvrtc"] += s.nvrtc     # (a worker's builds; 0 here)
-  if opts.jobs > 1 and len(todo) > 1 and _spawn_safe():
+  from minicomp.search.workers import spawn_safe
+  if opts.jobs > 1 and len(todo) > 1 and spawn_safe("choosing schedules"):
     import concurrent.futures as cf
 
     from minicomp.search.workers import shared_pool
@@ -278,23 +279,6 @@ def _expected_work(task: Task) -> tuple[bool, int, int]:
   longest = max((math.prod(int(a.extent.arg) for a in t.reduce_axes) for t in task.dag.tensors if not t.is_placeholder),
                 default=1)
   return bool(set(task.ops) & RULES_NEVER_WIN), min(longest, UNROLL_DEFAULT), task.flops
-
-
-def _spawn_safe() -> bool:
-  """Can worker processes start here? They re-import the main script: one whose compile is not under
-  ``if __name__ == "__main__":`` would compile again in every worker (which cannot start processes)."""
-  import sys
-  main = sys.modules.get("__main__")
-  path = getattr(main, "__file__", None)
-  if path is None or getattr(main, "__spec__", None) is not None: return True   # interactive, -c, or -m
-  try:
-    text = Path(path).read_text(errors="replace")
-  except OSError:
-    return False
-  if "__name__" in text and "__main__" in text: return True
-  log.info("choosing schedules in this process: the script %s has no `if __name__ == \"__main__\":` guard, "
-           "which worker processes need (they re-import it)", path)
-  return False
 
 
 _TENSOR_CORES = {"gensor": "half", "gensor+tf32": "tf32", "gensor-fp32-pipes": "off"}   # Gensor's modes (_mode)
@@ -499,11 +483,10 @@ def link_model(st: CompileState) -> CompileState:
 
 def _jobs(jobs: int | None) -> int:
   """``jobs``, else ``$MINICOMP_JOBS``, else the cores; a CompileError for anything but a positive int."""
-  import os
+  from minicomp.search.workers import default_jobs
   if jobs is None:
-    raw = os.environ.get("MINICOMP_JOBS", "").strip()
-    try: jobs = int(raw) if raw else (os.cpu_count() or 1)
-    except ValueError: raise CompileError(f"MINICOMP_JOBS={raw!r} is not a number of processes") from None
+    try: jobs = default_jobs()
+    except ValueError as e: raise CompileError(str(e)) from None
   if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
     raise CompileError(f"jobs must be a positive int, got {jobs!r}")
   return jobs

@@ -156,6 +156,8 @@ def _write(model, d: Path) -> None:
     (d / rel).write_bytes(data)
     files[rel] = sha256(data)
   kernels = []
+  from minicomp.search.static.estimate import analyse
+  analyse(model.kernels, model.target.device)   # (the static facts below, over the cores)
   for k, kern in enumerate(model.kernels):
     b = kern.binary
     for suffix, data in zip(SUFFIXES, (kern.source.encode(), b.ptx.encode(), bytes(b.cubin), b.log.encode())):

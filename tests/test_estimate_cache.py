@@ -39,3 +39,20 @@ def test_the_cache_is_bounded(monkeypatch):
   assert len(cache._facts) == 2
   estimate(_kernel(4), "h100")                            # the oldest was dropped
   assert cache.stats["misses"] == 4
+
+
+def test_analyse_fills_the_cache_in_workers_with_the_facts_of_this_process():
+  """A whole model's estimate and save analyse their kernels over the cores first (estimate.analyse): the facts
+  the workers send back equal this process's own, and estimate() then reads them from the cache."""
+  from minicomp.search.static.estimate import analyse, launch_facts
+  ks = [_kernel(t) for t in (4, 8, 16)]
+  dev = mc.Target("h100").device
+  cache.clear()
+  analyse(ks, dev, jobs=2)
+  assert all(cache.peek(cache.key(k, dev)) is not None for k in ks)
+  sent = [tuple(cache.peek(cache.key(k, dev))) for k in ks]
+  cache.clear()
+  assert sent == [tuple(launch_facts(k, dev)) for k in ks]
+  cache.clear()
+  analyse(ks[:1], dev, jobs=2)                            # one kernel: analysed where it is asked for, not here
+  assert cache.peek(cache.key(ks[0], dev)) is None

@@ -32,6 +32,32 @@ _pools: dict[int, tuple[tuple, cf.ProcessPoolExecutor]] = {}    # workers -> (wh
 _lock = threading.Lock()
 
 
+def default_jobs() -> int:
+  """Processes to run at once where the caller names none: ``$MINICOMP_JOBS``, else one per core (ValueError
+  naming the variable when it is not a number)."""
+  raw = os.environ.get("MINICOMP_JOBS", "").strip()
+  try: return int(raw) if raw else (os.cpu_count() or 1)
+  except ValueError: raise ValueError(f"MINICOMP_JOBS={raw!r} is not a number of processes") from None
+
+
+def spawn_safe(doing: str = "working") -> bool:
+  """Can worker processes start here? They re-import the main script: one whose work is not under
+  ``if __name__ == "__main__":`` would run again in every worker (which cannot start processes). ``doing`` names
+  what then stays in this process, in the log line."""
+  main = sys.modules.get("__main__")
+  path = getattr(main, "__file__", None)
+  if path is None or getattr(main, "__spec__", None) is not None: return True   # interactive, -c, or -m
+  try:
+    with open(path, errors="replace") as f: text = f.read()
+  except OSError:
+    return False
+  if "__name__" in text and "__main__" in text: return True
+  import logging
+  logging.getLogger("minicomp").info("%s in this process: the script %s has no `if __name__ == \"__main__\":` "
+                                     "guard, which worker processes need (they re-import it)", doing, path)
+  return False
+
+
 def process_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
   """A new local pool of ``workers`` spawn workers (default one per core), not shared."""
   return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=_QuietSpawn(),

@@ -75,6 +75,40 @@ def launch_facts(kernel, dev) -> list[LaunchFacts]:
   return out
 
 
+def analyse(kernels, dev, jobs: int | None = None, on_done=None) -> None:
+  """Put in :mod:`.cache` the analyses of the ``kernels`` it lacks on device ``dev``, in ``jobs`` worker processes of
+  the shared pool at once (default ``$MINICOMP_JOBS``, else one per core), so that a whole model's estimate or save,
+  which read the cache after, pays them over the cores instead of one after another (0.05-0.2 s a kernel). Nothing
+  where fewer than two kernels lack one, with one job, or where the main script cannot be re-imported; a kernel
+  the model cannot analyse is left for the caller's own :func:`launch_facts` to say so. ``on_done(kernel)`` is
+  called for each kernel analysed here (a progress bar)."""
+  from minicomp.search import workers
+  from minicomp.search.static import cache
+  todo = {}
+  for k in kernels:
+    if k.program is not None and cache.peek(ck := cache.key(k, dev)) is None: todo.setdefault(ck, k)
+  try: n = jobs or workers.default_jobs()
+  except ValueError: n = 1
+  if n < 2 or len(todo) < 2 or not workers.spawn_safe("analysing kernels"): return
+  import concurrent.futures as cf
+  pool = workers.shared_pool(n)
+  futs = {pool.submit(_launch_facts_of, (k.program, k.plan, k.binary, k.source, k.target), dev): ck
+          for ck, k in todo.items()}
+  for f in cf.as_completed(futs):
+    try: cache.put(futs[f], tuple(f.result()))
+    except Exception:  # noqa: BLE001 -- (a worker's failure: the caller analyses that kernel itself, and says why)
+      continue
+    if on_done is not None: on_done(todo[futs[f]])
+
+
+def _launch_facts_of(parts: tuple, dev) -> list[LaunchFacts]:
+  """:func:`launch_facts` in a worker, of a kernel sent as its parts (a Kernel holds a lock: not picklable)."""
+  from types import SimpleNamespace
+  program, plan, binary, source, target = parts
+  return launch_facts(SimpleNamespace(program=program, plan=plan, binary=binary, source=source, target=target,
+                                      saved_facts=None), dev)
+
+
 def _spill_traffic(prof, res) -> float:
   """Bytes of register-spill traffic per thread: ptxas's spill stores + loads (bytes in the code),
   each run as often as the average PTX instruction (dynamic / static instruction counts)."""
