@@ -91,10 +91,14 @@ def analyse(kernels, dev, jobs: int | None = None, on_done=None) -> None:
   except ValueError: n = 1
   if n < 2 or len(todo) < 2 or not workers.spawn_safe("analysing kernels"): return
   import concurrent.futures as cf
+  import multiprocessing
+  if multiprocessing.current_process().daemon: return   # (a pool's worker cannot start processes)
   pool = workers.shared_pool(n)
   futs = {pool.submit(_launch_facts_of, (k.program, k.plan, k.binary, k.source, k.target), dev): ck
           for ck, k in todo.items()}
+  from minicomp.progress import check_interrupt
   for f in cf.as_completed(futs):
+    check_interrupt()
     try: cache.put(futs[f], tuple(f.result()))
     except Exception:  # noqa: BLE001 -- (a worker's failure: the caller analyses that kernel itself, and says why)
       continue
