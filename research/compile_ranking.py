@@ -11,6 +11,7 @@ benchmarks/compile_model.py times compile. Every latency is a static-model ESTIM
 
   python research/compile_ranking.py
   python research/compile_ranking.py --models resnet18 --targets h100 --caps 64 128 256
+  python research/compile_ranking.py --models resnet18 --targets sm_86 --caps 128 --hw 224
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def main() -> None:
   ap.add_argument("--models", nargs="*", default=list(MODELS))
   ap.add_argument("--targets", nargs="*", default=["sm_86", "h100"])
   ap.add_argument("--caps", nargs="*", type=int, default=[64, 128, 256])
+  ap.add_argument("--hw", type=int, default=None, help="image size of the convolutional models (default 64)")
   args = ap.parse_args()
 
   import minicomp as mc
@@ -44,7 +46,8 @@ def main() -> None:
   for tname in args.targets:
     tgt = as_target(tname)
     for mname in args.models:
-      model = getattr(zoo, mname)(**MODELS[mname])[0]
+      kw = {k: (args.hw if k == "hw" and args.hw else v) for k, v in MODELS[mname].items()}
+      model = getattr(zoo, mname)(**kw)[0]
       cm = mc.compile(model, tgt, schedules="rules", progress=False)
       n, best_sum, first_sum = 0, 0.0, 0.0
       per_cap = {c: [0, 0.0] for c in args.caps}
