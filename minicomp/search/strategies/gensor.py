@@ -156,14 +156,16 @@ class SketchWalker:
 
   def cost(self, states: list[dict]) -> np.ndarray:
     """Analytic cost of each state (memoised by its values)."""
-    todo = [s for s in states if self.key(s) not in self.costs]
-    uniq = list({self.key(s): s for s in todo}.values())
-    if uniq:
-      self.evaluations += len(uniq)
-      for s, c in zip(uniq, self.model(uniq)):
+    keys = [self.key(s) for s in states]
+    todo = {}
+    for k, s in zip(keys, states):
+      if k not in self.costs: todo[k] = s
+    if todo:
+      self.evaluations += len(todo)
+      for (k, s), c in zip(todo.items(), self.model(list(todo.values()))):
         ok = math.isfinite(c) and check_values(self.sketch, s, self.target) is None
-        self.costs[self.key(s)] = float(c) if ok else math.inf
-    return np.array([self.costs[self.key(s)] for s in states])
+        self.costs[k] = float(c) if ok else math.inf
+    return np.array([self.costs[k] for k in keys])
 
   def _lengths(self, g: TileGroup, values: dict) -> list[int]:
     inner = [values[v] for v in g.vars]
@@ -211,9 +213,10 @@ class SketchWalker:
     done: dict[tuple, tuple[float, dict]] = {}
 
     def keep(v: dict) -> None:
-      c = self.costs.get(self.key(v), math.inf)
-      if math.isfinite(c) and self.key(v) not in done:
-        done[self.key(v)] = (c, v)
+      k = self.key(v)
+      c = self.costs.get(k, math.inf)
+      if math.isfinite(c) and k not in done:
+        done[k] = (c, v)
     for s in self.finish(states): keep(s)
     for level in LEVELS:
       active = list(range(walks))
@@ -225,11 +228,11 @@ class SketchWalker:
           nxt = [(m, self.apply(states[w], m)) for m in self.moves(states[w], level)]
           options.append([(m, v) for m, v in nxt if v is not None])
         flat = [v for opts in options for _, v in opts]
-        self.cost(flat)
+        flat_costs, at = self.cost(flat), 0
         still = []
         for w, opts in zip(active, options):
           here = self.costs[self.key(states[w])]
-          costs = np.array([self.costs[self.key(v)] for _, v in opts])
+          costs, at = flat_costs[at:at + len(opts)], at + len(opts)
           with np.errstate(divide="ignore", invalid="ignore"):
             benefit = np.where(np.isfinite(costs), here / costs, 0.0) if math.isfinite(here) else \
               np.where(np.isfinite(costs), 1.0, 0.0)
