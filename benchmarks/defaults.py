@@ -107,10 +107,11 @@ def main(argv=None) -> int:
       for t in cm.tasks:
         rules = estimate(build(default_schedule(t.dag, tgt), tgt), tgt).latency_s
         t0 = time.perf_counter()
-        res = construct(t.dag, tgt, seed=args.seed)
+        sks = generate_sketches(t.dag, tgt)
+        res = construct(t.dag, tgt, seed=args.seed, sketches=sks)
         secs = time.perf_counter() - t0
         gensor, built = math.inf, Builds(tgt)
-        for c in rank_constructed(compared(res), generate_sketches(t.dag, tgt), built, "task_kernel"):
+        for c in rank_constructed(compared(res), sks, built, "task_kernel"):
           try:
             gensor = estimate(built.kernel(c.schedule, "task_kernel", c.program), tgt).latency_s
             break

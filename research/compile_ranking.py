@@ -31,10 +31,9 @@ def main() -> None:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import build
-  from minicomp.search.annotate import make_candidate
   from minicomp.search.sketch import generate_sketches
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, compared, construct
+  from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, compared, construct, ranking_copy
   from minicomp.target import as_target
 
   def full_estimate(schedule, tgt) -> float:
@@ -62,8 +61,7 @@ def main() -> None:
         for cap in args.caps:
           costs = []
           for c in cands:
-            copy, _ = make_candidate(sks[c.sketch_index], c.values, {k: min(v, cap) for k, v in c.unroll.items()},
-                                     tgt, c.sketch_index)
+            copy = ranking_copy(c, sks, tgt, cap)
             costs.append(full_estimate(copy.schedule, tgt) if copy is not None else float("inf"))
           pick = min(range(len(costs)), key=costs.__getitem__)
           per_cap[cap][0] += pick == best

@@ -357,12 +357,12 @@ def compared(res: Construction) -> list[Candidate]:
   return [c for c, cost in zip(res.candidates[:COMPARE], res.costs) if cost <= res.costs[0] * (1 + TIE)]
 
 
-def ranking_copy(c: Candidate, sketches: list[Sketch], target: Target) -> Candidate | None:
-  """``c`` with every ``auto_unroll_max_step`` capped at :data:`RANK_UNROLL` (``c`` itself where none is above
-  it; ``sketches``: the list ``c.sketch_index`` points into): the same tiles, threads and vectors, and a
-  program NVRTC builds in a fraction of the time. None where the copy is not valid."""
-  if all(v <= RANK_UNROLL for v in c.unroll.values()): return c
-  copy, _ = make_candidate(sketches[c.sketch_index], c.values, {k: min(v, RANK_UNROLL) for k, v in c.unroll.items()},
+def ranking_copy(c: Candidate, sketches: list[Sketch], target: Target, cap: int = RANK_UNROLL) -> Candidate | None:
+  """``c`` with every ``auto_unroll_max_step`` capped at ``cap`` (``c`` itself where none is above it;
+  ``sketches``: the list ``c.sketch_index`` points into): the same tiles, threads and vectors, and a program
+  NVRTC builds in a fraction of the time. None where the copy is not valid."""
+  if all(v <= cap for v in c.unroll.values()): return c
+  copy, _ = make_candidate(sketches[c.sketch_index], c.values, {k: min(v, cap) for k, v in c.unroll.items()},
                            target, c.sketch_index)
   return copy
 
