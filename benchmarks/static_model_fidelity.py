@@ -473,30 +473,35 @@ def picks_section(args) -> list[str]:
   from minicomp.search.static import timings as T
   timed: dict[tuple[str, str], float] = {}
   fastest: dict[str, float] = {}
+  fastest_steps: dict[str, str] = {}
   for r in T.read(TIMINGS["H200"]):
     if not r.correct: continue
     timed[(r.task, G.digest(r.steps))] = r.median_s
+    if r.median_s < fastest.get(r.task, math.inf): fastest_steps[r.task] = r.steps
     fastest[r.task] = min(fastest.get(r.task, math.inf), r.median_s)
   head = ("task", "uncal pick: GPU / fastest", "est us*", "cal pick: GPU / fastest", "est us*", "same program")
-  rows, untimed = [], {}
+  rows, picked, untimed = [], {}, 0
   for task in sorted(fastest):
     cells = []
     for model in ("uncalibrated", "calibrated"):
       steps, e = _pick(task, model)
       t = timed.get((task, G.digest(steps)))
-      if t is None:
-        e0 = untimed.setdefault(G.digest(steps), {"task": task, "steps": steps, "estimate": e, "roles": []})
-        e0["roles"].append([f"gensor pick, {model}", 0, 0])
+      e0 = picked.setdefault(G.digest(steps), {"task": task, "steps": steps, "estimate": e, "roles": []})
+      e0["roles"].append([f"gensor pick, {model}", 0, 0])
+      untimed += t is None
       cells.append((G.digest(steps), f"{t / fastest[task]:.2f}" if t else "not timed", f"{e * 1e6:.1f}"))
     rows.append((task, cells[0][1], cells[0][2], cells[1][1], cells[1][2], "yes" if cells[0][0] == cells[1][0] else "no"))
     print(f"  {task}: done", file=sys.stderr, flush=True)
   out = ["Gensor's trials=0 choice (compile's default schedule, target h200) under each model, against the programs",
          "timed on an NVIDIA H200 on 2026-11-27. Estimates (us*) are each model's own, not comparable across models.", ""]
   out += _table(head, rows, args.markdown, left=(0,))
-  if args.selection and untimed:
-    G.write_jsonl(Path(args.selection), list(untimed.values()))
-    out += ["", f"the {len(untimed)} untimed picks: {args.selection} (on a GPU: python benchmarks/strategies_gpu.py "
-            f"measure --selection {args.selection} --out DIR)"]
+  if args.selection:
+    # every pick, timed before or not, and each task's fastest program of 2026-11-27: a GPU run times them side by side
+    best = [{"task": t, "steps": fastest_steps[t], "estimate": None, "roles": [["fastest of 2026-11-27", 0, 0]]}
+            for t in sorted(fastest_steps) if G.digest(fastest_steps[t]) not in picked]
+    G.write_jsonl(Path(args.selection), list(picked.values()) + best)
+    out += ["", f"{untimed} picks never timed; every pick and each task's fastest of 2026-11-27: {args.selection} (on a "
+            f"GPU: python benchmarks/strategies_gpu.py measure --selection {args.selection} --out DIR)"]
   return out
 
 
@@ -514,8 +519,8 @@ def main(argv=None) -> int:
                                                                  "H200 / H100 timings' saved facts; ~1 minute)")
   ap.add_argument("--picks", action="store_true", help="only compile's trials=0 choice per strategies task under both "
                                                            "models, against the H200 timings (~5 minutes)")
-  ap.add_argument("--selection", default="", help="--picks: write the picks no GPU has timed as a strategies_gpu.py "
-                                                  "selection (gpu_selection.jsonl.gz) to time on a GPU")
+  ap.add_argument("--selection", default="", help="--picks: write every pick and each task's fastest timed program as "
+                                                  "a strategies_gpu.py selection (gpu_selection.jsonl.gz) to time on a GPU")
   ap.add_argument("--save", default="", help="write every H100 record's estimate, terms and bound to this JSONL file")
   args = ap.parse_args(argv)
   header = header_lines(__file__, argv)

@@ -326,6 +326,20 @@ def test_gather_is_over_approximated_by_the_whole_table():
   assert pat.sectors_per_request is None
 
 
+def test_a_gather_from_a_large_table_is_counted_without_listing_its_pairs():
+  """Every thread of an embedding lookup covers the whole table (1000 x 128): 8192 threads x 128,000 elements are a
+  billion (thread, element) pairs, counted, not listed (listed, they took 31 GiB); the affine read of the same table
+  adds nothing its thread's gather did not cover."""
+  T = mc.placeholder((1000, 128), "float32", name="T")
+  I = mc.placeholder((64,), "int32", name="I")
+  O = mc.compute((64, 128), lambda i, j: T[I[i], j] + T[i, j], name="O")
+  s = mc.Schedule([O])
+  i, j = s.axis(O)
+  s.bind(O, i, "blockIdx.x"); s.bind(O, j, "threadIdx.x")
+  t = data_movement(s.lower().kernels[0]).buffer("T")
+  assert not t.exact and t.unique == 128_000 and t.per_thread == 128_000 and t.reads == 2 * 64 * 128
+
+
 def test_algorithm2_capacity_misses():
   """A thread walks a row of A once per j: the rows of the block (2 KB) fit a 128 KB L1, so
   each element moves once; with a 1 KB L1 they move again for every j (Algorithm 2)."""

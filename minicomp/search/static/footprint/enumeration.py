@@ -139,7 +139,11 @@ def _keys(fixes, keep: int, values: dict[int, list[int]] | None = None, count: b
   space = strides[0] * radix[0][1]
   n = sum(math.prod(len(values.get(p, m.span(p))) for p in relevant(m, keep) if p not in fix) for m, fix in fixes)
   bitmap = np.zeros(space, bool) if space <= max(BITMAP_MIN, BITMAP_PER_INSTANCE * n) else None
-  parts = []
+  # counted, not listed, over a large key space: a gather's (kept, element) pairs are its distinct kept keys times the
+  # buffer, never materialised (a thread reading an embedding table would make billions of them)
+  sizes = {int(m.access.buffer.size.arg) for m, _ in fixes if not m.affine_index}
+  defer = count and bitmap is None and len(sizes) == 1
+  parts, gathered = [], []
   for m, fix in fixes:
     names = m.names
     for env, mask, full in _chunks(m, fix, keep, values):
@@ -149,12 +153,20 @@ def _keys(fixes, keep: int, values: dict[int, list[int]] | None = None, count: b
       else:                                      # a gather: every element of the buffer
         size = int(m.access.buffer.size.arg)
         kk = _sorted_unique(full(kept, np.int64)[mask])
+        if defer:
+          gathered.append(kk); continue
         keys = (kk[:, None] + (np.arange(size) - radix[-1][0])[None, :]).reshape(-1)
       if keys.size and (keys.min() < 0 or keys.max() >= space): return None   # (bounds were too tight)
       if bitmap is not None: bitmap[keys] = True
       else: parts.append(_sorted_unique(keys))
   if bitmap is not None: return (int(np.count_nonzero(bitmap)) if count else np.flatnonzero(bitmap)), radix
   keys = np.zeros(0, np.int64) if not parts else parts[0] if len(parts) == 1 else _sorted_unique(np.concatenate(parts))
+  if gathered:   # the gathers cover elements [0, size) of every kept key they saw; the other keys add what they miss
+    (lo, n_elem), size = radix[-1], sizes.pop()
+    g = _sorted_unique(np.concatenate(gathered))
+    element = keys % n_elem + lo
+    covered = np.isin(keys - keys % n_elem, g) & (element >= 0) & (element < size)
+    return len(g) * size + int(np.count_nonzero(~covered)), radix
   return (len(keys) if count else keys), radix
 
 
