@@ -86,8 +86,13 @@ class DistinctCounter:
     return self.memo[key]
 
   def _count(self, items, keep: int) -> int:
+    """The count, never above the instances visited (each touches one element): a gather, counted as covering its
+    whole buffer (its index is data), touches at most that many (an embedding lookup reads its rows, not the table)."""
     fixes = [(m, {**{p: 0 for p in fx}, **dict(at)}) for m, fx, at in items]
     n = sum(instances(m, keep, f) for m, f in fixes)
+    return min(n, self._counted(items, fixes, keep, n))
+
+  def _counted(self, items, fixes, keep: int, n: int) -> int:
     if n > SEPARABLE_MIN and len(fixes) == 1:
       c = separable_count(*fixes[0], keep)
       if c is not None:

@@ -12,7 +12,8 @@ columns are counted:
   spaces) or sorted and deduplicated chunk by chunk;
 - or, when the columns do not pack, deduplicated as rows (``np.unique(axis=1)``).
 
-A gather (an index that reads memory, not affine) covers its whole buffer.
+A gather (an index that reads memory, not affine) covers its whole buffer; ``counting.DistinctCounter`` then bounds
+the count by the instances (a lookup reads its rows, not the table).
 """
 from __future__ import annotations
 
