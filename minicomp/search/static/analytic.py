@@ -12,8 +12,11 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   shared; local buffers are registers); float arithmetic, FMAs (a multiply feeding an add),
   intrinsics (SFU), a cross-thread reduction's shuffles, an integer instruction per global
   access and three per executed (not unrolled) loop iteration (address and loop overhead);
-- **coalescing**: the index's step from thread 0 to thread 1 of the block (every other loop and
-  block index at 0) gives the 32-byte sectors a warp request touches;
+- **coalescing**: the index at the first warp's 32 lanes (threadIdx.x a column of 0..31 in one formula, every
+  other loop and block index at 0) gives the 32-byte sectors a warp request touches, each element of a vector
+  whose elements are not adjacent on its own (until 2026-11-30 the step from thread 0 to thread 1 stood for the
+  warp, which missed a fused index breaking rows mid-warp: a convolution's fetch of its padded input, or of
+  weights four filters apart, at 0.26-0.4x the full model's L2 traffic; it stays where threads use other axes);
 - **vector accesses**: a vectorized loop is one float2 / float4 instruction per thread only where
   the CUDA emitter can prove its lanes contiguous and aligned; a lane under an integer division
   or modulo of the symbolic index counts as scalar (``VECTOR_STRICT``), each lane then paying its
@@ -40,7 +43,9 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
 - **register reuse**: a store's loop nest is unrolled from the inside while the unrolled steps
   stay within ``auto_unroll_max_step`` (vthread loops always are); a load inside the unrolled
   part is issued once per value of the unrolled loops its index uses (a register tile re-reads
-  its operands from registers, not from shared memory);
+  its operands from registers, not from shared memory), and NVRTC merges shared loads contiguous along any
+  unrolled loop into ld.shared.v2 / v4 (until 2026-11-30 only along the innermost loop the index uses: a
+  matmul's A-tile reads along k counted as scalars, 2.5x the PTX's shared loads);
 - **latency** (Tuna's ILP cost, approximated from what the full model shows on PTX, which puts a
   load right before its first use): one instruction per cycle, plus the full latency of every
   shared load and of every global load outside a cooperative fetch, plus half a global latency
@@ -65,7 +70,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minicomp.ir.expr import Expr, const, free_vars, walk
+from minicomp.ir.expr import Expr, const, free_vars, var, walk
 from minicomp.ir.linear import consecutive
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.loop import CrossThreadReduce, For, FragmentLoad, Mma, Store, Sync, walk_scoped, walk_stmts
@@ -87,6 +92,7 @@ INT_PER_ITERATION = 3.0      # integer instructions per executed (rolled) loop i
 INT_PER_FETCH_ELEMENT = 1.0  # ... per element a cooperative fetch copies (its index) ...
 INT_PER_DIVMOD = 3.0         # ... and per division / modulo in that index
 INT_PER_GLOBAL_ACCESS = 1.0  # ... per global load / store (its address)
+LANE = "mc_lane"            # the lane variable of a warp's addresses (bound to 0..31 as a column: one formula)
 UNROLL_DEFAULT = 512        # the auto_unroll_max_step the construction gives every marked loop
 _ARITH = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.NEG, Op.SELECT, Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ,
           Op.NE}
@@ -103,8 +109,9 @@ class _Access:
   nbytes: int
   deps: frozenset
   fetch: str | None = None   # the shared buffer a global load fills (a cooperative fetch)
-  inner: int | None = None   # the innermost loop the index uses ...
-  inner_step: Expr | None = None   # ... and the index's step along it (1: contiguous, vectorizable)
+  steps: tuple = ()          # (position, the index's step along it) per loop it uses (1: contiguous, vectorizable)
+  warp: Expr | None = None   # a global access's index over the first warp's lanes (:data:`LANE`; every loop at 0)
+  vstep: Expr | None = None  # its step along the vectorized loop (1: one contiguous vector; else an access per element)
   divmods: int = 0           # integer divisions / modulos in its index (a fetch recomputes them per element)
 
 
@@ -209,6 +216,8 @@ class SketchModel:
                          sum((_e(b.size) for b in k.allocs if b.scope == "local"), const(0)),
                          {b.name: _e(b.size) for b in k.allocs if b.scope == "shared"})
     self._threads = {v for v, tag in k.bindings if tag.startswith("threadIdx")}
+    self._lane_vars = {v for v, tag in k.bindings if tag == "threadIdx.x"} \
+        if all(tag in ("threadIdx.x",) or not tag.startswith("threadIdx") for _, tag in k.bindings) else None
     self._blocks = {v for v, tag in k.bindings if tag.startswith("blockIdx")}
     self._loops: set[str] = set()
     counts: dict[str, Expr] = {}
@@ -275,6 +284,12 @@ class SketchModel:
     zero = {v: const(0) for v in (self._loops | self._blocks | self._threads) if v in used}
     return substitute(index, {**zero, **fixed})
 
+  def _warp(self, index: Expr) -> Expr | None:
+    """``index`` with threadIdx.x the variable :data:`LANE` (evaluated at lanes 0..31 at once) and every loop and
+    block index 0, for the sectors a warp request touches; None where threads are bound to other axes too."""
+    if self._lane_vars is None or not self._lane_vars & free_vars(index): return None
+    return self._at(index, {v: var(LANE) for v in self._lane_vars})
+
   def _step(self, index: Expr) -> Expr:
     """The index's step from thread 0 to thread 1."""
     return self._at(index, {v: const(1) for v in self._threads}) - self._at(index, {})
@@ -311,12 +326,12 @@ class SketchModel:
           scope = getattr(b, "scope", "global")
           if scope == "local" or n in in_words: continue
           d = deps(n.src[0])
-          inner = max(d) if d else None
-          along = self._along(n.src[0], loops[inner][0]) if inner is not None else None
-          if n in words and along is not None: along = along // 4      # (in words: 1 where the words are adjacent)
+          steps = tuple((i, self._along(n.src[0], loops[i][0]) // (4 if n in words else 1)) for i in sorted(d))
           accesses.append(_Access(scope, False, self._step(n.src[0]), const(4) if n in words else width,
-                                  b.element_bytes, d, fetch if scope == "global" else None, inner, along,
-                                  _divmods(n.src[0], varying)))
+                                  b.element_bytes, d, fetch if scope == "global" else None, steps=steps,
+                                  divmods=_divmods(n.src[0], varying),
+                                  warp=self._warp(n.src[0]) if scope == "global" and n not in words else None,
+                                  vstep=self._along(n.src[0], vvar) if vvar in free_vars(n.src[0]) else None))
           if vvar is not None and vvar in free_vars(n.src[0]): vector += self._vector_probes(n.src[0], vvar, width)
         elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES and n.arg != BITCAST:    # (a bitcast is a register's bits)
           counts["sfu"] = counts.get("sfu", const(0)) + width
@@ -332,7 +347,9 @@ class SketchModel:
       counts["fp32_arith"] = counts.get("fp32_arith", const(0)) + width * (n_mul + n_add - 2 * fma)
     if buf.scope != "local" and index is not None:
       accesses.append(_Access(buf.scope, True, self._step(index), width, buf.element_bytes, deps(index),
-                              divmods=_divmods(index, varying)))
+                              divmods=_divmods(index, varying),
+                              warp=self._warp(index) if buf.scope == "global" else None,
+                              vstep=self._along(index, vvar) if vvar in free_vars(index) else None))
       if vvar is not None: vector += self._vector_probes(index, vvar, width)
     return _Site([(x, kind) for _, x, kind in loops], accesses, counts, vector)
 
@@ -357,6 +374,7 @@ class SketchModel:
     (:func:`.model.unit_times` takes them so)."""
     P = len(values)
     env = {n: np.array([v[n] for v in values], np.int64) for n in self.names}
+    env[LANE] = np.arange(32, dtype=np.int64)[:, None]
     ev = self._facts_f.bind(env)
     num = _per_point(ev, P)
     whole = self._whole(env, P)
@@ -402,10 +420,15 @@ class SketchModel:
         for a in s.accesses:
           distinct = np.ones(P)
           for i in a.deps: distinct = np.where(rolled[i], distinct, distinct * ext[i])
-          if a.scope == "shared" and not a.store and a.inner is not None:
-            x = ext[a.inner]         # NVRTC merges contiguous loads of an unrolled loop (ld.shared.v2 / v4)
-            vf = np.where(x % 4 == 0, 4, np.where(x % 2 == 0, 2, 1))
-            distinct = distinct / np.where(~rolled[a.inner] & (num(a.inner_step) == 1), vf, 1)
+          if a.scope == "shared" and not a.store and a.steps:
+            # NVRTC merges the contiguous loads of an unrolled loop into ld.shared.v2 / v4, whichever loop it is (the
+            # innermost alone, as until 2026-11-30, saw a matmul's A-tile reads along k as scalars: 2.5x the PTX's)
+            vf = np.ones(P)
+            for i, st in a.steps:
+              x = ext[i]
+              widest = np.where(x % 4 == 0, 4, np.where(x % 2 == 0, 2, 1))
+              vf = np.maximum(vf, np.where(~rolled[i] & (num(st) == 1), widest, 1))
+            distinct = distinct / vf
           if not a.store and a.scope == "shared": body_loads = body_loads + distinct
           cnt = iters * distinct
           add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt * lanes)
@@ -417,6 +440,18 @@ class SketchModel:
             span, vec = step * a.nbytes, num(a.width) * a.nbytes
             sectors = np.where(span == 0, np.ceil(vec / 32),         # 32 threads, ``span`` bytes apart
                                np.minimum(np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
+            if a.warp is not None:   # the sectors the 32 lanes touch (a fused index breaks rows mid-warp); a
+              first = np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes   # vector whose elements are apart, per element
+              first = np.where(np.arange(32)[:, None] < threads[None, :], first, first[:1])
+              vs = np.zeros(P) if a.vstep is None else num(a.vstep)
+              split = (a.vstep is not None) & (vs != 1)
+              n_el = np.where(split, num(a.width), 1)
+              e = np.arange(int(n_el.max()))[:, None, None]
+              start = first[None] + e * (vs * a.nbytes)[None, None, :]            # (element, lane, point)
+              start = np.where(e < n_el[None, None, :], start, first[:1][None])
+              end = start + np.where(split, a.nbytes, vec)[None, None, :] - 1
+              secs = np.sort(np.concatenate([start.reshape(-1, P) // 32, end.reshape(-1, P) // 32]), axis=0)
+              sectors = 1 + np.count_nonzero(np.diff(secs, axis=0), axis=0)
             req = (cnt * warps if fetch_req is None else fetch_req) * blocks
             reuse = 1.0
             if a.fetch is not None and a.fetch in whole[ki]:
