@@ -27,10 +27,11 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   Counting those per element, as the model did until 2026-11-27, made it see 5-6 times the integer
   instructions NVRTC's PTX has on the benchmark's convolutions and rank the depthwise's best
   programs behind a thousand others (``research/analytic_fidelity.py``);
-- **bank conflicts** of shared accesses from the same step (a stride ``s`` in words conflicts
-  ``gcd(s, 32)``-way): a block's wavefronts are its warp requests times their conflict degree
-  (until 2026-11-27 they were divided by the number of blocks once more, so shared memory never
-  bound the analytic estimate);
+- **bank conflicts** of shared accesses from the same 32 lanes (:func:`_bank_degree`: the most distinct words one
+  bank serves in a 128-byte phase; until 2026-11-30 a stride ``s`` in words between threads 0 and 1 stood for the
+  warp, ``gcd(s, 32)``-way, 2.1-2.25x the full model's conflicts on convolutions): a block's wavefronts are its warp
+  requests times their conflict degree (until 2026-11-27 they were divided by the number of blocks once more, so
+  shared memory never bound the analytic estimate);
 - **resources**: block and grid size, shared bytes, and registers per thread: the local
   (register) buffers, the shared values one unrolled body loads (ptxas hoists those loads and
   keeps the values live; at most ``OPERAND_CAP``) and a fixed overhead; past the register file the
@@ -149,6 +150,37 @@ def _divmods(index: Expr, varying: set[str]) -> int:
   """Divisions and modulos in ``index`` that read one of the ``varying`` (loop) variables: the others
   read only thread and block indices, which the compiler computes once per thread (hoisted)."""
   return sum(1 for n in walk(index) if n.op in (Op.FLOORDIV, Op.FLOORMOD) and free_vars(n) & varying)
+
+
+def _split(a: _Access, num) -> np.ndarray | bool:
+  """Per point: is ``a`` a vector whose elements are not adjacent (the emitter writes an access per element)?"""
+  return False if a.vstep is None else num(a.vstep) != 1
+
+
+def _bank_degree(first: np.ndarray, threads: np.ndarray, width: np.ndarray) -> np.ndarray:
+  """Per point, the shared-memory wavefronts of one warp request: the most distinct 4-byte words one bank serves in
+  a phase (128 bytes of lanes: 32 lanes of scalars, 16 of 8-byte, 8 of 16-byte vectors), as the full model counts
+  them (footprint/coalescing.py). ``first``: each lane's byte address (32 x points); ``width``: bytes per lane."""
+  P = first.shape[1]
+  first, width = np.asarray(first, np.int64), np.asarray(width, np.int64)
+  first = np.where(np.arange(32)[:, None] < threads[None, :], first, -1)    # (lanes past the block: none)
+  per_lane = np.clip(width // 4, 1, 4)
+  K = int(per_lane.max())
+  k = np.arange(K)[:, None, None]                                            # a lane's words
+  words = np.where(k < per_lane[None, None, :], first[None] // 4 + k, -1).reshape(-1, P)
+  phase = np.broadcast_to(np.arange(32)[None, :, None] // np.maximum(1, 128 // np.maximum(width, 4))[None, None, :],
+                          (K, 32, P)).reshape(-1, P)
+  live = (words >= 0) & np.broadcast_to((first >= 0)[None], (K, 32, P)).reshape(-1, P)
+  key = np.where(live, phase * (1 << 40) + words, -1)
+  key = np.sort(key, axis=0)
+  first_seen = np.concatenate([np.ones((1, P), bool), key[1:] != key[:-1]]) & (key >= 0)
+  bank = np.where(first_seen, (key >> 40) * 32 + (key & ((1 << 40) - 1)) % 32, -1)   # (phase, bank) of each word
+  bank = np.sort(bank, axis=0)
+  n = bank.shape[0]
+  change = np.concatenate([np.ones((1, P), bool), bank[1:] != bank[:-1]])
+  start = np.maximum.accumulate(np.where(change, np.arange(n)[:, None], 0), axis=0)
+  run = np.where(bank >= 0, np.arange(n)[:, None] - start + 1, 0)
+  return np.maximum(run.max(axis=0), 1)
 
 
 def _prod(xs) -> Expr:
@@ -330,7 +362,7 @@ class SketchModel:
           accesses.append(_Access(scope, False, self._step(n.src[0]), const(4) if n in words else width,
                                   b.element_bytes, d, fetch if scope == "global" else None, steps=steps,
                                   divmods=_divmods(n.src[0], varying),
-                                  warp=self._warp(n.src[0]) if scope == "global" and n not in words else None,
+                                  warp=self._warp(n.src[0]) if n not in words else None,
                                   vstep=self._along(n.src[0], vvar) if vvar in free_vars(n.src[0]) else None))
           if vvar is not None and vvar in free_vars(n.src[0]): vector += self._vector_probes(n.src[0], vvar, width)
         elif n.op is Op.CALL and n.dtype in FLOAT_DTYPES and n.arg != BITCAST:    # (a bitcast is a register's bits)
@@ -348,7 +380,7 @@ class SketchModel:
     if buf.scope != "local" and index is not None:
       accesses.append(_Access(buf.scope, True, self._step(index), width, buf.element_bytes, deps(index),
                               divmods=_divmods(index, varying),
-                              warp=self._warp(index) if buf.scope == "global" else None,
+                              warp=self._warp(index),
                               vstep=self._along(index, vvar) if vvar in free_vars(index) else None))
       if vvar is not None: vector += self._vector_probes(index, vvar, width)
     return _Site([(x, kind) for _, x, kind in loops], accesses, counts, vector)
@@ -444,7 +476,7 @@ class SketchModel:
               first = np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes   # vector whose elements are apart, per element
               first = np.where(np.arange(32)[:, None] < threads[None, :], first, first[:1])
               vs = np.zeros(P) if a.vstep is None else num(a.vstep)
-              split = (a.vstep is not None) & (vs != 1)
+              split = _split(a, num)
               n_el = np.where(split, num(a.width), 1)
               e = np.arange(int(n_el.max()))[:, None, None]
               start = first[None] + e * (vs * a.nbytes)[None, None, :]            # (element, lane, point)
@@ -461,9 +493,13 @@ class SketchModel:
             l2 += req * sectors * 32 * reuse
           elif a.scope == "shared":
             if not a.store: exposed += cnt * LATENCY_CYCLES["ld_shared"]
-            words = np.maximum(step * a.nbytes / 4, 0).astype(np.int64)
             req = cnt * warps if fetch_req is None or not a.store else fetch_req
-            shared += req * np.where(words == 0, 1, np.gcd(words, 32))
+            if a.warp is not None:
+              shared += req * _bank_degree(np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes, threads,
+                                           np.where(_split(a, num), a.nbytes, num(a.width) * a.nbytes))
+            else:
+              words = np.maximum(step * a.nbytes / 4, 0).astype(np.int64)
+              shared += req * np.where(words == 0, 1, np.gcd(words, 32))
         operands = np.maximum(operands, body_loads)
       regs = regs + OPERAND_REGS * np.minimum(operands, OPERAND_CAP)
       rounds = num(kf.rounds)
