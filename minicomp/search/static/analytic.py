@@ -21,8 +21,10 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   the CUDA emitter can prove its lanes contiguous and aligned; a lane under an integer division
   or modulo of the symbolic index counts as scalar (``VECTOR_STRICT``), each lane then paying its
   own index arithmetic (3 instructions per division or modulo);
-- **index arithmetic of a cooperative fetch**: per element copied, one integer instruction and
-  three per division or modulo of a loop variable; a division or modulo of thread and block
+- **index arithmetic of a cooperative fetch**: per element copied, one integer instruction; three per division or
+  modulo of a loop variable, once per value of the loops it reads (hoisted out of the others: the reduction loop
+  around a fetch does not change them, and the addresses then step; charged per element until 2026-11-30, 7-30x
+  the PTX's integers on a stride-2 convolution); a division or modulo of thread and block
   indices alone is loop-invariant, computed once per thread (the compiler hoists it), and free.
   Counting those per element, as the model did until 2026-11-27, made it see 5-6 times the integer
   instructions NVRTC's PTX has on the benchmark's convolutions and rank the depthwise's best
@@ -113,7 +115,7 @@ class _Access:
   steps: tuple = ()          # (position, the index's step along it) per loop it uses (1: contiguous, vectorizable)
   warp: Expr | None = None   # a global access's index over the first warp's lanes (:data:`LANE`; every loop at 0)
   vstep: Expr | None = None  # its step along the vectorized loop (1: one contiguous vector; else an access per element)
-  divmods: int = 0           # integer divisions / modulos in its index (a fetch recomputes them per element)
+  divmods: tuple = ()        # per integer division / modulo of a loop variable in its index: the loops it reads
 
 
 @dataclass
@@ -146,10 +148,13 @@ def _has_sync(st) -> bool:
   return any(isinstance(x, Sync) for x in walk_stmts(st))
 
 
-def _divmods(index: Expr, varying: set[str]) -> int:
-  """Divisions and modulos in ``index`` that read one of the ``varying`` (loop) variables: the others
-  read only thread and block indices, which the compiler computes once per thread (hoisted)."""
-  return sum(1 for n in walk(index) if n.op in (Op.FLOORDIV, Op.FLOORMOD) and free_vars(n) & varying)
+def _divmods(index: Expr, pos: dict[str, int], varying: set[str]) -> tuple[frozenset, ...]:
+  """Per division or modulo in ``index`` that reads one of the ``varying`` (loop) variables, the positions (``pos``)
+  of the enclosing loops it reads. The others read only thread and block indices, which the compiler computes once
+  per thread (hoisted); one that reads loops is computed once per combination of their values, hoisted out of the
+  loops it does not read (an unrolled loop's instances are constants)."""
+  return tuple(frozenset(pos[v] for v in free_vars(n) if v in pos) for n in walk(index)
+               if n.op in (Op.FLOORDIV, Op.FLOORMOD) and free_vars(n) & varying)
 
 
 def _split(a: _Access, num) -> np.ndarray | bool:
@@ -361,7 +366,7 @@ class SketchModel:
           steps = tuple((i, self._along(n.src[0], loops[i][0]) // (4 if n in words else 1)) for i in sorted(d))
           accesses.append(_Access(scope, False, self._step(n.src[0]), const(4) if n in words else width,
                                   b.element_bytes, d, fetch if scope == "global" else None, steps=steps,
-                                  divmods=_divmods(n.src[0], varying),
+                                  divmods=_divmods(n.src[0], pos, varying),
                                   warp=self._warp(n.src[0]) if n not in words else None,
                                   vstep=self._along(n.src[0], vvar) if vvar in free_vars(n.src[0]) else None))
           if vvar is not None and vvar in free_vars(n.src[0]): vector += self._vector_probes(n.src[0], vvar, width)
@@ -379,7 +384,7 @@ class SketchModel:
       counts["fp32_arith"] = counts.get("fp32_arith", const(0)) + width * (n_mul + n_add - 2 * fma)
     if buf.scope != "local" and index is not None:
       accesses.append(_Access(buf.scope, True, self._step(index), width, buf.element_bytes, deps(index),
-                              divmods=_divmods(index, varying),
+                              divmods=_divmods(index, pos, varying),
                               warp=self._warp(index),
                               vstep=self._along(index, vvar) if vvar in free_vars(index) else None))
       if vvar is not None: vector += self._vector_probes(index, vvar, width)
@@ -464,7 +469,10 @@ class SketchModel:
           if not a.store and a.scope == "shared": body_loads = body_loads + distinct
           cnt = iters * distinct
           add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt * lanes)
-          if fetch_req is not None: add("int", cnt * lanes * (INT_PER_FETCH_ELEMENT + INT_PER_DIVMOD * a.divmods))   # a fetch's index, per element
+          if fetch_req is not None:     # a fetch's index: an instruction per element, its divisions per value
+            add("int", cnt * lanes * INT_PER_FETCH_ELEMENT)
+            for dd in a.divmods:
+              add("int", INT_PER_DIVMOD * lanes * np.prod([ext[i] for i in dd] or [np.ones(P)], axis=0))
           step = np.abs(num(a.step))
           if a.scope == "global":
             add("int", INT_PER_GLOBAL_ACCESS * cnt)
