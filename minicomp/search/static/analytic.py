@@ -22,9 +22,10 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   or modulo of the symbolic index counts as scalar (``VECTOR_STRICT``), each lane then paying its
   own index arithmetic (3 instructions per division or modulo);
 - **index arithmetic of a cooperative fetch**: per element copied, one integer instruction; three per division or
-  modulo of a loop variable, once per value of the loops it reads (hoisted out of the others: the reduction loop
-  around a fetch does not change them, and the addresses then step; charged per element until 2026-11-30, 7-30x
-  the PTX's integers on a stride-2 convolution); a division or modulo of thread and block
+  modulo of a loop variable: once per value of the loops it reads where they are unrolled (hoisted out of the
+  others: the reduction loop around a fetch does not change them, and the addresses then step; charged per element
+  until 2026-11-30, 7-30x the PTX's integers on a stride-2 convolution), at every element where one is rolled or
+  the fetch's vectors are split into lanes; a division or modulo of thread and block
   indices alone is loop-invariant, computed once per thread (the compiler hoists it), and free.
   Counting those per element, as the model did until 2026-11-27, made it see 5-6 times the integer
   instructions NVRTC's PTX has on the benchmark's convolutions and rank the depthwise's best
@@ -151,8 +152,9 @@ def _has_sync(st) -> bool:
 def _divmods(index: Expr, pos: dict[str, int], varying: set[str]) -> tuple[frozenset, ...]:
   """Per division or modulo in ``index`` that reads one of the ``varying`` (loop) variables, the positions (``pos``)
   of the enclosing loops it reads. The others read only thread and block indices, which the compiler computes once
-  per thread (hoisted); one that reads loops is computed once per combination of their values, hoisted out of the
-  loops it does not read (an unrolled loop's instances are constants)."""
+  per thread (hoisted); one that reads only unrolled loops is computed once per combination of their values,
+  hoisted out of the loops it does not read (an unrolled loop's instances are constants); one that reads a rolled
+  loop, at every element."""
   return tuple(frozenset(pos[v] for v in free_vars(n) if v in pos) for n in walk(index)
                if n.op in (Op.FLOORDIV, Op.FLOORMOD) and free_vars(n) & varying)
 
@@ -471,8 +473,10 @@ class SketchModel:
           add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt * lanes)
           if fetch_req is not None:     # a fetch's index: an instruction per element, its divisions per value
             add("int", cnt * lanes * INT_PER_FETCH_ELEMENT)
-            for dd in a.divmods:
-              add("int", INT_PER_DIVMOD * lanes * np.prod([ext[i] for i in dd] or [np.ones(P)], axis=0))
+            for dd in a.divmods:      # (recomputed at every element where a loop it reads is rolled, or where a
+              once = INT_PER_DIVMOD * lanes * np.prod([ext[i] for i in dd] or [np.ones(P)], axis=0)   # vector is
+              again = (lanes > 1) | (np.any([rolled[i] for i in dd], axis=0) if dd else False)  # split into lanes)
+              add("int", np.where(again, INT_PER_DIVMOD * cnt * lanes, once))
           step = np.abs(num(a.step))
           if a.scope == "global":
             add("int", INT_PER_GLOBAL_ACCESS * cnt)
