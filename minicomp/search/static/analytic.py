@@ -178,16 +178,12 @@ def _bank_degree(first: np.ndarray, threads: np.ndarray, width: np.ndarray) -> n
   phase = np.broadcast_to(np.arange(32)[None, :, None] // np.maximum(1, 128 // np.maximum(width, 4))[None, None, :],
                           (K, 32, P)).reshape(-1, P)
   live = (words >= 0) & np.broadcast_to((first >= 0)[None], (K, 32, P)).reshape(-1, P)
-  key = np.where(live, phase * (1 << 40) + words, -1)
-  key = np.sort(key, axis=0)
-  first_seen = np.concatenate([np.ones((1, P), bool), key[1:] != key[:-1]]) & (key >= 0)
-  bank = np.where(first_seen, (key >> 40) * 32 + (key & ((1 << 40) - 1)) % 32, -1)   # (phase, bank) of each word
-  bank = np.sort(bank, axis=0)
-  n = bank.shape[0]
-  change = np.concatenate([np.ones((1, P), bool), bank[1:] != bank[:-1]])
-  start = np.maximum.accumulate(np.where(change, np.arange(n)[:, None], 0), axis=0)
-  run = np.where(bank >= 0, np.arange(n)[:, None] - start + 1, 0)
-  return np.maximum(run.max(axis=0), 1)
+  key = np.sort(np.where(live, phase * (1 << 40) + words, -1), axis=0)          # distinct (phase, word) per point
+  new = np.concatenate([np.ones((1, P), bool), key[1:] != key[:-1]]) & (key >= 0)
+  slot = (key >> 40) * 32 + (key & ((1 << 40) - 1)) % 32                        # (phase, bank): 0..127
+  cols = np.broadcast_to(np.arange(P)[None, :], key.shape)
+  counts = np.bincount((cols * 128 + slot)[new], minlength=P * 128).reshape(P, 128)
+  return np.maximum(counts.max(axis=1), 1)
 
 
 def _prod(xs) -> Expr:
@@ -365,7 +361,8 @@ class SketchModel:
           scope = getattr(b, "scope", "global")
           if scope == "local" or n in in_words: continue
           d = deps(n.src[0])
-          steps = tuple((i, self._along(n.src[0], loops[i][0]) // (4 if n in words else 1)) for i in sorted(d))
+          steps = tuple((i, self._along(n.src[0], loops[i][0]) // (4 if n in words else 1)) for i in sorted(d)) \
+              if scope == "shared" else ()      # (only shared loads merge into vectors here)
           accesses.append(_Access(scope, False, self._step(n.src[0]), const(4) if n in words else width,
                                   b.element_bytes, d, fetch if scope == "global" else None, steps=steps,
                                   divmods=_divmods(n.src[0], pos, varying),
