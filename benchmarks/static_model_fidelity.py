@@ -500,8 +500,9 @@ def picks_section(args) -> list[str]:
     best = [{"task": t, "steps": fastest_steps[t], "estimate": None, "roles": [["fastest of 2026-11-27", 0, 0]]}
             for t in sorted(fastest_steps) if G.digest(fastest_steps[t]) not in picked]
     G.write_jsonl(Path(args.selection), list(picked.values()) + best)
-    out += ["", f"{untimed} picks never timed; every pick and each task's fastest of 2026-11-27: {args.selection} (on a "
-            f"GPU: python benchmarks/strategies_gpu.py measure --selection {args.selection} --out DIR)"]
+    out += ["", f"{untimed} picks never timed; every pick and each task's fastest of 2026-11-27: "
+            f"{args.selection} (on a GPU: python benchmarks/strategies_gpu.py measure --selection {args.selection} "
+            "--out DIR)"]
   return out
 
 
@@ -519,8 +520,9 @@ def main(argv=None) -> int:
                                                                  "H200 / H100 timings' saved facts; ~1 minute)")
   ap.add_argument("--picks", action="store_true", help="only compile's trials=0 choice per strategies task under both "
                                                            "models, against the H200 timings (~5 minutes)")
-  ap.add_argument("--selection", default="", help="--picks: write every pick and each task's fastest timed program as "
-                                                  "a strategies_gpu.py selection (gpu_selection.jsonl.gz) to time on a GPU")
+  ap.add_argument("--selection", default="", help="--picks: write every pick and each task's fastest timed program "
+                                                  "as a strategies_gpu.py selection (gpu_selection.jsonl.gz) to time "
+                                                  "on a GPU")
   ap.add_argument("--save", default="", help="write every H100 record's estimate, terms and bound to this JSONL file")
   args = ap.parse_args(argv)
   header = header_lines(__file__, argv)

@@ -52,7 +52,8 @@ def _mobilenet_v2(nn, classes: int = 1000):
     def __init__(self, cin, cout, t, stride):
       super().__init__()
       e = cin * t
-      self.a = nn.Sequential(*(cbr(cin, e, 1) if t != 1 else []), *cbr(e, e, 3, stride, e), *cbr(e, cout, 1, relu=False))
+      self.a = nn.Sequential(*(cbr(cin, e, 1) if t != 1 else []), *cbr(e, e, 3, stride, e),
+                             *cbr(e, cout, 1, relu=False))
       self.res = stride == 1 and cin == cout
 
     def forward(self, x): return self.a(x) + x if self.res else self.a(x)
@@ -110,8 +111,8 @@ def twin(name: str, kw: dict):
   if name == "bert_tiny":
     s, d, heads, ff = kw.get("s", 128), kw.get("d", 128), kw.get("heads", 2), kw.get("ff", 512)
     layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, activation="gelu", batch_first=True)
-    return nn.Sequential(nn.LayerNorm(d), nn.TransformerEncoder(layer, kw.get("layers", 2), enable_nested_tensor=False)), \
-        (1, s, d)
+    encoder = nn.TransformerEncoder(layer, kw.get("layers", 2), enable_nested_tensor=False)
+    return nn.Sequential(nn.LayerNorm(d), encoder), (1, s, d)
   if name == "resnet18":
     hw = kw.get("hw", 224)
     return _resnet18(nn, kw.get("width", 64), kw.get("classes", 1000)), (kw.get("n", 1), 3, hw, hw)

@@ -72,8 +72,8 @@ def analytic_tasks(target: str = "h200") -> dict[str, F.TaskData]:
       try: model = SketchModel(tt.sketches[k], tgt, unroll=step)
       except Exception:  # noqa: BLE001 -- a sketch without an analytic model
         continue
-      valid = model.valid([v for _, v in g])
-      for ((i, _), facts) in zip([x for x, ok in zip(g, valid) if ok], model.facts([v for (_, v), ok in zip(g, valid) if ok])):
+      kept = [x for x, ok in zip(g, model.valid([v for _, v in g])) if ok]
+      for (i, _), facts in zip(kept, model.facts([v for _, v in kept])):
         full = [LaunchFacts(**x) for x in rs[i].facts["launches"]]
         for j, f in enumerate(facts):
           ut, _, _ = unit_times(_oracle(f, full[j] if len(full) == len(facts) else None), tgt.device)
