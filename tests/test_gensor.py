@@ -195,12 +195,13 @@ def test_the_analytic_bank_conflicts_are_the_warps_lanes():
   """Bank conflicts from the 32 lanes' addresses, per 128-byte phase, as the full model counts them; the step from
   thread 0 to thread 1 put a convolution's conflicts at 2.1-2.25x the full model's (the H200's conv 3x3 programs)."""
   from minicomp.search.static.analytic import _bank_degree
-  lanes, t = np.arange(32), np.array([128])
+  lanes = np.arange(32)
+  t = np.ones((32, 1), bool)                                 # every lane of the warp in the block
   def degree(byte_stride, width):
     return int(_bank_degree((lanes * byte_stride)[:, None], t, np.array([width]))[0])
   assert [degree(4, 4), degree(8, 4), degree(128, 4), degree(0, 4), degree(68, 4)] == [1, 2, 32, 1, 1]
   assert degree(16, 16) == 1 and degree(32, 16) == 2 and degree(8, 8) == 1     # float4 / float2 lanes, per phase
-  assert int(_bank_degree((lanes * 128)[:, None], np.array([4]), np.array([4]))[0]) == 4   # a 4-thread block
+  assert int(_bank_degree((lanes * 128)[:, None], lanes[:, None] < 4, np.array([4]))[0]) == 4   # a 4-thread block
   ratios = []
   for seed in range(4):
     ana, full = _facts_of_both(W.conv2d(1, 32, 14, 14, 32, 3, 1, 1), seed)

@@ -164,13 +164,14 @@ def _split(a: _Access, num) -> np.ndarray | bool:
   return False if a.vstep is None else num(a.vstep) != 1
 
 
-def _bank_degree(first: np.ndarray, threads: np.ndarray, width: np.ndarray) -> np.ndarray:
+def _bank_degree(first: np.ndarray, live: np.ndarray, width: np.ndarray) -> np.ndarray:
   """Per point, the shared-memory wavefronts of one warp request: the most distinct 4-byte words one bank serves in
   a phase (128 bytes of lanes: 32 lanes of scalars, 16 of 8-byte, 8 of 16-byte vectors), as the full model counts
-  them (footprint/coalescing.py). ``first``: each lane's byte address (32 x points); ``width``: bytes per lane."""
+  them (footprint/coalescing.py). ``first``: each lane's byte address (32 x points); ``live``: the lanes the block
+  has (32 x points); ``width``: bytes per lane."""
   P = first.shape[1]
   first, width = np.asarray(first, np.int64), np.asarray(width, np.int64)
-  first = np.where(np.arange(32)[:, None] < threads[None, :], first, -1)    # (lanes past the block: none)
+  first = np.where(live, first, -1)                                         # (lanes past the block: none)
   per_lane = np.clip(width // 4, 1, 4)
   K = int(per_lane.max())
   k = np.arange(K)[:, None, None]                                            # a lane's words
@@ -420,6 +421,7 @@ class SketchModel:
       regs = REG_OVERHEAD + REG_PER_LOCAL * local
       warps = np.ceil(threads / self.dev.warp_size)
       counts = {c: num(e).copy() for c, e in kf.counts.items()}
+      live = np.arange(32)[:, None] < threads[None, :]       # the first warp's lanes the block has
       l1, l2, exposed = np.zeros(P), np.zeros(P), num(kf.exposed).copy()
       shared = num(kf.wavefronts) * warps
 
@@ -453,6 +455,7 @@ class SketchModel:
           for span, first in s.vector: ok &= (num(span) == w - 1) & (num(first) % w == 0)
           lanes = np.where(ok, 1.0, w)
         body_loads = np.zeros(P)
+        wide = [None] * len(ext)      # per loop: the widest vector NVRTC merges along it where unrolled (once a site)
         for a in s.accesses:
           distinct = np.ones(P)
           for i in a.deps: distinct = np.where(rolled[i], distinct, distinct * ext[i])
@@ -461,9 +464,9 @@ class SketchModel:
             # innermost alone, as until 2026-11-30, saw a matmul's A-tile reads along k as scalars: 2.5x the PTX's)
             vf = np.ones(P)
             for i, st in a.steps:
-              x = ext[i]
-              widest = np.where(x % 4 == 0, 4, np.where(x % 2 == 0, 2, 1))
-              vf = np.maximum(vf, np.where(~rolled[i] & (num(st) == 1), widest, 1))
+              if wide[i] is None:
+                wide[i] = np.where(rolled[i], 1, np.where(ext[i] % 4 == 0, 4, np.where(ext[i] % 2 == 0, 2, 1)))
+              vf = np.maximum(vf, np.where(num(st) == 1, wide[i], 1))
             distinct = distinct / vf
           if not a.store and a.scope == "shared": body_loads = body_loads + distinct
           cnt = iters * distinct
@@ -483,15 +486,17 @@ class SketchModel:
                                np.minimum(np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
             if a.warp is not None:   # the sectors the 32 lanes touch (a fused index breaks rows mid-warp); a
               first = np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes   # vector whose elements are apart, per element
-              first = np.where(np.arange(32)[:, None] < threads[None, :], first, first[:1])
-              vs = np.zeros(P) if a.vstep is None else num(a.vstep)
+              first = np.where(live, first, first[:1])
               split = _split(a, num)
-              n_el = np.where(split, num(a.width), 1)
-              e = np.arange(int(n_el.max()))[:, None, None]
-              start = first[None] + e * (vs * a.nbytes)[None, None, :]            # (element, lane, point)
-              start = np.where(e < n_el[None, None, :], start, first[:1][None])
-              end = start + np.where(split, a.nbytes, vec)[None, None, :] - 1
-              secs = np.sort(np.concatenate([start.reshape(-1, P) // 32, end.reshape(-1, P) // 32]), axis=0)
+              if np.any(split):
+                n_el = np.where(split, num(a.width), 1)
+                e = np.arange(int(n_el.max()))[:, None, None]
+                start = first[None] + e * (num(a.vstep) * a.nbytes)[None, None, :]      # (element, lane, point)
+                start = np.where(e < n_el[None, None, :], start, first[:1][None]).reshape(-1, P)
+                end = start + np.where(split, a.nbytes, vec)[None, :] - 1
+              else:
+                start, end = first, first + vec - 1
+              secs = np.sort(np.concatenate([start // 32, end // 32]), axis=0)
               sectors = 1 + np.count_nonzero(np.diff(secs, axis=0), axis=0)
             req = (cnt * warps if fetch_req is None else fetch_req) * blocks
             reuse = 1.0
@@ -504,7 +509,7 @@ class SketchModel:
             if not a.store: exposed += cnt * LATENCY_CYCLES["ld_shared"]
             req = cnt * warps if fetch_req is None or not a.store else fetch_req
             if a.warp is not None:
-              shared += req * _bank_degree(np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes, threads,
+              shared += req * _bank_degree(np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes, live,
                                            np.where(_split(a, num), a.nbytes, num(a.width) * a.nbytes))
             else:
               words = np.maximum(step * a.nbytes / 4, 0).astype(np.int64)
