@@ -201,6 +201,7 @@ def test_the_analytic_bank_conflicts_are_the_warps_lanes():
     return int(_bank_degree((lanes * byte_stride)[:, None], t, np.array([width]))[0])
   assert [degree(4, 4), degree(8, 4), degree(128, 4), degree(0, 4), degree(68, 4)] == [1, 2, 32, 1, 1]
   assert degree(16, 16) == 1 and degree(32, 16) == 2 and degree(8, 8) == 1     # float4 / float2 lanes, per phase
+  assert degree(32, 32) == 1 and degree(64, 32) == 2                           # 32-byte lanes (int64 x 4): 8 phases
   assert int(_bank_degree((lanes * 128)[:, None], lanes[:, None] < 4, np.array([4]))[0]) == 4   # a 4-thread block
   ratios = []
   for seed in range(4):

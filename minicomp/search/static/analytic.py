@@ -172,7 +172,7 @@ def _bank_degree(first: np.ndarray, live: np.ndarray, width: np.ndarray) -> np.n
   P = first.shape[1]
   first, width = np.asarray(first, np.int64), np.asarray(width, np.int64)
   first = np.where(live, first, -1)                                         # (lanes past the block: none)
-  per_lane = np.clip(width // 4, 1, 4)
+  per_lane = np.maximum(width // 4, 1)
   K = int(per_lane.max())
   k = np.arange(K)[:, None, None]                                            # a lane's words
   words = np.where(k < per_lane[None, None, :], first[None] // 4 + k, -1).reshape(-1, P)
@@ -181,9 +181,10 @@ def _bank_degree(first: np.ndarray, live: np.ndarray, width: np.ndarray) -> np.n
   live = (words >= 0) & np.broadcast_to((first >= 0)[None], (K, 32, P)).reshape(-1, P)
   key = np.sort(np.where(live, phase * (1 << 40) + words, -1), axis=0)          # distinct (phase, word) per point
   new = np.concatenate([np.ones((1, P), bool), key[1:] != key[:-1]]) & (key >= 0)
-  slot = (key >> 40) * 32 + (key & ((1 << 40) - 1)) % 32                        # (phase, bank): 0..127
+  slot = (key >> 40) * 32 + (key & ((1 << 40) - 1)) % 32                        # (phase, bank)
+  S = 32 * (int((key >> 40).max(initial=0)) + 1)
   cols = np.broadcast_to(np.arange(P)[None, :], key.shape)
-  counts = np.bincount((cols * 128 + slot)[new], minlength=P * 128).reshape(P, 128)
+  counts = np.bincount((cols * S + slot)[new], minlength=P * S).reshape(P, S)
   return np.maximum(counts.max(axis=1), 1)
 
 
