@@ -114,7 +114,7 @@ class _Access:
   deps: frozenset
   fetch: str | None = None   # the shared buffer a global load fills (a cooperative fetch)
   steps: tuple = ()          # (position, the index's step along it) per loop it uses (1: contiguous, vectorizable)
-  warp: Expr | None = None   # a global access's index over the first warp's lanes (:data:`LANE`; every loop at 0)
+  warp: Expr | None = None   # its index over the first warp's lanes (:data:`LANE`; every loop at 0): sectors, banks
   vstep: Expr | None = None  # its step along the vectorized loop (1: one contiguous vector; else an access per element)
   divmods: tuple = ()        # per integer division / modulo of a loop variable in its index: the loops it reads
 
@@ -323,7 +323,8 @@ class SketchModel:
 
   def _warp(self, index: Expr) -> Expr | None:
     """``index`` with threadIdx.x the variable :data:`LANE` (evaluated at lanes 0..31 at once) and every loop and
-    block index 0, for the sectors a warp request touches; None where threads are bound to other axes too."""
+    block index 0, for the sectors and banks a warp request touches; None where threads are bound to other axes too
+    (the step between threads 0 and 1 then stands for the warp)."""
     if self._lane_vars is None or not self._lane_vars & free_vars(index): return None
     return self._at(index, {v: var(LANE) for v in self._lane_vars})
 
