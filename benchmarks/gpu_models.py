@@ -63,10 +63,9 @@ def build(name: str):
   return model, feeds
 
 
-def ort_outputs(model, feeds, providers=("CPUExecutionProvider",)):
+def ort_session(model, provider: str = "CPUExecutionProvider"):
   import onnxruntime as ort
-  sess = ort.InferenceSession(model.SerializeToString(), providers=list(providers))
-  return sess, sess.run(None, feeds)
+  return ort.InferenceSession(model.SerializeToString(), providers=[provider])
 
 
 def ort_cuda_seconds(model, feeds, repeat: int) -> float | None:
@@ -74,7 +73,7 @@ def ort_cuda_seconds(model, feeds, repeat: int) -> float | None:
   where the provider is missing."""
   import onnxruntime as ort
   if "CUDAExecutionProvider" not in ort.get_available_providers(): return None
-  sess, _ = ort_outputs(model, feeds, ("CUDAExecutionProvider",))
+  sess = ort_session(model, "CUDAExecutionProvider")
   binding = sess.io_binding()
   for k, v in feeds.items(): binding.bind_ortvalue_input(k, ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0))
   for o in sess.get_outputs(): binding.bind_output(o.name, "cuda")
@@ -91,8 +90,7 @@ def row(name: str, a) -> list[str]:
   mod = mc.compile(model, target="cuda", precision=a.precision, progress=False)
   secs = time.perf_counter() - t0
   ours = mod.run(feeds, device="gpu")[0].astype(np.float32)
-  _, ref = ort_outputs(model, feeds)
-  ref = np.asarray(ref[0], np.float32)
+  ref = np.asarray(ort_session(model).run(None, feeds)[0], np.float32)
   err = float(np.abs(ours - ref).max() / max(float(np.abs(ref).max()), 1e-30))
   res = mod.benchmark(feeds, repeat=a.repeat, warmup=a.warmup, cuda_graph=True)
   if a.per_call: print(res, file=sys.stderr)

@@ -23,10 +23,15 @@ TWINS = ("residual_block", "inverted_residual", "transformer_encoder", "bert", "
          "lstm_tagger")
 
 
+def _conv_bn(nn, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act=None) -> list:
+  """Conv (padding k // 2, no bias), BatchNorm and the activation module class ``act`` (None: none)."""
+  m = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+  return m + [act()] if act is not None else m
+
+
 def _resnet18(nn, width: int = 64, classes: int = 1000):
   def cbr(cin, cout, k, stride, relu=True):
-    m = [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout)]
-    return m + [nn.ReLU()] if relu else m
+    return _conv_bn(nn, cin, cout, k, stride, act=nn.ReLU if relu else None)
 
   class Basic(nn.Module):
     def __init__(self, cin, cout, stride):
@@ -45,8 +50,7 @@ def _resnet18(nn, width: int = 64, classes: int = 1000):
 
 def _mobilenet_v2(nn, classes: int = 1000):
   def cbr(cin, cout, k, stride=1, groups=1, relu=True):
-    m = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
-    return m + [nn.ReLU6()] if relu else m
+    return _conv_bn(nn, cin, cout, k, stride, groups, nn.ReLU6 if relu else None)
 
   class Inverted(nn.Module):
     def __init__(self, cin, cout, t, stride):

@@ -483,10 +483,12 @@ class SketchModel:
           if a.scope == "global":
             add("int", INT_PER_GLOBAL_ACCESS * cnt)
             if not a.store and a.fetch is None: exposed += cnt * LATENCY_CYCLES["ld_global"]
-            span, vec = step * a.nbytes, num(a.width) * a.nbytes
-            sectors = np.where(span == 0, np.ceil(vec / 32),         # 32 threads, ``span`` bytes apart
-                               np.minimum(np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
-            if a.warp is not None:   # the sectors the 32 lanes touch (a fused index breaks rows mid-warp); a
+            vec = num(a.width) * a.nbytes
+            if a.warp is None:       # 32 threads, ``span`` bytes apart
+              span = step * a.nbytes
+              sectors = np.where(span == 0, np.ceil(vec / 32),
+                                 np.minimum(np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
+            else:                    # the sectors the 32 lanes touch (a fused index breaks rows mid-warp); a
               first = np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes   # vector whose elements are apart, per element
               first = np.where(live, first, first[:1])
               split = _split(a, num)
