@@ -2,7 +2,7 @@
 import pytest
 
 from minicomp.errors import ExprError
-from minicomp.ir.expr import Expr, const, var
+from minicomp.ir.expr import Expr, const, var, walk
 from minicomp.ir.ops import Op
 from minicomp.ir.printer import PRINT, expr_str
 from minicomp.ir.rewrite import Rules, fold, map_loads, rewrite, substitute
@@ -100,6 +100,30 @@ def test_simplifier_groups_are_named_rules():
   assert simplify((i * 4 + j) // 4, {"i": (0, 7), "j": (0, 3)}) is i
   assert simplify((i * 4 + j) % 4, {"i": (0, 7), "j": (0, 3)}) is j
   assert isinstance(simplify(const(3) * 2), Expr) and simplify(const(3) * 2) is const(6)
+
+
+def test_identities_drop_nodes_and_keep_every_value():
+  """fold_identities (the analytic model's formulas, compiled): integer constants folded, x+0, x*1, x*0, 0//d, x%1
+  gone; x // 0 and an int32 constant that would wrap kept as written; the values those of the original."""
+  import numpy as np
+
+  from minicomp.ir.evaluate import fold_table
+  from minicomp.ir.simplify import fold_identities
+  zero, one = const(0), const(1)
+  assert fold_identities(i * one + zero) is i and fold_identities(zero * j + i) is i
+  assert fold_identities((i * zero) // j) is zero and fold_identities(i % one) is zero
+  assert fold_identities(i // one - zero) is i and fold_identities(const(6) * 7 + i) is const(42) + i
+  assert fold_identities(i // zero).op is Op.FLOORDIV                    # (x // 0: left as written)
+  big = const(1 << 30) * 4
+  assert fold_identities(big) is big                                      # (int32: C would wrap it)
+  x, y = var("x", "int64"), var("y", "int64")
+  roots = [(x * 0 + y * 1) // (y + 0) + x % 1, (x * 3 + 0) * (y - 0) // 1 + 0 // (y + 1), x * y * 1 - 0]
+  table, memo = fold_table(np, wide=True), {}
+  env = {"x": np.arange(-4, 5, dtype=np.int64), "y": np.arange(1, 10, dtype=np.int64)}
+  for r in roots:
+    folded = fold_identities(r, memo)
+    assert len(list(walk(folded))) < len(list(walk(r)))
+    np.testing.assert_array_equal(np.broadcast_to(fold(folded, table, env), (9,)), fold(r, table, env))
 
 
 def test_a_compiled_fold_gives_the_values_fold_gives():

@@ -209,6 +209,39 @@ def _not_not(n: Expr, cx: _Ctx) -> Expr: return n.src[0].src[0]
 
 SIMPLIFY = FOLD + LINEAR + DIVMOD + BOUNDS + LOGIC
 
+# -- the cheap part, for formulas evaluated many times on arrays (the analytic model's, at every point of a walk):
+# integer constants folded and the integer identities dropped, no linear forms (on a convolution's ~1,000-node
+# program of index steps and strides, 1079 -> 458 nodes in 2 ms, where SIMPLIFY takes 20 ms for 705)
+
+IDENTITY = Rules("identity")
+
+
+@IDENTITY.rule(Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.FLOORMOD, when=lambda n: n.dtype in ("int32", "int64"))
+def _int_identity(n: Expr, cx) -> Expr | None:
+  """Signed integer constants folded (an int32 result only where it fits: wrapping is C's, not numpy's int64);
+  x+0, 0+x, x-0, x*1, 1*x, x//1 -> x; x*0, 0*x, 0//d, 0%d, x%1 -> 0 (d not 0: x // 0 stays as written)."""
+  a, b = n.src
+  if a.is_const and b.is_const:
+    if n.op in (Op.FLOORDIV, Op.FLOORMOD) and b.arg == 0: return None
+    v = _INT_FOLD[n.op](int(a.arg), int(b.arg))
+    return const(v, n.dtype) if n.dtype != "int32" or _INT32[0] <= v <= _INT32[1] else None
+  zero = const(0, n.dtype)
+  if n.op is Op.ADD: return b if a.is_const and a.arg == 0 else a if b.is_const and b.arg == 0 else None
+  if n.op is Op.SUB: return a if b.is_const and b.arg == 0 else None
+  if n.op is Op.MUL:
+    if (a.is_const and a.arg == 0) or (b.is_const and b.arg == 0): return zero
+    return b if a.is_const and a.arg == 1 else a if b.is_const and b.arg == 1 else None
+  if b.is_const and b.arg == 0: return None
+  if a.is_const and a.arg == 0: return zero
+  if b.is_const and b.arg == 1: return a if n.op is Op.FLOORDIV else zero
+  return None
+
+
+def fold_identities(e: Expr, memo: dict | None = None) -> Expr:
+  """``e`` with integer constants folded and the integer identities dropped (the ``IDENTITY`` rules: the same
+  values, fewer nodes); ``memo`` (node -> result) may be shared between calls."""
+  return rewrite(e, IDENTITY, None, memo)
+
 
 def _split_small(r_terms: dict[Expr, int], rc: int, d: int, cx: _Ctx):
   """Split ``sum(r_terms) + rc`` into ``big + small`` with ``g | big``, ``g | d`` and ``0 <= small < g`` (g > 1)."""
@@ -257,4 +290,5 @@ def _divmod(n: Expr, x: Expr, d: int, cx: _Ctx) -> Expr:
   return Expr.make(Op.FLOORMOD, dt, (rest, const(d, dt)))
 
 
-__all__ = ["BOUNDS", "DIVMOD", "FOLD", "LINEAR", "LOGIC", "SIMPLIFY", "simplify", "clear_memo"]
+__all__ = ["BOUNDS", "DIVMOD", "FOLD", "IDENTITY", "LINEAR", "LOGIC", "SIMPLIFY", "simplify", "fold_identities",
+           "clear_memo"]

@@ -25,6 +25,7 @@ from minicomp.ir.evaluate import fold_table
 from minicomp.ir.expr import Expr, const
 from minicomp.ir.ops import Op
 from minicomp.ir.rewrite import compile_fold, fold
+from minicomp.ir.simplify import fold_identities
 from minicomp.search.sketch_types import Sketch
 from minicomp.target import Target
 
@@ -61,10 +62,12 @@ class FormulaProgram:
     self.roots: dict[Expr, int] = {}
     self._run = None
     self._compiled = 0
+    self._folded: dict = {}      # (fold_identities' memo: a recompile folds only the new formulas)
 
   def bind(self, env: dict[str, np.ndarray]) -> "_Bound":
-    if len(self.roots) > self._compiled:
-      self._run, self._compiled = compile_fold(list(self.roots), _FORMULA_TABLE, "feature formula"), len(self.roots)
+    if len(self.roots) > self._compiled:      # (compiled with the identities dropped: the same values, fewer nodes)
+      roots = [fold_identities(r, self._folded) for r in self.roots]
+      self._run, self._compiled = compile_fold(roots, _FORMULA_TABLE, "feature formula"), len(self.roots)
     return _Bound(self, env, self._run(env) if self._run is not None else [])
 
 

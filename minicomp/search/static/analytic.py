@@ -70,6 +70,7 @@ agreement; the figures are **estimates** of a GPU this machine does not have.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,7 +117,8 @@ class _Access:
   steps: tuple = ()          # (position, the index's step along it) per loop it uses (1: contiguous, vectorizable)
   warp: Expr | None = None   # its index over the first warp's lanes (:data:`LANE`; every loop at 0): sectors, banks
   vstep: Expr | None = None  # its step along the vectorized loop (1: one contiguous vector; else an access per element)
-  divmods: tuple = ()        # per integer division / modulo of a loop variable in its index: the loops it reads
+  divmods: tuple = ()        # (the loops they read, how many) of the integer divisions / modulos of loop variables in
+                             # its index
 
 
 @dataclass
@@ -368,7 +370,7 @@ class SketchModel:
               if scope == "shared" else ()      # (only shared loads merge into vectors here)
           accesses.append(_Access(scope, False, self._step(n.src[0]), const(4) if n in words else width,
                                   b.element_bytes, d, fetch if scope == "global" else None, steps=steps,
-                                  divmods=_divmods(n.src[0], pos, varying),
+                                  divmods=tuple(Counter(_divmods(n.src[0], pos, varying)).items()),
                                   warp=self._warp(n.src[0]) if n not in words else None,
                                   vstep=self._along(n.src[0], vvar) if vvar in free_vars(n.src[0]) else None))
           if vvar is not None and vvar in free_vars(n.src[0]): vector += self._vector_probes(n.src[0], vvar, width)
@@ -386,7 +388,7 @@ class SketchModel:
       counts["fp32_arith"] = counts.get("fp32_arith", const(0)) + width * (n_mul + n_add - 2 * fma)
     if buf.scope != "local" and index is not None:
       accesses.append(_Access(buf.scope, True, self._step(index), width, buf.element_bytes, deps(index),
-                              divmods=_divmods(index, pos, varying),
+                              divmods=tuple(Counter(_divmods(index, pos, varying)).items()),
                               warp=self._warp(index),
                               vstep=self._along(index, vvar) if vvar in free_vars(index) else None))
       if vvar is not None: vector += self._vector_probes(index, vvar, width)
@@ -475,10 +477,10 @@ class SketchModel:
           add(f"{'st' if a.store else 'ld'}_{a.scope}", cnt * lanes)
           if fetch_req is not None:     # a fetch's index: an instruction per element, its divisions per value
             add("int", cnt * lanes * INT_PER_FETCH_ELEMENT)
-            for dd in a.divmods:      # (recomputed at every element where a loop it reads is rolled, or where a
-              once = INT_PER_DIVMOD * lanes * np.prod([ext[i] for i in dd] or [np.ones(P)], axis=0)   # vector is
-              again = (lanes > 1) | (np.any([rolled[i] for i in dd], axis=0) if dd else False)  # split into lanes)
-              add("int", np.where(again, INT_PER_DIVMOD * cnt * lanes, once))
+            for dd, times in a.divmods:   # (recomputed at every element where a loop it reads is rolled, or where
+              once = INT_PER_DIVMOD * times * lanes * np.prod([ext[i] for i in dd] or [np.ones(P)], axis=0)  # a
+              again = (lanes > 1) | (np.any([rolled[i] for i in dd], axis=0) if dd else False)   # vector is split)
+              add("int", np.where(again, INT_PER_DIVMOD * times * cnt * lanes, once))
           step = np.abs(num(a.step))
           if a.scope == "global":
             add("int", INT_PER_GLOBAL_ACCESS * cnt)

@@ -352,9 +352,10 @@ def _sizes(walker: SketchWalker, values: dict) -> str:
   return " ".join(parts)
 
 
-def compared(res: Construction) -> list[Candidate]:
-  """The candidates of ``res`` that ``compile`` compares with the full static model (above)."""
-  return [c for c, cost in zip(res.candidates[:COMPARE], res.costs) if cost <= res.costs[0] * (1 + TIE)]
+def compared(res: Construction, n: int = COMPARE) -> list[Candidate]:
+  """The candidates of ``res`` that ``compile`` compares with the full static model (above): the first ``n``
+  within TIE of the best."""
+  return [c for c, cost in zip(res.candidates[:n], res.costs) if cost <= res.costs[0] * (1 + TIE)]
 
 
 def ranking_copy(c: Candidate, sketches: list[Sketch], target: Target, cap: int = RANK_UNROLL) -> Candidate | None:
