@@ -24,6 +24,9 @@ def _mean64(r): return np.float32(np.mean(np.asarray(r, np.float64)))
 DEFINITION = {
   # onnxruntime sums in float32 first and overflows to inf; minicomp scales each term by 1/n first
   **{(op, row): _mean64 for op in ("ReduceMean", "GlobalAveragePool") for row in ("big", "big_pos")},
+  # ... so LayerNormalization's mean of that row is finite (5e37): its variance overflows (InvStdDev 0) and only the
+  # deviation past 3.4e38 is NaN (inf * 0); the others are B (0), where onnxruntime's infinite mean makes them all NaN
+  ("LayerNormalization", "big"): lambda r: np.array([0.0, 0.0, np.nan, 0.0], np.float32),
   # onnxruntime starts its max at the lowest finite float, so a row of -inf gives -3.4e38
   ("GlobalMaxPool", "all_ninf"): lambda r: np.float32(-np.inf),
   # a NaN makes a max / min reduction NaN and is its arg extreme (ONNX's reference, numpy); onnxruntime's
@@ -86,14 +89,19 @@ def test_logsumexp_of_infinities_is_infinite_not_nan(row, want):
   np.testing.assert_equal(got, np.array([[want]], np.float32))
 
 
-def test_layer_norm_whose_variance_overflows_is_nan_not_zero():
-  """Rows near 1e38 have a float32 variance of inf; rsqrt(inf) = 0 gave outputs of 0 before."""
-  x = np.array([ROWS["big"], ROWS["big_pos"], [1.0, 2.0, 3.0, 4.0]], np.float32)
-  node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1)
-  m = make_model([node], {"x": x}, ["y"], {"s": np.ones(4, np.float32)}, 17)
+def test_layer_norm_whose_variance_overflows_gives_what_onnxruntime_gives():
+  """A float32 variance of inf (deviations past 1.8e19) makes InvStdDev 0 and the outputs B, as onnxruntime and ONNX's
+  reference compute it; until 2026-11-30 minicomp gave NaN there (the fuzzer's MatMul of a -1e38 weight before a
+  LayerNormalization; onnxruntime gives NaN only where a deviation itself overflows, as in the first row, whose sum
+  overflows in onnxruntime and not in minicomp's mean: there only the deviation past 3.4e38 is NaN)."""
+  x = np.array([ROWS["big"], ROWS["big_pos"], [-1.26e37, 1.0, 2.0, 3.0], [1e20, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]],
+               np.float32)
+  node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)
+  m = make_model([node], {"x": x}, ["y"], {"s": np.ones(4, np.float32), "b": np.arange(10, 14, dtype=np.float32)}, 17)
   got = mc.compile(m, target="sm_80", schedules="rules").run({"x": x}, device="cpu")[0]
-  assert np.isnan(got[0]).all()
+  np.testing.assert_array_equal(got[0], [10, 11, np.nan, 13])
   np.testing.assert_allclose(got[1:], run_ort(m, {"x": x})[0][1:], rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(got[1:4], np.broadcast_to(np.arange(10, 14, dtype=np.float32), (3, 4)))
 
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])

@@ -217,10 +217,11 @@ def layer_norm(ctx, x, scale, bias=None):
     d = X(i) - mean[o]
     return d * d * (1.0 / n)
   var = _stage(ctx, x, ax, True, "sum", sq, "var")
-  # a variance past the type's range (|x| near 1e38) would give rsqrt(inf) = 0 and outputs of 0: NaN
-  # instead, as onnxruntime and ONNX's reference give (their float math overflows too)
-  inv = ctx.compute(var.shape, lambda *o: select(var[o] < const(math.inf, st), rsqrt(var[o] + eps),
-                                                 const(math.nan, st)), "invstd")
+  # a variance past the type's range (deviations past 1.8e19 in float32) gives rsqrt(inf) = 0: the outputs are B
+  # where the deviation is finite and NaN where it overflows (inf * 0), as onnxruntime and ONNX's reference compute
+  # it (their float math overflows the same way; until 2026-11-30 every output was NaN, a wrong answer the fuzzer
+  # found: a MatMul of a -1e38 weight before a LayerNormalization)
+  inv = ctx.compute(var.shape, lambda *o: rsqrt(var[o] + eps), "invstd")
   red = lambda i: tuple(0 if d >= a0 else v for d, v in enumerate(i))
 
   def y(*i):
