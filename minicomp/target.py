@@ -107,6 +107,7 @@ class DeviceSpec:
   sub_partitions: int = 4           # SM sub-partitions (warp schedulers) [OCC]
   tensor_fp16_tflops: float = 0.0   # dense tensor-core FP16 / BF16 TFLOP/s with FP32 accumulate (datasheets; see DEVICES)
   tensor_tf32_tflops: float = 0.0   # dense tensor-core TF32 TFLOP/s (0: no TF32)
+  tensor_int8_tops: float = 0.0     # dense tensor-core INT8 TOPS, int32 accumulate (0: none)
 
   @property
   def clock_hz(self) -> float: return self.boost_clock_mhz * 1e6
@@ -146,9 +147,9 @@ class DeviceSpec:
   def compute_capability(self) -> tuple[int, int]: return arch_compute_capability(self.arch)
 
   def tensor_fma_per_clock_per_sm(self, kind: str) -> float:
-    """Dense tensor-core FMAs per clock per SM for ``kind`` ("fp16": fp16 / bf16 inputs, "tf32"), from the
-    device's published TFLOP/s at its boost clock; 0 where it has none."""
-    tflops = {"fp16": self.tensor_fp16_tflops, "tf32": self.tensor_tf32_tflops}[kind]
+    """Dense tensor-core FMAs per clock per SM for ``kind`` ("fp16": fp16 / bf16 inputs, "tf32", "int8": 8-bit
+    integers), from the device's published TFLOP/s (TOPS) at its boost clock; 0 where it has none."""
+    tflops = {"fp16": self.tensor_fp16_tflops, "tf32": self.tensor_tf32_tflops, "int8": self.tensor_int8_tops}[kind]
     return tflops * 1e12 / (2.0 * self.sm_count * self.clock_hz)
 
 
@@ -198,7 +199,7 @@ _ARCH = {
 
 
 def _device(name: str, arch: str, sm_count: int, boost_clock_mhz: float, l2_bytes: int,
-            dram_bandwidth_gbs: float, tensor: tuple[float, float] = (0.0, 0.0)) -> DeviceSpec:
+            dram_bandwidth_gbs: float, tensor: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> DeviceSpec:
   (threads, warps, blocks, smem_sm, optin, smem_unit, reserved, l1, fp32, int32, sfu, fp64, lsu) = _ARCH[arch]
   return DeviceSpec(name=name, arch=arch, sm_count=sm_count, boost_clock_mhz=boost_clock_mhz,
                     fp32_lanes_per_sm=fp32, sfu_lanes_per_sm=sfu, int32_lanes_per_sm=int32, fp64_lanes_per_sm=fp64,
@@ -208,70 +209,72 @@ def _device(name: str, arch: str, sm_count: int, boost_clock_mhz: float, l2_byte
                     smem_per_sm_bytes=smem_sm, smem_per_block_static=48 * KiB, smem_per_block_optin=optin,
                     smem_alloc_unit=smem_unit, smem_reserved_per_block=reserved, l1_bytes_per_sm=l1,
                     l2_bytes=l2_bytes, dram_bandwidth_gbs=dram_bandwidth_gbs,
-                    tensor_fp16_tflops=tensor[0], tensor_tf32_tflops=tensor[1])
+                    tensor_fp16_tflops=tensor[0], tensor_tf32_tflops=tensor[1], tensor_int8_tops=tensor[2])
 
 
 # name -> DeviceSpec. Product figures: SM count, boost clock (MHz), L2, DRAM bandwidth (GB/s), and the tensor cores'
-# dense TFLOP/s (FP16/BF16 inputs with FP32 accumulate, TF32), what minicomp's mma.sync computes. Datasheets give
-# sparse figures beside dense ones (2x); the dense ones are used. GeForce parts accumulate FP16 in FP32 at half the
-# rate of the professional parts on the same chip (GA102, AD102 whitepapers: "with FP32 Accumulate").
+# dense TFLOP/s (FP16/BF16 inputs with FP32 accumulate, TF32) and INT8 TOPS (int32 accumulate), what minicomp's
+# mma.sync computes (its INT8 shape, m16n8k32, needs sm_80: older parts' INT8 figures are given, not used).
+# Datasheets give sparse figures beside dense ones (2x); the dense ones are used. GeForce parts accumulate FP16 in
+# FP32 at half the rate of the professional parts on the same chip (GA102, AD102 whitepapers: "with FP32 Accumulate").
 DEVICES: dict[str, DeviceSpec] = {d.name: d for d in (
   # NVIDIA Tesla V100 GPU Architecture whitepaper (WP-08608-001), Table 1 (V100 SXM2):
   # 80 SMs, 1530 MHz boost, 6144 KB L2, 900 GB/s HBM2 -> 15.7 TFLOP/s FP32.
-  # Tensor: 125 TFLOP/s mixed precision (whitepaper Table 1); no TF32.
-  _device("v100", "sm_70", 80, 1530, 6 * MiB, 900, (125.0, 0.0)),
+  # Tensor: 125 TFLOP/s mixed precision (whitepaper Table 1); no TF32, no INT8.
+  _device("v100", "sm_70", 80, 1530, 6 * MiB, 900, (125.0, 0.0, 0.0)),
   # NVIDIA Jetson AGX Xavier series datasheet: 512-core Volta GPU (8 SMs) at 1377 MHz max,
   # 512 KB L2, 136.5 GB/s LPDDR4x (256-bit, 2133 MHz).
   # Tensor: 64 Volta tensor cores (8 per SM as on the V100: 512 FP16 FMA per clock per SM) -> 11.3 TFLOP/s; no TF32.
-  _device("xavier", "sm_72", 8, 1377, 512 * KiB, 136.5, (11.3, 0.0)),
+  _device("xavier", "sm_72", 8, 1377, 512 * KiB, 136.5, (11.3, 0.0, 0.0)),
   # NVIDIA Turing GPU Architecture whitepaper (WP-09183-001), Appendix (Tesla T4) and the T4
   # datasheet: 40 SMs, 1590 MHz boost, 4096 KB L2, 320 GB/s GDDR6 -> 8.1 TFLOP/s FP32.
-  # Tensor: 65 TFLOP/s mixed precision FP16/FP32 (T4 datasheet); no TF32.
-  _device("t4", "sm_75", 40, 1590, 4 * MiB, 320, (65.0, 0.0)),
+  # Tensor: 65 TFLOP/s mixed precision FP16/FP32, 130 INT8 TOPS (T4 datasheet); no TF32.
+  _device("t4", "sm_75", 40, 1590, 4 * MiB, 320, (65.0, 0.0, 130.0)),
   # NVIDIA A100 Tensor Core GPU Architecture whitepaper, Table 3 (A100 SXM4 40 GB):
   # 108 SMs, 1410 MHz boost, 40 MB L2, 1555 GB/s HBM2 -> 19.5 TFLOP/s FP32.
-  # Tensor: 312 FP16 / BF16, 156 TF32 TFLOP/s dense (whitepaper Table 1).
-  _device("a100", "sm_80", 108, 1410, 40 * MiB, 1555, (312.0, 156.0)),
+  # Tensor: 312 FP16 / BF16, 156 TF32 TFLOP/s, 624 INT8 TOPS dense (whitepaper Table 1).
+  _device("a100", "sm_80", 108, 1410, 40 * MiB, 1555, (312.0, 156.0, 624.0)),
   # NVIDIA Ampere GA102 GPU Architecture whitepaper (v2.1), Table 9 (GeForce RTX 3090):
   # 82 SMs, 1695 MHz boost, 6144 KB L2, 936 GB/s GDDR6X -> 35.6 TFLOP/s FP32.
-  # Tensor (Table 9): FP16 with FP32 accumulate 71 dense (142 with FP16 accumulate), TF32 35.6 dense.
-  _device("rtx3090", "sm_86", 82, 1695, 6 * MiB, 936, (71.0, 35.6)),
+  # Tensor (Table 9): FP16 with FP32 accumulate 71 dense (142 with FP16 accumulate), TF32 35.6, INT8 284 dense.
+  _device("rtx3090", "sm_86", 82, 1695, 6 * MiB, 936, (71.0, 35.6, 284.0)),
   # NVIDIA A10G (AWS EC2 G5): NVIDIA publishes no datasheet; figures as reported by
   # deviceQuery / nvidia-smi on g5 instances and the TechPowerUp GPU Database "NVIDIA A10G":
   # GA102 with 80 SMs, 1710 MHz boost, 6 MB L2, 600 GB/s GDDR6 -> 35.0 TFLOP/s FP32.
   # Tensor: assumed as the A10 (NVIDIA A10 datasheet: FP16 125, TF32 62.5 dense over 72 SMs: 512 and 256 FMA
-  # per clock per SM), scaled to 80 SMs at 1710 MHz: 140 and 70. Unverified.
-  _device("a10g", "sm_86", 80, 1710, 6 * MiB, 600, (140.0, 70.0)),
+  # per clock per SM; INT8 250 dense), scaled to 80 SMs at 1710 MHz: 140, 70 and 280. Unverified.
+  _device("a10g", "sm_86", 80, 1710, 6 * MiB, 600, (140.0, 70.0, 280.0)),
   # NVIDIA RTX A5000 datasheet: 8192 CUDA cores (64 SMs), 27.8 TFLOP/s FP32 (-> 1695 MHz
   # boost), 768 GB/s GDDR6; 6 MB L2 (GA102, 384-bit bus; GA102 whitepaper).
-  # Tensor: 222.2 TFLOP/s sparse (datasheet) -> FP16 111.1 dense; TF32 half of it.
-  _device("a5000", "sm_86", 64, 1695, 6 * MiB, 768, (111.1, 55.6)),
+  # Tensor: 222.2 TFLOP/s sparse (datasheet) -> FP16 111.1 dense; TF32 half of it, INT8 twice (derived).
+  _device("a5000", "sm_86", 64, 1695, 6 * MiB, 768, (111.1, 55.6, 222.2)),
   # NVIDIA RTX A6000 datasheet: 10752 CUDA cores (84 SMs), 38.7 TFLOP/s FP32 (-> 1800 MHz
   # boost), 768 GB/s GDDR6; 6 MB L2 (GA102 whitepaper).
-  # Tensor: 309.7 TFLOP/s sparse (datasheet) -> FP16 154.8 dense; TF32 half of it.
-  _device("a6000", "sm_86", 84, 1800, 6 * MiB, 768, (154.8, 77.4)),
+  # Tensor: 309.7 TFLOP/s sparse (datasheet) -> FP16 154.8 dense; TF32 half of it, INT8 twice (derived).
+  _device("a6000", "sm_86", 84, 1800, 6 * MiB, 768, (154.8, 77.4, 309.6)),
   # NVIDIA Jetson AGX Orin series datasheet (AGX Orin 64GB): 2048-core Ampere GPU (16 SMs)
   # at 1300 MHz max (5.3 TFLOP/s FP32), 4 MB L2, 204.8 GB/s LPDDR5.
-  # Tensor: the datasheet gives the GPU 170 sparse INT8 TOPS -> 42.5 FP16 dense (a quarter), TF32 half of it.
+  # Tensor: the datasheet gives the GPU 170 sparse INT8 TOPS -> 85 INT8 and 42.5 FP16 dense, TF32 half of that.
   # Derived, unverified.
-  _device("orin", "sm_87", 16, 1300, 4 * MiB, 204.8, (42.5, 21.3)),
+  _device("orin", "sm_87", 16, 1300, 4 * MiB, 204.8, (42.5, 21.3, 85.0)),
   # NVIDIA Ada GPU Architecture whitepaper (v2.1), Table 1 (GeForce RTX 4090): 128 SMs,
   # 2520 MHz boost, 72 MB L2, 1008 GB/s GDDR6X -> 82.6 TFLOP/s FP32.
-  # Tensor (Table 1): FP16 with FP32 accumulate 165.2 dense, TF32 82.6 dense.
-  _device("rtx4090", "sm_89", 128, 2520, 72 * MiB, 1008, (165.2, 82.6)),
+  # Tensor (Table 1): FP16 with FP32 accumulate 165.2 dense, TF32 82.6 dense, INT8 660.6 dense.
+  _device("rtx4090", "sm_89", 128, 2520, 72 * MiB, 1008, (165.2, 82.6, 660.6)),
   # NVIDIA L4 Tensor Core GPU datasheet and Ada whitepaper: 58 SMs (7424 CUDA cores),
   # 2040 MHz boost, 48 MB L2, 300 GB/s GDDR6 -> 30.3 TFLOP/s FP32.
-  # Tensor: FP16 242, TF32 120 TFLOP/s sparse (datasheet) -> 121 and 60 dense.
-  _device("l4", "sm_89", 58, 2040, 48 * MiB, 300, (121.0, 60.0)),
+  # Tensor: FP16 242, TF32 120 TFLOP/s, INT8 485 TOPS sparse (datasheet) -> 121, 60 and 242.5 dense.
+  _device("l4", "sm_89", 58, 2040, 48 * MiB, 300, (121.0, 60.0, 242.5)),
   # NVIDIA H100 Tensor Core GPU Architecture whitepaper (SXM5: 132 SMs, 50 MB L2) and the H100
   # datasheet (SXM: 67 TFLOP/s FP32 -> 1980 MHz boost, 3.35 TB/s HBM3).
-  # Tensor: FP16 / BF16 989.4, TF32 494.7 TFLOP/s dense (datasheet, SXM; its tensor clock is lower than the
-  # 1980 MHz boost, so the per-clock rate derived from it is ~1890 FP16 FMAs per SM, not the whitepaper's 2048).
-  _device("h100", "sm_90", 132, 1980, 50 * MiB, 3352, (989.4, 494.7)),
+  # Tensor: FP16 / BF16 989.4, TF32 494.7 TFLOP/s, INT8 1978.9 TOPS dense (datasheet, SXM; its tensor clock is
+  # lower than the 1980 MHz boost, so the per-clock rate derived from it is ~1890 FP16 FMAs per SM, not the
+  # whitepaper's 2048).
+  _device("h100", "sm_90", 132, 1980, 50 * MiB, 3352, (989.4, 494.7, 1978.9)),
   # NVIDIA H200 Tensor Core GPU datasheet (SXM): the H100's GH100 (132 SMs, 50 MB L2, 67 TFLOP/s FP32
   # -> 1980 MHz boost) with 141 GB of HBM3e at 4.8 TB/s. Not the sm_90 default: an H100 is the common one.
-  # Tensor: as the H100 (H200 datasheet: 989 / 494 dense).
-  _device("h200", "sm_90", 132, 1980, 50 * MiB, 4800, (989.4, 494.7)),
+  # Tensor: as the H100 (H200 datasheet: 989 / 494 dense, INT8 1979).
+  _device("h200", "sm_90", 132, 1980, 50 * MiB, 4800, (989.4, 494.7, 1978.9)),
   # NVIDIA B200 (HGX / DGX B200, 180 GB HBM3e). NVIDIA's datasheets give no SM count or clock:
   # - 148 SMs: what the CUDA driver reports for a B200 (cudaDeviceProp.multiProcessorCount,
   #   e.g. the device query in pytorch/ao PR #4002); the full two-die GB100 has more, disabled;
@@ -281,14 +284,16 @@ DEVICES: dict[str, DeviceSpec] = {d.name: d for d in (
   # - 126 MiB L2: [BTG] "Increased L2 Capacity" (the driver reports 126.5 MiB);
   # - 8000 GB/s: DGX B200 datasheet (64 TB/s HBM3e for 8 GPUs). The driver's bus width and
   #   memory clock give 7.67 TB/s (7680-bit at 3996 MHz), a 4% lower peak.
-  # Tensor: FP16 / BF16 2250, TF32 1100 TFLOP/s dense (HGX B200 datasheet, per GPU) reach the tcgen05 instructions;
+  # Tensor: FP16 / BF16 2250, TF32 1100 TFLOP/s, INT8 4500 TOPS dense (HGX B200 datasheet, per GPU) reach the
+  # tcgen05 instructions;
   # what the older mma.sync reaches on sm_100 is not published: an assumption.
-  _device("b200", "sm_100", 148, 1965, 126 * MiB, 8000, (2250.0, 1100.0)),
+  _device("b200", "sm_100", 148, 1965, 126 * MiB, 8000, (2250.0, 1100.0, 4500.0)),
   # NVIDIA RTX Blackwell GPU Architecture whitepaper, GeForce RTX 5090 (GB202) specifications:
   # 170 SMs (21760 CUDA cores), 2407 MHz boost, 98304 KB L2, 1792 GB/s GDDR7 (512-bit,
   # 28 Gbps) -> 104.8 TFLOP/s FP32.
-  # Tensor: FP16 with FP32 accumulate 209.5, TF32 104.8 TFLOP/s dense (the same whitepaper). Unverified here.
-  _device("rtx5090", "sm_120", 170, 2407, 96 * MiB, 1792, (209.5, 104.8)),
+  # Tensor: FP16 with FP32 accumulate 209.5, TF32 104.8 TFLOP/s, INT8 838 TOPS dense (the same whitepaper).
+  # Unverified here.
+  _device("rtx5090", "sm_120", 170, 2407, 96 * MiB, 1792, (209.5, 104.8, 838.0)),
 )}
 
 # The device an arch-only target estimates for. sm_72 / sm_87 exist only as Jetson modules:

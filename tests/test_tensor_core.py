@@ -30,12 +30,17 @@ def mma_kernel(intr: tc.Intrinsic, a_element=None) -> str:
   each lane loading its fragment elements from global memory by the layout tables (``a_element`` replaces A's)."""
   M, N, K = 16 * WARPS, 8 * N_TILES, intr.k * K_TILES
   half = intr.per_register == 2
-  elem = "unsigned short" if half else "float"
+  elem = "unsigned short" if half else "unsigned char" if intr.integer else "float"
+  acc = "int" if intr.integer else "float"
 
   def pack(mat, table, regs, ld, r0, c0):
     out = []
     for r in range(regs):
-      if half:
+      if intr.integer:      # four bytes a register, the first in the low byte
+        at = lambda e: f"{mat}[({r0} + {table}[lane][{e}][0]) * {ld} + {c0} + {table}[lane][{e}][1]]"  # noqa: E731
+        parts = (f"(unsigned){at(4 * r + h)} << {8 * h}" for h in range(4))
+        out.append(f"      {mat.lower()}[{r}] = {' | '.join(parts)};")
+      elif half:
         lo, hi = (f"(unsigned){mat}[({r0} + {table}[lane][{2 * r + h}][0]) * {ld} + {c0} + {table}[lane][{2 * r + h}][1]]"
                   for h in (0, 1))
         out.append(f"      {mat.lower()}[{r}] = {lo} | {hi} << 16;")
@@ -44,10 +49,10 @@ def mma_kernel(intr: tc.Intrinsic, a_element=None) -> str:
     return "\n".join(out)
   return (_table("a_rc", a_element or intr.a_element, intr.a_elements) + _table("b_rc", intr.b_element, intr.b_elements)
           + _table("c_rc", intr.c_element, 4) + f"""\
-extern "C" __global__ void __launch_bounds__({32 * WARPS}) mma_test(const {elem}* __restrict__ A, const {elem}* __restrict__ B, const float* __restrict__ C, float* __restrict__ D) {{
+extern "C" __global__ void __launch_bounds__({32 * WARPS}) mma_test(const {elem}* __restrict__ A, const {elem}* __restrict__ B, const {acc}* __restrict__ C, {acc}* __restrict__ D) {{
   int lane = threadIdx.x % 32, m0 = threadIdx.x / 32 * 16;
   for (int n0 = 0; n0 < {N}; n0 += 8) {{
-    float acc[4];
+    {acc} acc[4];
     for (int i = 0; i < 4; ++i) acc[i] = C[(m0 + c_rc[lane][i][0]) * {N} + n0 + c_rc[lane][i][1]];
     for (int k0 = 0; k0 < {K}; k0 += {intr.k}) {{
       unsigned a[{intr.a_regs}], b[{intr.b_regs}];
@@ -71,6 +76,10 @@ def operands(intr: tc.Intrinsic, seed: int = 0):
   """(A, B, C as the kernel takes them; A and B as the float32 values the tensor cores multiply)."""
   rng = np.random.default_rng(seed)
   M, N, K = 16 * WARPS, 8 * N_TILES, intr.k * K_TILES
+  if intr.integer:      # the bytes as the kernel reads them; the values their types give them
+    a, b = (rng.integers(0, 256, shape).astype(np.uint8) for shape in ((M, K), (K, N)))
+    c = rng.integers(-1000, 1000, (M, N)).astype(np.int32)
+    return a, b, c, a.view(intr.dtype).astype(np.int64), b.view(intr.b_dtype).astype(np.int64)
   a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
   c = rng.standard_normal((M, N)).astype(np.float32)
   if intr.dtype == "float16":
@@ -84,20 +93,25 @@ def operands(intr: tc.Intrinsic, seed: int = 0):
 
 
 def reference(av, bv, c, k: int) -> np.ndarray:
+  if c.dtype == np.int32: return (av @ bv + c).astype(np.int32)         # (8-bit integers: exact)
   return (av.astype(np.float64) @ bv.astype(np.float64) + c).astype(np.float32)
 
 
 def tolerance(av, bv, c) -> float:
-  """float32 rounding of a k-long sum of products: k ulps of the largest partial sum, bounded by sum |a b| + |c|."""
+  """float32 rounding of a k-long sum of products: k ulps of the largest partial sum, bounded by sum |a b| + |c|;
+  none for the integer types."""
+  if c.dtype == np.int32: return 0.0
   bound = np.abs(av.astype(np.float64)) @ np.abs(bv.astype(np.float64)) + np.abs(c)
   return float(bound.max()) * av.shape[1] * 2.0 ** -23
 
 
 def run_mma_sim(intr, source=None, seed=0):
   A, B, C, av, bv = operands(intr, seed)
-  elem = "const unsigned short*" if intr.per_register == 2 else "const float*"
-  mod = build_simulator(source or mma_kernel(intr), {"mma_test": [elem, elem, "const float*", "float*"]})
-  D = np.full(C.shape, np.nan, np.float32)
+  elem = "const unsigned short*" if intr.per_register == 2 else \
+      "const unsigned char*" if intr.integer else "const float*"
+  acc = "int" if intr.integer else "float"
+  mod = build_simulator(source or mma_kernel(intr), {"mma_test": [elem, elem, f"const {acc}*", f"{acc}*"]})
+  D = np.full(C.shape, -1, np.int32) if intr.integer else np.full(C.shape, np.nan, np.float32)
   mod.launch("mma_test", (1, 1, 1), (32 * WARPS, 1, 1), [A, B, C, D])
   return D, reference(av, bv, C, intr.k), tolerance(av, bv, C)
 
@@ -116,9 +130,9 @@ def test_a_wrong_fragment_layout_is_caught(name):
 
   def wrong(lane, i):
     r, c = intr.a_element(lane, i)
-    return ((r + 8) % 16, c) if intr.k == 8 else (r, (c + 8) % 16)
+    return ((r + 8) % 16, c) if intr.k == 8 else (r, (c + intr.k // 2) % intr.k)
   D, ref, tol = run_mma_sim(intr, mma_kernel(intr, a_element=wrong))
-  assert np.abs(D - ref).max() > 100 * tol
+  assert np.abs(D.astype(np.float64) - ref).max() > 100 * tol
 
 
 def test_layouts_cover_each_tile_once():
@@ -227,7 +241,7 @@ def test_simulator_refuses_what_the_gpu_leaves_undefined(source, message):
 @pytest.mark.parametrize("name", sorted(tc.INTRINSICS))
 def test_nvrtc_builds_each_intrinsic_for_its_archs(name):
   intr = tc.INTRINSICS[name]
-  shape = f"mma.sync.aligned.m{intr.m}n{intr.n}k{intr.k}.row.col.f32"
+  shape = f"mma.sync.aligned.m{intr.m}n{intr.n}k{intr.k}.row.col.{'s32' if intr.integer else 'f32'}"
   for arch in ("sm_75", "sm_80", "sm_86", "sm_90"):
     if (int(arch[3]), int(arch[4])) < intr.min_cc:
       with pytest.raises(TargetError, match=f"needs sm_{intr.min_cc[0]}{intr.min_cc[1]}"):
@@ -288,7 +302,7 @@ def test_mma_on_the_gpu_matches_numpy(name):
   except TargetError as e:
     pytest.skip(str(e))
   A, B, C, av, bv = operands(intr)
-  D = np.full(C.shape, np.nan, np.float32)
+  D = np.full(C.shape, -1, np.int32) if intr.integer else np.full(C.shape, np.nan, np.float32)
   _run_gpu(drv, arch, mma_kernel(intr), "mma_test", [A, B, C, D], (1, 1, 1), (32 * WARPS, 1, 1))
   np.testing.assert_allclose(D, reference(av, bv, C, intr.k), rtol=0, atol=tolerance(av, bv, C))
 

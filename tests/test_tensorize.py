@@ -107,6 +107,72 @@ def test_a_warp_tile_of_several_mma_matches_numpy_and_reuses_its_fragments():
   assert k.binary.ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 and "unsigned mc_frag_B_shared" in k.source
 
 
+def int8_matmul(intr: str, a_type="int8", b_type="int8", M=64, N=64, K=64, operand=None):
+  """C (int32) = A @ B of 8-bit integers, tensorized as :func:`tensorized_matmul` does (k-steps of 32);
+  ``operand(a_value)`` replaces A's widened value in the product."""
+  A, B = mc.placeholder((M, K), a_type, name="A"), mc.placeholder((K, N), b_type, name="B")
+  k = mc.reduce_axis(K, name="k")
+  widen = operand or (lambda x: x)
+  C = mc.compute((M, N), lambda i, j: mc.sum(widen(mc.cast(A[i, k], "int32")) * mc.cast(B[k, j], "int32"), axis=k),
+                 name="C")
+  s = mc.Schedule([C])
+  CL = s.cache_write(C, "local")
+  io, wm, g, r = s.split(C, s.axis(C)[0], [2, 8, 2])
+  jo, wn, t, c = s.split(C, s.axis(C)[-1], [2, 4, 2])
+  s.reorder(C, io, jo, wm, wn, g, t, r, c)
+  s.bind(C, s.fuse(C, io, jo), "blockIdx.x")
+  tx = s.fuse(C, wm, wn, g, t)
+  s.bind(C, tx, "threadIdx.x")
+  s.compute_at(CL, C, tx)
+  ci, cj, ck = s.loops(CL)
+  k0, k1 = s.split(CL, ck, 32)
+  s.reorder(CL, k0, ci, cj, k1)
+  for X in (A, B):
+    XS = s.cache_read(X, "shared", [CL])
+    s.compute_at(XS, CL, k0)
+    s.bind(XS, s.split(XS, s.fuse(XS, *s.loops(XS)), 128)[1], "threadIdx.x")
+  s.tensorize(CL, ci, intr)
+  return (A, B), s
+
+
+@pytest.mark.parametrize("intr, a_type, b_type", [
+  ("m16n8k32_s8s8", "int8", "int8"), ("m16n8k32_u8s8", "uint8", "int8"), ("m16n8k32_s8u8", "int8", "uint8"),
+  ("m16n8k32_u8u8", "uint8", "uint8")])
+def test_int8_tensorized_matmul_is_exact_in_the_simulator(intr, a_type, b_type):
+  """8-bit integer operands, int32 sums (mma.sync m16n8k32, sm_80+): numpy's integer product exactly, over the whole
+  range of each type; A's fragment registers are 32-bit reads of four adjacent bytes, B's (four rows of a k x n tile)
+  packed; the same statement in the loop-IR interpreter; built for sm_80, sm_86 and sm_90, refused on sm_75."""
+  _, s = int8_matmul(intr, a_type, b_type)
+  for arch in ("sm_80", "sm_86", "sm_90"):
+    k = mc.build(s, target=arch)
+    sig = {"int8": "s8", "uint8": "u8"}
+    assert f"mma.sync.aligned.m16n8k32.row.col.s32.{sig[a_type]}.{sig[b_type]}.s32" in k.binary.ptx
+    assert k.binary.resources[k.plan.launches[0].kernel].spill_stores == 0
+  assert "reinterpret_cast<const unsigned*>(A_shared + " in k.source and "mc_pack4(" in k.source
+  rng = np.random.default_rng(3)
+  a = rng.integers(np.iinfo(a_type).min, np.iinfo(a_type).max + 1, (64, 64)).astype(a_type)
+  b = rng.integers(np.iinfo(b_type).min, np.iinfo(b_type).max + 1, (64, 64)).astype(b_type)
+  out = k(a, b, device="cpu")
+  assert out.dtype == np.int32 and np.array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+  from minicomp.ir.interp import run_program
+  _, small = int8_matmul(intr, a_type, b_type, M=32, N=16, K=64)
+  np.testing.assert_array_equal(run_program(small.lower(), a[:32], b[:, :16]), a[:32].astype(np.int64) @ b[:, :16])
+  from minicomp.errors import ScheduleError
+  with pytest.raises(ScheduleError, match=f"tensorize.*mma.sync {intr} needs sm_80 or newer; sm_75 does not have it"):
+    mc.build(s, target="sm_75")
+
+
+def test_int8_tensorize_refuses_operands_outside_the_type():
+  """An operand that is not a plain 8-bit value (computed from one: lowering does not prove its range, and a value
+  past it would lose its high bits in a fragment byte) is refused naming the step; so is an intrinsic whose
+  signedness is not the tensor's."""
+  from minicomp.errors import ScheduleError
+  with pytest.raises(ScheduleError, match="tensorize.*C.local.*operand x .* is not a int8 value"):
+    mc.build(int8_matmul("m16n8k32_s8s8", operand=lambda x: x // 2)[1], target="sm_80")
+  with pytest.raises(ScheduleError, match="operand x .* is not a uint8 value"):
+    mc.build(int8_matmul("m16n8k32_u8s8")[1], target="sm_80")
+
+
 def test_tensorize_replays_from_json_and_prints():
   wl, s = tensorized_matmul("m16n8k16_f16")
   again = mc.Schedule.from_json(wl.outputs, s.to_json())
@@ -190,6 +256,12 @@ def test_the_static_model_counts_mma_on_the_tensor_pipe():
   from minicomp.graph.schedules import default_schedule
   plain = mc.build(default_schedule(W.matmul(64, 64, 64).outputs), target="sm_80")
   assert "tensor_s" not in estimate(plain, mc.Target("a100")).launches[0].parts
+  # the int8 matmul's 8 blocks of 4 warps, 2 k-steps of m16n8k32 each: 4 x 2 instructions of 4096 FMAs at the INT8 rate
+  k8 = mc.build(int8_matmul("m16n8k32_s8s8")[1], target="sm_80")
+  for name in ("a100", "rtx3090", "h100"):
+    dev = mc.Target(name).device
+    parts = estimate(k8, mc.Target(name)).launches[0].parts
+    assert parts["tensor_s"] == pytest.approx(4 * 2 * 4096 / dev.tensor_fma_per_clock_per_sm("int8") / dev.clock_hz)
 
 
 def test_tensor_rates_from_the_datasheets():
@@ -200,3 +272,7 @@ def test_tensor_rates_from_the_datasheets():
   assert rate("rtx3090", "fp16") == pytest.approx(rate("a6000", "fp16") / 2, rel=0.01)
   assert rate("rtx4090", "fp16") == pytest.approx(rate("l4", "fp16") / 2, rel=0.01)
   assert rate("t4", "tf32") == 0 and rate("v100", "tf32") == 0
+  # INT8: twice the FP16 rate of the professional parts, four times the GeForce FP32-accumulate one
+  assert rate("a100", "int8") == pytest.approx(2048, rel=0.01)
+  assert rate("h100", "int8") == pytest.approx(2 * rate("h100", "fp16"), rel=0.01)
+  assert rate("rtx3090", "int8") == pytest.approx(4 * rate("rtx3090", "fp16"), rel=0.01) and rate("v100", "int8") == 0

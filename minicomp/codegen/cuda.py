@@ -384,7 +384,7 @@ class CUDARenderer:
     out.append(f"{ind}{{  // mma.sync {s.intrinsic} (tensorized: {s.acc.name})")
     with self._shared(list(s.acc_index + s.operand_exprs), depth + 1, out):
       acc = [f"{s.acc.name}[{self.index(i)}]" for i in s.acc_index]
-      out.append(f"{ind2}float mma_d[4] = {{{', '.join(acc)}}};")
+      out.append(f"{ind2}{_ctype(intr.acc_dtype)} mma_d[4] = {{{', '.join(acc)}}};")
       for name, vals, ld, frag in (("mma_a", s.a, s.a_ld, s.a_frag), ("mma_b", s.b, s.b_ld, s.b_frag)):
         if frag is not None:
           out.append(f"{ind2}const unsigned* {name} = {frag[0]}{''.join(f'[{v}]' for v in frag[1])};")
@@ -392,7 +392,7 @@ class CUDARenderer:
           out.append(f"{ind2}unsigned {name}[{ld.count}];")
           out.append(f"{ind2}{ld.helper}({name}, {ld.buffer.name} + {self.index(ld.index)});")
         else:
-          regs = self._fragment_registers(vals, intr.dtype)
+          regs = self._fragment_registers(vals, intr.dtype if name == "mma_a" else intr.b_dtype)
           out.append(f"{ind2}const unsigned {name}[{len(regs)}] = {{{', '.join(regs)}}};")
       out.append(f"{ind2}{intr.helper}(mma_d, mma_a, mma_b);")
       for c, text in enumerate(acc): out.append(f"{ind2}{text} = mma_d[{c}];")
@@ -418,9 +418,23 @@ class CUDARenderer:
 
   def _fragment_registers(self, vals, dtype: str) -> list[str]:
     """A fragment's 32-bit registers of elements ``vals``: 16-bit ones two a register (:meth:`_fragment_register`),
-    tf32 ones one each, rounded (``mc_tf32``)."""
+    tf32 ones one each, rounded (``mc_tf32``), 8-bit ones four a register (:meth:`_byte_register`)."""
     if dtype == "tfloat32": return [f"mc_tf32({self.expr(v)})" for v in vals]
+    if dtype in ("int8", "uint8"): return [self._byte_register(vals[r:r + 4]) for r in range(0, len(vals), 4)]
     return [self._fragment_register(vals[r], vals[r + 1], dtype) for r in range(0, len(vals), 2)]
+
+  def _byte_register(self, vals) -> str:
+    """One 32-bit fragment register of four 8-bit integer elements (the first in the low byte; ir/mma.py checked
+    they hold the intrinsic's type): one 32-bit read where they are four adjacent elements of one buffer from a
+    multiple of 4, else ``mc_pack4`` of the four values (their low bytes)."""
+    plain = [v.src[0] if v.op is Op.CAST else v for v in vals]
+    if all(v.op is Op.LOAD and v.arg is plain[0].arg and v.arg.scope != "local" for v in plain):
+      i0 = plain[0].src[0]
+      terms, c = linear(i0)
+      aligned = c % 4 == 0 and all((k * multiple_of(t)) % 4 == 0 for t, k in terms.items())
+      if aligned and consecutive([v.src[0] for v in plain]):
+        return f"*reinterpret_cast<const unsigned*>({plain[0].arg.name} + {self.index(i0)})"
+    return f"(unsigned)mc_pack4({', '.join(self.expr(v) for v in vals)})"
 
   def _fragment_register(self, lo: Expr, hi: Expr, dtype: str) -> str:
     """One 32-bit fragment register of two 16-bit elements (``lo`` in the low half). Two reads of a buffer held

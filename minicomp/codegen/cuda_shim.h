@@ -497,6 +497,33 @@ inline void mma(int kind, int k, float* d, const unsigned* a, int na, const unsi
   warp_sync(~0u);  // no lane overwrites its registers before every lane has read them
   for (int c = 0; c < 4; ++c) d[c] = out[c];
 }
+// m16n8k32 with 8-bit integers: A(row, col) is byte col % 4 of register (row >> 3) + 2 (col >> 4) of lane
+// 4 (row & 7) + (col & 15) / 4; B(k, n) byte k % 4 of register 4 + (k >> 4) of lane 4 n + (k & 15) / 4. The
+// products are summed in int32, wrapping (no .satfinite).
+inline int byte_at(unsigned reg, int i, bool is_signed) {
+  unsigned v = (reg >> (8 * i)) & 255u;
+  return is_signed ? (int)(signed char)v : (int)v;
+}
+inline void mma_int8(bool a_signed, bool b_signed, int* d, const unsigned* a, const unsigned* b) {
+  whole_warp("mma.sync");
+  int me = cur, lane = me & 31, base = me & ~31;
+  for (int i = 0; i < 4; ++i) frag[me][i] = a[i];
+  for (int i = 0; i < 2; ++i) frag[me][4 + i] = b[i];
+  warp_sync(~0u);
+  int out[4];
+  for (int c = 0; c < 4; ++c) {
+    int row = (lane >> 2) + 8 * (c >> 1), col = 2 * (lane & 3) + (c & 1);
+    unsigned s = (unsigned)d[c];
+    for (int kk = 0; kk < 32; ++kk) {
+      int x = byte_at(frag[base + (row & 7) * 4 + ((kk & 15) >> 2)][(row >> 3) + 2 * (kk >> 4)], kk & 3, a_signed);
+      int y = byte_at(frag[base + col * 4 + ((kk & 15) >> 2)][4 + (kk >> 4)], kk & 3, b_signed);
+      s += (unsigned)(x * y);
+    }
+    out[c] = (int)s;
+  }
+  warp_sync(~0u);
+  for (int c = 0; c < 4; ++c) d[c] = out[c];
+}
 inline void ldmatrix(unsigned* r, const void* p, int count, bool trans) {
   whole_warp("ldmatrix");
   int me = cur, lane = me & 31, base = me & ~31;
@@ -563,6 +590,11 @@ inline void mc_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b)
 inline void mc_mma_m16n8k8_f16(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(2, 8, d, a, 2, b, 1); }
 inline unsigned mc_tf32(float x) { return mc_sim::tf32_bits(x); }
 inline void mc_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b) { mc_sim::mma(3, 8, d, a, 4, b, 2); }
+#define MC_MMA_INT8(ab, sa, sb) \
+  inline void mc_mma_m16n8k32_##ab(int* d, const unsigned* a, const unsigned* b) { mc_sim::mma_int8(sa, sb, d, a, b); }
+MC_MMA_INT8(s8s8, true, true) MC_MMA_INT8(s8u8, true, false)
+MC_MMA_INT8(u8s8, false, true) MC_MMA_INT8(u8u8, false, false)
+#undef MC_MMA_INT8
 inline void mc_ldmatrix_x1(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 1, false); }
 inline void mc_ldmatrix_x2(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 2, false); }
 inline void mc_ldmatrix_x4(unsigned* r, const void* p) { mc_sim::ldmatrix(r, p, 4, false); }

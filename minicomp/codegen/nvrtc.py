@@ -192,11 +192,12 @@ DP4A_HEADER = ("minicomp_dp4a.h", "".join([
 
 def _headers(source: str) -> tuple[tuple[str, str], ...]:
   """The in-memory headers ``source`` needs: the half types where it names one, the tensor-core helpers
-  (:mod:`minicomp.codegen.tensor_core`) where it calls one, the dp4a helpers where it calls one."""
+  (:mod:`minicomp.codegen.tensor_core`) where it calls one, the dp4a helpers where it calls one (or packs four
+  bytes: an int8 mma.sync's fragments)."""
   tensor = tensor_core.uses_tensor_core_helpers(source)      # (its helpers take the half types)
   half = tensor or "__half" in source or "bfloat16" in source
   return ((HALF_HEADER,) if half else ()) + ((tensor_core.HEADER,) if tensor else ()) \
-    + ((DP4A_HEADER,) if "mc_dp4a" in source else ())
+    + ((DP4A_HEADER,) if "mc_dp4a" in source or "mc_pack4" in source or "mc_word" in source else ())
 
 
 def _compile(source: str, arch: str, options: tuple[str, ...], headers: tuple[tuple[str, str], ...]

@@ -24,10 +24,15 @@ intrinsic (helper)            arch        per-lane elements (row, col); A is m x
                                           B b0, b1 (1 reg): (2t + i, g)
 ``m16n8k8_tf32``              sm_80       A a0..a3 (4 regs, one tf32 each): (g + 8 * (i % 2), t + 4 * (i // 2));
                                           B b0, b1 (2 regs): (t + 4 * i, g)
-every shape                               C/D c0..c3 (4 floats): (g + 8 * (i // 2), 2t + i % 2)
+``m16n8k32_<a><b>``           sm_80       8-bit integers, A's type and B's (s8 / u8): A a0..a15 (4 regs, 4 bytes each,
+                                          low byte first): (g + 8 * (i // 4 % 2), 4t + i % 4 + 16 * (i // 8));
+                                          B b0..b7 (2 regs): (4t + i % 4 + 16 * (i // 4), g)
+every shape                               C/D c0..c3 (4 floats; 4 int32 for the integer ones):
+                                          (g + 8 * (i // 2), 2t + i % 2)
 ============================  ==========  =====================================================================
 
-The products are accumulated in float32 (``.f32`` C and D). tf32 operands are given as tf32 bit patterns,
+The products are accumulated in float32 (``.f32`` C and D), the 8-bit integer ones exactly in int32 (``.s32``,
+wrapping). tf32 operands are given as tf32 bit patterns,
 floats rounded by ``mc_tf32`` (10 mantissa bits, round to nearest, ties away: ``cvt.rna.tf32.f32``, as cuBLAS
 rounds them) where the fragment is read, once per fragment when it is read ahead (ir/nest.py); the instruction
 ignores the 13 low mantissa bits of what it is given (the simulator too). The simulator adds the k products to C
@@ -73,20 +78,23 @@ def check_arch(what: Intrinsic | str, arch: str) -> None:
                          if cc < (7, 5) else ""))
 
 
+_PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "tfloat32": "tf32", "int8": "s8", "uint8": "u8"}
+
+
 def _mma(i: Intrinsic) -> str:
   a = ", ".join(f"%{4 + r}" for r in range(i.a_regs))
   b = ", ".join(f"%{4 + i.a_regs + r}" for r in range(i.b_regs))
-  ptype = {"float16": "f16", "bfloat16": "bf16", "tfloat32": "tf32"}[i.dtype]
-  asm = (f"mma.sync.aligned.m{i.m}n{i.n}k{i.k}.row.col.f32.{ptype}.{ptype}.f32 "
+  acc, dt, reg = ("s32", "int", "r") if i.integer else ("f32", "float", "f")
+  asm = (f"mma.sync.aligned.m{i.m}n{i.n}k{i.k}.row.col.{acc}.{_PTX_TYPES[i.dtype]}.{_PTX_TYPES[i.b_dtype]}.{acc} "
          f"{{%0, %1, %2, %3}}, {{{a}}}, {{{b}}}, {{%0, %1, %2, %3}};")
   ins = ", ".join([f'"r"(a[{r}])' for r in range(i.a_regs)] + [f'"r"(b[{r}])' for r in range(i.b_regs)])
   args = "const unsigned* a, const unsigned* b"
   # not volatile: a pure function of its registers, so NVVM may reuse the fragment reads of one tile across the
   # unrolled mma.sync of its neighbours (volatile asm keeps every shared read in place: 5x the reads of a 64 x 64
   # warp tile). Every lane still reaches it: lowering refuses thread-dependent guards around it (ir/mma.py).
-  return (f"__device__ __forceinline__ void {i.helper}(float* d, {args}) {{\n"
+  return (f"__device__ __forceinline__ void {i.helper}({dt}* d, {args}) {{\n"
           f'  asm("{asm}"\n'
-          f'    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : {ins});\n}}\n')
+          f'    : "+{reg}"(d[0]), "+{reg}"(d[1]), "+{reg}"(d[2]), "+{reg}"(d[3]) : {ins});\n}}\n')
 
 
 def _ldmatrix(count: int, trans: bool) -> str:

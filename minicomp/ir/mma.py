@@ -33,42 +33,57 @@ from minicomp.errors import ScheduleError
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, cast, const, free_vars, var, walk
 from minicomp.ir.loop import For, Ldmatrix, Mma, Store
-from minicomp.ir.ops import Op
+from minicomp.ir.ops import Op, int_range
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.simplify import simplify
 
 
 @dataclass(frozen=True)
 class Intrinsic:
-  """One ``mma.sync`` shape and type: ``D[m x n] (float32) += A[m x k] B[k x n]``, warp-wide."""
+  """One ``mma.sync`` shape and type: ``D[m x n] += A[m x k] B[k x n]``, warp-wide; D float32, or int32 for the
+  8-bit integer types."""
   name: str            # "m16n8k16_f16": the helper is mc_mma_<name>
   m: int
   n: int
   k: int
-  dtype: str           # the operands' element type: "float16", "bfloat16" or "tfloat32" (floats rounded)
+  dtype: str           # A's element type: "float16", "bfloat16", "tfloat32" (floats rounded), "int8" or "uint8"
   min_cc: tuple[int, int]
   a_regs: int          # 32-bit registers per lane
   b_regs: int
+  b_type: str = ""     # B's element type where it differs from A's (an int8 / uint8 pair)
 
   @property
   def helper(self) -> str: return f"mc_mma_{self.name}"
 
   @property
+  def b_dtype(self) -> str: return self.b_type or self.dtype
+
+  @property
+  def integer(self) -> bool: return self.dtype in _BYTES
+
+  @property
+  def acc_dtype(self) -> str:
+    """The accumulator's type: int32 for the integer types (their products summed exactly, wrapping), else float32."""
+    return "int32" if self.integer else "float32"
+
+  @property
   def per_register(self) -> int:
-    """Operand elements per 32-bit register: 2 for the 16-bit types, 1 for tf32."""
-    return 1 if self.dtype == "tfloat32" else 2
+    """Operand elements per 32-bit register: 4 for the 8-bit types, 2 for the 16-bit ones, 1 for tf32."""
+    return 4 if self.integer else 1 if self.dtype == "tfloat32" else 2
 
   # The layouts as functions of groupID ``g`` and threadID_in_group ``t`` (ints, or index Exprs: lowering writes
   # a lane's fragment elements with them), and of the lane.
   def a_at(self, g, t, i: int):
     """(row, col) in A (m x k) of element ``i`` of the A fragment of the lane with groupID ``g``, thread ``t``."""
     if self.dtype == "tfloat32": return g + 8 * (i % 2), t + 4 * (i // 2)
+    if self.integer: return g + 8 * (i // 4 % 2), 4 * t + i % 4 + 16 * (i // 8)
     if self.k == 8: return g + 8 * (i // 2), 2 * t + i % 2
     return g + 8 * (i // 2 % 2), 2 * t + i % 2 + 8 * (i // 4)
 
   def b_at(self, g, t, i: int):
     """(row, col) in B (k x n) of element ``i`` of the B fragment of lane (``g``, ``t``)."""
     if self.dtype == "tfloat32": return t + 4 * i, g
+    if self.integer: return 4 * t + i % 4 + 16 * (i // 4), g
     return 2 * t + i % 2 + 8 * (i // 2), g
 
   @staticmethod
@@ -87,11 +102,13 @@ class Intrinsic:
   def b_elements(self) -> int: return self.b_regs * self.per_register
 
 
+_BYTES = {"int8": "s8", "uint8": "u8"}      # the 8-bit integer types and their PTX names
 INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
   Intrinsic("m16n8k16_f16", 16, 8, 16, "float16", (8, 0), 4, 2),
   Intrinsic("m16n8k16_bf16", 16, 8, 16, "bfloat16", (8, 0), 4, 2),
   Intrinsic("m16n8k8_f16", 16, 8, 8, "float16", (7, 5), 2, 1),
   Intrinsic("m16n8k8_tf32", 16, 8, 8, "tfloat32", (8, 0), 4, 2),
+  *(Intrinsic(f"m16n8k32_{_BYTES[a]}{_BYTES[b]}", 16, 8, 32, a, (8, 0), 4, 2, b) for a in _BYTES for b in _BYTES),
 )}
 
 
@@ -101,6 +118,17 @@ def _one_load(e: Expr, what: str, where: str) -> Expr:
   if len(loads) != 1:
     raise ScheduleError(f"{where}: operand {what} ({e!r}) must read exactly one tensor element, it reads {len(loads)}")
   return loads[0].src[0]
+
+
+def _holds_only(e: Expr, dtype: str) -> bool:
+  """Whether every value of ``e`` is one of ``dtype`` (an 8-bit integer type): a read of a tensor of that type,
+  widened by casts, or a select between such values and constants in its range (a convolution's padding)."""
+  lo, hi = int_range(dtype)
+  if e.op is Op.CAST: return e.dtype in ("int16", "int32", "int64") and _holds_only(e.src[0], dtype)
+  if e.op is Op.LOAD: return e.dtype == dtype
+  if e.op is Op.CONST: return float(e.arg).is_integer() and lo <= e.arg <= hi
+  if e.op is Op.SELECT: return _holds_only(e.src[1], dtype) and _holds_only(e.src[2], dtype)
+  return False
 
 
 def _probe(e: Expr) -> Expr:
@@ -141,6 +169,13 @@ def mma_statement(scalar, intr: Intrinsic, spatial: tuple[str, str], k_var: str,
     raise ScheduleError(f"{where}: the tensorized update must be acc[...] = acc[...] + x * y with acc in registers "
                         f"(cache_write the stage to local); it is {store.buffer.name}[...] = {value!r}")
   x, y = value.src[1].src
+  if intr.integer:
+    for e, what, want in ((x, "x", intr.dtype), (y, "y", intr.b_dtype)):
+      if not _holds_only(e, want):
+        raise ScheduleError(f"{where}: {intr.name} multiplies {want} operands exactly (int32 sums); operand {what} "
+                            f"({e!r}) is not a {want} value (a tensor of that type read, widened at most)")
+    if store.buffer.dtype != "int32":
+      raise ScheduleError(f"{where}: {intr.name} accumulates in int32; {store.buffer.name} is {store.buffer.dtype}")
   deps = [set(free_vars(_one_load(e, n, where))) & set(spatial) for e, n in ((x, "x"), (y, "y"))]
   if len(deps[0]) != 1 or len(deps[1]) != 1 or deps[0] == deps[1]:
     raise ScheduleError(f"{where}: each operand must vary with one of the two spatial loops {list(spatial)} and not the "

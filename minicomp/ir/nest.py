@@ -178,7 +178,7 @@ class NestBuilder:
     intr = INTRINSICS[intrinsic]
     m = mma_statement(scalar, intr, spatial, k_var, self._lane_vars, self.ranges, where)
     a = self._read_ahead(name, i, j, m.a_ld, m.a, intr.a_regs, intr.dtype, unroll_kind, at_level, ahead)
-    b = self._read_ahead(name, i, j, m.b_ld, m.b, intr.b_regs, intr.dtype, unroll_kind, at_level, ahead)
+    b = self._read_ahead(name, i, j, m.b_ld, m.b, intr.b_regs, intr.b_dtype, unroll_kind, at_level, ahead)
     return replace(m, a_frag=a, b_frag=b)
 
   def _read_ahead(self, name: str, i, j: int, ld, elements, regs: int, dtype: str, unroll_kind: dict, at_level: dict,

@@ -585,13 +585,15 @@ class Schedule:
     """Compute the loops of a sum reduction from ``loop`` inward with a warp's tensor-core ``mma.sync``.
 
     The loops from ``loop`` inward must be two spatial loops of extent 2 and one reduction loop of the
-    intrinsic's k (16 for ``"m16n8k16_f16"`` / ``"m16n8k16_bf16"``, 8 for ``"m16n8k8_f16"`` / ``"m16n8k8_tf32"``),
+    intrinsic's k (16 for ``"m16n8k16_f16"`` / ``"m16n8k16_bf16"``, 8 for ``"m16n8k8_f16"`` / ``"m16n8k8_tf32"``, 32 for
+    the 8-bit integer ``"m16n8k32_s8s8"`` and its u8 variants),
     of a stage held in registers (``cache_write(C, "local")``) inside loops whose threadIdx.x extent is a multiple
     of 32. Each warp computes 16 x 8 accumulator elements per instruction, four per lane: lane
     ``threadIdx.x % 32`` = 4 g + t holds rows (g, r) and columns (t, c) for r, c in {0, 1}, so the row operand may
     depend on the lane only through g and the column operand only through t (lowering checks it:
     ``minicomp/ir/mma.py``; docs/tensor_cores.md shows a matmul schedule). The operands are rounded to the
-    intrinsic's type (fp16, bf16 or tf32) and the products accumulated in float32.
+    intrinsic's type (fp16, bf16 or tf32) and the products accumulated in float32; 8-bit integer operands must be
+    values of their type (reads of int8 / uint8 tensors, widened), their products summed in int32.
 
     Parameters
     ----------

@@ -279,7 +279,8 @@ class SketchModel:
       trip, loops, width, vvar = ctx
       if isinstance(st, Mma):               # one warp instruction; its fragments from registers, ldmatrix or elements
         intr = INTRINSICS[st.intrinsic]
-        cls = "tensor_tf32" if "tf32" in intr.name else f"tensor_k{intr.k}"    # (ptx_parse.TENSOR_FMAS' classes)
+        cls = "tensor_tf32" if "tf32" in intr.name else "tensor_int8" if intr.integer else f"tensor_k{intr.k}"
+        # (ptx_parse.TENSOR_FMAS' classes)
         operands = ((st.a_frag, st.a_ld, st.a), (st.b_frag, st.b_ld, st.b))
         reads = sum(0 if frag else 1 if ld else len({n for e in vals for n in walk(e) if n.op is Op.LOAD})
                     for frag, ld, vals in operands)

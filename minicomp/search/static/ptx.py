@@ -150,8 +150,9 @@ LATENCY_CYCLES = {"fp32_fma": 4, "fp32_arith": 4, "fp64": 8, "int": 4, "sfu": 20
                   "st_global": 1, "ld_shared": 30, "st_shared": 1, "ld_local": 260, "st_local": 1, "ld_param": 30,
                   "ld_const": 30, "atomic": 260, "bar_sync": 20, "shfl": 24, "branch": 1, "other": 2,
                   # mma.sync: ~32 cycles for m16n8k16 (the order published microbenchmarks of sm_80 report for
-                  # HMMA.16816; not measured here, and the same on every arch: an approximation)
-                  "tensor_k16": 32, "tensor_k8": 16, "tensor_tf32": 32}
+                  # HMMA.16816; not measured here, and the same on every arch: an approximation; IMMA.16832 taken
+                  # as long)
+                  "tensor_k16": 32, "tensor_k8": 16, "tensor_tf32": 32, "tensor_int8": 32}
 _STORES = ("st_global", "st_shared", "st_local")
 _REG_RE = re.compile(r"%[A-Za-z_]\w*")
 

@@ -17,9 +17,11 @@ from minicomp.errors import PTXAnalysisError
 
 CLASSES = ("fp32_fma", "fp32_arith", "fp64", "int", "sfu", "conversion", "ld_global", "st_global", "ld_shared",
            "st_shared", "ld_local", "st_local", "ld_param", "ld_const", "atomic", "bar_sync", "shfl", "branch", "other",
-           "tensor_k16", "tensor_k8", "tensor_tf32")
+           "tensor_k16", "tensor_k8", "tensor_tf32", "tensor_int8")
 # a warp's mma.sync by the FMAs it does and their type: m16n8k16 fp16 / bf16 (2048), m16n8k8 fp16 (1024), m16n8k8 tf32
-TENSOR_FMAS = {"tensor_k16": (2048, "fp16"), "tensor_k8": (1024, "fp16"), "tensor_tf32": (1024, "tf32")}
+# (1024), m16n8k32 8-bit integers (4096)
+TENSOR_FMAS = {"tensor_k16": (2048, "fp16"), "tensor_k8": (1024, "fp16"), "tensor_tf32": (1024, "tf32"),
+               "tensor_int8": (4096, "int8")}
 MEMORY_CLASSES = ("ld_global", "st_global", "ld_shared", "st_shared", "ld_local", "st_local", "ld_param", "ld_const",
                   "atomic")
 
@@ -173,6 +175,7 @@ def classify(opcode: str) -> tuple[str, int]:
   if base == "ldmatrix":     # a shared-memory load of 1, 2 or 4 8x8 b16 matrices: a 32-bit register each per lane
     return "ld_shared", 4 * next((int(m[1:]) for m in mods if re.fullmatch(r"x[124]", m)), 1)
   if base == "mma":
+    if "s8" in mods or "u8" in mods: return "tensor_int8", 0
     return "tensor_tf32" if "tf32" in mods else "tensor_k16" if "m16n8k16" in mods else "tensor_k8", 0
   if base in ("bar", "barrier"):
     return ("other", 0) if "warp" in mods else ("bar_sync", 0)
