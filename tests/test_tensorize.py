@@ -162,6 +162,46 @@ def test_int8_tensorized_matmul_is_exact_in_the_simulator(intr, a_type, b_type):
     mc.build(s, target="sm_75")
 
 
+def test_a_dot4_reduction_tensorizes_as_int8_mma():
+  """The sum of dot4 terms minicomp's integer matmuls and convolutions are written in (graph/ops/qlinear.py: four
+  steps of k a term, B transposed) tensorizes with a reduction loop of 8 (k = 32): a register's four bytes are one
+  term's, so with B as N x K both operands are 32-bit reads; exact against numpy; a loop of 32 is refused."""
+  from minicomp.errors import ScheduleError
+  from minicomp.ir.expr import dot4
+
+  def schedule(k_step):
+    A, BT = mc.placeholder((64, 64), "int8", name="A"), mc.placeholder((64, 64), "uint8", name="BT")
+    k = mc.reduce_axis(16, name="k")
+    C = mc.compute((64, 64), lambda i, j: mc.sum(dot4([A[i, 4 * k + q] for q in range(4)],
+                                                        [BT[j, 4 * k + q] for q in range(4)]), axis=k), name="C")
+    s = mc.Schedule([C])
+    CL = s.cache_write(C, "local")
+    io, wm, g, r = s.split(C, s.axis(C)[0], [2, 8, 2])
+    jo, wn, t, c = s.split(C, s.axis(C)[-1], [2, 4, 2])
+    s.reorder(C, io, jo, wm, wn, g, t, r, c)
+    s.bind(C, s.fuse(C, io, jo), "blockIdx.x")
+    tx = s.fuse(C, wm, wn, g, t)
+    s.bind(C, tx, "threadIdx.x")
+    s.compute_at(CL, C, tx)
+    ci, cj, ck = s.loops(CL)
+    k0, k1 = s.split(CL, ck, k_step)
+    s.reorder(CL, k0, ci, cj, k1)
+    for X in (A, BT):
+      XS = s.cache_read(X, "shared", [CL])
+      s.compute_at(XS, CL, k0)
+      s.bind(XS, s.split(XS, s.fuse(XS, *s.loops(XS)), 128)[1], "threadIdx.x")
+    s.tensorize(CL, ci, "m16n8k32_s8u8")
+    return s
+  k = mc.build(schedule(8), target="sm_86")
+  assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32" in k.binary.ptx and "mc_pack4" not in k.source
+  assert "reinterpret_cast<const unsigned*>(BT_shared + " in k.source
+  rng = np.random.default_rng(5)
+  a, bt = rng.integers(-128, 128, (64, 64)).astype(np.int8), rng.integers(0, 256, (64, 64)).astype(np.uint8)
+  np.testing.assert_array_equal(k(a, bt, device="cpu"), a.astype(np.int64) @ bt.astype(np.int64).T)
+  with pytest.raises(ScheduleError, match="loop k_1 has extent 16; m16n8k32_s8u8 needs 8 .k = 32, four steps a dot4"):
+    mc.build(schedule(16), target="sm_86")
+
+
 def test_int8_tensorize_refuses_operands_outside_the_type():
   """An operand that is not a plain 8-bit value (computed from one: lowering does not prove its range, and a value
   past it would lose its high bits in a fragment byte) is refused naming the step; so is an intrinsic whose

@@ -33,7 +33,7 @@ from minicomp.errors import ScheduleError
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import Expr, cast, const, free_vars, var, walk
 from minicomp.ir.loop import For, Ldmatrix, Mma, Store
-from minicomp.ir.ops import Op, int_range
+from minicomp.ir.ops import DOT4, Op, int_range
 from minicomp.ir.rewrite import map_loads, substitute
 from minicomp.ir.simplify import simplify
 
@@ -160,42 +160,55 @@ def mma_statement(scalar, intr: Intrinsic, spatial: tuple[str, str], k_var: str,
   ext = {lp.var: lp.extent for lp in loops}
   if set(ext) != {*spatial, k_var}:
     raise ScheduleError(f"{where}: the tensorized loops are {list(ext)}, expected {[*spatial, k_var]}")
-  for v, want in ((spatial[0], 2), (spatial[1], 2), (k_var, intr.k)):
-    if not (ext[v].is_const and int(ext[v].arg) == want):
-      raise ScheduleError(f"{where}: loop {v} has extent {ext[v]!r}; {intr.name} needs {want}")
   value = store.value
   acc_load = Expr.make(Op.LOAD, value.dtype, (store.index,), store.buffer)
-  if store.buffer.scope != "local" or value.op is not Op.ADD or value.src[0] != acc_load or value.src[1].op is not Op.MUL:
-    raise ScheduleError(f"{where}: the tensorized update must be acc[...] = acc[...] + x * y with acc in registers "
-                        f"(cache_write the stage to local); it is {store.buffer.name}[...] = {value!r}")
-  x, y = value.src[1].src
+  prod = value.src[1] if value.op is Op.ADD and len(value.src) == 2 else None
+  quad = prod is not None and prod.op is Op.CALL and prod.arg == DOT4 and intr.integer    # four steps of k a term
+  if store.buffer.scope != "local" or prod is None or value.src[0] != acc_load or not (prod.op is Op.MUL or quad):
+    raise ScheduleError(f"{where}: the tensorized update must be acc[...] = acc[...] + x * y (or, for an 8-bit "
+                        f"intrinsic, + dot4(x0..x3, y0..y3)) with acc in registers (cache_write the stage to local); "
+                        f"it is {store.buffer.name}[...] = {value!r}")
+  xs, ys = (prod.src[:4], prod.src[4:]) if quad else ((prod.src[0],), (prod.src[1],))
+  per = len(xs)                 # k steps a term: element column `col` is term col % per of step col // per
+  for v, want in ((spatial[0], 2), (spatial[1], 2), (k_var, intr.k // per)):
+    if not (ext[v].is_const and int(ext[v].arg) == want):
+      raise ScheduleError(f"{where}: loop {v} has extent {ext[v]!r}; {intr.name} needs {want}"
+                          + (f" (k = {intr.k}, four steps a dot4)" if quad else ""))
   if intr.integer:
-    for e, what, want in ((x, "x", intr.dtype), (y, "y", intr.b_dtype)):
-      if not _holds_only(e, want):
-        raise ScheduleError(f"{where}: {intr.name} multiplies {want} operands exactly (int32 sums); operand {what} "
-                            f"({e!r}) is not a {want} value (a tensor of that type read, widened at most)")
+    for es, what, want in ((xs, "x", intr.dtype), (ys, "y", intr.b_dtype)):
+      for e in es:
+        if not _holds_only(e, want):
+          raise ScheduleError(f"{where}: {intr.name} multiplies {want} operands exactly (int32 sums); operand {what} "
+                              f"({e!r}) is not a {want} value (a tensor of that type read, widened at most)")
     if store.buffer.dtype != "int32":
       raise ScheduleError(f"{where}: {intr.name} accumulates in int32; {store.buffer.name} is {store.buffer.dtype}")
-  deps = [set(free_vars(_one_load(e, n, where))) & set(spatial) for e, n in ((x, "x"), (y, "y"))]
+  deps = [{frozenset(set(free_vars(_one_load(e, n, where))) & set(spatial)) for e in es}
+          for es, n in ((xs, "x"), (ys, "y"))]
+  deps = [set(next(iter(d))) if len(d) == 1 else set(spatial) for d in deps]    # (a dot4's four terms: the same)
   if len(deps[0]) != 1 or len(deps[1]) != 1 or deps[0] == deps[1]:
     raise ScheduleError(f"{where}: each operand must vary with one of the two spatial loops {list(spatial)} and not the "
                         f"other (A with the rows, B with the columns); they vary with {sorted(deps[0])} and {sorted(deps[1])}")
   r_var, c_var = next(iter(deps[0])), next(iter(deps[1]))
-  _check_lanes(_probe(x), _probe(y), r_var, c_var, k_var, intr.k, lane_vars, ranges, where)
-  used = set(free_vars(x)) | set(free_vars(y)) | set(free_vars(store.index))
+  for x, y in zip(xs, ys):
+    _check_lanes(_probe(x), _probe(y), r_var, c_var, k_var, intr.k // per, lane_vars, ranges, where)
+  used = set().union(*(free_vars(e) for e in (*xs, *ys)), free_vars(store.index))
   first = next((v for v in lane_vars if v in used), lane_vars[0])     # (all are threadIdx.x; the stage's own reads best)
   g, t = var(first) % 32 // 4, var(first) % 4
   a = []
   for i in range(intr.a_elements):
     row0, col = intr.a_at(0, t, i)          # row g + 8 r: r = row0 / 8
-    a.append(simplify(substitute(x, {r_var: const(int(row0) // 8), c_var: const(0), k_var: col}), ranges))
+    kk = col if per == 1 else col // per
+    a.append(simplify(substitute(xs[i % per], {r_var: const(int(row0) // 8), c_var: const(0), k_var: kk}), ranges))
   b = []
   for i in range(intr.b_elements):
     row, _ = intr.b_at(g, t, i)             # column g of B: as the lane with t = g / 2 reads it, c = g % 2
     moved = {v: var(v) // 32 * 32 + g // 2 for v in lane_vars}   # B does not vary with the lane's g: take g = 0
-    b.append(simplify(substitute(y, {**moved, c_var: g % 2, r_var: const(0), k_var: row}), ranges))
+    kk = row if per == 1 else row // per
+    b.append(simplify(substitute(ys[i % per], {**moved, c_var: g % 2, r_var: const(0), k_var: kk}), ranges))
   acc = tuple(simplify(substitute(store.index, {r_var: const(i // 2), c_var: const(i % 2), k_var: const(0)}), ranges)
               for i in range(4))
+
+  x, y = xs[0], ys[0]        # (ldmatrix: the 16-bit types, one product a term)
 
   def a_at(j, gq, p):        # A's matrix j (register j), fragment row gq of its 8, k offset p: the index read
     row, col = intr.a_at(const(0), const(0), 2 * j)
