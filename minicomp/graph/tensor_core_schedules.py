@@ -1,7 +1,9 @@
-"""Tensor-core schedules for matmul-like tasks: the candidates ``compile`` adds for half-precision tasks.
+"""Tensor-core schedules for matmul-like tasks: the candidates ``compile`` adds for half-precision and int8 tasks.
 
 A task qualifies when its one data-reuse reduction ``R`` is a sum of products ``x * y`` of two half operands
-(float16 or bfloat16; float32 with ``precision="tf32"``: a MatMul, Gemm, batched MatMul or convolution) and reaches the task's one output ``O``
+(float16 or bfloat16; float32 with ``precision="tf32"``: a MatMul, Gemm, batched MatMul or convolution), or an
+integer matmul's sum of ``dot4`` terms of 8-bit operands (four steps of k a term: ``mma.sync`` m16n8k32, k-steps of
+32 bytes; not yet a convolution), and reaches the task's one output ``O``
 through elementwise stages (bias, folded batch norm, activation, residual: inlined, as the rule-based
 schedules do); a convolution only when an operand reads the k-step's channels innermost (weights stored
 channels-last by graph/layout.py). ``R``'s spatial axes are classed by the operands that read them: **rows** (read by ``x`` only:
@@ -50,7 +52,7 @@ from minicomp.ir.dag import ComputeDAG, has_data_reuse
 from minicomp.ir.expr import free_vars, walk
 from minicomp.ir.mma import INTRINSICS
 from minicomp.ir.names import c_ident
-from minicomp.ir.ops import DTYPE_BYTES, Op
+from minicomp.ir.ops import DOT4, DTYPE_BYTES, Op
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.schedule import Schedule
 from minicomp.target import Target
@@ -69,9 +71,17 @@ STAGES = (3, 2)             # pipeline stages offered on sm_80+ (cp.async), the 
 TAP_PIPELINE_MIN_STEPS = 32
 
 
-def intrinsic_for(dtype: str, target: Target, tf32: bool = False) -> str | None:
-  """The mma.sync intrinsic for operands of ``dtype`` on ``target`` (float32 ones only with ``tf32``), or None."""
+_BYTE_NAMES = {"int8": "s8", "uint8": "u8"}
+
+
+def intrinsic_for(dtype: str, target: Target, tf32: bool = False, b_dtype: str | None = None) -> str | None:
+  """The mma.sync intrinsic for operands of ``dtype`` (B's ``b_dtype`` where it differs: the 8-bit integer types) on
+  ``target`` (float32 ones only with ``tf32``), or None."""
   cc = target.device.compute_capability
+  b_dtype = b_dtype or dtype
+  if dtype in _BYTE_NAMES and b_dtype in _BYTE_NAMES:
+    return f"m16n8k32_{_BYTE_NAMES[dtype]}{_BYTE_NAMES[b_dtype]}" if cc >= (8, 0) else None
+  if b_dtype != dtype: return None
   if dtype == "float16": return "m16n8k16_f16" if cc >= (8, 0) else "m16n8k8_f16" if cc >= (7, 5) else None
   if dtype == "bfloat16": return "m16n8k16_bf16" if cc >= (8, 0) else None
   if dtype == "float32" and tf32: return "m16n8k8_tf32" if cc >= (8, 0) else None
@@ -79,10 +89,12 @@ def intrinsic_for(dtype: str, target: Target, tf32: bool = False) -> str | None:
 
 
 def _operands(r) -> tuple | None:
-  """(x, y): the two factors of ``r``'s summand, or None when it is not a product of two reads."""
+  """(x, y): the two factors of ``r``'s summand, or None when it is not a product of two reads; of a ``dot4`` summand
+  (an integer matmul's four steps of k a term, graph/ops/qlinear.py), the first term's."""
   body = r.body.src[0] if r.body is not None and r.body.op is Op.REDUCE else None
-  if body is None or body.op is not Op.MUL: return None
-  x, y = body.src
+  if body is not None and body.op is Op.CALL and body.arg == DOT4: x, y = body.src[0], body.src[4]
+  elif body is None or body.op is not Op.MUL: return None
+  else: x, y = body.src
   if sum(n.op is Op.LOAD for n in walk(x)) != 1 or sum(n.op is Op.LOAD for n in walk(y)) != 1: return None
   return x, y
 
@@ -152,16 +164,18 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
   if r.reduce.combiner != "sum": return None
   ops = _operands(r)
   if ops is None: return None
-  dtypes = {n.arg.dtype for e in ops for n in walk(e) if n.op is Op.LOAD}
-  intr_name = intrinsic_for(dtypes.pop(), target, tf32) if len(dtypes) == 1 else None
+  a_type, b_type = ({n.arg.dtype for n in walk(e) if n.op is Op.LOAD} for e in ops)
+  intr_name = intrinsic_for(a_type.pop(), target, tf32, b_type.pop()) if len(a_type) == len(b_type) == 1 else None
   if intr_name is None: return None
+  quad = INTRINSICS[intr_name].integer     # (the 8-bit types: a sum of dot4 terms, four steps of k each)
+  if quad != (r.body.src[0].op is Op.CALL) or quad and len(r.reduce_axes) > 1: return None   # (no int8 conv yet)
   classes = _classes(r, *ops)
   outs = {t.name for t in dag.outputs}
   out = r.name if r.name in outs else epilogue_output(dag, r, outs)
   if classes is None or out is None: return None
   shape = [int(a.extent.arg) for a in r.axes]
   k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
-  if k % KSTEP: return None
+  if k % (KSTEP // (4 if quad else 1)): return None
   # a convolution (several reduction axes) only when a k-step's values lie side by side in one operand: in ONNX's
   # weight order they lie a filter's taps apart and the FP32 pipes win (docs/tensor_cores.md)
   longest = sorted(r.reduce_axes, key=lambda a: int(a.extent.arg))[-1]    # as _build orders them
@@ -251,7 +265,7 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   fresh variable. A draw whose tiles do not divide the task fails to lower (a guard inside the tensorized loops)
   and is drawn again."""
   p = plan(dag, target)
-  if p is None: return None
+  if p is None or INTRINSICS[p.intr].integer: return None     # (8-bit: compile's template only, not searched yet)
   choices = []
 
   def choose(base: str, candidates, what: str):
@@ -312,8 +326,9 @@ def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=
   # k-steps of KSTEP along the longest reduction axis when it divides, the others loops around them (each step
   # then reads a box bound inference sizes exactly: 32 channels at one filter tap); else over all of them fused
   outer, inner = (red[:-1], red[-1]) if ext[red[-1]] % KSTEP == 0 else ([], fuse(local, red))
-  per = KSTEP // INTRINSICS[intr].k if ksteps is None else ksteps
-  ko, k1, ki = s.split(local, inner, [per, INTRINSICS[intr].k])
+  step = INTRINSICS[intr].k // (4 if INTRINSICS[intr].integer else 1)    # (8-bit: dot4 terms of 4 k each)
+  per = max(1, KSTEP // INTRINSICS[intr].k) if ksteps is None else ksteps
+  ko, k1, ki = s.split(local, inner, [per, step])
   s.reorder(local, *lby["batch"], *outer, ko, k1, lm, ln, lr, lc, ki)
   threads = wm * wn * 32
   for src in [t.name for t in s.state.stage(local).tensor.inputs]:
@@ -321,7 +336,8 @@ def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=
     s.compute_at(xs, local, ko)
     width = width_of(s.state.stage(src).tensor, c_ident(xs))
     if pad and not two_d:   # rows an odd number of 16 bytes apart: the 8 rows an ldmatrix reads hit 8 bank groups
-      s.storage_align(xs, len(s.state.stage(xs).tensor.shape) - 2, 16, 8)
+      eb = DTYPE_BYTES[s.state.stage(src).tensor.dtype]     # (8-bit rows: 32-byte multiples 16 bytes on, so a 16-byte
+      s.storage_align(xs, len(s.state.stage(xs).tensor.shape) - 2, *((32, 16) if eb == 1 else (16, 8)))   # copy fits)
     o, thr, v = s.split(xs, fuse(xs, s.loops(xs)), [threads, width])
     s.bind(xs, thr, "threadIdx.x"); s.unroll(xs, o)
     if not isinstance(width, int) or width > 1: s.vectorize(xs, v)
