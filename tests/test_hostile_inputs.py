@@ -405,3 +405,19 @@ def test_ctrl_c_during_tune_ends_the_run_with_one_line_and_keeps_the_log(saved, 
   assert "Traceback" not in err and err.strip().splitlines()[-1] == "minicomp: interrupted", err[-3000:]
   from minicomp.search.records import load_records
   assert len(load_records(log)) >= 4
+
+
+@pytest.mark.parametrize("depth, match", [(np.inf, "depth inf must be a finite positive number"),
+                                          (np.nan, "depth nan must be a finite positive number"),
+                                          (1e30, "is past the 2.31 - 1 elements a dimension may have")])
+def test_a_one_hot_depth_of_inf_nan_or_1e30_is_a_shape_error(depth, match):
+  """int() of the depth raised OverflowError / ValueError, or Python's int past C's long did later (found by
+  benchmarks/fuzz.py, seed 12, 2026-11-30)."""
+  g = helper.make_graph([helper.make_node("OneHot", ["i", "depth", "v"], ["y"], axis=1)], "g",
+                        [helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "d"])],
+                        [numpy_helper.from_array(np.array(depth, np.float32), "depth"),
+                         numpy_helper.from_array(np.array([0, 1], np.float32), "v")])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  with pytest.raises(mc.ShapeError, match=match):
+    mc.compile(m, "sm_86", schedules="rules", progress=False)

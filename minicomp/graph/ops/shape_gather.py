@@ -92,8 +92,11 @@ def one_hot(ctx, indices, depth, values):
   if dv.size != 1 or nv != 2:
     raise ShapeError(f"{where(ctx)}: depth must hold one value and values be two, got depth {dv.tolist()}, values "
                      f"of shape {list(values.shape)}")
+  if not np.isfinite(dv[0]):     # (an inf or NaN depth: int() raised OverflowError / ValueError, found by the fuzzer)
+    raise ShapeError(f"{where(ctx)}: depth {dv[0]} must be a finite positive number")
   D = int(dv[0])
   if D < 1: raise ShapeError(f"{where(ctx)}: depth {D} must be positive")
+  if D > 2**31 - 1: raise ShapeError(f"{where(ctx)}: depth {D} is past the 2^31 - 1 elements a dimension may have")
   if isinstance(indices, Tensor) and indices.dtype in ("bool", "float16", "bfloat16"):
     raise ctx.error(f"indices element type {indices.dtype} is not supported")
   idx = indices if isinstance(indices, Tensor) else ctx.const(np.asarray(indices), "indices")
