@@ -171,7 +171,7 @@ TENSOR_CORE_RULE = "tensor_core_tiling"
 # Tasks offered tensor-core schedules: matmuls, and convolutions whose weights graph/layout.py stored channels-last
 # (tensor_core_schedules refuses a convolution whose k-step is not contiguous in an operand: in ONNX's weight order
 # the template lost to Gensor's kernels, conv 3x3 56x56x64 fp16 on an A100 56 against 35 us by the static model).
-TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm", "Conv", "MatMulInteger", "QLinearMatMul"})
+TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm", "Conv", "MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"})
 
 
 def _tensor_core_options(task: Task, built: Builds, name: str, tensor_cores: str) -> list[Built]:

@@ -175,6 +175,26 @@ def test_a_qdq_matmul_runs_on_int8_tensor_cores_where_the_model_estimates_them_f
     assert "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32" in k.binary.ptx
 
 
+@pytest.mark.parametrize("c, hw, m, k, x_type", [(64, 16, 64, 3, np.uint8), (64, 8, 32, 1, np.int8)])
+def test_an_int8_convolution_on_the_tensor_cores_equals_onnxruntime(monkeypatch, c, hw, m, k, x_type):
+  """A ConvInteger's dot4 sum (four channels of a tap a term; x blocked by four channels, weights channels-last) on
+  mma.sync m16n8k32 through compile's tensor-core template: the static model made to prefer it (it keeps dp4a at
+  these sizes), the kernel is the tensor-core one and its output onnxruntime's exactly."""
+  import minicomp.search.static.estimate as E
+  real = E.estimate
+
+  class Cheap:
+    def __init__(self, e, k): self.latency_s = e.latency_s * (0.01 if "mc_mma" in k.source else 1.0)
+  monkeypatch.setattr(E, "estimate", lambda kern, t=None: Cheap(real(kern, t), kern))
+  x = rng.integers(np.iinfo(x_type).min, np.iinfo(x_type).max + 1, (1, c, hw, hw)).astype(x_type)
+  model = make_model([helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], pads=[k // 2] * 4)], {"x": x}, ["y"],
+                     {"w": _i8(m, c, k, k), "xz": x_type(3)})
+  cm = mc.compile(model, target="sm_80", progress=False)
+  signs = "".join("s" if t == np.int8 else "u" for t in (x_type, np.int8))
+  assert f"mc_mma_m16n8k32_{signs[0]}8{signs[1]}8(" in _sources(cm)
+  assert np.array_equal(cm.run({"x": x}, device="cpu")[0], run_ort(model, {"x": x})[0])
+
+
 @pytest.mark.parametrize("x_type,w_type,x_zp,group,attrs,schedules", [
   (np.uint8, np.int8, 120, 1, {"pads": [1, 1, 1, 1]}, "rules"),
   (np.int8, np.int8, -5, 2, {"pads": [1, 2, 1, 0], "strides": [2, 1]}, "gensor"),

@@ -2,8 +2,8 @@
 
 A task qualifies when its one data-reuse reduction ``R`` is a sum of products ``x * y`` of two half operands
 (float16 or bfloat16; float32 with ``precision="tf32"``: a MatMul, Gemm, batched MatMul or convolution), or an
-integer matmul's sum of ``dot4`` terms of 8-bit operands (four steps of k a term: ``mma.sync`` m16n8k32, k-steps of
-32 bytes; not yet a convolution), and reaches the task's one output ``O``
+integer matmul's or convolution's sum of ``dot4`` terms of 8-bit operands (four steps of k a term: ``mma.sync``
+m16n8k32, k-steps of 32 bytes), and reaches the task's one output ``O``
 through elementwise stages (bias, folded batch norm, activation, residual: inlined, as the rule-based
 schedules do); a convolution only when an operand reads the k-step's channels innermost (weights stored
 channels-last by graph/layout.py). ``R``'s spatial axes are classed by the operands that read them: **rows** (read by ``x`` only:
@@ -168,7 +168,7 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
   intr_name = intrinsic_for(a_type.pop(), target, tf32, b_type.pop()) if len(a_type) == len(b_type) == 1 else None
   if intr_name is None: return None
   quad = INTRINSICS[intr_name].integer     # (the 8-bit types: a sum of dot4 terms, four steps of k each)
-  if quad != (r.body.src[0].op is Op.CALL) or quad and len(r.reduce_axes) > 1: return None   # (no int8 conv yet)
+  if quad != (r.body.src[0].op is Op.CALL): return None
   classes = _classes(r, *ops)
   outs = {t.name for t in dag.outputs}
   out = r.name if r.name in outs else epilogue_output(dag, r, outs)
