@@ -129,17 +129,23 @@ def test_a_weight_with_a_zero_point_or_k_not_a_multiple_of_4_keeps_the_widening_
     assert "mc_dp4a" not in _sources(cm)
 
 
-def test_a_qdq_matmul_becomes_a_dp4a_kernel_matching_onnxruntime():
-  """DequantizeLinear -> MatMul -> QuantizeLinear with int8 symmetric weights (onnxruntime's default for weights):
-  the QLinearMatMul it becomes runs on dp4a; within one step of onnxruntime on under 5% of the outputs."""
-  a, w = _u8(4, 32), _i8(32, 16)
+def _qdq_matmul(a, w, y_scale: float):
+  """DequantizeLinear -> MatMul -> QuantizeLinear: uint8 ``a`` (zero point 120), int8 symmetric weights ``w``, a
+  uint8 output (zero point 128) of scale ``y_scale``."""
   nodes = [helper.make_node("DequantizeLinear", ["a", "as", "az"], ["af"]),
            helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"]),
            helper.make_node("MatMul", ["af", "wf"], ["yf"]),
            helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
   inits = {"as": np.float32(0.02), "az": np.uint8(120), "w": w, "ws": np.float32(0.01), "wz": np.int8(0),
-           "ys": np.float32(0.05), "yz": np.uint8(128)}
-  m = make_model(nodes, {"a": a}, ["y"], inits)
+           "ys": np.float32(y_scale), "yz": np.uint8(128)}
+  return make_model(nodes, {"a": a}, ["y"], inits)
+
+
+def test_a_qdq_matmul_becomes_a_dp4a_kernel_matching_onnxruntime():
+  """DequantizeLinear -> MatMul -> QuantizeLinear with int8 symmetric weights (onnxruntime's default for weights):
+  the QLinearMatMul it becomes runs on dp4a; within one step of onnxruntime on under 5% of the outputs."""
+  a = _u8(4, 32)
+  m = _qdq_matmul(a, _i8(32, 16), 0.05)
   cm = mc.compile(m, target="sm_86", progress=False)
   got, want = cm.run({"a": a}, device="cpu")[0], run_ort(m, {"a": a})[0]
   assert got.dtype == np.uint8 and np.abs(got.astype(int) - want).max() <= 1 and np.mean(got != want) < 0.05
@@ -152,14 +158,8 @@ def test_a_qdq_matmul_runs_on_int8_tensor_cores_where_the_model_estimates_them_f
   it keeps dp4a): the two give the same bytes (exact int32 sums, one requantization), within one step of onnxruntime
   (its float rounding of the requantization) on under 5% of the outputs; every candidate builds for sm_80."""
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
-  a, w = _u8(128, 256), _i8(256, 256)
-  nodes = [helper.make_node("DequantizeLinear", ["a", "as", "az"], ["af"]),
-           helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"]),
-           helper.make_node("MatMul", ["af", "wf"], ["yf"]),
-           helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["y"])]
-  inits = {"as": np.float32(0.02), "az": np.uint8(120), "w": w, "ws": np.float32(0.01), "wz": np.int8(0),
-           "ys": np.float32(2.0), "yz": np.uint8(128)}
-  m = make_model(nodes, {"a": a}, ["y"], inits)
+  a = _u8(128, 256)
+  m = _qdq_matmul(a, _i8(256, 256), 2.0)
   want = run_ort(m, {"a": a})[0]
   h100, sm80 = (mc.compile(m, target=t, progress=False) for t in ("h100", "sm_80"))
   assert "mc_mma_m16n8k32_u8s8(" in _sources(h100) and re.search(r"mc_dp4av?_us\(", _sources(sm80))

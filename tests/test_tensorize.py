@@ -107,14 +107,22 @@ def test_a_warp_tile_of_several_mma_matches_numpy_and_reuses_its_fragments():
   assert k.binary.ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 and "unsigned mc_frag_B_shared" in k.source
 
 
-def int8_matmul(intr: str, a_type="int8", b_type="int8", M=64, N=64, K=64, operand=None):
+def int8_matmul(intr: str, a_type="int8", b_type="int8", M=64, N=64, K=64, operand=None, quad=False, k_step=None):
   """C (int32) = A @ B of 8-bit integers, tensorized as :func:`tensorized_matmul` does (k-steps of 32);
-  ``operand(a_value)`` replaces A's widened value in the product."""
-  A, B = mc.placeholder((M, K), a_type, name="A"), mc.placeholder((K, N), b_type, name="B")
-  k = mc.reduce_axis(K, name="k")
+  ``operand(a_value)`` replaces A's widened value in the product. ``quad``: B given as N x K and the sum written in
+  dot4 terms of four steps of k (graph/ops/qlinear.py's form), whose reduction loop is then K / 4 long (``k_step``:
+  the loop tensorized, default the intrinsic's k in that loop's steps)."""
+  from minicomp.ir.expr import dot4
+  A = mc.placeholder((M, K), a_type, name="A")
+  B = mc.placeholder((N, K) if quad else (K, N), b_type, name="BT" if quad else "B")
+  k = mc.reduce_axis(K // 4 if quad else K, name="k")
   widen = operand or (lambda x: x)
-  C = mc.compute((M, N), lambda i, j: mc.sum(widen(mc.cast(A[i, k], "int32")) * mc.cast(B[k, j], "int32"), axis=k),
-                 name="C")
+  if quad:
+    C = mc.compute((M, N), lambda i, j: mc.sum(dot4([A[i, 4 * k + q] for q in range(4)],
+                                                    [B[j, 4 * k + q] for q in range(4)]), axis=k), name="C")
+  else:
+    C = mc.compute((M, N), lambda i, j: mc.sum(widen(mc.cast(A[i, k], "int32")) * mc.cast(B[k, j], "int32"), axis=k),
+                   name="C")
   s = mc.Schedule([C])
   CL = s.cache_write(C, "local")
   io, wm, g, r = s.split(C, s.axis(C)[0], [2, 8, 2])
@@ -125,7 +133,7 @@ def int8_matmul(intr: str, a_type="int8", b_type="int8", M=64, N=64, K=64, opera
   s.bind(C, tx, "threadIdx.x")
   s.compute_at(CL, C, tx)
   ci, cj, ck = s.loops(CL)
-  k0, k1 = s.split(CL, ck, 32)
+  k0, k1 = s.split(CL, ck, k_step or (8 if quad else 32))
   s.reorder(CL, k0, ci, cj, k1)
   for X in (A, B):
     XS = s.cache_read(X, "shared", [CL])
@@ -165,33 +173,9 @@ def test_int8_tensorized_matmul_is_exact_in_the_simulator(intr, a_type, b_type):
 def test_a_dot4_reduction_tensorizes_as_int8_mma():
   """The sum of dot4 terms minicomp's integer matmuls and convolutions are written in (graph/ops/qlinear.py: four
   steps of k a term, B transposed) tensorizes with a reduction loop of 8 (k = 32): a register's four bytes are one
-  term's, so with B as N x K both operands are 32-bit reads; exact against numpy; a loop of 32 is refused."""
+  term's, so with B as N x K both operands are 32-bit reads; exact against numpy; a loop of 16 is refused."""
   from minicomp.errors import ScheduleError
-  from minicomp.ir.expr import dot4
-
-  def schedule(k_step):
-    A, BT = mc.placeholder((64, 64), "int8", name="A"), mc.placeholder((64, 64), "uint8", name="BT")
-    k = mc.reduce_axis(16, name="k")
-    C = mc.compute((64, 64), lambda i, j: mc.sum(dot4([A[i, 4 * k + q] for q in range(4)],
-                                                        [BT[j, 4 * k + q] for q in range(4)]), axis=k), name="C")
-    s = mc.Schedule([C])
-    CL = s.cache_write(C, "local")
-    io, wm, g, r = s.split(C, s.axis(C)[0], [2, 8, 2])
-    jo, wn, t, c = s.split(C, s.axis(C)[-1], [2, 4, 2])
-    s.reorder(C, io, jo, wm, wn, g, t, r, c)
-    s.bind(C, s.fuse(C, io, jo), "blockIdx.x")
-    tx = s.fuse(C, wm, wn, g, t)
-    s.bind(C, tx, "threadIdx.x")
-    s.compute_at(CL, C, tx)
-    ci, cj, ck = s.loops(CL)
-    k0, k1 = s.split(CL, ck, k_step)
-    s.reorder(CL, k0, ci, cj, k1)
-    for X in (A, BT):
-      XS = s.cache_read(X, "shared", [CL])
-      s.compute_at(XS, CL, k0)
-      s.bind(XS, s.split(XS, s.fuse(XS, *s.loops(XS)), 128)[1], "threadIdx.x")
-    s.tensorize(CL, ci, "m16n8k32_s8u8")
-    return s
+  schedule = lambda k_step: int8_matmul("m16n8k32_s8u8", "int8", "uint8", quad=True, k_step=k_step)[1]  # noqa: E731
   k = mc.build(schedule(8), target="sm_86")
   assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32" in k.binary.ptx and "mc_pack4" not in k.source
   assert "reinterpret_cast<const unsigned*>(BT_shared + " in k.source
