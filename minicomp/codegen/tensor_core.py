@@ -56,7 +56,7 @@ for it reads stale data in the simulator too.
 from __future__ import annotations
 
 from minicomp.errors import TargetError
-from minicomp.ir.mma import INTRINSICS, Intrinsic
+from minicomp.ir.mma import BYTE_TYPES, INTRINSICS, Intrinsic
 
 
 LDMATRIX_MIN_CC = (7, 5)
@@ -78,7 +78,7 @@ def check_arch(what: Intrinsic | str, arch: str) -> None:
                          if cc < (7, 5) else ""))
 
 
-_PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "tfloat32": "tf32", "int8": "s8", "uint8": "u8"}
+_PTX_TYPES = {"float16": "f16", "bfloat16": "bf16", "tfloat32": "tf32", **BYTE_TYPES}
 
 
 def _mma(i: Intrinsic) -> str:

@@ -50,7 +50,7 @@ from minicomp.errors import LoweringError, ScheduleError
 from minicomp.graph.schedules import epilogue_output
 from minicomp.ir.dag import ComputeDAG, has_data_reuse
 from minicomp.ir.expr import free_vars, walk
-from minicomp.ir.mma import INTRINSICS
+from minicomp.ir.mma import BYTE_TYPES, INTRINSICS
 from minicomp.ir.names import c_ident
 from minicomp.ir.ops import DOT4, DTYPE_BYTES, Op
 from minicomp.ir.rewrite import substitute
@@ -71,16 +71,13 @@ STAGES = (3, 2)             # pipeline stages offered on sm_80+ (cp.async), the 
 TAP_PIPELINE_MIN_STEPS = 32
 
 
-_BYTE_NAMES = {"int8": "s8", "uint8": "u8"}
-
-
 def intrinsic_for(dtype: str, target: Target, tf32: bool = False, b_dtype: str | None = None) -> str | None:
   """The mma.sync intrinsic for operands of ``dtype`` (B's ``b_dtype`` where it differs: the 8-bit integer types) on
   ``target`` (float32 ones only with ``tf32``), or None."""
   cc = target.device.compute_capability
   b_dtype = b_dtype or dtype
-  if dtype in _BYTE_NAMES and b_dtype in _BYTE_NAMES:
-    return f"m16n8k32_{_BYTE_NAMES[dtype]}{_BYTE_NAMES[b_dtype]}" if cc >= (8, 0) else None
+  if dtype in BYTE_TYPES and b_dtype in BYTE_TYPES:
+    return f"m16n8k32_{BYTE_TYPES[dtype]}{BYTE_TYPES[b_dtype]}" if cc >= (8, 0) else None
   if b_dtype != dtype: return None
   if dtype == "float16": return "m16n8k16_f16" if cc >= (8, 0) else "m16n8k8_f16" if cc >= (7, 5) else None
   if dtype == "bfloat16": return "m16n8k16_bf16" if cc >= (8, 0) else None

@@ -59,7 +59,7 @@ class Intrinsic:
   def b_dtype(self) -> str: return self.b_type or self.dtype
 
   @property
-  def integer(self) -> bool: return self.dtype in _BYTES
+  def integer(self) -> bool: return self.dtype in BYTE_TYPES
 
   @property
   def acc_dtype(self) -> str:
@@ -102,13 +102,14 @@ class Intrinsic:
   def b_elements(self) -> int: return self.b_regs * self.per_register
 
 
-_BYTES = {"int8": "s8", "uint8": "u8"}      # the 8-bit integer types and their PTX names
+BYTE_TYPES = {"int8": "s8", "uint8": "u8"}      # the 8-bit integer types and their PTX names
 INTRINSICS: dict[str, Intrinsic] = {i.name: i for i in (
   Intrinsic("m16n8k16_f16", 16, 8, 16, "float16", (8, 0), 4, 2),
   Intrinsic("m16n8k16_bf16", 16, 8, 16, "bfloat16", (8, 0), 4, 2),
   Intrinsic("m16n8k8_f16", 16, 8, 8, "float16", (7, 5), 2, 1),
   Intrinsic("m16n8k8_tf32", 16, 8, 8, "tfloat32", (8, 0), 4, 2),
-  *(Intrinsic(f"m16n8k32_{_BYTES[a]}{_BYTES[b]}", 16, 8, 32, a, (8, 0), 4, 2, b) for a in _BYTES for b in _BYTES),
+  *(Intrinsic(f"m16n8k32_{BYTE_TYPES[a]}{BYTE_TYPES[b]}", 16, 8, 32, a, (8, 0), 4, 2, b)
+    for a in BYTE_TYPES for b in BYTE_TYPES),
 )}
 
 
@@ -288,4 +289,4 @@ def _check_lanes(pa: Expr, pb: Expr, r_var: str, c_var: str, k_var: str, k: int,
                             "the row loop: mma.sync's B fragment cannot hold it")
 
 
-__all__ = ["INTRINSICS", "Intrinsic", "mma_statement"]
+__all__ = ["BYTE_TYPES", "INTRINSICS", "Intrinsic", "mma_statement"]
