@@ -256,6 +256,22 @@ def test_tensorized_matmul_on_the_gpu(intr):
   assert (np.abs(out - ref) <= _matmul_tolerance(intr, a32, b32, ref)).all(), np.abs(out - ref).max()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("intr, a_type, b_type", [("m16n8k32_s8s8", "int8", "int8"), ("m16n8k32_u8s8", "uint8", "int8")])
+def test_int8_tensorized_matmul_on_the_gpu(intr, a_type, b_type):
+  drv, arch = _gpu()
+  try:
+    tc.check_arch(tc.INTRINSICS[intr], arch)
+  except TargetError as e:
+    pytest.skip(str(e))
+  _, s = int8_matmul(intr, a_type, b_type, M=128, N=128, K=256)
+  k = mc.build(s, target=arch)
+  rng = np.random.default_rng(7)
+  a = rng.integers(np.iinfo(a_type).min, np.iinfo(a_type).max + 1, (128, 256)).astype(a_type)
+  b = rng.integers(np.iinfo(b_type).min, np.iinfo(b_type).max + 1, (256, 128)).astype(b_type)
+  np.testing.assert_array_equal(k(a, b, device="gpu"), a.astype(np.int64) @ b.astype(np.int64))
+
+
 def test_the_docs_matmul_example_builds_on_mma():
   from pathlib import Path
   text = (Path(__file__).resolve().parents[1] / "docs" / "tensor_cores.md").read_text()
