@@ -156,7 +156,7 @@ def test_int8_tensorized_matmul_is_exact_in_the_simulator(intr, a_type, b_type):
     sig = {"int8": "s8", "uint8": "u8"}
     assert f"mma.sync.aligned.m16n8k32.row.col.s32.{sig[a_type]}.{sig[b_type]}.s32" in k.binary.ptx
     assert k.binary.resources[k.plan.launches[0].kernel].spill_stores == 0
-  assert "reinterpret_cast<const unsigned*>(A_shared + " in k.source and "mc_pack4(" in k.source
+  assert "mc_word(&A_shared[" in k.source and "mc_pack4(" in k.source
   rng = np.random.default_rng(3)
   a = rng.integers(np.iinfo(a_type).min, np.iinfo(a_type).max + 1, (64, 64)).astype(a_type)
   b = rng.integers(np.iinfo(b_type).min, np.iinfo(b_type).max + 1, (64, 64)).astype(b_type)
@@ -178,7 +178,7 @@ def test_a_dot4_reduction_tensorizes_as_int8_mma():
   schedule = lambda k_step: int8_matmul("m16n8k32_s8u8", "int8", "uint8", quad=True, k_step=k_step)[1]  # noqa: E731
   k = mc.build(schedule(8), target="sm_86")
   assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32" in k.binary.ptx and "mc_pack4" not in k.source
-  assert "reinterpret_cast<const unsigned*>(BT_shared + " in k.source
+  assert "mc_word(&BT_shared[" in k.source
   rng = np.random.default_rng(5)
   a, bt = rng.integers(-128, 128, (64, 64)).astype(np.int8), rng.integers(0, 256, (64, 64)).astype(np.uint8)
   np.testing.assert_array_equal(k(a, bt, device="cpu"), a.astype(np.int64) @ bt.astype(np.int64).T)

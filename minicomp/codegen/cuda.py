@@ -425,16 +425,10 @@ class CUDARenderer:
 
   def _byte_register(self, vals) -> str:
     """One 32-bit fragment register of four 8-bit integer elements (the first in the low byte; ir/mma.py checked
-    they hold the intrinsic's type): one 32-bit read where they are four adjacent elements of one buffer from a
-    multiple of 4, else ``mc_pack4`` of the four values (their low bytes)."""
+    they hold the intrinsic's type): dot4's word (:func:`_word`: one 32-bit read of four adjacent bytes, else the
+    four values packed), the widening casts around the reads set aside."""
     plain = [v.src[0] if v.op is Op.CAST else v for v in vals]
-    if all(v.op is Op.LOAD and v.arg is plain[0].arg and v.arg.scope != "local" for v in plain):
-      i0 = plain[0].src[0]
-      terms, c = linear(i0)
-      aligned = c % 4 == 0 and all((k * multiple_of(t)) % 4 == 0 for t, k in terms.items())
-      if aligned and consecutive([v.src[0] for v in plain]):
-        return f"*reinterpret_cast<const unsigned*>({plain[0].arg.name} + {self.index(i0)})"
-    return f"(unsigned)mc_pack4({', '.join(self.expr(v) for v in vals)})"
+    return f"(unsigned){_word(self, plain, [(self.expr(v), _ATOM) for v in vals])}"
 
   def _fragment_register(self, lo: Expr, hi: Expr, dtype: str) -> str:
     """One 32-bit fragment register of two 16-bit elements (``lo`` in the low half). Two reads of a buffer held
