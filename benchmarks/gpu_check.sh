@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks of the open issues (45, 47, 48, 49) for a lent GPU machine with its own python3 (PyTorch,
-# onnxruntime, jax, cuda-bindings there), in two parts that each fit one call. Each step has its own time limit and
-# writes its result to $OUT as it comes, so a step that overruns costs only itself.
+# onnxruntime, jax, cuda-bindings there). Each step has its own time limit and writes its result to $OUT as it comes,
+# so a step that overruns costs only itself.
 #
+#   OUT=/tmp/out PART=one bash benchmarks/gpu_check.sh  # when one call is all the time allows (~9 minutes)
 #   OUT=/tmp/out PART=a bash benchmarks/gpu_check.sh    # measurements (~8 minutes on an H200)
 #   OUT=/tmp/out PART=b bash benchmarks/gpu_check.sh    # the gpu-marked tests, then timings for calibration
 #
@@ -11,7 +12,9 @@
 # the strategies' eight tasks beside each task's fastest program of 2026-11-27 and PyTorch (issue 48) 100 + 40;
 # Gensor's tensor-core constructions or not, per kernel of an fp16 ResNet-18 (issue 47) 90.
 # Part b: every gpu-marked test 220, then `minicomp collect` on three fp32 tasks outside the eight until
-# ${B_SECONDS:-300} s have passed. islpy comes from .whl/ when the machine lacks it.
+# ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed), then part a's
+# steps without the smoke test, each with less time (150, 200, 70 + 30, 70): eight files come back.
+# islpy comes from .whl/ when the machine lacks it.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 PART=${PART:-a}
@@ -32,12 +35,33 @@ step() {  # step NAME LIMIT_S FILE COMMAND...: run with a time limit, output app
   return $rc
 }
 
-if [ "$PART" = a ]; then
+env_txt() {
   { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv
     python3 -c "import sys, numpy, jax, onnx, onnxruntime as o; print(sys.version.split()[0], numpy.__version__, \
 jax.__version__, onnx.__version__, o.__version__, o.get_available_providers())"
     python3 -m pip show cuda-bindings torch 2>/dev/null | grep -E "^(Name|Version)"; } >"$OUT/env.txt" 2>&1
-  step smoke 60 env.txt python3 -c "
+}
+gpu_tests() {  # LIMIT
+  # (the notebooks module imports nbformat, which GPU machines lack; it has no gpu-marked tests)
+  step "gpu-marked tests" "$1" gputests.txt python3 -m pytest -m gpu -q -n 16 -p no:cacheprovider -rs tests/ \
+    --ignore=tests/test_notebooks.py
+  tail -n 5 "$OUT/gputests.txt"
+}
+measurements() {  # MODELS_S PICKS_S PYTORCH_S CHOICE_S
+  step "whole models against PyTorch and onnxruntime" "$1" models.txt python3 benchmarks/gpu_models.py --per-call
+  local sel=benchmarks/results/strategies/gpu/picks_2026-11-30/gpu_selection.jsonl.gz
+  step "compile's picks of the eight tasks" "$2" picks.txt python3 benchmarks/strategies_gpu.py measure \
+    --selection "$sel" --out "$OUT/picks" --deadline-s $(($2 - 20))
+  step "the eight tasks through PyTorch" "$3" picks.txt python3 benchmarks/strategies_gpu.py pytorch --out "$OUT/picks"
+  step "Gensor's tensor-core constructions or not" "$4" choice.txt python3 research/tc_choice_check.py --gpu \
+    --model resnet18 --gensor-tc
+  grep -v "^  \|^\[minicomp\]" "$OUT/models.txt" "$OUT/choice.txt" | tail -n 60
+}
+
+env_txt
+case "$PART" in
+  a)
+    step smoke 60 env.txt python3 -c "
 import minicomp as mc, numpy as np
 from minicomp import workloads as W
 print(mc.gpu_status())
@@ -46,22 +70,17 @@ ins = wl.random_inputs()
 got = mc.build(mc.Schedule(wl.outputs), target='cuda')(*ins, device='gpu')
 print('smoke: max |gpu - numpy| =', float(np.abs(got - wl.reference(*ins)).max()))
 " || { cat "$OUT/env.txt"; exit 4; }
-  step "whole models against PyTorch and onnxruntime" 250 models.txt python3 benchmarks/gpu_models.py --per-call
-  SEL=benchmarks/results/strategies/gpu/picks_2026-11-30/gpu_selection.jsonl.gz
-  step "compile's picks of the eight tasks" 100 picks.txt python3 benchmarks/strategies_gpu.py measure \
-    --selection "$SEL" --out "$OUT/picks" --deadline-s 80
-  step "the eight tasks through PyTorch" 40 picks.txt python3 benchmarks/strategies_gpu.py pytorch --out "$OUT/picks"
-  step "Gensor's tensor-core constructions or not" 90 choice.txt python3 research/tc_choice_check.py --gpu \
-    --model resnet18 --gensor-tc
-  grep -v "^  \|^\[minicomp\]" "$OUT/models.txt" "$OUT/choice.txt" | tail -n 60
-else
-  step "gpu-marked tests" 220 gputests.txt python3 -m pytest -m gpu -q -n 16 -p no:cacheprovider -rs tests/
-  tail -n 5 "$OUT/gputests.txt"
-  LEFT=$((${B_SECONDS:-300} - (SECONDS - START)))
-  if [ "$LEFT" -gt 30 ]; then
-    step "collect (three fp32 tasks outside the eight)" "$LEFT" collect.txt python3 -m minicomp.cli collect \
-      -o "$OUT/timings_fp32.jsonl" --per-task 24 --workload 'conv2d(1, 128, 28, 28, 128, 3, pad=1)' \
-      --workload 'matmul(128, 512, 128)' --workload 'batch_matmul(4, 128, 128, 64)'
-    tail -n 3 "$OUT/collect.txt"
-  fi
-fi
+    measurements 250 100 40 90 ;;
+  one)
+    gpu_tests 150
+    measurements 200 70 30 70 ;;
+  *)
+    gpu_tests 220
+    LEFT=$((${B_SECONDS:-300} - (SECONDS - START)))
+    if [ "$LEFT" -gt 30 ]; then
+      step "collect (three fp32 tasks outside the eight)" "$LEFT" collect.txt python3 -m minicomp.cli collect \
+        -o "$OUT/timings_fp32.jsonl" --per-task 24 --workload 'conv2d(1, 128, 28, 28, 128, 3, pad=1)' \
+        --workload 'matmul(128, 512, 128)' --workload 'batch_matmul(4, 128, 128, 64)'
+      tail -n 3 "$OUT/collect.txt"
+    fi ;;
+esac

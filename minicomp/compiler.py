@@ -163,7 +163,9 @@ def rank_constructed(cands: list, sketches: list, built: Builds, name: str, stat
 # for tuning; at trials=0 the template (_tensor_core_options) is the tensor-core offer. With the sketch, the static
 # model prefers Gensor's constructions to the template on every tensor-core task of ResNet-18 and BERT-tiny in fp16
 # (h100: 281.7 -> 273.7 and 115.6 -> 113.9 us*, 2026-11-30), but those convolutions' taps are not pipelined, which the
-# GPU rewarded (H200: 33 -> 20 us) and the model does not see: not the default until a GPU has timed both.
+# GPU rewarded (H200: 33 -> 20 us) and the model does not see. Timed on an H200 (2026-11-30, research/tc_choice_check.py,
+# benchmarks/README.md): ResNet-18 (64 x 64, fp16) runs its seven tensor-core convolutions in 153 us with Gensor's
+# constructions and 116 us with the template; BERT-tiny's eight matmuls in 77 against 81 us. Not the default.
 CONSTRUCT_TENSOR_CORE_SKETCH = False
 TENSOR_CORE_RULE = "tensor_core_tiling"
 
@@ -172,15 +174,22 @@ TENSOR_CORE_RULE = "tensor_core_tiling"
 # (tensor_core_schedules refuses a convolution whose k-step is not contiguous in an operand: in ONNX's weight order
 # the template lost to Gensor's kernels, conv 3x3 56x56x64 fp16 on an A100 56 against 35 us by the static model).
 TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm", "Conv", "MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"})
+# The int8 ones (mma.sync m16n8k32 over dot4 sums) compute the right thing on an H200 (the gpu-marked tests,
+# 2026-11-30) but ran 1.0-5.2x slower there than the dp4a kernels the static model judged a little slower (BERT-tiny
+# int8 QDQ: 283 against 162 us end to end; research/tc_choice_check.py --precision int8-qdq): compile does not offer
+# them until their fragments are fetched as the half ones are (ldmatrix). Schedule.tensorize still takes them.
+INT8_TENSOR_CORE_OPS = frozenset({"MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"})
+INT8_TENSOR_CORE_TEMPLATE = False
 
 
 def _tensor_core_options(task: Task, built: Builds, name: str, tensor_cores: str) -> list[Built]:
   """The task's tensor-core schedules (``graph/tensor_core_schedules.py``: half-precision matmul-like tasks on a
   target with mma.sync; float32 ones too on TF32 with ``tensor_cores="tf32"``; none with "off"; tasks of
-  :data:`TENSOR_CORE_OPS` but ConvTranspose), built; the ones that do not build are dropped, logged."""
+  :data:`TENSOR_CORE_OPS` but ConvTranspose, and int8 ones only with :data:`INT8_TENSOR_CORE_TEMPLATE`), built; the ones that do not build are dropped, logged."""
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
   if tensor_cores == "off": return []
   if not set(task.ops) & TENSOR_CORE_OPS or "ConvTranspose" in task.ops: return []
+  if set(task.ops) & INT8_TENSOR_CORE_OPS and not INT8_TENSOR_CORE_TEMPLATE: return []
   out: list[Built] = []
   for sched in tensor_core_schedules(task.dag, built.target, tf32=tensor_cores == "tf32"):
     try:

@@ -42,7 +42,8 @@ def per_call(model, feeds, target: str, precision: str, gpu: bool, repeat: int, 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--model", default="resnet18", choices=sorted(MODELS))
-  ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "tf32"])
+  ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "tf32", "int8-qdq"],
+                  help="int8-qdq: the model quantized by onnxruntime (benchmarks/precision.py's qdq), dp4a or mma")
   ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU (target='cuda')")
   ap.add_argument("--repeat", type=int, default=30)
   ap.add_argument("--gensor-tc", action="store_true", help="the tensor-core side with Gensor's constructions on the "
@@ -52,13 +53,18 @@ def main(argv=None) -> int:
   a = ap.parse_args(argv)
   target = "cuda" if a.gpu else a.target or "h100"
   model, feeds = MODELS[a.model]()
+  precision = a.precision
+  if precision == "int8-qdq":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from precision import qdq
+    model, precision = qdq(model, feeds), "fp32"
   runs = {}
   import minicomp.compiler
   for tc in ("1", "0"):
     os.environ["MINICOMP_TENSOR_CORES"] = tc
     minicomp.compiler.CONSTRUCT_TENSOR_CORE_SKETCH = a.gensor_tc and tc == "1"
     if a.gensor_tc: os.environ["MINICOMP_SCHEDULE_CACHE"] = "0"   # (the cache keys no such switch; workers re-import)
-    runs[tc] = per_call(model, feeds, target, a.precision, a.gpu, a.repeat, jobs=1 if a.gensor_tc else None)
+    runs[tc] = per_call(model, feeds, target, precision, a.gpu, a.repeat, jobs=1 if a.gensor_tc else None)
   os.environ.pop("MINICOMP_TENSOR_CORES")
   (on, est_on, med_on), (off, est_off, med_off) = runs["1"], runs["0"]
   if len(on) != len(off):

@@ -7,11 +7,17 @@ program that ``static_top_end.py facts`` saved (``research/results/static_top_en
 written as ``benchmarks/data/<gpu>-<date>/timings.jsonl.gz``, the files ``minicomp calibrate``, the tests and
 ``benchmarks/static_model_fidelity.py --calibration`` read. Run once; kept to say how the files were made.
 
+``--measured DIR`` converts one later ``strategies_gpu.py measure`` folder instead (its selection beside it), with
+the facts computed now, for the H200 (as ``minicomp collect`` computes them), to ``--out``:
+
   python research/timings_convert.py
+  python research/timings_convert.py --measured benchmarks/results/strategies/gpu/picks_2026-11-30 \
+    --out benchmarks/data/h200-2026-11-30/picks.jsonl.gz
 """
 from __future__ import annotations
 
 import gzip
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -56,7 +62,43 @@ def write(rows: list[T.Timing], path: Path) -> None:
   print(f"{path}: {len(rows)} programs, {sum(r.facts is not None for r in rows)} with facts")
 
 
+def _timing(task: str, p: dict, gpu: str, date: str) -> T.Timing:
+  import json
+  from dataclasses import asdict
+  import minicomp as mc
+  from minicomp.search.static.estimate import launch_facts
+  from minicomp.target import get_device
+  dev = get_device("h200")
+  kern = mc.build(mc.Schedule.from_json(S.G.dag_of(task).outputs, p["steps"]), target="sm_90")
+  facts = {"device": dev.name, "minicomp": mc.__version__, "launches": [asdict(f) for f in launch_facts(kern, dev)]}
+  return T.Timing(task, CALLS.get(task), "sm_90", p["steps"], gpu, date, float(statistics.median(p["gpu_s"])), True,
+                  json.loads(json.dumps(facts)))
+
+
+def measured_folder(folder: Path, out: Path, jobs: int) -> None:
+  """One measure folder's correct programs, their facts computed by this checkout for the H200 (``jobs``
+  processes build them)."""
+  import concurrent.futures as cf
+  import json
+  meta = json.loads((folder / S.G.META).read_text())
+  progs = sorted(S.timed_programs([folder]).items())
+  with cf.ProcessPoolExecutor(jobs) as pool:
+    rows = list(pool.map(_timing, [t for (t, _), _ in progs], [p for _, p in progs],
+                         [meta["gpu"].split(" (")[0]] * len(progs), [meta["date"]] * len(progs), chunksize=8))
+  out.parent.mkdir(parents=True, exist_ok=True)
+  write(rows, out)
+
+
 def main() -> None:
+  import argparse
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--measured", type=Path, help="a strategies_gpu.py measure folder to convert instead")
+  ap.add_argument("--out", type=Path, help="with --measured: the timings file to write")
+  ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="with --measured: processes building programs")
+  a = ap.parse_args()
+  if a.measured:
+    if not a.out: ap.error("--measured needs --out")
+    return measured_folder(a.measured, a.out, a.jobs)
   folders = sorted((HERE.parent / "benchmarks/results/strategies/gpu").glob("h200_*"))
   h200 = convert(S.timed_programs(folders), _facts(S.OUT / "facts_h200_2026-11-27.jsonl.gz"), "NVIDIA H200",
                  "2026-11-27")

@@ -152,19 +152,26 @@ def test_a_qdq_matmul_becomes_a_dp4a_kernel_matching_onnxruntime():
   assert re.search(r"mc_dp4av?_us\(", _sources(cm))     # (a uint8, w int8)
 
 
-def test_a_qdq_matmul_runs_on_int8_tensor_cores_where_the_model_estimates_them_faster():
-  """The same QDQ matmul at 128 x 256 x 256: compile's tensor-core template (graph/tensor_core_schedules.py) tensorizes
-  its dot4 sum on mma.sync m16n8k32 (uint8 x int8). For the H100 the static model keeps it (an ESTIMATE; for sm_80
-  it keeps dp4a): the two give the same bytes (exact int32 sums, one requantization), within one step of onnxruntime
-  (its float rounding of the requantization) on under 5% of the outputs; every candidate builds for sm_80."""
+def test_a_qdq_matmul_runs_on_int8_tensor_cores_only_where_compile_is_asked_to(monkeypatch):
+  """The same QDQ matmul at 128 x 256 x 256. By default compile keeps it on dp4a, also for the H100 whose static model
+  estimates the int8 tensor cores faster (an H200 ran them slower: compiler.INT8_TENSOR_CORE_TEMPLATE). Switched on,
+  compile's tensor-core template (graph/tensor_core_schedules.py) tensorizes its dot4 sum on mma.sync m16n8k32
+  (uint8 x int8) and the model keeps it for the H100: the same bytes as dp4a (exact int32 sums, one requantization),
+  within one step of onnxruntime (its float rounding of the requantization) on under 5% of the outputs; every
+  candidate builds for sm_80."""
+  import minicomp.compiler
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
   a = _u8(128, 256)
   m = _qdq_matmul(a, _i8(256, 256), 2.0)
   want = run_ort(m, {"a": a})[0]
+  default = mc.compile(m, target="h100", progress=False)
+  assert "mc_mma_" not in _sources(default) and re.search(r"mc_dp4av?_us\(", _sources(default))
+  monkeypatch.setattr(minicomp.compiler, "INT8_TENSOR_CORE_TEMPLATE", True)
   h100, sm80 = (mc.compile(m, target=t, progress=False) for t in ("h100", "sm_80"))
   assert "mc_mma_m16n8k32_u8s8(" in _sources(h100) and re.search(r"mc_dp4av?_us\(", _sources(sm80))
   got = h100.run({"a": a}, device="cpu")[0]
   assert np.array_equal(got, sm80.run({"a": a}, device="cpu")[0])
+  assert np.array_equal(got, default.run({"a": a}, device="cpu")[0])
   assert np.abs(got.astype(int) - want).max() <= 1 and np.mean(got != want) < 0.05
   task = next(t for t in mc.compile(m, target="sm_80", schedules="rules", progress=False).tasks if "MatMul" in t.ops
               or "QLinearMatMul" in t.ops)
@@ -178,9 +185,11 @@ def test_a_qdq_matmul_runs_on_int8_tensor_cores_where_the_model_estimates_them_f
 @pytest.mark.parametrize("c, hw, m, k, x_type", [(64, 16, 64, 3, np.uint8), (64, 8, 32, 1, np.int8)])
 def test_an_int8_convolution_on_the_tensor_cores_equals_onnxruntime(monkeypatch, c, hw, m, k, x_type):
   """A ConvInteger's dot4 sum (four channels of a tap a term; x blocked by four channels, weights channels-last) on
-  mma.sync m16n8k32 through compile's tensor-core template: the static model made to prefer it (it keeps dp4a at
-  these sizes), the kernel is the tensor-core one and its output onnxruntime's exactly."""
+  mma.sync m16n8k32 through compile's tensor-core template (switched on) with the static model made to prefer it (it
+  keeps dp4a at these sizes): the kernel is the tensor-core one and its output onnxruntime's exactly."""
+  import minicomp.compiler
   import minicomp.search.static.estimate as E
+  monkeypatch.setattr(minicomp.compiler, "INT8_TENSOR_CORE_TEMPLATE", True)
   real = E.estimate
 
   class Cheap:
