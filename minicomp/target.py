@@ -267,14 +267,15 @@ DEVICES: dict[str, DeviceSpec] = {d.name: d for d in (
   _device("l4", "sm_89", 58, 2040, 48 * MiB, 300, (121.0, 60.0, 242.5)),
   # NVIDIA H100 Tensor Core GPU Architecture whitepaper (SXM5: 132 SMs, 50 MB L2) and the H100
   # datasheet (SXM: 67 TFLOP/s FP32 -> 1980 MHz boost, 3.35 TB/s HBM3).
-  # Tensor: FP16 / BF16 989.4, TF32 494.7 TFLOP/s, INT8 1978.9 TOPS dense (datasheet, SXM; its tensor clock is
-  # lower than the 1980 MHz boost, so the per-clock rate derived from it is ~1890 FP16 FMAs per SM, not the
-  # whitepaper's 2048).
-  _device("h100", "sm_90", 132, 1980, 50 * MiB, 3352, (989.4, 494.7, 1978.9)),
+  # Tensor: what mma.sync reaches, which is all minicomp emits. The datasheet's FP16 / BF16 989.4, TF32 494.7
+  # TFLOP/s and INT8 1978.9 TOPS dense (SXM) are wgmma's; register-only mma.sync m16n8k16 chains filling every SM
+  # ran at 636 TFLOP/s on an H200 (2026-11-30, research/mma_peak.py: 0.64 of the datasheet's; the same GH100 and
+  # clocks as the H100). TF32 and INT8 are taken at the same fraction (318.0, 1272.3): an assumption, not timed.
+  _device("h100", "sm_90", 132, 1980, 50 * MiB, 3352, (636.0, 318.0, 1272.3)),
   # NVIDIA H200 Tensor Core GPU datasheet (SXM): the H100's GH100 (132 SMs, 50 MB L2, 67 TFLOP/s FP32
   # -> 1980 MHz boost) with 141 GB of HBM3e at 4.8 TB/s. Not the sm_90 default: an H100 is the common one.
-  # Tensor: as the H100 (H200 datasheet: 989 / 494 dense, INT8 1979).
-  _device("h200", "sm_90", 132, 1980, 50 * MiB, 4800, (989.4, 494.7, 1978.9)),
+  # Tensor: as the H100 (mma.sync's rate, measured on this GPU; datasheet 989 / 494 dense, INT8 1979).
+  _device("h200", "sm_90", 132, 1980, 50 * MiB, 4800, (636.0, 318.0, 1272.3)),
   # NVIDIA B200 (HGX / DGX B200, 180 GB HBM3e). NVIDIA's datasheets give no SM count or clock:
   # - 148 SMs: what the CUDA driver reports for a B200 (cudaDeviceProp.multiProcessorCount,
   #   e.g. the device query in pytorch/ao PR #4002); the full two-die GB100 has more, disabled;

@@ -1,9 +1,9 @@
 """The tensor pipe's mma.sync throughput on this GPU: the ceiling of minicomp's tensor-core kernels (issue 47).
 
-The static model takes each device's tensor rate from its datasheet (target.py). On sm_90 that peak (989 TFLOP/s
-fp16 dense on an H100 / H200) is quoted for wgmma, the warp-group instruction; public reports put the older
-mma.sync, which minicomp emits, at about half of it (not measured here before). compile's fp16 matmul 4096^3 ran at
-272 TFLOP/s on an H200 (2026-11-29) and cuBLAS (wgmma) at 768: whether 0.6x cuBLAS is reachable with mma.sync at
+The static model took each device's tensor rate from its datasheet (target.py). On sm_90 that peak (989 TFLOP/s
+fp16 dense on an H100 / H200) is quoted for wgmma, the warp-group instruction; mma.sync, which minicomp emits, ran
+at 636 TFLOP/s here on an H200 (2026-11-30), which target.py's sm_90 rate is now. compile's fp16 matmul 4096^3 ran
+at 272 TFLOP/s on an H200 (2026-11-29) and cuBLAS (wgmma) at 768: whether 0.6x cuBLAS is reachable with mma.sync at
 all depends on this number.
 
 The kernel: every warp of 4 blocks per SM runs ``CHAINS`` independent m16n8k16 accumulations on register operands
