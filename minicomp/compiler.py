@@ -163,9 +163,10 @@ def rank_constructed(cands: list, sketches: list, built: Builds, name: str, stat
 # for tuning; at trials=0 the template (_tensor_core_options) is the tensor-core offer. With the sketch, the static
 # model prefers Gensor's constructions to the template on every tensor-core task of ResNet-18 and BERT-tiny in fp16
 # (h100: 281.7 -> 273.7 and 115.6 -> 113.9 us*, 2026-11-30), but those convolutions' taps are not pipelined, which the
-# GPU rewarded (H200: 33 -> 20 us) and the model does not see. Timed on an H200 (2026-11-30, research/tc_choice_check.py,
-# benchmarks/README.md): ResNet-18 (64 x 64, fp16) runs its seven tensor-core convolutions in 153 us with Gensor's
-# constructions and 116 us with the template; BERT-tiny's eight matmuls in 77 against 81 us. Not the default.
+# GPU rewarded (H200: 33 -> 20 us) and the model does not see. Timed on an H200 (2026-11-30,
+# research/tc_choice_check.py, benchmarks/README.md): ResNet-18 (64 x 64, fp16) runs its seven tensor-core
+# convolutions in 153 us with Gensor's constructions and 116 us with the template; BERT-tiny's eight matmuls in 77
+# against 81 us. Not the default.
 CONSTRUCT_TENSOR_CORE_SKETCH = False
 TENSOR_CORE_RULE = "tensor_core_tiling"
 
@@ -185,7 +186,8 @@ INT8_TENSOR_CORE_TEMPLATE = False
 def _tensor_core_options(task: Task, built: Builds, name: str, tensor_cores: str) -> list[Built]:
   """The task's tensor-core schedules (``graph/tensor_core_schedules.py``: half-precision matmul-like tasks on a
   target with mma.sync; float32 ones too on TF32 with ``tensor_cores="tf32"``; none with "off"; tasks of
-  :data:`TENSOR_CORE_OPS` but ConvTranspose, and int8 ones only with :data:`INT8_TENSOR_CORE_TEMPLATE`), built; the ones that do not build are dropped, logged."""
+  :data:`TENSOR_CORE_OPS` but ConvTranspose, and int8 ones only with :data:`INT8_TENSOR_CORE_TEMPLATE`), built;
+  the ones that do not build are dropped, logged."""
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
   if tensor_cores == "off": return []
   if not set(task.ops) & TENSOR_CORE_OPS or "ConvTranspose" in task.ops: return []

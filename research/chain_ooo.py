@@ -82,7 +82,8 @@ def _rewrite(r: T.Timing) -> T.Timing | None:
   steps = r.steps
   for a, b in RENAME: steps = steps.replace(a, b)
   try:
-    outs = W.from_call(r.workload.replace("minicomp.workloads.", "")).outputs if r.workload else G.dag_of(r.task).outputs
+    call = r.workload.replace("minicomp.workloads.", "") if r.workload else None
+    outs = W.from_call(call).outputs if call else G.dag_of(r.task).outputs
     k = mc.build(mc.Schedule.from_json(outs, steps), target="sm_90")
   except (MinicompError, KeyError):
     return None

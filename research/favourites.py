@@ -7,7 +7,8 @@ programs. This writes a selection (``strategies_gpu.py measure``'s format) of th
 distinct candidates of Gensor's construction for an H200 under ``--seeds`` walk seeds (``keep`` each, the analytic
 model's best first), plus every program of the ``--also`` selections (earlier picks, each task's fastest).
 
-    python research/favourites.py --out /tmp/fav.jsonl.gz --also benchmarks/results/strategies/gpu/picks_2026-11-30/gpu_selection.jsonl.gz
+    python research/favourites.py --out /tmp/fav.jsonl.gz \
+      --also benchmarks/results/strategies/gpu/picks_2026-11-30/gpu_selection.jsonl.gz
     python benchmarks/strategies_gpu.py measure --selection /tmp/fav.jsonl.gz --out DIR    # on the GPU
     python research/timings_convert.py --measured DIR --out benchmarks/data/h200-<date>/favourites.jsonl.gz
 """
