@@ -38,7 +38,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}) peak(float* out) {{
   float d[{CHAINS}][4];
   #pragma unroll
   for (int c = 0; c < {CHAINS}; ++c) d[c][0] = d[c][1] = d[c][2] = d[c][3] = (float)c;   // (chains apart: no CSE)
-  for (int it = 0; it < {iters}; ++it) {{
+  #pragma unroll 1
+  for (int it = 0; it < {iters}; ++it) {{   // (not unrolled: NVVM took most of a minute on 4096 unrolled steps)
     #pragma unroll
     for (int c = 0; c < {CHAINS}; ++c) mc_mma_m16n8k16_{kind}(d[c], a, b);
   }}
