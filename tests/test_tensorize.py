@@ -305,9 +305,13 @@ def test_the_static_model_counts_mma_on_the_tensor_pipe():
 
 
 def test_tensor_rates_from_the_datasheets():
+  """The datasheets' rates, but sm_90's: mma.sync's measured ceiling (636 TFLOP/s on an H200, research/mma_peak.py),
+  the datasheet's 989 being wgmma's."""
   from minicomp.target import DEVICES
   rate = lambda n, kind: DEVICES[n].tensor_fma_per_clock_per_sm(kind)   # noqa: E731
   assert rate("a100", "fp16") == pytest.approx(1024, rel=0.01) and rate("a100", "tf32") == pytest.approx(512, rel=0.01)
+  for n in ("h100", "h200"):
+    assert 2 * rate(n, "fp16") * DEVICES[n].sm_count * DEVICES[n].clock_hz == pytest.approx(636e12, rel=0.001)
   # GeForce GA102 / AD102 accumulate in FP32 at half the rate of the professional parts on the same chip
   assert rate("rtx3090", "fp16") == pytest.approx(rate("a6000", "fp16") / 2, rel=0.01)
   assert rate("rtx4090", "fp16") == pytest.approx(rate("l4", "fp16") / 2, rel=0.01)
