@@ -10,10 +10,11 @@
 # Part a (seconds): smoke 60; whole models at trials=0 against PyTorch, fp32 without TF32, and the int8 ResNet-18
 # and the LSTM against onnxruntime (benchmarks/gpu_models.py; issues 45, 48, 49) 250; compile's trials=0 picks of
 # the strategies' eight tasks beside each task's fastest program of 2026-11-27 and PyTorch (issue 48) 100 + 40;
-# Gensor's tensor-core constructions or not, per kernel of an fp16 ResNet-18 (issue 47) 90.
+# Gensor's tensor-core constructions or not, per kernel of an fp16 ResNet-18 (issue 47) 90, then int8 tensor cores
+# or dp4a, every kernel call of an int8 BERT-tiny (issues 47, 49) 90.
 # Part b: every gpu-marked test 220, then `minicomp collect` on three fp32 tasks outside the eight until
 # ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed), then part a's
-# steps without the smoke test, each with less time (150, 200, 70 + 30, 70): eight files come back.
+# steps without the smoke test, each with less time (150, 150, 70 + 30, 70 + 70): eight files come back.
 # islpy comes from .whl/ when the machine lacks it.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
@@ -55,6 +56,9 @@ measurements() {  # MODELS_S PICKS_S PYTORCH_S CHOICE_S
   step "the eight tasks through PyTorch" "$3" picks.txt python3 benchmarks/strategies_gpu.py pytorch --out "$OUT/picks"
   step "Gensor's tensor-core constructions or not" "$4" choice.txt python3 research/tc_choice_check.py --gpu \
     --model resnet18 --gensor-tc
+  # (int8 tensor cores ran slower on an H200, 2026-11-30: every kernel call of both builds, to see where)
+  step "int8 tensor cores or dp4a, every call" "$4" choice.txt python3 research/tc_choice_check.py --gpu \
+    --model bert_tiny --precision int8-qdq --all-calls
   grep -v "^  \|^\[minicomp\]" "$OUT/models.txt" "$OUT/choice.txt" | tail -n 60
 }
 
@@ -73,7 +77,7 @@ print('smoke: max |gpu - numpy| =', float(np.abs(got - wl.reference(*ins)).max()
     measurements 250 100 40 90 ;;
   one)
     gpu_tests 150
-    measurements 200 70 30 70 ;;
+    measurements 150 70 30 70 ;;
   *)
     gpu_tests 220
     LEFT=$((${B_SECONDS:-300} - (SECONDS - START)))

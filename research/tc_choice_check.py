@@ -48,6 +48,8 @@ def main(argv=None) -> int:
   ap.add_argument("--repeat", type=int, default=30)
   ap.add_argument("--gensor-tc", action="store_true", help="the tensor-core side with Gensor's constructions on the "
                   "tensor-core sketch as well as the template (compiler.CONSTRUCT_TENSOR_CORE_SKETCH)")
+  ap.add_argument("--all-calls", action="store_true", help="every kernel call, not only the tensor-core ones (a "
+                  "layout the tensor cores ask for can change their neighbours too)")
   ap.add_argument("--target", default=None, help="without --gpu: the device estimated for (default h100; h200 to "
                   "set estimates beside the timings of research/results/tc_choice/)")
   a = ap.parse_args(argv)
@@ -63,8 +65,11 @@ def main(argv=None) -> int:
   for tc in ("1", "0"):
     os.environ["MINICOMP_TENSOR_CORES"] = tc
     minicomp.compiler.CONSTRUCT_TENSOR_CORE_SKETCH = a.gensor_tc and tc == "1"
-    if a.gensor_tc: os.environ["MINICOMP_SCHEDULE_CACHE"] = "0"   # (the cache keys no such switch; workers re-import)
-    runs[tc] = per_call(model, feeds, target, precision, a.gpu, a.repeat, jobs=1 if a.gensor_tc else None)
+    # int8: compile offers no tensor-core template unless switched on (compiler.INT8_TENSOR_CORE_TEMPLATE)
+    minicomp.compiler.INT8_TENSOR_CORE_TEMPLATE = a.precision == "int8-qdq" and tc == "1"
+    switched = a.gensor_tc or a.precision == "int8-qdq"
+    if switched: os.environ["MINICOMP_SCHEDULE_CACHE"] = "0"   # (the cache keys no such switch; workers re-import)
+    runs[tc] = per_call(model, feeds, target, precision, a.gpu, a.repeat, jobs=1 if switched else None)
   os.environ.pop("MINICOMP_TENSOR_CORES")
   (on, est_on, med_on), (off, est_off, med_off) = runs["1"], runs["0"]
   if len(on) != len(off):
@@ -76,10 +81,10 @@ def main(argv=None) -> int:
   print("| # | ops | TC | est TC us* | est FP32 us* | GPU TC us | GPU FP32 us | model and GPU agree |")
   print("|---|---|---|---|---|---|---|---|")
   for k, ((ops, tc, e1, m1), (_, _, e0, m0)) in enumerate(zip(on, off)):
-    if not tc: continue        # (the same FP32 kernel both times)
-    agree = "" if m1 is None else ("yes" if (e1 < e0) == (m1 < m0) else "**no**")
+    if not tc and not a.all_calls: continue        # (the same FP32 kernel both times)
+    agree = "" if m1 is None or not tc else ("yes" if (e1 < e0) == (m1 < m0) else "**no**")
     fmt = lambda x: "-" if x is None else f"{x * 1e6:.1f}"   # noqa: E731
-    print(f"| {k} | {ops[:40]} | yes | {fmt(e1)} | {fmt(e0)} | {fmt(m1)} | {fmt(m0)} | {agree} |")
+    print(f"| {k} | {ops[:40]} | {'yes' if tc else 'no'} | {fmt(e1)} | {fmt(e0)} | {fmt(m1)} | {fmt(m0)} | {agree} |")
   fmt = lambda x: "-" if x is None else f"{x * 1e6:.1f}"     # noqa: E731
   print(f"end to end: estimate {fmt(est_on)} (TC) / {fmt(est_off)} (FP32) us*; GPU {fmt(med_on)} / {fmt(med_off)} us")
   return 0
