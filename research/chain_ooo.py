@@ -11,8 +11,8 @@ so ``minicomp calibrate -o`` can fit and judge it leave one task out beside the 
     python research/chain_ooo.py --data benchmarks/data/h200-2026-11-27/timings.jsonl.gz --out /tmp/ooo
     minicomp calibrate --arch sm_90 --data /tmp/ooo/timings.jsonl.gz -o /tmp/cal_ooo.json
 
-Each program is rebuilt (the kernel cache makes a second run fast); programs whose steps no longer replay (the
-Conv3d's and ConvTranspose's stages were renamed: ``Conv_0_conv`` is ``conv_conv`` now) are renamed first.
+Each program is rebuilt (the kernel cache makes a second run fast); the Conv3d's and ConvTranspose's stages,
+renamed since 2026-11-27, are renamed first (``strategies_gpu.replayable``).
 """
 from __future__ import annotations
 
@@ -26,9 +26,6 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "benchmarks")]
 
 from minicomp.search.static import timings as T  # noqa: E402
-
-RENAME = (("ConvTranspose_0_", "convtranspose_"), ("Conv_0_", "conv_"))
-
 
 def ooo_chain(instrs, blocks) -> float:
   """One warp's cycles, each basic block list-scheduled out of order, its length times its executions, summed."""
@@ -79,8 +76,7 @@ def _rewrite(r: T.Timing) -> T.Timing | None:
   from minicomp.errors import MinicompError
   from minicomp.search.static import ptx as P
   from minicomp.search.static.ptx_parse import entry_body, parse_body
-  steps = r.steps
-  for a, b in RENAME: steps = steps.replace(a, b)
+  steps = G.replayable(r.steps)
   try:
     call = r.workload.replace("minicomp.workloads.", "") if r.workload else None
     outs = W.from_call(call).outputs if call else G.dag_of(r.task).outputs
