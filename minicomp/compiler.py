@@ -174,13 +174,13 @@ TENSOR_CORE_RULE = "tensor_core_tiling"
 # Tasks offered tensor-core schedules: matmuls, and convolutions whose weights graph/layout.py stored channels-last
 # (tensor_core_schedules refuses a convolution whose k-step is not contiguous in an operand: in ONNX's weight order
 # the template lost to Gensor's kernels, conv 3x3 56x56x64 fp16 on an A100 56 against 35 us by the static model).
-TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm", "Conv", "MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"})
 # The int8 ones (mma.sync m16n8k32 over dot4 sums) compute the right thing on an H200 (the gpu-marked tests,
 # 2026-11-30) but ran 1.0-4.9x slower there than the dp4a kernels the static model judged a little slower (BERT-tiny
 # int8 QDQ: 283 against 162 us end to end; research/tc_choice_check.py --precision int8-qdq): compile does not offer
 # them until their fragments are fetched as the half ones are (ldmatrix). Schedule.tensorize still takes them.
 INT8_TENSOR_CORE_OPS = frozenset({"MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"})
 INT8_TENSOR_CORE_TEMPLATE = False
+TENSOR_CORE_OPS = frozenset({"MatMul", "Gemm", "Conv"}) | INT8_TENSOR_CORE_OPS
 
 
 def _tensor_core_options(task: Task, built: Builds, name: str, tensor_cores: str) -> list[Built]:

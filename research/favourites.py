@@ -26,7 +26,7 @@ import strategies as S  # noqa: E402
 import strategies_gpu as G  # noqa: E402
 from minicomp.search.strategies.gensor import construct  # noqa: E402
 
-TASKS = ("bmm", "conv3d", "conv3x3", "conv512", "convT", "depthwise", "matmul", "softmax")
+TASKS = tuple(sorted(S.tasks()))    # the strategies benchmark's eight
 
 
 def favourites(task: str, seeds: int, keep: int) -> list[tuple[str, float]]:

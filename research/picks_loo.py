@@ -22,11 +22,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "benchmarks")]
 
+import strategies as S  # noqa: E402
 import strategies_gpu as G  # noqa: E402
 from minicomp.search.static import fit as F  # noqa: E402
 from minicomp.search.static import timings as T  # noqa: E402
 
-TASKS = ("bmm", "conv3d", "conv3x3", "conv512", "convT", "depthwise", "matmul", "softmax")
+TASKS = tuple(sorted(S.tasks()))    # the strategies benchmark's eight
 
 
 def pick(task: str, model: str) -> str:

@@ -63,16 +63,12 @@ def write(rows: list[T.Timing], path: Path) -> None:
 
 
 def _timing(task: str, p: dict, gpu: str, date: str) -> T.Timing:
-  import json
-  from dataclasses import asdict
   import minicomp as mc
-  from minicomp.search.static.estimate import launch_facts
+  from minicomp.search.collect import program_facts
   from minicomp.target import get_device
-  dev = get_device("h200")
   kern = mc.build(mc.Schedule.from_json(S.G.dag_of(task).outputs, S.G.replayable(p["steps"])), target="sm_90")
-  facts = {"device": dev.name, "minicomp": mc.__version__, "launches": [asdict(f) for f in launch_facts(kern, dev)]}
   return T.Timing(task, CALLS.get(task), "sm_90", p["steps"], gpu, date, float(statistics.median(p["gpu_s"])), True,
-                  json.loads(json.dumps(facts)))
+                  program_facts(kern, get_device("h200")))
 
 
 def measured_folder(folder: Path, out: Path, jobs: int) -> None:

@@ -164,15 +164,15 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
   a_type, b_type = ({n.arg.dtype for n in walk(e) if n.op is Op.LOAD} for e in ops)
   intr_name = intrinsic_for(a_type.pop(), target, tf32, b_type.pop()) if len(a_type) == len(b_type) == 1 else None
   if intr_name is None: return None
-  quad = INTRINSICS[intr_name].integer     # (the 8-bit types: a sum of dot4 terms, four steps of k each)
-  if quad != (r.body.src[0].op is Op.CALL): return None
+  per = INTRINSICS[intr_name].k_per_term     # (the 8-bit types: a sum of dot4 terms, four steps of k each)
+  if (per > 1) != (r.body.src[0].op is Op.CALL): return None
   classes = _classes(r, *ops)
   outs = {t.name for t in dag.outputs}
   out = r.name if r.name in outs else epilogue_output(dag, r, outs)
   if classes is None or out is None: return None
   shape = [int(a.extent.arg) for a in r.axes]
   k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
-  if k % (KSTEP // (4 if quad else 1)): return None
+  if k % (KSTEP // per): return None
   # a convolution (several reduction axes) only when a k-step's values lie side by side in one operand: in ONNX's
   # weight order they lie a filter's taps apart and the FP32 pipes win (docs/tensor_cores.md)
   longest = sorted(r.reduce_axes, key=lambda a: int(a.extent.arg))[-1]    # as _build orders them
@@ -323,7 +323,7 @@ def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=
   # k-steps of KSTEP along the longest reduction axis when it divides, the others loops around them (each step
   # then reads a box bound inference sizes exactly: 32 channels at one filter tap); else over all of them fused
   outer, inner = (red[:-1], red[-1]) if ext[red[-1]] % KSTEP == 0 else ([], fuse(local, red))
-  step = INTRINSICS[intr].k // (4 if INTRINSICS[intr].integer else 1)    # (8-bit: dot4 terms of 4 k each)
+  step = INTRINSICS[intr].k // INTRINSICS[intr].k_per_term    # (8-bit: dot4 terms of 4 k each)
   per = max(1, KSTEP // INTRINSICS[intr].k) if ksteps is None else ksteps
   ko, k1, ki = s.split(local, inner, [per, step])
   s.reorder(local, *lby["batch"], *outer, ko, k1, lm, ln, lr, lc, ki)

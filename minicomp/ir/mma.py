@@ -67,6 +67,11 @@ class Intrinsic:
     return "int32" if self.integer else "float32"
 
   @property
+  def k_per_term(self) -> int:
+    """Steps of k one term of the tensorized sum covers: 4 for the 8-bit types (a ``dot4``), else 1 (a product)."""
+    return 4 if self.integer else 1
+
+  @property
   def per_register(self) -> int:
     """Operand elements per 32-bit register: 4 for the 8-bit types, 2 for the 16-bit ones, 1 for tf32."""
     return 4 if self.integer else 1 if self.dtype == "tfloat32" else 2

@@ -77,13 +77,20 @@ def programs(wl, target, per_task: int, seed: int) -> list[str]:
   return list(dict.fromkeys(out))[:per_task]
 
 
+def program_facts(kern, dev) -> dict:
+  """What the timings format keeps of a built program: the static model's facts of each launch on device ``dev``,
+  with the device's and minicomp's names (docs/static_model.md)."""
+  from minicomp import __version__
+  from minicomp.search.static.estimate import launch_facts
+  return {"device": dev.name, "minicomp": __version__, "launches": [asdict(f) for f in launch_facts(kern, dev)]}
+
+
 def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Path | None = None,
             backend: str | None = None, min_total_s: float = 0.02, max_repeats: int = 50,
             progress: bool = True) -> Collected:
   """Time programs of ``workloads`` (``minicomp.workloads`` calls) on the GPU and append them to ``out``
   (default: :func:`.static.timings.default_path` of the GPU's arch). Without a GPU: a NoGPUError saying so."""
   import minicomp as mc
-  from minicomp import __version__
   from minicomp import workloads as W
   from minicomp.codegen.driver import get_driver
   from minicomp.codegen.gpu_runtime import GpuModule, time_plan
@@ -92,7 +99,6 @@ def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Pa
   from minicomp.ir.ops import HALF_DTYPES
   from minicomp.search.measure import results_agree
   from minicomp.search.static import timings as T
-  from minicomp.search.static.estimate import launch_facts
   from minicomp.target import Target, resolve_gpu_target
   if per_task < 1: raise UsageError(f"per_task must be at least 1, not {per_task}")
   drv = get_driver(backend)                    # (NoGPUError when there is none: collecting needs the GPU)
@@ -122,8 +128,7 @@ def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Pa
           got = kern.run(args, device=backend or "gpu")
           correct = results_agree(got, want, RTOL, ATOL)
           times = time_plan(GpuModule(kern.binary, drv), kern.plan, args, min_total_s, max_repeats)
-          facts = {"device": dev.name, "minicomp": __version__,
-                   "launches": [asdict(f) for f in launch_facts(kern, dev)]}
+          facts = program_facts(kern, dev)
         except MinicompError as e:
           log.info("%s: a program failed (%s)", wl.name, e)
           done.failed += 1
@@ -135,4 +140,4 @@ def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Pa
   return done
 
 
-__all__ = ["STANDARD", "Collected", "collect", "programs"]
+__all__ = ["STANDARD", "Collected", "collect", "program_facts", "programs"]

@@ -11,8 +11,9 @@ requantize it in the same kernel, as onnxruntime does: ``y = saturate(round_half
 multiple of 4 sums one ``dot4`` per four steps of k (``dp4a``: four 8-bit products from two 32-bit words, B stored
 transposed so that its four bytes are one word), A's zero point taken off after the sum as ``a_zero_point x`` B's
 constant column sums; a convolution whose channels per group are a multiple of 4 and whose x zero point is one
-constant sums one ``dot4`` per four channels of a tap (``_dot4_conv``). Either dot4 sum may also run on the int8 tensor
-cores (``mma.sync`` m16n8k32: graph/tensor_core_schedules.py tensorizes the same sum; the static model chooses).
+constant sums one ``dot4`` per four channels of a tap (``_dot4_conv``). Either dot4 sum can also run on the int8 tensor
+cores (``mma.sync`` m16n8k32: graph/tensor_core_schedules.py tensorizes the same sum), which compile does not offer
+by default (``compiler.INT8_TENSOR_CORE_TEMPLATE``: slower than dp4a on an H200).
 Zero points: per tensor, per output channel (a weight's), per row of A or per column of B (MatMulInteger's 1-D forms
 and their N-D ``[..., M, 1]`` / ``[..., 1, N]`` forms).
 """
