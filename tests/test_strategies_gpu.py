@@ -219,3 +219,19 @@ def test_measure_resumes_a_folder_measured_before(bench, tmp_path, monkeypatch, 
   rows = G.read_jsonl(tmp_path / G.MEASURED)
   assert rows[0] == first and sorted(r["i"] for r in rows) == list(range(len(sel)))
   assert f"1 programs measured before in {tmp_path}: {len(sel) - 1} to go" in capsys.readouterr().out
+
+
+def test_programs_timed_before_the_stage_rename_replay():
+  """The Conv3d's and ConvTranspose's fastest programs of 2026-11-27 name stages as the tasks were named then
+  (``Conv_0_conv``); they do not replay as recorded, and do through ``replayable``, their digest unchanged."""
+  from minicomp.errors import ScheduleError
+  sel = G.read_jsonl(Path(__file__).resolve().parent.parent / "benchmarks/results/strategies/gpu/picks_2026-11-30"
+                     / G.SELECTION)
+  old = [r for r in sel if r["task"] in ("conv3d", "convT") and r["roles"][0][0] == "fastest of 2026-11-27"]
+  assert len(old) == 2
+  for r in old:
+    outs = G.dag_of(r["task"]).outputs
+    with pytest.raises(ScheduleError, match="no stage named"):
+      mc.Schedule.from_json(outs, r["steps"])
+    s = mc.Schedule.from_json(outs, G.replayable(r["steps"]))
+    assert s.to_json() and G.replayable(G.replayable(r["steps"])) == G.replayable(r["steps"])
