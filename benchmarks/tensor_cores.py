@@ -214,7 +214,7 @@ def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--targets", nargs="+", default=["a100", "h100"])
   ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
-  ap.add_argument("--only", nargs="+", default=[*KERNELS, *MODELS])
+  ap.add_argument("--only", nargs="+", default=[*KERNELS, *MODELS], choices=[*KERNELS, *MODELS])
   ap.add_argument("--model-child", nargs=3, help=argparse.SUPPRESS)
   ap.add_argument("--gpu", action="store_true", help="measure on this machine's GPU (and PyTorch, where importable)")
   ap.add_argument("--tune", type=int, metavar="TRIALS", help="tune each kernel workload with --strategies instead "
