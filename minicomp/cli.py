@@ -224,7 +224,9 @@ def cmd_cache(a) -> int:
 def cmd_collect(a) -> int:
   """Time a spread of programs on this machine's GPU into the timings dataset (for `minicomp calibrate`)."""
   from minicomp.search.collect import STANDARD, collect
-  done = collect(a.workload or STANDARD, per_task=a.per_task, seed=a.seed, out=a.out, backend=a.device)
+  workloads = a.workload or (() if a.model is not None else STANDARD)
+  done = collect(workloads, per_task=a.per_task, seed=a.seed, out=a.out, backend=a.device, model=a.model,
+                 input_shapes=_parse_shapes(a.input_shape), precision=a.precision, max_tasks=a.tasks)
   print(done)
   print(f"next: `minicomp calibrate --arch {done.arch}" + (f" --data {done.path}`" if a.out else "`")
         + " fits the static model to these timings")
@@ -304,6 +306,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
   from minicomp import __version__
   from minicomp.compiler import PHASE_NAMES
+  from minicomp.search.collect import MODEL_TASKS
   p = _Parser(prog="minicomp", description="A tensor compiler: ONNX models to CUDA kernels it writes itself.")
   p.add_argument("--version", action="version", version=f"minicomp {__version__}")
   sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -386,13 +389,21 @@ def build_parser() -> argparse.ArgumentParser:
   pc2.set_defaults(fn=cmd_cache)
 
   pl = sub.add_parser("collect", help="time programs on this GPU for `minicomp calibrate` (resumable)",
-                      description="Build a spread of programs for each workload (Gensor's best few and random "
-                                  "ones), check each against numpy, time it on this machine's GPU (CUDA events, "
+                      description="Build a spread of programs for each workload or each of a model's heaviest "
+                                  "layers (Gensor's best few and random ones), check each against numpy, time it "
+                                  "on this machine's GPU (CUDA events, "
                                   "L2 flushed) and append it with the static model's analyses to the timings "
                                   "dataset. Programs already there are skipped, so an interrupted run resumes.")
   pl.add_argument("--workload", action="append", help="a minicomp.workloads call, e.g. 'matmul(1024, 1024, 1024)' "
-                                                      "(repeatable; default: the six standard workloads)")
-  pl.add_argument("--per-task", type=int, default=32, help="programs per workload (default 32)")
+                                                      "(repeatable; default: the six standard workloads, unless "
+                                                      "--model is given)")
+  pl.add_argument("--model", help="an ONNX model: collect its heaviest layers (their tasks as compile makes them), "
+                                  "checked against its tensor expressions evaluated in numpy")
+  pl.add_argument("--tasks", type=int, default=MODEL_TASKS,
+                  help=f"with --model: how many of its tasks, the heaviest first (default {MODEL_TASKS})")
+  pl.add_argument("--input-shape", action="append", help="with --model: " + shape_help)
+  pl.add_argument("--precision", choices=list(PRECISIONS), default=None, help="with --model: " + precision_help)
+  pl.add_argument("--per-task", type=int, default=32, help="programs per workload or layer (default 32)")
   pl.add_argument("--seed", type=int, default=0, help="of the random programs and inputs (default 0)")
   pl.add_argument("-o", "--out", help="timings file (default: the cache folder's timings/<arch>.jsonl)")
   pl.add_argument("--device", choices=["cuda", "pycuda"], default=None, help="GPU backend (default: the default one)")

@@ -614,3 +614,20 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
     say(f"compiled {st.compiled.name} for {tgt} in {time.perf_counter() - t0:.1f} s: {len(st.calls)} kernel calls, "
         + _kernels_line(st))
   return st.compiled
+
+
+def model_tasks(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Sequence[int]] | None = None,
+                precision: str | None = None) -> list[tuple[Task, list[np.ndarray | None]]]:
+  """The distinct tasks of an ONNX model as ``compile`` makes them (its phases up to "tasks", nothing scheduled or
+  built), each with the constant inputs of its first kernel call: per placeholder of ``task.dag``, in order, the
+  weight array it is called with, or None for a value the model computes (or takes as input). Heaviest first
+  (flops x calls)."""
+  check_precision(precision)
+  opts = CompileOptions(input_shapes=input_shapes, precision=precision)
+  upto = PHASES[:PHASE_NAMES.index("tasks") + 1]
+  st = run_phases(upto, CompileState(model, as_target(target), opts))
+  first: dict[str, KernelCall] = {}
+  for call, key in st.calls: first.setdefault(key, call)
+  out = [(t, [st.weights[name] if kind == "const" else None for kind, name in first[key].inputs])
+         for key, t in st.tasks.items()]
+  return sorted(out, key=lambda tc: -tc[0].flops * tc[0].weight)

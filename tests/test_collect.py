@@ -100,3 +100,55 @@ def test_collect_without_a_gpu_says_so(monkeypatch, capsys):
   monkeypatch.setenv("MINICOMP_CACHE_DIR", "/tmp/minicomp-test-collect-nogpu")
   assert main(["collect", "--workload", SMALL[0]]) == 2
   assert "NoGPUError" in capsys.readouterr().err
+
+
+def _small_model(tmp_path):
+  import onnx
+  from minicomp import zoo
+  path = tmp_path / "block.onnx"
+  onnx.save(zoo.residual_block(c=4, hw=6)[0], path)
+  return path
+
+
+def test_collect_a_models_heaviest_tasks_checked_against_their_tensor_expressions(h100, tmp_path):
+  out = tmp_path / "t.jsonl"
+  done = K.collect((), per_task=2, out=out, progress=False, model=_small_model(tmp_path), max_tasks=1)
+  assert (done.timed, done.wrong, done.failed) == (2, 0, 0)
+  rows = T.read(out)
+  assert len({r.task for r in rows}) == 1 and rows[0].task.startswith("Conv+Add+Relu 1x4x6x6 [")   # the heavier
+  assert rows[0].workload is None and rows[0].correct and rows[0].facts["launches"][0]["blocks"] >= 1
+
+
+def test_a_model_task_with_a_wrong_reference_is_marked_wrong(h100, tmp_path, monkeypatch):
+  from minicomp.ir import reference as R
+  real = R.evaluate_dag
+  monkeypatch.setattr(R, "evaluate_dag", lambda dag, args: [o + 1.0 for o in real(dag, args)])
+  done = K.collect((), per_task=2, out=tmp_path / "t.jsonl", progress=False, model=_small_model(tmp_path), max_tasks=1)
+  assert (done.timed, done.wrong) == (2, 2)
+
+
+def test_a_model_task_reading_integers_the_model_computes_is_skipped(h100, tmp_path, monkeypatch, caplog):
+  """Indices the model computes have a valid range only the model knows: such a task is skipped, said in the log,
+  and the next one is collected in its place."""
+  from minicomp import compiler
+  from minicomp.graph.tasks import Task
+  from minicomp.ir.dag import ComputeDAG
+  from minicomp import workloads as W
+  gather, mm = W.from_call("embedding(6, 11, 4)"), W.from_call("matmul(8, 8, 8)")
+  tasks = [(Task("g", ComputeDAG(gather.outputs), "injective", ops=["Gather"]), [None, None]),
+           (Task("m", ComputeDAG(mm.outputs), "data_reuse", ops=["MatMul"]), [None, None])]
+  monkeypatch.setattr(compiler, "model_tasks", lambda *a, **k: tasks)
+  done = K.collect((), per_task=2, out=tmp_path / "t.jsonl", progress=False, model="any.onnx", max_tasks=1)
+  assert (done.timed, done.wrong) == (2, 0)
+  assert {r.task for r in T.read(tmp_path / "t.jsonl")} == {"MatMul 8x8 [m]"}
+  assert "not collected" in caplog.text and "integers the model computes" in caplog.text
+
+
+def test_collect_a_model_from_the_command_line(h100, tmp_path, capsys):
+  from minicomp.cli import main
+  assert main(["collect", "--model", str(_small_model(tmp_path)), "--tasks", "2", "--per-task", "1",
+               "-o", str(tmp_path / "t.jsonl")]) == 0
+  assert "2 programs timed on NVIDIA H100 80GB HBM3 (sm_90)" in capsys.readouterr().out
+  assert len({r.task for r in T.read(tmp_path / "t.jsonl")}) == 2
+  assert main(["collect", "--model", str(tmp_path / "block.onnx"), "--tasks", "0"]) == 2
+  assert "--tasks) must be at least 1, not 0" in capsys.readouterr().err
