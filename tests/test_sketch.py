@@ -20,6 +20,7 @@ WORKLOADS = {
   "matmul": lambda: W.matmul(64, 48, 32),
   "matmul_bias_relu": lambda: W.matmul(40, 24, 36, True),
   "gemv_like": lambda: W.matmul(4, 4, 512),
+  "gemv_bias_relu": lambda: W.matmul(2, 6, 300, True),
   "batch_matmul": lambda: W.batch_matmul(2, 16, 24, 8),
   "conv2d": lambda: W.conv2d(1, 3, 9, 9, 8, 3, 1, 1),
   "conv2d_stride2": lambda: W.conv2d(2, 4, 11, 11, 6, 3, 2, 1),
@@ -54,6 +55,19 @@ def test_long_reduction_with_small_output_gets_a_cross_thread_sketch_too():
   rules = [s.rules for s in generate_sketches(W.matmul(4, 4, 512).outputs)]
   assert ("cross_thread_reduction(C)",) in rules
   assert any("multi_level_tiling_with_fusion(C.local -> C)" in r for r in rules)
+
+
+def test_a_cross_thread_reduction_runs_in_its_elementwise_consumers_kernel():
+  """Ansor's fusion: the bias and ReLU that read a cross-thread reduction elementwise are its kernel (one output
+  value per block, stored by one thread), not a second launch; every sample computes numpy's result."""
+  wl = W.matmul(2, 6, 300, True)
+  (sk,) = [s for s in generate_sketches(wl.outputs) if any(r.startswith("cross_thread") for r in s.rules)]
+  assert sk.rules == ("cross_thread_reduction(C in D)",)
+  ins = wl.random_inputs()
+  for c in A.sample_population([sk], 3, np.random.default_rng(0), "sm_86"):
+    kern = mc.build(c.schedule, target="sm_86")
+    assert len(kern.plan.launches) == 1
+    np.testing.assert_allclose(kern(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)
 
 
 def test_a_small_image_convolution_gets_a_cross_thread_sketch_too():

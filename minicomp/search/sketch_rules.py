@@ -234,6 +234,7 @@ class CrossThreadReduction(SketchRule):
     r = s.fuse(name, *rd) if len(rd) > 1 else rd[0]
     red = math.prod(int(a.extent.arg) for a in st.tensor.reduce_axes)
     row = _row_target(s, name, info)
+    epi = _epilogue(s, name, info) if row is None else None
     if row is not None:
       out, k = row
       if out not in info.rows:
@@ -249,6 +250,13 @@ class CrossThreadReduction(SketchRule):
       blk, tv = info.rows[out]
       if blk is not None: s.compute_at(name, out, blk)
       t = var(tv)
+    elif epi is not None:
+      # Ansor: a consumer that reads the reduction elementwise (a bias, an activation) is its kernel, one output
+      # value per block, the reduction computed in the block and the value stored by one thread; not a second launch
+      blk = _fuse_bind(s, epi, s.axis(epi), "blockIdx.x")
+      s.compute_at(name, epi, blk)
+      t = thread_choice(info, name, red, f"threads reducing {name}")
+      info.threads[epi] = [t.arg]
     else:
       sp = s.axis(name)
       _fuse_bind(s, name, sp, "blockIdx.x")
@@ -256,8 +264,19 @@ class CrossThreadReduction(SketchRule):
       info.threads[name] = [t.arg]
     _, ri = s.split(name, r, [t])
     s.cross_thread_reduce(name, ri, "shuffle")
-    info.applied.append(f"{self.name}({name}{' in ' + row[0] if row else ''})")
+    into = row[0] if row is not None else epi
+    info.applied.append(f"{self.name}({name}{' in ' + into if into else ''})")
     return [(s, i - 1, info)]
+
+
+def _epilogue(s: Schedule, name: str, info: SketchInfo) -> str | None:
+  """The output stage that reads reduction ``name`` elementwise (:func:`fusible_consumer`: through inlined
+  stages), is not scheduled yet and reduces nothing itself, or None."""
+  c = fusible_consumer(s, name)
+  if c is None: return None
+  st = s.state.stage(c)
+  if st.attach != ROOT or st.relations or is_bound(st) or st.tensor.reduce_axes or c in info.rows: return None
+  return c if s.axis(c) else None
 
 
 def _row_target(s: Schedule, name: str, info: SketchInfo) -> tuple[str, int] | None:
