@@ -120,6 +120,55 @@ def test_compute_at_non_ancestor():
     s.compute_at("expsum", "rowmax", "i")
 
 
+def _cell(shift: bool = False, other_reader: bool = False):
+  """An LSTM cell's two outputs: c, and h = sigmoid(b) * tanh(c) (read one element off with ``shift``); with
+  ``other_reader``, a third output reads c too."""
+  A, B = mc.placeholder((3, 50), name="A"), mc.placeholder((3, 50), name="B")
+  C = mc.compute((3, 50), lambda i, j: mc.tanh(A[i, j]) * B[i, j] + 1.0, name="c")
+  H = mc.compute((3, 50), lambda i, j: mc.sigmoid(B[i, j]) * mc.tanh(C[i, (j + 1) % 50 if shift else j]), name="h")
+  outs = [C, H] + ([mc.compute((3, 50), lambda i, j: C[i, j] * 2.0, name="d")] if other_reader else [])
+  s = mc.Schedule(outs)
+  for t in s.state.outputs:
+    if t == "c": continue
+    f = s.fuse(t, *s.axis(t))
+    bo, ti = s.split(t, f, 32)
+    s.bind(t, bo, "blockIdx.x"); s.bind(t, ti, "threadIdx.x")
+  return s, (np.random.default_rng(0).standard_normal((3, 50)).astype(np.float32),
+             np.random.default_rng(1).standard_normal((3, 50)).astype(np.float32))
+
+
+def test_an_output_computed_in_its_elementwise_reader_is_one_kernel():
+  s, (a, b) = _cell()
+  s.compute_at("c", "h", "i.j.fused.1")
+  k = mc.build(s, "sm_86")
+  assert len(k.plan.launches) == 1
+  c, h = k(a, b, device="cpu")
+  c_ref = np.tanh(a) * b + 1
+  np.testing.assert_allclose(c, c_ref, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(h, 1 / (1 + np.exp(-b)) * np.tanh(c_ref), rtol=1e-5, atol=1e-6)
+
+
+def test_an_output_computed_elsewhere_is_refused():
+  """Wherever some element would be computed by another thread than its reader's, or not at all: an error naming
+  the step, never a kernel."""
+  s, _ = _cell(shift=True)
+  s.compute_at("c", "h", "i.j.fused.1")
+  with pytest.raises(mc.ScheduleError, match=r"compute_at.*\(an output of the DAG\): 'h' reads it at .*not elementwise"):
+    mc.build(s, "sm_86")
+  s, _ = _cell(other_reader=True)
+  s.compute_at("c", "h", "i.j.fused.1")
+  with pytest.raises(mc.ScheduleError, match=r"compute_at.*'h' must be its only reader"):
+    mc.build(s, "sm_86")
+  s, _ = _cell()
+  s.compute_at("c", "h", "i.j.fused.0")
+  with pytest.raises(mc.ScheduleError, match=r"compute_at.*outside a thread loop"):
+    mc.build(s, "sm_86")
+  wl = W.softmax(8, 16)
+  s = mc.Schedule(wl.outputs)
+  with pytest.raises(mc.ScheduleError, match=r"compute_inline softmax: 'softmax' is an output"):
+    s.compute_inline("softmax")
+
+
 def test_vthread_extent_limit():
   _, s = _mm()
   io, ii = s.split("C", "i", 16)

@@ -70,6 +70,24 @@ def test_a_cross_thread_reduction_runs_in_its_elementwise_consumers_kernel():
     np.testing.assert_allclose(kern(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)
 
 
+def test_an_output_read_elementwise_by_another_is_computed_in_its_kernel():
+  """An LSTM cell's c and h = sigmoid(b) * tanh(c): one kernel, c stored by the thread that reads it; samples right."""
+  X, Y = mc.placeholder((5, 40), name="X"), mc.placeholder((5, 40), name="Y")
+  C = mc.compute((5, 40), lambda i, j: mc.tanh(X[i, j]) * Y[i, j] + 1.0, name="c")
+  H = mc.compute((5, 40), lambda i, j: mc.sigmoid(Y[i, j]) * mc.tanh(C[i, j]), name="h")
+  (sk,) = generate_sketches([C, H])
+  assert sk.rules == ("thread_bind(h)", "compute_at(c in h)")
+  rng = np.random.default_rng(0)
+  a, b = (rng.standard_normal((5, 40)).astype(np.float32) for _ in range(2))
+  c_ref = np.tanh(a) * b + 1
+  for cand in A.sample_population([sk], 3, rng, "sm_86"):
+    kern = mc.build(cand.schedule, target="sm_86")
+    assert len(kern.plan.launches) == 1
+    c, h = kern(a, b, device="cpu")
+    np.testing.assert_allclose(c, c_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h, 1 / (1 + np.exp(-b)) * np.tanh(c_ref), rtol=1e-5, atol=1e-6)
+
+
 def test_a_small_image_convolution_gets_a_cross_thread_sketch_too():
   """A conv whose output (here 4x4x128 = 2,048 values, past Ansor's one block) is smaller than twice its reduction
   (128 x 3 x 3) also gets a cross-thread sketch (CROSS_THREAD_SPACE); its samples compute numpy's result. A conv with

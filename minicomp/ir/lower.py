@@ -81,6 +81,8 @@ class _Lowerer(NestBuilder):
     for st in s.stages:
       if not st.is_placeholder and st.attach != INLINE:
         self.info[st.name] = _Info(st, bodies[st.name])
+    for st in s.stages:
+      if st.attach.kind == "at" and st.name in s.outputs: self._check_output_at(st, bodies)
     self._name_vars()
     self.loop_vars = {c for i in self.info.values() for c in i.cvar.values()}
     self._vt_pending: dict[str, list[str]] = {}
@@ -121,6 +123,30 @@ class _Lowerer(NestBuilder):
         c = c_ident(it)
         i.cvar[it] = c if count[c] == 1 and c not in taken else c_ident(f"{i.st.name}_{it}")
 
+  def _check_output_at(self, st: Stage, bodies: dict[str, Expr]) -> None:
+    """An output computed inside another stage (``compute_at``): that stage must be a root stage of its shape, the
+    output's only reader, reading it at its own indices (after inlining), at a loop inside all of its thread
+    loops -- so each thread computes and stores exactly the elements it then reads, and every element once."""
+    t = self.s.stage(st.attach.stage)
+    where = f"{_step_of(self.s, st.name, None, 'compute_at')} (an output of the DAG)"
+    readers = [n for n, b in bodies.items() if n != st.name and self.s.stage(n).attach != INLINE
+               and any(x.op is Op.LOAD and x.arg.name == st.name for x in walk(b))]
+    if readers != [t.name]:
+      raise ScheduleError(f"{where}: {t.name!r} must be its only reader; read by {readers}")
+    if t.attach.kind != "root" or t.tensor.shape != st.tensor.shape:
+      raise ScheduleError(f"{where}: {t.name!r} must be a root stage of the same shape")
+    axes = [a.name for a in t.tensor.axes]
+    for x in walk(bodies[t.name]):
+      if x.op is Op.LOAD and x.arg.name == st.name and [e.arg if e.op is Op.VAR else None for e in x.src] != axes:
+        raise ScheduleError(f"{where}: {t.name!r} reads it at {[str(e) for e in x.src]}, not elementwise at {axes}")
+    bound = [k for k, x in enumerate(t.leaves) if t.annotation(x) in THREAD_TAGS]
+    at = t.leaves.index(st.attach.iter)
+    others = {a for n in self.info if n != t.name and self._kernel_root(n) == t.name
+              for _, a in self.s.stage(n).annotations if a in THREAD_TAGS}
+    if any(k > at for k in bound) or not others <= {t.annotation(t.leaves[k]) for k in bound}:
+      raise ScheduleError(f"{where}: loop {st.attach.iter!r} is outside a thread loop of the kernel; attach it "
+                          f"inside {t.name!r}'s thread loops, so each thread stores what it reads")
+
   def _kernel_root(self, name: str) -> str:
     st = self.s.stage(name)
     return name if st.attach.kind == "root" else self._kernel_root(st.attach.stage)
@@ -159,7 +185,7 @@ class _Lowerer(NestBuilder):
       i.lo, i.ext = [const(0)] * len(shape), shape
       i.scope = "global"
     else:
-      i.scope = st.scope or self._infer_scope(st)
+      i.scope = "global" if st.name in self.s.outputs else st.scope or self._infer_scope(st)
       i.lo, i.ext = self._region(i, shape)
     if len(i.radix) != len(shape): i.radix = [None] * len(shape)
     i.root_ext = {a.name: e for a, e in zip(t.axes, i.ext)}
@@ -259,7 +285,7 @@ class _Lowerer(NestBuilder):
     t_name, it = st.attach.stage, st.attach.iter
     inner = self._inside(t_name, it)
     relaxed_names = set(inner) - set(self._vt_pending.get(st.name, []))
-    if i.scope in ("shared", "global"):
+    if i.scope in ("shared", "global") and st.name not in self.s.outputs:    # (an output in its reader: per thread)
       for o in self.info.values():
         if self._kernel_root(o.st.name) == self._kernel_root(t_name): relaxed_names |= set(self._bound_leaves(o, THREAD_TAGS))
     rng = {v: self.sym_ranges[v] for v in relaxed_names if v in self.sym_ranges}
@@ -316,6 +342,10 @@ class _Lowerer(NestBuilder):
         role = "output" if n in self.s.outputs else "temp"
         i.buffer = Buffer(c_ident(n), dt, "global", const(math.prod(st.tensor.shape)), role)
         exts = [const(d) for d in st.tensor.shape]
+      elif n in self.s.outputs:   # computed in its reader, stored to the output at its own indices
+        i.buffer = Buffer(c_ident(n), dt, "global", const(math.prod(st.tensor.shape)), "output")
+        exts = [const(d) for d in st.tensor.shape]
+        i.lo, i.radix = [const(0)] * len(exts), [None] * len(exts)
       else:
         exts = list(i.ext)
       strides, acc = [const(1)] * len(exts), const(1)
@@ -327,7 +357,7 @@ class _Lowerer(NestBuilder):
         strides[d] = acc
         acc = simplify(acc * exts[d])
       i.strides = strides
-      if st.attach.kind != "root":
+      if st.attach.kind != "root" and i.buffer is None:
         for _, e in reversed(i.vdims): acc = simplify(acc * e)
         stages = self._pipeline_stages(i)
         if stages is not None:     # one tile per stage, the iteration's tile at (loop variable % stages) (ir/nest.py: _pipelined)

@@ -802,10 +802,15 @@ class Schedule:
     lowering, so the printed state still shows ``t``'s full extents, marked ``(at <target>.<loop>)``. When
     ``loop`` is later split or fused, ``t`` follows it (to the innermost part).
 
+    An output of the DAG may be computed inside the one stage that reads it, when that stage has its shape and
+    reads it elementwise (an LSTM cell's ``c`` inside its ``h = o * tanh(c)``): each thread then stores the output
+    elements its iterations read, straight to the output, so the two outputs take one kernel. ``loop`` must be
+    inside ``target``'s thread loops (checked at lowering, as the elementwise reads are).
+
     Parameters
     ----------
     t : Tensor or str
-        The stage to move: computed, not an output of the DAG.
+        The stage to move: computed; an output of the DAG only as above.
     target : Tensor or str
         A stage that reads ``t``, directly or through other stages.
     loop : str
@@ -818,7 +823,7 @@ class Schedule:
     Raises
     ------
     ScheduleError
-        If ``t`` is a placeholder or an output, ``target`` does not consume ``t``, or ``target`` is a
+        If ``t`` is a placeholder or an output (but as above), ``target`` does not consume ``t``, or ``target`` is a
         placeholder or inlined or has no loop ``loop``.
 
     Examples

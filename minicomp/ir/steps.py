@@ -274,10 +274,16 @@ class PipelineStep(Step):
     s.set_stage(replace(st, pipeline=tuple(p for p in st.pipeline if p[0] != self.iter) + ((self.iter, self.stages),)))
 
 
-def _check_attachable(s: State, name: str, what: str):
+def _check_attachable(s: State, name: str, what: str, output_into: str | None = None):
+  """The stage ``name`` if it may leave the root: not a placeholder, and not an output -- except, with
+  ``output_into``, an output computed inside the stage of that name, which must have its shape (lowering checks
+  that it reads the output elementwise and is its only reader: ``lower._check_output_at``)."""
   st = s.stage(name)
   if st.is_placeholder: raise ScheduleError(f"{what}: {name!r} is a placeholder")
-  if name in s.outputs: raise ScheduleError(f"{what}: {name!r} is an output of the DAG; it must stay at root")
+  if name in s.outputs:
+    if output_into is None or st.tensor.reduce_axes or s.stage(output_into).tensor.shape != st.tensor.shape:
+      raise ScheduleError(f"{what}: {name!r} is an output of the DAG; it stays at root, or is computed inside the "
+                          "one stage of its shape that reads it elementwise")
   return st
 
 
@@ -291,7 +297,7 @@ class ComputeAtStep(Step):
   iter: str
 
   def apply(self, s: State):
-    st = _check_attachable(s, self.stage, f"compute_at {self.stage} -> {self.target}.{self.iter}")
+    st = _check_attachable(s, self.stage, f"compute_at {self.stage} -> {self.target}.{self.iter}", self.target)
     if not s.reaches(self.stage, self.target):
       raise ScheduleError(f"compute_at {self.stage} -> {self.target}.{self.iter}: {self.target!r} does not consume "
                           f"{self.stage!r}, so it is not an ancestor in the loop tree")

@@ -29,7 +29,7 @@ from minicomp.errors import SketchError
 from minicomp.ir.dag import ComputeDAG
 from minicomp.ir.schedule import Schedule
 from minicomp.ir.state import ROOT
-from minicomp.search.sketch_rules import DEFAULT_RULES, int_dims, is_bound, thread_choice
+from minicomp.search.sketch_rules import DEFAULT_RULES, fusible_consumer, int_dims, is_bound, thread_choice
 from minicomp.search.sketch_types import Context, Decision, Sketch, SketchInfo, SketchRule
 from minicomp.target import Target, as_target
 
@@ -46,9 +46,28 @@ def register_rule(rule: SketchRule, before: str | None = "skip_stage") -> None:
 # ---------------------------------------------------------------------------------------------
 # the post-pass: bind root stages nothing scheduled
 
+def _free(st) -> bool:
+  return not st.is_placeholder and st.attach == ROOT and not is_bound(st) and not st.relations
+
+
+def _outputs_in_readers(s: Schedule) -> dict[str, str]:
+  """Output stages nothing scheduled whose one reader, a root stage of their shape nothing scheduled either, reads
+  them elementwise (:func:`fusible_consumer`): each is computed in that reader's thread loop (an LSTM cell's ``c``
+  in its ``h``: one kernel for both outputs, not two)."""
+  out = {}
+  for st in s.state.stages:
+    if not _free(st) or st.name not in s.state.outputs or st.tensor.reduce_axes: continue
+    c = fusible_consumer(s, st.name)
+    if c is not None and _free(s.state.stage(c)) and not s.state.stage(c).tensor.reduce_axes and s.axis(c):
+      out[st.name] = c
+  return {o: c for o, c in out.items() if c not in out}
+
+
 def _bind_rest(s: Schedule, info: SketchInfo) -> None:
+  into = _outputs_in_readers(s)
+  thread_loop = {}
   for st in list(s.state.stages):
-    if st.is_placeholder or st.attach != ROOT or is_bound(st) or st.relations: continue
+    if not _free(st) or st.name in into: continue
     name = st.name
     sp = s.axis(name)
     ext = math.prod(int_dims(st.tensor.shape))
@@ -58,9 +77,13 @@ def _bind_rest(s: Schedule, info: SketchInfo) -> None:
       bo, ti = s.split(name, f, [t])
       s.bind(name, bo, "blockIdx.x"); s.bind(name, ti, "threadIdx.x")
       info.threads[name] = [t.arg]
+      thread_loop[name] = ti
     rl = [l for l in s.loops(name) if s.state.stage(name).kind(l) == "reduce"]
     if rl: info.unroll.append((name, rl[0]))
     info.applied.append(f"thread_bind({name})")
+  for o, c in into.items():
+    s.compute_at(o, c, thread_loop[c])
+    info.applied.append(f"compute_at({o} in {c})")
 
 
 def generate_sketches(dag, target: Target | str = "sm_86", rules: list[SketchRule] | None = None) -> list[Sketch]:
