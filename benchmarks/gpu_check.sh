@@ -14,7 +14,8 @@
 # or dp4a, every kernel call of an int8 BERT-tiny (issues 47, 49) 90.
 # Part b: every gpu-marked test 220, then `minicomp collect` on three fp32 tasks outside the eight until
 # ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed), then part a's
-# steps without the smoke test, each with less time (150, 150, 70 + 30, 70 + 70): eight files come back.
+# steps without the smoke test, each with less time (150, 150, 70 + 30, 70 + 70), then `minicomp collect --model` of
+# a ResNet-18's two heaviest layers (60): ten files come back.
 # islpy comes from .whl/ when the machine lacks it.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
@@ -77,7 +78,12 @@ print('smoke: max |gpu - numpy| =', float(np.abs(got - wl.reference(*ins)).max()
     measurements 250 100 40 90 ;;
   one)
     gpu_tests 150
-    measurements 150 70 30 70 ;;
+    measurements 150 70 30 70
+    # (issue 48: a model's own layers, checked against minicomp/ir/reference.py, first time on a GPU)
+    step "collect a model's two heaviest layers" 60 collect.txt sh -c "python3 -c \"import onnx; from minicomp \
+import zoo; onnx.save(zoo.resnet18(hw=64)[0], '/tmp/r18.onnx')\" && python3 -m minicomp.cli collect --model \
+/tmp/r18.onnx --tasks 2 --per-task 8 -o $OUT/timings_model.jsonl"
+    tail -n 3 "$OUT/collect.txt" ;;
   *)
     gpu_tests 220
     LEFT=$((${B_SECONDS:-300} - (SECONDS - START)))
