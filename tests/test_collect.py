@@ -152,3 +152,11 @@ def test_collect_a_model_from_the_command_line(h100, tmp_path, capsys):
   assert len({r.task for r in T.read(tmp_path / "t.jsonl")}) == 2
   assert main(["collect", "--model", str(tmp_path / "block.onnx"), "--tasks", "0"]) == 2
   assert "--tasks) must be at least 1, not 0" in capsys.readouterr().err
+
+
+def test_a_bad_model_is_refused_before_anything_is_timed(h100, tmp_path):
+  from minicomp.errors import ModelError
+  out = tmp_path / "t.jsonl"
+  with pytest.raises(ModelError, match="no ONNX file"):
+    K.collect(SMALL, per_task=2, out=out, progress=False, model=tmp_path / "missing.onnx")
+  assert not out.exists() and not any(c[0] == "launch" for c in h100.calls)

@@ -104,15 +104,15 @@ def model_task_name(task) -> str:
   return f"{task.label} [{task.key[:8]}]"
 
 
-def _model_tasks(model, target, input_shapes, precision, max_tasks: int, seed: int):
-  """The heaviest ``max_tasks`` tasks of an ONNX model, on its weights and random activations (normal floats); a
-  task that takes an integer the model computes (indices: their valid range is the model's business) is skipped."""
-  from minicomp.compiler import model_tasks
+def _model_tasks(tasks, max_tasks: int, seed: int):
+  """The heaviest ``max_tasks`` of a model's ``tasks`` (``compiler.model_tasks``), on its weights and random
+  activations (normal floats), each with its reference when its turn comes; a task that takes an integer the model
+  computes (indices: their valid range is the model's business) is skipped."""
   from minicomp.ir.ops import NP_DTYPE
   from minicomp.ir.reference import evaluate_dag
   rng = np.random.default_rng(seed)
   n = 0
-  for task, consts in model_tasks(model, target, input_shapes, precision):
+  for task, consts in tasks:
     if n >= max_tasks: break
     phs = task.dag.placeholders
     ints = [p.name for p, c in zip(phs, consts) if c is None and not p.dtype.startswith(("float", "bfloat"))]
@@ -162,8 +162,9 @@ def collect(workloads=STANDARD, per_task: int = 32, seed: int = 0, out: str | Pa
   done = Collected(path, gpu, arch)
   today = datetime.date.today().isoformat()
   tasks = _workload_tasks(wls, seed)
-  if model is not None:
-    tasks = itertools.chain(tasks, _model_tasks(model, target, input_shapes, precision, max_tasks, seed))
+  if model is not None:     # (the model read and partitioned before any timing: a bad one is refused at once)
+    from minicomp.compiler import model_tasks
+    tasks = itertools.chain(tasks, _model_tasks(model_tasks(model, target, input_shapes, precision), max_tasks, seed))
   for job in tasks:
     todo = programs(job.dag, job.name, target, per_task, seed)
     with bar(len(todo), f"[minicomp] collect {job.name}", progress, unit="program") as shown:
