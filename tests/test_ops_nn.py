@@ -372,3 +372,17 @@ def test_lp_pool_and_bit_shift_refuse_bad_attributes_by_name():
   m = make_model([helper.make_node("BitShift", ["a", "b"], ["y"], direction="UP", name="sh")], {"a": u, "b": u}, ["y"])
   with pytest.raises(MinicompError, match="sh.*direction"):
     mc.compile(m, target="sm_80", progress=False)
+
+
+@pytest.mark.parametrize("attr", ["strides", "dilations"])
+def test_conv_transpose_with_a_zero_stride_or_dilation_is_a_model_error_naming_the_node(attr):
+  """Fuzz seed 26 (2026-11-30): strides [0, 0] was a ZeroDivisionError traceback."""
+  from onnx import TensorProto, numpy_helper
+  from minicomp.errors import ModelError
+  node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="ct", **{attr: [0, 1]})
+  graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+                            [numpy_helper.from_array(f32(2, 3, 3, 3), "w")])
+  m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  with pytest.raises(ModelError, match=r"ct.*strides and dilations must be positive"):
+    mc.compile(m, target="sm_80", progress=False)

@@ -222,6 +222,8 @@ def conv_transpose(ctx, x, w, b=None):
     raise ShapeError(f"{_where(ctx)}: {C} input channels, weight {tuple(W.shape)} and group={group} do not agree")
   cpg, M = C // group, mpg * group
   st, dl = ints_attr(ctx, "strides", nsp, 1), ints_attr(ctx, "dilations", nsp, 1)
+  if any(s <= 0 for s in st) or any(d <= 0 for d in dl):
+    raise ModelError(f"{_where(ctx)}: strides and dilations must be positive, got {st}, {dl}")
   adj = ints_attr(ctx, "output_padding", nsp, 0)
   if any(a < 0 or a >= max(s, d) for a, s, d in zip(adj, st, dl)):   # onnxruntime and PyTorch refuse it too; the
     raise ModelError(f"{_where(ctx)}: output_padding {adj} must be in [0, max(stride, dilation))")  # ONNX ref differs
