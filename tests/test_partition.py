@@ -41,15 +41,22 @@ def test_conv_epilogue_and_pad_prologue_fuse():
   check_model(m, {"x": f32(1, 3, 6, 6)})
 
 
-def test_shared_anchor_output_is_not_fused_twice():
-  """A conv output read by two consumers stays its own kernel's output; both consumers see it."""
-  nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
-           helper.make_node("Relu", ["m"], ["a"]),
-           helper.make_node("Sigmoid", ["m"], ["b"]),
-           helper.make_node("Mul", ["a", "b"], ["y"])]
-  m = make_model(nodes, {"x": f32(4, 5)}, ["y"], {"w": f32(5, 6)})
+def test_a_diamond_epilogue_joins_its_anchor_unless_another_kernel_reads_the_anchor():
+  """A MatMul output read twice by one pointwise epilogue (relu(m) * sigmoid(m), as GELU and SiLU read theirs) is one
+  kernel with it: the product is never stored. Read by another kernel too (a second MatMul), the product stays its
+  own kernel's output and the epilogue a kernel of its own; both compute onnxruntime's result."""
+  def model(second_reader):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["a"]),
+             helper.make_node("Sigmoid", ["m"], ["b"]), helper.make_node("Mul", ["a", "b"], ["y"])]
+    nodes += [helper.make_node("MatMul", ["m", "w2"], ["z"])] if second_reader else []
+    return make_model(nodes, {"x": f32(4, 5)}, ["y", "z"] if second_reader else ["y"], {"w": f32(5, 6), "w2": f32(6, 3)})
+  m = model(False)
   part = partition(load_onnx(m))
-  assert len(part.groups) >= 2
+  assert [sorted(n.op_type for n in g.nodes) for g in part.groups] == [["MatMul", "Mul", "Relu", "Sigmoid"]]
+  assert part.groups[0].outputs == ["y"]
+  check_model(m, {"x": f32(4, 5)})
+  m = model(True)
+  assert len(partition(load_onnx(m)).groups) == 3
   check_model(m, {"x": f32(4, 5)})
 
 

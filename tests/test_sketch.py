@@ -88,6 +88,28 @@ def test_an_output_read_elementwise_by_another_is_computed_in_its_kernel():
     np.testing.assert_allclose(h, 1 / (1 + np.exp(-b)) * np.tanh(c_ref), rtol=1e-5, atol=1e-6)
 
 
+def test_a_matmul_is_tiled_with_an_epilogue_that_reads_it_twice():
+  """GELU after a matmul reads the product twice, through inlined stages (a diamond): still one kernel, the product
+  kept in registers (Ansor's rule takes single chains only); samples compute numpy's result."""
+  X, Wt = mc.placeholder((16, 24), name="X"), mc.placeholder((24, 20), name="W")
+  k = mc.reduce_axis(24, "k")
+  C = mc.compute((16, 20), lambda i, j: mc.sum(X[i, k] * Wt[k, j], axis=k), name="C")
+  H = mc.compute((16, 20), lambda i, j: C[i, j] * 0.5, name="H")
+  E = mc.compute((16, 20), lambda i, j: mc.erf(C[i, j] * 0.7071067811865476) + 1.0, name="E")
+  G = mc.compute((16, 20), lambda i, j: H[i, j] * E[i, j], name="G")
+  (sk,) = generate_sketches([G])
+  assert "multi_level_tiling_with_fusion(C -> G)" in sk.rules
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((16, 24)).astype(np.float32), rng.standard_normal((24, 20)).astype(np.float32)
+  c = x @ w
+  from math import erf
+  want = c * 0.5 * (np.vectorize(erf)(c * 0.7071067811865476) + 1.0)
+  for cand in A.sample_population([sk], 3, rng, "sm_86"):
+    kern = mc.build(cand.schedule, target="sm_86")
+    assert len(kern.plan.launches) == 1
+    np.testing.assert_allclose(kern(x, w, device="cpu"), want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_small_image_convolution_gets_a_cross_thread_sketch_too():
   """A conv whose output (here 4x4x128 = 2,048 values, past Ansor's one block) is smaller than twice its reduction
   (128 x 3 x 3) also gets a cross-thread sketch (CROSS_THREAD_SPACE); its samples compute numpy's result. A conv with

@@ -15,6 +15,9 @@ Rules, in terms of the op kinds of the registry:
   one group is pulled into that group as a prologue (inlined into the reads); so is a chain of them (a group
   without an anchor) whose only consumer is one node of a group without an anchor (an LSTM's
   ``Slice+Sigmoid`` gates into the step's cell update);
+- then a group of elementwise / broadcast ops only that alone reads what a ``data_reuse`` or ``reduction`` group
+  makes (its other inputs ready when that group runs) joins it as its epilogue: a diamond, GELU or SiLU reading
+  the product twice, whose nodes could not join one by one;
 - everything else starts its own group;
 - a group takes no node past ``MAX_GROUP_NODES``: its kernel inlines every node into one expression,
   whose depth and CUDA text grow with them (3,000 chained activations made one kernel no compiler pass
@@ -128,6 +131,29 @@ def partition(g: Graph) -> Partition:
       order.remove(grp)
       changed = True
       break
+
+  # diamond epilogues: a pointwise group that alone reads what an anchored group makes joins it (GELU's
+  # x * (1 + erf(x / sqrt 2)) / 2 or SiLU's x * sigmoid(x) after a MatMul read x twice, so no node of theirs could)
+  for grp in [x for x in order if isinstance(x, Group) and x.anchor is None]:
+    if any(_kind(g, n) not in EPILOGUE for n in grp.nodes): continue
+    names = {n.name for n in grp.nodes}
+    ins = [i for n in grp.nodes for i in n.inputs if runtime(i) and not (i in produced_by and produced_by[i].name in names)]
+    srcs = {id(group_of[produced_by[i].name]): group_of[produced_by[i].name] for i in ins
+            if i in produced_by and produced_by[i].name in group_of}
+    anchored = [s for s in srcs.values() if s.anchor is not None]
+    if len(anchored) != 1 or _kind(g, anchored[0].anchor) not in ("data_reuse", "reduction"): continue
+    dst = anchored[0]
+    inside = names | {n.name for n in dst.nodes}
+    from_dst = [i for i in ins if i in produced_by and group_of.get(produced_by[i].name) is dst]
+    if any(i in g.outputs or any(c.name not in inside for c in consumers.get(i, [])) for i in from_dst): continue
+    at = order.index(dst)
+    if any(step_of.get(i, -1) > at for i in ins if i not in from_dst): continue   # the rest exists when dst runs
+    if len(dst.nodes) + len(grp.nodes) > MAX_GROUP_NODES: continue
+    dst.nodes += grp.nodes
+    for n in grp.nodes: group_of[n.name] = dst
+    order.remove(grp)
+    step_of = {o: k for k, x in enumerate(order) for n in (x.nodes if isinstance(x, Group) else [x[1]])
+               for o in n.outputs}
 
   groups = [x for x in order if isinstance(x, Group)]
   for grp in groups:

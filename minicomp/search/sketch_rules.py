@@ -80,21 +80,23 @@ def _matches_elementwise(consumer, producer) -> bool:
 
 def fusible_consumer(s: Schedule, name: str) -> str | None:
   """Ansor's HasSingleElementwiseMatchedConsumer: the one (effective) consumer, reached through
-  inlined stages that each read their producer elementwise, or None."""
+  inlined stages that each read their producer elementwise, or None. Unlike Ansor, the paths may part and meet
+  again (a diamond: GELU's ``x * (1 + erf(x / sqrt 2)) / 2`` reads ``x`` twice), each of them elementwise."""
   cons = effective_consumers(s, name)
   if len(cons) != 1: return None
   target = cons[0]
-  cur = s.state.stage(name).tensor
-  while True:
-    direct = s.state.consumers(cur.name)
-    if len(direct) != 1: return None
-    c = s.state.stage(direct[0])
-    if not _matches_elementwise(c.tensor, cur): return None
-    if c.name == target:
-      tst = s.state.stage(target)
-      return target if tst.scope != "shared" and not (tst.tensor.reduce_axes and s.state.stage(name).tensor.reduce_axes) else None
-    if c.attach != INLINE: return None
-    cur = c.tensor
+  todo, seen = [s.state.stage(name).tensor], set()
+  while todo:
+    cur = todo.pop()
+    for d in s.state.consumers(cur.name):
+      c = s.state.stage(d)
+      if not _matches_elementwise(c.tensor, cur): return None
+      if d == target or d in seen: continue
+      if c.attach != INLINE: return None
+      seen.add(d)
+      todo.append(c.tensor)
+  tst = s.state.stage(target)
+  return target if tst.scope != "shared" and not (tst.tensor.reduce_axes and s.state.stage(name).tensor.reduce_axes) else None
 
 
 def int_dims(shape) -> list[int]: return [int(getattr(d, "arg", d)) for d in shape]
