@@ -101,3 +101,16 @@ def test_simple_default_schedule_is_valid_for_every_workload():
     k = mc.build(default_schedule(wl.outputs, simple=True), "sm_80")
     ins = wl.random_inputs()
     np.testing.assert_allclose(k(*ins), wl.reference(*ins), rtol=1e-4, atol=1e-5)
+
+
+def test_a_chain_that_only_moves_data_is_pulled_into_a_matmul():
+  """Attention's K transposed twice before Q @ K^T: index math inlined into the MatMul's reads, not a kernel of its
+  own (a chain with arithmetic, as above, stays one)."""
+  nodes = [helper.make_node("Transpose", ["k"], ["t1"], perm=[0, 2, 1, 3]),
+           helper.make_node("Transpose", ["t1"], ["t2"], perm=[0, 1, 3, 2]),
+           helper.make_node("MatMul", ["q", "t2"], ["y"])]
+  feeds = {"q": f32(1, 2, 5, 4), "k": f32(1, 5, 2, 4)}
+  m = make_model(nodes, feeds, ["y"])
+  assert [sorted(n.op_type for n in g.nodes) for g in partition(load_onnx(m)).groups] == \
+      [["MatMul", "Transpose", "Transpose"]]
+  check_model(m, feeds)

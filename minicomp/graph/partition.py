@@ -14,7 +14,8 @@ Rules, in terms of the op kinds of the registry:
 - an ``injective`` op (pad, transpose, slice, ...) or elementwise op whose only consumer is in
   one group is pulled into that group as a prologue (inlined into the reads); so is a chain of them (a group
   without an anchor) whose only consumer is one node of a group without an anchor (an LSTM's
-  ``Slice+Sigmoid`` gates into the step's cell update);
+  ``Slice+Sigmoid`` gates into the step's cell update), or a chain of injective ops alone into any group (K
+  transposed twice into its ``Q @ K^T``: only indices to inline);
 - then a group of elementwise / broadcast ops only that alone reads what a ``data_reuse`` or ``reduction`` group
   makes (its other inputs ready when that group runs) joins it as its epilogue: a diamond, GELU or SiLU reading
   the product twice, whose nodes could not join one by one;
@@ -123,8 +124,9 @@ def partition(g: Graph) -> Partition:
       if c not in group_of or c in views: continue
       dst = group_of[c]
       # one node into any group (its reads inline it); a chain (an LSTM gate: Slice+Sigmoid) only into a group
-      # without an anchor, whose reads are one per element
-      if len(grp.nodes) > 1 and dst.anchor is not None: continue
+      # without an anchor, whose reads are one per element -- unless it only moves data (attention's K
+      # transposed twice: an index to inline, nothing to recompute)
+      if len(grp.nodes) > 1 and dst.anchor is not None and any(_kind(g, n) != "injective" for n in grp.nodes): continue
       if dst is grp or len(dst.nodes) + len(grp.nodes) > MAX_GROUP_NODES: continue
       dst.nodes[:0] = grp.nodes
       for n in grp.nodes: group_of[n.name] = dst
