@@ -114,3 +114,17 @@ def test_a_chain_that_only_moves_data_is_pulled_into_a_matmul():
   assert [sorted(n.op_type for n in g.nodes) for g in partition(load_onnx(m)).groups] == \
       [["MatMul", "Transpose", "Transpose"]]
   check_model(m, feeds)
+
+
+def test_data_movement_goes_through_a_view_into_the_matmul_that_reads_it():
+  """Attention's heads transposed back and reshaped for the output projection: the Transpose and the Reshape join
+  the MatMul's kernel (the Reshape, a view elsewhere, is an index there)."""
+  nodes = [helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1, 3]),
+           helper.make_node("Reshape", ["t", "shape"], ["r"]),
+           helper.make_node("MatMul", ["r", "w"], ["y"])]
+  feeds = {"a": f32(1, 2, 5, 4)}
+  m = make_model(nodes, feeds, ["y"], {"shape": np.array([1, 5, 8], np.int64), "w": f32(8, 3)})
+  part = partition(load_onnx(m))
+  assert [sorted(n.op_type for n in g.nodes) for g in part.groups] == [["MatMul", "Reshape", "Transpose"]]
+  assert len(part.steps) == 1
+  check_model(m, feeds)

@@ -15,7 +15,8 @@ Rules, in terms of the op kinds of the registry:
   one group is pulled into that group as a prologue (inlined into the reads); so is a chain of them (a group
   without an anchor) whose only consumer is one node of a group without an anchor (an LSTM's
   ``Slice+Sigmoid`` gates into the step's cell update), or a chain of injective ops alone into any group (K
-  transposed twice into its ``Q @ K^T``: only indices to inline);
+  transposed twice into its ``Q @ K^T``: only indices to inline), also through a view read by one node of a group
+  (the view joins too: attention's heads transposed back and reshaped into the output projection);
 - then a group of elementwise / broadcast ops only that alone reads what a ``data_reuse`` or ``reduction`` group
   makes (its other inputs ready when that group runs) joins it as its epilogue: a diamond, GELU or SiLU reading
   the product twice, whose nodes could not join one by one;
@@ -121,16 +122,28 @@ def partition(g: Graph) -> Partition:
       cons = {c.name for o in outs for c in consumers.get(o, []) if c.name not in names}
       if any(o in g.outputs for o in outs) or len(cons) != 1: continue
       c = next(iter(cons))
+      moves = all(_kind(g, n) == "injective" for n in grp.nodes)
+      via = None    # a view it feeds, read by one node of a group: data movement goes through it (attention's
+      if c in views and moves:      # heads transposed back, then reshaped for the output projection)
+        via = next(n for n in g.nodes if n.name == c)
+        vouts = [o for o in via.outputs if o]
+        vcons = [x for o in vouts for x in consumers.get(o, [])]
+        if any(o in g.outputs for o in vouts) or len(vcons) != 1: continue
+        c = vcons[0].name
       if c not in group_of or c in views: continue
       dst = group_of[c]
       # one node into any group (its reads inline it); a chain (an LSTM gate: Slice+Sigmoid) only into a group
       # without an anchor, whose reads are one per element -- unless it only moves data (attention's K
       # transposed twice: an index to inline, nothing to recompute)
-      if len(grp.nodes) > 1 and dst.anchor is not None and any(_kind(g, n) != "injective" for n in grp.nodes): continue
-      if dst is grp or len(dst.nodes) + len(grp.nodes) > MAX_GROUP_NODES: continue
-      dst.nodes[:0] = grp.nodes
-      for n in grp.nodes: group_of[n.name] = dst
+      if (len(grp.nodes) > 1 or via) and dst.anchor is not None and not moves: continue
+      pulled = grp.nodes + ([via] if via else [])
+      if dst is grp or len(dst.nodes) + len(pulled) > MAX_GROUP_NODES: continue
+      dst.nodes[:0] = pulled
+      for n in pulled: group_of[n.name] = dst
       order.remove(grp)
+      if via:
+        views.discard(via.name)
+        order = [x for x in order if not (isinstance(x, tuple) and x[1] is via)]
       changed = True
       break
 
