@@ -111,7 +111,8 @@ def test_chain_transpose_reshape_add():
            helper.make_node("Add", ["u", "b"], ["y"])]
   x = f32(2, 3, 4)
   cm = check_model(make_model(nodes, {"x": x}, ["y"], {"s": I64(8, 3), "b": f32(3)}), {"x": x})
-  assert len(cm.calls) == 2 and sum(isinstance(s, ViewStep) for s in cm.steps) == 1
+  # the transpose and the reshape move data only: inlined through the view into the Add's reads, one kernel
+  assert len(cm.calls) == 1 and sum(isinstance(s, ViewStep) for s in cm.steps) == 0
 
 
 # ---------------------------------------------------------------------------------------------

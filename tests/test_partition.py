@@ -128,3 +128,21 @@ def test_data_movement_goes_through_a_view_into_the_matmul_that_reads_it():
   assert [sorted(n.op_type for n in g.nodes) for g in part.groups] == [["MatMul", "Reshape", "Transpose"]]
   assert len(part.steps) == 1
   check_model(m, feeds)
+
+
+def test_a_grouped_query_attentions_kv_expansion_is_inlined_into_its_matmul():
+  """K of 1 head expanded to 2 (Transpose, Unsqueeze, Expand, Reshape: two views on the way) is read by Q @ K^T
+  through its indices: one kernel, the expanded K never stored."""
+  nodes = [helper.make_node("Transpose", ["k"], ["t"], perm=[0, 2, 1, 3]),
+           helper.make_node("Unsqueeze", ["t", "ax"], ["u"]),
+           helper.make_node("Expand", ["u", "to"], ["e"]),
+           helper.make_node("Reshape", ["e", "shape"], ["r"]),
+           helper.make_node("Transpose", ["r"], ["rt"], perm=[0, 1, 3, 2]),
+           helper.make_node("MatMul", ["q", "rt"], ["y"])]
+  feeds = {"q": f32(1, 2, 5, 4), "k": f32(1, 5, 1, 4)}
+  inits = {"ax": np.array([2], np.int64), "to": np.array([1, 1, 2, 5, 4], np.int64),
+           "shape": np.array([1, 2, 5, 4], np.int64)}
+  m = make_model(nodes, feeds, ["y"], inits)
+  part = partition(load_onnx(m))
+  assert len(part.groups) == 1 and len(part.steps) == 1
+  check_model(m, feeds)

@@ -122,7 +122,7 @@ def partition(g: Graph) -> Partition:
       cons = {c.name for o in outs for c in consumers.get(o, []) if c.name not in names}
       if any(o in g.outputs for o in outs) or len(cons) != 1: continue
       c = next(iter(cons))
-      moves = all(_kind(g, n) == "injective" for n in grp.nodes)
+      moves = all(_kind(g, n) in ("injective", "view") for n in grp.nodes)   # (views pulled in before)
       via = None    # a view it feeds, read by one node of a group: data movement goes through it (attention's
       if c in views and moves:      # heads transposed back, then reshaped for the output projection)
         via = next(n for n in g.nodes if n.name == c)
