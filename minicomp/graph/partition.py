@@ -152,7 +152,8 @@ def partition(g: Graph) -> Partition:
   for grp in [x for x in order if isinstance(x, Group) and x.anchor is None]:
     if any(_kind(g, n) not in EPILOGUE for n in grp.nodes): continue
     names = {n.name for n in grp.nodes}
-    ins = [i for n in grp.nodes for i in n.inputs if runtime(i) and not (i in produced_by and produced_by[i].name in names)]
+    ins = [i for n in grp.nodes for i in n.inputs
+           if runtime(i) and not (i in produced_by and produced_by[i].name in names)]
     srcs = {id(group_of[produced_by[i].name]): group_of[produced_by[i].name] for i in ins
             if i in produced_by and produced_by[i].name in group_of}
     anchored = [s for s in srcs.values() if s.anchor is not None]

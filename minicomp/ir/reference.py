@@ -39,7 +39,8 @@ def evaluate_dag(dag: ComputeDAG, inputs: Sequence[np.ndarray]) -> list[np.ndarr
   placeholder's shape; cast to its dtype). A TEError for inputs that do not fit."""
   phs = dag.placeholders
   if len(inputs) != len(phs):
-    raise TEError(f"evaluate_dag: the DAG has {len(phs)} inputs ({', '.join(p.name for p in phs)}), given {len(inputs)}")
+    names = ", ".join(p.name for p in phs)
+    raise TEError(f"evaluate_dag: the DAG has {len(phs)} inputs ({names}), given {len(inputs)}")
   values: dict[int, np.ndarray] = {}
   for p, a in zip(phs, inputs):
     a = np.asarray(a)
