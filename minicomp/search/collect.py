@@ -108,14 +108,14 @@ def _model_tasks(tasks, max_tasks: int, seed: int):
   """The heaviest ``max_tasks`` of a model's ``tasks`` (``compiler.model_tasks``), on its weights and random
   activations (normal floats), each with its reference when its turn comes; a task that takes an integer the model
   computes (indices: their valid range is the model's business) is skipped."""
-  from minicomp.ir.ops import NP_DTYPE
+  from minicomp.ir.ops import FLOAT_DTYPES, NP_DTYPE
   from minicomp.ir.reference import evaluate_dag
   rng = np.random.default_rng(seed)
   n = 0
   for task, consts in tasks:
     if n >= max_tasks: break
     phs = task.dag.placeholders
-    ints = [p.name for p, c in zip(phs, consts) if c is None and not p.dtype.startswith(("float", "bfloat"))]
+    ints = [p.name for p, c in zip(phs, consts) if c is None and p.dtype not in FLOAT_DTYPES]
     if ints:
       log.warning("%s: not collected: it reads %s, integers the model computes", task.label, ", ".join(ints))
       continue
