@@ -76,3 +76,24 @@ def test_an_attention_flag_other_than_0_or_1_is_refused_naming_the_attribute():
     if a.name == "is_causal": a.i = 2
   with pytest.raises(mc.errors.ModelError, match="Attention node '': attribute is_causal is 2; it must be 0 or 1"):
     mc.compile(m, target="sm_80", schedules="rules", progress=False)
+
+
+@pytest.mark.parametrize("opset", [23, 24])
+def test_an_attention_mask_shorter_than_the_keys_is_broadcast_at_opset_23_and_padded_at_24(opset):
+  """Attention-23 broadcasts a float mask to (batch, heads, queries, keys): a last dim of 1 adds its value to every
+  key; Attention-24 pads a short last dim with -inf, so a last dim of 1 lets each query see the first key only.
+  (ONNX's reference evaluator pads at both opsets: fuzz seed 29 called minicomp's opset-23 answer a mismatch.)"""
+  rng = np.random.default_rng(0)
+  q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 8)))
+  mask = rng.standard_normal((4, 1)).astype(np.float32)
+  ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in zip("qkv", (q, k, v))]
+  ins.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [4, 1]))
+  g = helper.make_graph([helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])], "attn", ins,
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 8])])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+  (y,) = mc.compile(m, target="sm_80", schedules="rules", progress=False).run(
+    {"q": q, "k": k, "v": v, "mask": mask}, device="cpu")
+  s = q.astype(np.float64) @ k.transpose(0, 1, 3, 2) / np.sqrt(8)
+  s = s + mask if opset == 23 else np.concatenate([s[..., :1] + mask, np.full(s[..., 1:].shape, -np.inf)], -1)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  np.testing.assert_allclose(y, (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-4, atol=1e-5)

@@ -268,3 +268,49 @@ def test_graph_name_that_is_not_utf8_is_a_model_error():
   data[k:k + 3] = b"\xe2\x98("
   with pytest.raises(ModelError, match="not valid UTF-8"):
     minicomp.compile(bytes(data), schedules="rules", progress=False)
+
+
+def _loop_model():
+  """y = x + 1, added in a Loop of a constant trip count ``n`` (unrolled by the frontend)."""
+  one = numpy_helper.from_array(np.ones(4, np.float32), "one")
+  body = helper.make_graph(
+    [helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node("Add", ["v", "one"], ["v_out"])], "body",
+    [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("v", TensorProto.FLOAT, [4])],
+    [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [4])])
+  n = numpy_helper.from_array(np.array(1, np.int64), "n")
+  cond = numpy_helper.from_array(np.array(True), "cond")
+  return _model([helper.make_node("Loop", ["n", "cond", "x"], ["y"], body=body, name="loop")],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [n, cond, one])
+
+
+def test_loop_model_runs_and_a_corrupt_trip_count_names_the_tensor():
+  """The frontend reads a Loop's constants before the rest of the import: a trip count whose data does not fit its
+  dims was a raw ValueError there (fuzz seed 29)."""
+  m = _loop_model()
+  x = np.arange(4, dtype=np.float32)
+  np.testing.assert_array_equal(minicomp.compile(m, schedules="rules", progress=False).run({"x": x})[0], x + 1)
+  m.graph.initializer[0].raw_data += b"\0" * 8
+  with pytest.raises(ModelError, match="initializer 'n'"):
+    minicomp.compile(m, schedules="rules", progress=False)
+
+
+def test_quantized_matmul_with_a_corrupt_scale_names_the_tensor():
+  """The QDQ pass reads scales and zero points before the rest of the import."""
+  w = numpy_helper.from_array(np.ones((4, 4), np.int8), "w")
+  s = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+  z = numpy_helper.from_array(np.array(0, np.int8), "z")
+  m = _model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+              helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wd"]),
+              helper.make_node("MatMul", ["xd", "wd"], ["y"], name="mm")],
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w, s, z])
+  x = np.arange(8, dtype=np.float32).reshape(2, 4)
+  np.testing.assert_allclose(minicomp.compile(m, schedules="rules", progress=False).run({"x": x})[0],
+                             np.round(x / 0.5) * 0.5 @ np.full((4, 4), 0.5, np.float32))
+  m.graph.initializer[1].raw_data += b"\0" * 4
+  with pytest.raises(ModelError, match="initializer 's'"):
+    minicomp.compile(m, schedules="rules", progress=False)

@@ -23,6 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from minicomp.errors import UnsupportedOpError
+from minicomp.frontend.dtypes import onnx_array
 
 OPS = ("If", "Loop", "Scan")
 MAX_UNROLLED_NODES = 20000
@@ -91,10 +92,10 @@ def _rename_reads(g: onnx.GraphProto, names: dict[str, str]) -> None:
 
 
 def _constants(m: onnx.ModelProto) -> dict[str, np.ndarray]:
-  out = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+  out = {t.name: onnx_array(t, f"initializer {t.name!r}") for t in m.graph.initializer}
   for n in m.graph.node:
     if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-      out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+      out[n.output[0]] = onnx_array(n.attribute[0].t, f"Constant node {n.name!r}: its value")
   return out
 
 
@@ -177,7 +178,7 @@ def _loop(node, k, consts, types) -> list[onnx.NodeProto]:
   p = producer.get(cond_out)
   passes = cond_out == cond_in or (p is not None and p.op_type == "Identity" and p.input[0] == cond_in)
   if p is not None and p.op_type == "Constant":
-    passes = bool(numpy_helper.to_array(p.attribute[0].t).reshape(-1)[0])
+    passes = bool(onnx_array(p.attribute[0].t, f"Constant node {p.name!r}: its value").reshape(-1)[0])
   if not passes:
     raise _refuse(node, "the loop ends on a condition its body computes (only loops that run their whole "
                         "constant trip count are unrolled)")

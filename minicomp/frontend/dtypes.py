@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minicomp.errors import UnsupportedOpError
+from minicomp.errors import ModelError, UnsupportedOpError
 from minicomp.ir.ops import np_type
 
 DTYPE_TO_ONNX = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9, "float16": 10, "bfloat16": 16,
@@ -32,3 +32,21 @@ def np_to_dtype(dt, where=None) -> str:
     if np.dtype(v) == dt: return k
   w = f"{where.op_type} node {where.name!r}: " if where is not None and hasattr(where, "op_type") else ""
   raise UnsupportedOpError(f"{w}element type {dt} is not supported (supported: {_SUPPORTED})")
+
+
+def onnx_array(t, where: str) -> np.ndarray:
+  """ONNX TensorProto ``t`` (an initializer, a Constant's value, a tensor attribute) as an array; an element type
+  minicomp lacks, external data, or data whose size does not match its dims and type is an error naming
+  ``where`` ("initializer 'w'"), never a raw ValueError of onnx's."""
+  from onnx import TensorProto, numpy_helper   # (only an ONNX model has TensorProtos)
+  onnx_to_dtype(t.data_type, where)
+  if t.data_location == TensorProto.EXTERNAL:
+    raise ModelError(f"{where}: external data is not loaded; load the model with onnx.load(path) (which reads it) first")
+  try:
+    arr = numpy_helper.to_array(t)
+  except (ValueError, TypeError) as e:
+    raise ModelError(f"{where}: its data does not match its type {TensorProto.DataType.Name(t.data_type)} and "
+                     f"dims {list(t.dims)} ({e})") from None
+  if tuple(arr.shape) != tuple(t.dims):
+    raise ModelError(f"{where}: holds {arr.size} values for dims {list(t.dims)}")
+  return arr

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from minicomp.errors import ModelError, ShapeError, UnsupportedOpError
-from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_to_dtype
+from minicomp.frontend.dtypes import DTYPE_TO_ONNX, np_to_dtype, onnx_array, onnx_to_dtype
 from minicomp.frontend.expand import expand_model
 from minicomp.frontend.qdq import fuse_qdq
 from minicomp.frontend.graph import Graph, Node, Value
@@ -168,7 +168,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
 
   values: dict[str, Value] = {}
   for t in m.graph.initializer:
-    arr = _initializer(t)
+    arr = onnx_array(t, f"initializer {t.name!r}")
     values[t.name] = Value(t.name, tuple(arr.shape), np_to_dtype(arr.dtype), arr)
   inputs = []
   for inp in m.graph.input:
@@ -286,22 +286,6 @@ def _infer_checked(m: onnx.ModelProto) -> onnx.ModelProto:
       if any(t in str(e) for t in _TYPE_ERRORS): raise ModelError(f"the model is ill-typed: {e}") from None
       if not strict: raise ModelError(f"ONNX shape inference failed: {e}") from None
   raise AssertionError("unreachable")
-
-
-def _initializer(t: onnx.TensorProto) -> np.ndarray:
-  """An initializer as an array; data whose size does not match its dims and type is a ModelError."""
-  where = f"initializer {t.name!r}"
-  onnx_to_dtype(t.data_type, where)
-  if t.data_location == onnx.TensorProto.EXTERNAL:
-    raise ModelError(f"{where}: external data is not loaded; load the model with onnx.load(path) (which reads it) first")
-  try:
-    arr = numpy_helper.to_array(t)
-  except (ValueError, TypeError) as e:
-    raise ModelError(f"{where}: its data does not match its type {onnx.TensorProto.DataType.Name(t.data_type)} and "
-                     f"dims {list(t.dims)} ({e})") from None
-  if tuple(arr.shape) != tuple(t.dims):
-    raise ModelError(f"{where}: holds {arr.size} values for dims {list(t.dims)}")
-  return arr
 
 
 def _take_shapes(graph: onnx.GraphProto, values: dict[str, Value]) -> int:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
+
+from minicomp.frontend.dtypes import onnx_array
 
 EIGHT_BIT = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
 
@@ -37,7 +39,7 @@ def fuse_qdq(m: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
   outputs = {o.name for o in g.output}
 
   def value(name):
-    return numpy_helper.to_array(consts[name]) if name in consts else None
+    return onnx_array(consts[name], f"initializer {name!r}") if name in consts else None
 
   def dq(name: str, const_input: bool):
     """The (input, scale, zero point) names of the DequantizeLinear producing ``name``, when its scale and zero
