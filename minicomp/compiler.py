@@ -22,6 +22,7 @@ from minicomp.compiled_model import CompiledModel
 from minicomp.errors import CompileError, LoweringError, MinicompError, MissingDependencyError, ScheduleError
 from minicomp.frontend.precision import apply_precision, check_precision
 from minicomp.graph.fold import fold_batchnorm
+from minicomp.graph.horizontal import merge_sibling_matmuls
 from minicomp.graph.layout import channels_last_weights
 from minicomp.graph.partition import partition
 from minicomp.graph.schedules import default_schedule
@@ -337,8 +338,9 @@ def import_onnx(st: CompileState) -> CompileState:
 
 
 def fold_graph(st: CompileState) -> CompileState:
-  """Graph -> Graph: each BatchNormalization folded into the Conv before it (graph/fold.py)."""
-  st.graph = fold_batchnorm(st.graph)
+  """Graph -> Graph: each BatchNormalization folded into the Conv before it (graph/fold.py), sibling matmuls
+  merged (graph/horizontal.py)."""
+  st.graph = merge_sibling_matmuls(fold_batchnorm(st.graph))
   return st
 
 

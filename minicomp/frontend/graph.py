@@ -57,6 +57,24 @@ class Graph:
   def consumers(self, value: str) -> list[Node]:
     return [n for n in self.nodes if value in n.inputs]
 
+  def constant(self, name: str) -> np.ndarray | None:
+    """The array of constant value ``name``; None for a runtime value, an unknown or an omitted ("") one."""
+    v = self.values.get(name) if name else None
+    return v.const if v is not None and v.is_const else None
+
+  def fresh_value(self, base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``, ...: the first no value of the graph is named."""
+    name, k = base, 1
+    while name in self.values: name, k = f"{base}_{k}", k + 1
+    return name
+
+  def fresh_node(self, base: str) -> str:
+    """``base``, or ``base_1``, ``base_2``, ...: the first no node of the graph is named."""
+    names = {n.name for n in self.nodes}
+    name, k = base, 1
+    while name in names: name, k = f"{base}_{k}", k + 1
+    return name
+
   def rebuild_nx(self) -> None:
     g = nx.DiGraph()
     out_of = {o: n.name for n in self.nodes for o in n.outputs}

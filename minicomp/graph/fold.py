@@ -20,17 +20,6 @@ import numpy as np
 from minicomp.frontend.graph import Graph, Value
 
 
-def _const(g: Graph, name: str) -> np.ndarray | None:
-  v = g.values.get(name) if name else None
-  return v.const if v is not None and v.is_const else None
-
-
-def _fresh(g: Graph, base: str) -> str:
-  name, k = base, 1
-  while name in g.values: name, k = f"{base}_{k}", k + 1
-  return name
-
-
 def fold_batchnorm(g: Graph) -> Graph:
   """A new Graph with each foldable Conv + BatchNormalization pair merged into the Conv (``g`` is not changed)."""
   nodes = list(g.nodes)
@@ -49,10 +38,10 @@ def fold_batchnorm(g: Graph) -> Graph:
     if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(conv.outputs) != 1: continue
     mid = conv.outputs[0]
     if readers.get(mid, 0) != 1 or mid in g.outputs: continue
-    w = _const(g, conv.inputs[1])
+    w = g.constant(conv.inputs[1])
     has_b = len(conv.inputs) > 2 and bool(conv.inputs[2])
-    b = _const(g, conv.inputs[2]) if has_b else None
-    params = [_const(g, i) for i in bn.inputs[1:5]]
+    b = g.constant(conv.inputs[2]) if has_b else None
+    params = [g.constant(i) for i in bn.inputs[1:5]]
     if w is None or (has_b and b is None) or any(p is None for p in params) or w.ndim < 3: continue
     scale, shift, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
     M = w.shape[0]
@@ -61,9 +50,9 @@ def fold_batchnorm(g: Graph) -> Graph:
     w2 = (w.astype(np.float64) * a.reshape((M,) + (1,) * (w.ndim - 1))).astype(w.dtype)
     b2 = ((b.astype(np.float64) if b is not None else 0.0) * a + shift - mean * a).astype(w.dtype)
     dtype = g.values[conv.inputs[1]].dtype
-    wn = _fresh(out, f"{conv.name}_bnfold_w")
+    wn = out.fresh_value(f"{conv.name}_bnfold_w")
     values[wn] = Value(wn, tuple(w2.shape), dtype, w2)
-    bname = _fresh(out, f"{conv.name}_bnfold_b")
+    bname = out.fresh_value(f"{conv.name}_bnfold_b")
     values[bname] = Value(bname, (M,), dtype, b2)
     new_conv = dataclasses.replace(conv, inputs=[conv.inputs[0], wn, bname], outputs=[bn.outputs[0]],
                                    attrs=dict(conv.attrs))
