@@ -87,9 +87,8 @@ def main(argv=None) -> int:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import Builds, build
-  from minicomp.compiler import rank_constructed
+  from minicomp.compiler import constructed_sketches, rank_constructed
   from minicomp.graph.schedules import default_schedule
-  from minicomp.search.sketch import generate_sketches
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import compared, construct
   from minicomp.target import as_target
@@ -107,7 +106,7 @@ def main(argv=None) -> int:
       for t in cm.tasks:
         rules = estimate(build(default_schedule(t.dag, tgt), tgt), tgt).latency_s
         t0 = time.perf_counter()
-        sks = generate_sketches(t.dag, tgt)
+        sks = constructed_sketches(t.dag, tgt)     # (compile's: no tensor-core or split-reduction sketch)
         res = construct(t.dag, tgt, seed=args.seed, sketches=sks)
         secs = time.perf_counter() - t0
         gensor, built = math.inf, Builds(tgt)

@@ -88,15 +88,13 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   one is not compared. Construction that fails, finds nothing valid or does not build falls back to the rules,
   logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
   the task and the target only, so the default records of a tuning log stay valid across tuning seeds."""
-  from minicomp.search.sketch import generate_sketches
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, compared, construct
   tgt = built.target
   tensor = _tensor_core_options(task, built, name, tensor_cores)
   t0 = time.perf_counter()
   try:
-    sketches = [sk for sk in generate_sketches(task.dag, tgt) if CONSTRUCT_TENSOR_CORE_SKETCH
-                or TENSOR_CORE_RULE not in sk.rules]
+    sketches = constructed_sketches(task.dag, tgt)
     res = construct(task.dag, tgt, seed=CONSTRUCT_SEED, sketches=sketches, keep=COMPARE)   # (no more are compared)
   except MinicompError as e:
     log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
@@ -170,6 +168,22 @@ def rank_constructed(cands: list, sketches: list, built: Builds, name: str, stat
 # against 81 us. Not the default.
 CONSTRUCT_TENSOR_CORE_SKETCH = False
 TENSOR_CORE_RULE = "tensor_core_tiling"
+# The split-reduction sketch (sketch_rules.SplitReduction: split-K for small outputs of long reductions) is for tuning
+# too. At trials=0, with it (2026-11-30, static-model estimates, one process): ResNet-18 at 64 x 64 554.1 -> 414.2 us*
+# on sm_86, but only 273.7 -> 260.5 on h100, whose model is calibrated on real H200 timings, for a compile 12.5 ->
+# 21.5 s (the walks of a second sketch, two-kernel candidates); BERT-tiny and the 224 x 224 ResNets have no output
+# small enough. No GPU has timed its kernels: not the default until one does.
+CONSTRUCT_SPLIT_SKETCH = False
+
+
+def constructed_sketches(dag, target: Target) -> list:
+  """The sketches compile's construction walks (trials=0): all of ``dag``'s but the tensor-core one and the
+  split-reduction ones (:data:`CONSTRUCT_TENSOR_CORE_SKETCH`, :data:`CONSTRUCT_SPLIT_SKETCH`)."""
+  from minicomp.search.sketch import generate_sketches
+  from minicomp.search.sketch_rules import SplitReduction
+  return [sk for sk in generate_sketches(dag, target)
+          if (CONSTRUCT_TENSOR_CORE_SKETCH or TENSOR_CORE_RULE not in sk.rules)
+          and (CONSTRUCT_SPLIT_SKETCH or not any(r.startswith(SplitReduction.name) for r in sk.rules))]
 
 
 # Tasks offered tensor-core schedules: matmuls, and convolutions whose weights graph/layout.py stored channels-last

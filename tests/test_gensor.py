@@ -403,3 +403,22 @@ def test_the_analytic_model_counts_a_dot4_operand_as_one_word_load(monkeypatch):
   monkeypatch.setattr(analytic, "_dot4_words", lambda value: (set(), set()))
   for seed, (ana, _) in enumerate(words):
     assert _facts_of_both(wl, seed)[0].per_thread["ld_shared"] >= 3.5 * ana.per_thread["ld_shared"]
+
+
+def test_compile_constructs_without_the_split_reduction_sketch_unless_asked(monkeypatch):
+  """compile(trials=0) leaves the split-reduction sketch to tuning (compiler.CONSTRUCT_SPLIT_SKETCH); asked, Gensor's
+  construction walks it too, and its best split candidate builds into two kernels computing numpy's result."""
+  import minicomp.compiler as C
+  from minicomp.search.sketch_rules import SplitReduction
+  wl = W.conv2d(1, 128, 4, 4, 64, 3, 1, 1)
+  tgt = mc.target.as_target("sm_86")
+  split = lambda sk: any(r.startswith(SplitReduction.name) for r in sk.rules)  # noqa: E731
+  assert not any(split(sk) for sk in C.constructed_sketches(wl.outputs, tgt))
+  monkeypatch.setattr(C, "CONSTRUCT_SPLIT_SKETCH", True)
+  sks = C.constructed_sketches(wl.outputs, tgt)
+  res = G.construct(wl.outputs, tgt, seed=G.CONSTRUCT_SEED, sketches=sks, keep=16)
+  best = next(c for c in res.candidates if split(sks[c.sketch_index]))
+  kern = build(best.schedule, tgt)
+  assert len(kern.plan.launches) == 2
+  ins = wl.random_inputs()
+  np.testing.assert_allclose(kern(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)

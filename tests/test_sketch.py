@@ -118,13 +118,43 @@ def test_a_small_image_convolution_gets_a_cross_thread_sketch_too():
     return [s for s in generate_sketches(wl.outputs) if "cross_thread_reduction(conv)" in s.rules]
   wl = W.conv2d(1, 128, 4, 4, 128, 3, 1, 1)
   (sk,) = cross(wl)
-  assert len(generate_sketches(wl.outputs)) == 2
+  assert len(generate_sketches(wl.outputs)) == 3      # tiled, cross-thread, split reduction
   assert cross(W.conv2d(1, 128, 8, 8, 128, 3, 1, 1)) == [] and cross(W.conv2d(1, 32, 4, 4, 128, 3, 1, 1)) == []
   ins = wl.random_inputs()
   ref = wl.reference(*ins)
   for c in A.sample_population([sk], 2, np.random.default_rng(0), "sm_86"):
     out = mc.build(c.schedule, target="sm_86")(*ins, device="cpu")
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def _split(wl):
+  return [s for s in generate_sketches(wl.outputs) if any(r.startswith("split_reduction") for r in s.rules)]
+
+
+@pytest.mark.parametrize("wl", [W.conv2d(1, 128, 4, 4, 64, 3, 1, 1), W.matmul(16, 40, 700, True),
+                                W.matmul(24, 32, 512)], ids=["conv_4x4", "matmul_bias_relu", "matmul"])
+def test_a_small_output_of_a_long_reduction_gets_a_split_reduction_sketch(wl):
+  """Split-K: the longest reduce axis in chunks (rfactor), a tiled kernel of partial sums and a kernel adding them
+  with the elementwise consumer (bias, ReLU) in it; every sample computes numpy's result, the out-of-range terms of
+  a chunk count that does not divide the axis (700 in 16 chunks of 44) included."""
+  (sk,) = _split(wl)
+  assert "multi_level_tiling" in " ".join(sk.rules) and "add_cache_read" in " ".join(sk.rules)
+  ins = wl.random_inputs()
+  ref = wl.reference(*ins)
+  for c in A.sample_population([sk], 3, np.random.default_rng(0), "sm_86"):
+    kern = mc.build(c.schedule, target="sm_86")
+    assert len(kern.plan.launches) == 2
+    np.testing.assert_allclose(kern(*ins, device="cpu"), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_no_split_reduction_for_a_large_output_or_a_short_reduction():
+  assert _split(W.conv2d(1, 128, 16, 16, 64, 3, 1, 1)) == []      # 16,384 values
+  assert _split(W.conv2d(1, 16, 4, 4, 64, 3, 1, 1)) == []         # 144 terms
+  assert _split(W.matmul(64, 48, 32)) == []
+  assert _split(W.matmul(2, 6, 300)) == []                         # 12 values: the cross-thread sketch's
+  from minicomp.search.sketch_rules import split_chunks
+  assert split_chunks(2048, 512) == 16 and split_chunks(4096, 2304) == 16 and split_chunks(8192, 64) == 2
+  assert split_chunks(16, 40) == 0 and split_chunks(65536, 4096) == 0
 
 
 def test_conv_caches_the_inlined_pad_stage():

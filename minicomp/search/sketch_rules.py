@@ -2,8 +2,8 @@
 
 The engine (``sketch.py``) tries them in this order (:data:`DEFAULT_RULES`):
 
-  tensor_core_tiling -> add_cache_read -> always_inline -> cross_thread_reduction -> add_cache_write
-  -> multi_level_tiling_with_fusion -> multi_level_tiling -> skip_stage
+  tensor_core_tiling -> add_cache_read -> always_inline -> cross_thread_reduction -> split_reduction
+  -> add_cache_write -> multi_level_tiling_with_fusion -> multi_level_tiling -> skip_stage
 
 Where minicomp departs from Ansor (docs/search.md says why):
 
@@ -25,6 +25,10 @@ Where minicomp departs from Ansor (docs/search.md says why):
   broadcast along different axes, e.g. a softmax output reading its row max and row sum).
 * The Winograd rules (special compute location, const-tensor simplification) are not
   implemented: minicomp has no Winograd convolution.
+* A tiled reduction of an output of ``SPLIT_MIN_SPACE`` to ``SPLIT_SPACE`` values and a reduction of at least
+  ``SPLIT_MIN_REDUCTION`` terms also gets a split-reduction sketch (split-K, ``split_reduction``): partial sums of
+  chunks of its longest reduce axis (``rfactor``) in a tiled kernel with more blocks, added with the elementwise
+  consumer in a second kernel. compile's construction leaves it to tuning (``compiler.CONSTRUCT_SPLIT_SKETCH``).
 * A first rule of minicomp's own, ``tensor_core_tiling``, adds a tensor-core sketch for half matmuls and
   convolutions (docs/tensor_cores.md).
 """
@@ -361,6 +365,68 @@ def _tile_reduce(s: Schedule, info: SketchInfo, name: str) -> list[list[str]]:
   return levels
 
 
+# split-K: the reduction of a tiled stage whose output is small split into SPLIT_TARGET // (output values) chunks
+SPLIT_SPACE = 8192         # the largest output that also gets a split-reduction sketch ...
+SPLIT_MIN_SPACE = 512      # ... and the smallest (fewer values: the cross-thread sketch's, a block of threads each)
+SPLIT_TARGET = 65536       # output values times chunks aimed at: enough blocks of tiles to fill a GPU
+SPLIT_MIN_CHUNK = 32       # the shortest chunk of the split axis
+SPLIT_MIN_REDUCTION = 256  # the shortest reduction split (all its axes)
+
+
+def split_chunks(space: int, extent: int) -> int:
+  """How many chunks a split reduction cuts an axis of ``extent`` into for an output of ``space`` values (a power
+  of two, 0: none): SPLIT_TARGET // space, at most 32, and chunks of at least SPLIT_MIN_CHUNK."""
+  n = 1 << max(0, (SPLIT_TARGET // max(space, 1)).bit_length() - 1)
+  n = min(n, 32)
+  while n > 1 and extent < n * SPLIT_MIN_CHUNK: n //= 2
+  return n if n > 1 else 0
+
+
+class SplitReduction(SketchRule):
+  """Not Ansor's: for a stage with data reuse whose output is too small to fill the GPU with tiles (a ResNet's 4x4
+  and 2x2 layers, BERT's second FFN matmul) and whose reduction is long, one more sketch splits the longest reduce
+  axis into chunks (``rfactor``): a tiled stage of partial sums, one per chunk, whose tiles of the chunk axis are
+  more blocks, and a kernel that adds each output's partials with the elementwise consumer (bias, ReLU, residual)
+  in it. cuBLAS and cuDNN call it split-K."""
+  name = "split_reduction"
+
+  def condition(self, ctx, s, i, info):
+    st = _stage(s, i)
+    if st.relations or st.annotations or st.attach != ROOT or st.scope is not None or not needs_tiling(s, st.name):
+      return Decision.SKIP
+    if any(a.startswith(self.name) for a in info.applied): return Decision.SKIP     # (once a sketch)
+    space = math.prod(int_dims(st.tensor.shape))
+    ax = max(st.tensor.reduce_axes, key=lambda a: int(a.extent.arg))
+    red = math.prod(int(a.extent.arg) for a in st.tensor.reduce_axes)
+    if not SPLIT_MIN_SPACE <= space <= SPLIT_SPACE or red < SPLIT_MIN_REDUCTION: return Decision.SKIP
+    if not split_chunks(space, int(ax.extent.arg)): return Decision.SKIP
+    out = fusible_consumer(s, st.name)
+    if out is not None and (s.state.stage(out).relations or s.state.stage(out).attach != ROOT): return Decision.SKIP
+    return Decision.APPLY
+
+  def apply(self, ctx, s, i, info):
+    s, info = s.copy(), info.copy()
+    st = _stage(s, i)
+    name = st.name
+    ax = max(st.tensor.reduce_axes, key=lambda a: int(a.extent.arg))
+    extent = int(ax.extent.arg)
+    n = split_chunks(math.prod(int_dims(st.tensor.shape)), extent)
+    out = fusible_consumer(s, name)
+    ko, _ = s.split(name, ax.name, [-(-extent // n)])
+    rf = s.rfactor(name, ko)
+    final = out or name                          # the kernel that adds the partials: its elementwise consumer's
+    sp = s.axis(final)
+    f = s.fuse(final, *sp) if len(sp) > 1 else sp[0]
+    t = thread_choice(info, final, math.prod(int_dims(s.state.stage(final).tensor.shape)), f"threads of {final}")
+    blk, thr = s.split(final, f, [t])
+    s.bind(final, blk, "blockIdx.x")
+    s.bind(final, thr, "threadIdx.x")
+    info.threads[final] = [t.arg]
+    if out is not None: s.compute_at(name, out, thr)
+    info.applied.append(f"{self.name}({name}: {n} chunks of {ax.name})")
+    return [(s, s.state.index(rf), info)]
+
+
 class MultiLevelTilingWithFusion(SketchRule):
   """Tile ("SSSRRSRS") a stage with data reuse together with its elementwise consumer."""
   name = "multi_level_tiling_with_fusion"
@@ -438,4 +504,5 @@ class SkipStage(SketchRule):
 
 
 DEFAULT_RULES: list[SketchRule] = [TensorCoreTiling(), AddCacheRead(), AlwaysInline(), CrossThreadReduction(),
-                                   AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage()]
+                                   SplitReduction(), AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(),
+                                   SkipStage()]
