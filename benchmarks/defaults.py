@@ -13,7 +13,8 @@ For every task of every model below (minicomp.zoo builders at realistic sizes), 
   so a re-run (after a change to Gensor, say) reuses the searches instead of repeating them.
 
 Every latency is an ESTIMATE of the static model (no GPU). Printed: one row per task, then per
-task class the geometric mean and the worst of gensor / ansor and of default / rules.
+task class the geometric mean and the worst of gensor / ansor and of default / rules, then per model every kernel
+call at its task's estimate (a task called three times counts three times: the end-to-end sum).
 
   python benchmarks/defaults.py                                  # h100 and sm_86, no Ansor column
   python benchmarks/defaults.py --ansor-trials 512               # the full comparison (hours)
@@ -98,11 +99,12 @@ def main(argv=None) -> int:
   worst_ok = True
   for tname in args.targets:
     tgt = as_target(tname)
-    rows = []
+    rows, calls = [], {}
     for mname in args.models:
       fn, kw = MODELS[mname]
       model, _ = getattr(zoo, fn)(**kw)
       cm = mc.compile(model, tgt, schedules="rules")
+      calls[mname] = [c.task for c in cm.calls]
       for t in cm.tasks:
         rules = estimate(build(default_schedule(t.dag, tgt), tgt), tgt).latency_s
         t0 = time.perf_counter()
@@ -161,6 +163,13 @@ def main(argv=None) -> int:
       worst_ok &= not ga or worst <= 1.25
       print(f"{cls:22s} {len(rs):5d} {_gmean([r['rules'] / r['default'] for r in rs]):18.2f}x "
             f"{_gmean(ga):17.2f}x {worst:17.2f}x {max(da) if da else float('nan'):18.2f}x")
+    print(f"\nper model ({tname}): every kernel call, each at its task's estimate")
+    head = f"{'model':20s} {'calls':>5s} {'rules us':>9s} {'default us':>10s}"
+    print(head); print("-" * len(head))
+    for mname, keys in calls.items():
+      by_key = {r["task_obj"].key: r for r in rows if r["model"] == mname}
+      tot = lambda col: sum(by_key[k][col] for k in keys) * 1e6   # noqa: E731
+      print(f"{mname:20s} {len(keys):5d} {tot('rules'):9.2f} {tot('default'):10.2f}")
     secs = sorted(r["secs"] for r in rows)
     print(f"construction time per task: median {secs[len(secs) // 2]:.2f} s, max {secs[-1]:.2f} s "
           f"({len(rows)} tasks)")

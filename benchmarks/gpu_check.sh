@@ -15,7 +15,7 @@
 # Part b: every gpu-marked test 220, then `minicomp collect` on three fp32 tasks outside the eight until
 # ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed), then part a's
 # steps without the smoke test, each with less time (150, 150, 70 + 30, 70 + 70), then `minicomp collect --model` of
-# a ResNet-18's two heaviest layers (60): ten files come back.
+# a ResNet-18's two heaviest layers (60), then ResNet-18 with and without split-K sketches (60): eleven files.
 # islpy comes from .whl/ when the machine lacks it.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
@@ -83,7 +83,10 @@ print('smoke: max |gpu - numpy| =', float(np.abs(got - wl.reference(*ins)).max()
     step "collect a model's two heaviest layers" 60 collect.txt sh -c "python3 -c \"import onnx; from minicomp \
 import zoo; onnx.save(zoo.resnet18(hw=64)[0], '/tmp/r18.onnx')\" && python3 -m minicomp.cli collect --model \
 /tmp/r18.onnx --tasks 2 --per-task 8 -o $OUT/timings_model.jsonl"
-    tail -n 3 "$OUT/collect.txt" ;;
+    tail -n 3 "$OUT/collect.txt"
+    # (split-K sketches, not compile's default until a GPU times them: ResNet-18 at 64 x 64 with and without)
+    step "split-K or not, per call" 60 split.txt python3 research/split_check.py --gpu --model resnet18
+    tail -n 12 "$OUT/split.txt" ;;
   *)
     gpu_tests 220
     LEFT=$((${B_SECONDS:-300} - (SECONDS - START)))
