@@ -95,3 +95,25 @@ def test_projections_of_different_widths_merge_and_compute_the_same():
   m = make_model(nodes, feeds, ["y"], {"wq": f32(D, 4), "wk": f32(D, 4), "wv": f32(D, 3)})
   assert matmuls(m) == 3
   check_model(m, feeds)
+
+
+def test_a_scaled_dot_product_attention_as_torch_exports_it_is_four_kernels():
+  """q and k^T each multiplied by sqrt(scale) (torch.onnx's F.scaled_dot_product_attention): the projections still
+  merge, the scales are inlined with the slices into q @ k^T: projection, q @ k^T, softmax, p @ v."""
+  inits = {"heads": np.array([1, S, H, D // H], np.int64), "sq": np.array((D // H) ** -0.25, np.float32)}
+  nodes = []
+  for p in "qkv":
+    inits[f"w{p}"], inits[f"b{p}"] = f32(D, D), f32(D)
+    nodes += [helper.make_node("MatMul", ["x", f"w{p}"], [f"{p}0"]),
+              helper.make_node("Add", [f"{p}0", f"b{p}"], [f"{p}1"]),
+              helper.make_node("Reshape", [f"{p}1", "heads"], [f"{p}2"]),
+              helper.make_node("Transpose", [f"{p}2"], [f"{p}3"], perm=[0, 2, 1, 3])]
+  nodes += [helper.make_node("Mul", ["q3", "sq"], ["qs"]),
+            helper.make_node("Transpose", ["k3"], ["kt"], perm=[0, 1, 3, 2]),
+            helper.make_node("Mul", ["kt", "sq"], ["ks"]),
+            helper.make_node("MatMul", ["qs", "ks"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "v3"], ["y"])]
+  feeds = {"x": f32(1, S, D)}
+  m = make_model(nodes, feeds, ["y"], inits)
+  assert matmuls(m) == 3
+  assert len(check_model(m, feeds).calls) == 4

@@ -146,3 +146,29 @@ def test_a_grouped_query_attentions_kv_expansion_is_inlined_into_its_matmul():
   part = partition(load_onnx(m))
   assert len(part.groups) == 1 and len(part.steps) == 1
   check_model(m, feeds)
+
+
+def test_a_chain_that_moves_data_and_scales_it_once_is_pulled_into_a_matmul():
+  """torch.onnx's scaled dot-product attention multiplies q and k^T by sqrt(scale) each: a transpose and one multiply
+  by a constant scalar are inlined into ``q @ k^T``'s reads (one kernel, not three). Two multiplies, or one by a
+  vector (per-column), are arithmetic the matmul would redo at every read: their chain stays a kernel."""
+  def model(scale):
+    nodes = [helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Mul", ["qt", "cq"], ["qs"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("Mul", ["kt", "c"], ["ks"]),
+             helper.make_node("MatMul", ["qs", "ks"], ["y"])]
+    if scale == "twice":
+      nodes.insert(2, helper.make_node("Mul", ["qs", "c"], ["qs2"]))
+      nodes[-1].input[0] = "qs2"
+    cq = np.full((4,) if scale == "vector" else (), 0.7, np.float32)
+    feeds = {"q": f32(1, 5, 2, 4), "k": f32(1, 5, 2, 4)}
+    return make_model(nodes, feeds, ["y"], {"c": np.array(0.7, np.float32), "cq": cq}), feeds
+  m, feeds = model("scalar")
+  assert [sorted(n.op_type for n in g.nodes) for g in partition(load_onnx(m)).groups] == \
+      [["MatMul", "Mul", "Mul", "Transpose", "Transpose"]]
+  check_model(m, feeds)
+  for scale in ("twice", "vector"):
+    m, feeds = model(scale)
+    assert len(partition(load_onnx(m)).groups) == 2, scale      # q's chain stays its own kernel
+    check_model(m, feeds)

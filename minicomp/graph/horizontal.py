@@ -29,21 +29,26 @@ import dataclasses
 import numpy as np
 
 from minicomp.frontend.graph import Graph, Node, Value
+from minicomp.graph.partition import moves_data
 from minicomp.graph.registry import lookup
 
 
 def _only_moves_into_matmul(g: Graph, value: str, readers: dict[str, list[Node]]) -> bool:
-  """Whether ``value`` reaches exactly one matmul / convolution through a chain of injective ops and views, each
-  with one reader and no graph output (what the partition inlines into that matmul's reads)."""
+  """Whether ``value`` reaches exactly one matmul / convolution through a chain of injective ops and views (and at
+  most one multiply by a constant scalar: partition.moves_data), each with one reader and no graph output: what
+  the partition inlines into that matmul's reads."""
+  chain: list[Node] = []
   for _ in range(64):
     if value in g.outputs: return False
     rs = readers.get(value, [])
     if len(rs) != 1: return False
     d = lookup(rs[0].op_type, g.opset)
     if d is None: return False
-    if d.kind == "data_reuse": return True
+    if d.kind == "data_reuse": return moves_data(g, chain)
     outs = [o for o in rs[0].outputs if o]
-    if d.kind not in ("injective", "view") or len(outs) != 1: return False
+    if len(outs) != 1: return False
+    chain.append(rs[0])
+    if not moves_data(g, chain): return False
     value = outs[0]
   return False
 

@@ -15,8 +15,9 @@ Rules, in terms of the op kinds of the registry:
   one group is pulled into that group as a prologue (inlined into the reads); so is a chain of them (a group
   without an anchor) whose only consumer is one node of a group without an anchor (an LSTM's
   ``Slice+Sigmoid`` gates into the step's cell update), or a chain of injective ops alone into any group (K
-  transposed twice into its ``Q @ K^T``: only indices to inline), also through a view read by one node of a group
-  (the view joins too: attention's heads transposed back and reshaped into the output projection);
+  transposed twice into its ``Q @ K^T``: only indices to inline; or with one multiply by a constant scalar on the
+  way, as torch.onnx exports scaled dot-product attention's q and k), also through a view read by one node of a
+  group (the view joins too: attention's heads transposed back and reshaped into the output projection);
 - then a group of elementwise / broadcast ops only that alone reads what a ``data_reuse`` or ``reduction`` group
   makes (its other inputs ready when that group runs) joins it as its epilogue: a diamond, GELU or SiLU reading
   the product twice, whose nodes could not join one by one;
@@ -65,6 +66,23 @@ def _widens(g: Graph, n: Node, i: str) -> bool:
   vi, vo = g.values.get(i), g.values.get(n.outputs[0]) if n.outputs else None
   if vi is None or vo is None: return False
   return math.prod(vo.shape) * DTYPE_BYTES.get(vo.dtype, 4) > math.prod(vi.shape) * DTYPE_BYTES.get(vi.dtype, 4)
+
+
+def scales(g: Graph, n: Node) -> bool:
+  """Whether ``n`` multiplies or divides one runtime value by a constant scalar: scaled dot-product attention as
+  torch.onnx exports it multiplies q and k (transposed) by sqrt(scale) each before ``q @ k^T``."""
+  if n.op_type not in ("Mul", "Div") or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2: return False
+  a, b = (g.values.get(i) for i in n.inputs)
+  if a is None or b is None or a.is_const == b.is_const: return False
+  c = b if b.is_const else a
+  return c.const.size == 1 and (n.op_type == "Mul" or c is b) and c.dtype == (a if c is b else b).dtype
+
+
+def moves_data(g: Graph, nodes: list[Node]) -> bool:
+  """Whether a chain of ``nodes`` only moves data (injective ops and views) but for at most one :func:`scales`:
+  inlined into a matmul's or conv's reads it is index math and at most one multiply per element fetched."""
+  scaled = [n for n in nodes if _kind(g, n) not in ("injective", "view")]
+  return len(scaled) <= 1 and all(scales(g, n) for n in scaled)
 
 
 def partition(g: Graph) -> Partition:
@@ -122,7 +140,7 @@ def partition(g: Graph) -> Partition:
       cons = {c.name for o in outs for c in consumers.get(o, []) if c.name not in names}
       if any(o in g.outputs for o in outs) or len(cons) != 1: continue
       c = next(iter(cons))
-      moves = all(_kind(g, n) in ("injective", "view") for n in grp.nodes)   # (views pulled in before)
+      moves = moves_data(g, grp.nodes)   # (views pulled in before)
       via = None    # a view it feeds, read by one node of a group: data movement goes through it (attention's
       if c in views and moves:      # heads transposed back, then reshaped for the output projection)
         via = next(n for n in g.nodes if n.name == c)
@@ -134,7 +152,7 @@ def partition(g: Graph) -> Partition:
       dst = group_of[c]
       # one node into any group (its reads inline it); a chain (an LSTM gate: Slice+Sigmoid) only into a group
       # without an anchor, whose reads are one per element -- unless it only moves data (attention's K
-      # transposed twice: an index to inline, nothing to recompute)
+      # transposed twice: an index to inline, nothing to recompute), or moves it and scales it once (moves_data)
       if (len(grp.nodes) > 1 or via) and dst.anchor is not None and not moves: continue
       pulled = grp.nodes + ([via] if via else [])
       if dst is grp or len(dst.nodes) + len(pulled) > MAX_GROUP_NODES: continue
