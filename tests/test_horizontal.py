@@ -117,3 +117,29 @@ def test_a_scaled_dot_product_attention_as_torch_exports_it_is_four_kernels():
   m = make_model(nodes, feeds, ["y"], inits)
   assert matmuls(m) == 3
   assert len(check_model(m, feeds).calls) == 4
+
+
+def test_gemm_projections_merge_with_their_biases_and_transposed_weights():
+  """torch.onnx's nn.Linear on 2-D input is Gemm(x, W, b, transB=1): three of them merge into one MatMul + Add
+  (weights transposed back); a Gemm with alpha != 1 is not merged with them."""
+  def model(alpha_v):
+    nodes, inits = [], {"heads": np.array([S, H, D // H], np.int64)}
+    for p in "qkv":
+      inits[f"w{p}"], inits[f"b{p}"] = f32(D, D), f32(D)
+      nodes += [helper.make_node("Gemm", ["x", f"w{p}", f"b{p}"], [f"{p}1"], transB=1,
+                                 alpha=alpha_v if p == "v" else 1.0),
+                helper.make_node("Reshape", [f"{p}1", "heads"], [f"{p}2"]),
+                helper.make_node("Transpose", [f"{p}2"], [f"{p}3"], perm=[1, 0, 2])]
+    nodes += [helper.make_node("Transpose", ["k3"], ["kt"], perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["q3", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v3"], ["y"])]
+    feeds = {"x": f32(S, D)}
+    return make_model(nodes, feeds, ["y"], inits), feeds
+  m, feeds = model(1.0)
+  g = merge_sibling_matmuls(load_onnx(m))
+  assert [n.op_type for n in g.nodes].count("Gemm") == 0 and matmuls(m) == 3
+  assert len(check_model(m, feeds).calls) == 4
+  m, feeds = model(0.5)
+  g = merge_sibling_matmuls(load_onnx(m))
+  assert [n.op_type for n in g.nodes].count("Gemm") == 1 and matmuls(m) == 3    # q and k merged, v's Gemm left
+  check_model(m, feeds)

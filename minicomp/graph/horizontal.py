@@ -14,13 +14,15 @@ copy. By the static model (2026-11-30, sm_86 / h100): BERT-tiny 142.0 -> 118.9 /
 encoder and decoder blocks -15% / -14%, the Llama block -18% / -14%.
 
 Siblings are MatMul nodes of one runtime input and constant 2-D weights of one type and row count, each optionally
-followed by an Add of a constant vector of its width as the only reader of its product (all of a set with a bias,
-or all without). The rewrite is made only where it costs no kernel: every sibling's result must only move data
-(injective ops and views, one reader each) into one matmul or convolution, and be no graph output; a product read
-by an activation (a gated MLP's SiLU(x @ Wg) * (x @ Wu)) is left alone, its epilogue would become a kernel of its
-own. The Slices are Slice-13's, of constant inputs (the import converts older models to opset 13). Exact: each
-column of the merged product is computed as its own matmul computed it. Call it on the imported graph, after fold
-and before precision.
+followed by an Add of a constant vector of its width as the only reader of its product (all of a set with a bias, or
+all without), and Gemm nodes that compute the same (alpha = beta = 1, the input not transposed; a transposed weight
+is transposed back, C is the bias: torch.onnx's ``nn.Linear`` on 2-D inputs). The rewrite is made only where it
+costs no kernel: every sibling's result must only move data (injective ops and views, one reader each, and at most
+one multiply by a constant scalar: partition.moves_data) into one matmul or convolution, and be no graph output; a
+product read by an activation (a gated MLP's SiLU(x @ Wg) * (x @ Wu)) is left alone, its epilogue would become a
+kernel of its own. The Slices are Slice-13's, of constant inputs (the import converts older models to opset 13).
+Exact: each column of the merged product is computed as its own matmul computed it. Call it on the imported graph,
+after fold and before precision.
 """
 from __future__ import annotations
 
@@ -55,10 +57,10 @@ def _only_moves_into_matmul(g: Graph, value: str, readers: dict[str, list[Node]]
 
 @dataclasses.dataclass
 class _Sibling:
-  matmul: Node
+  matmul: Node                # a MatMul or a Gemm
   weight: np.ndarray          # (K, N)
-  add: Node | None            # the bias Add after it, if any
-  bias: np.ndarray | None     # (N,)
+  add: Node | None            # the bias Add after a MatMul, if any
+  bias: np.ndarray | None     # (N,): that Add's, or the Gemm's C
 
   @property
   def out(self) -> str:
@@ -66,22 +68,40 @@ class _Sibling:
 
 
 def _sibling(g: Graph, n: Node, readers: dict[str, list[Node]]) -> _Sibling | None:
-  if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2 or len(n.outputs) != 1: return None
-  x, w = n.inputs
-  wv = g.values.get(w)
-  if g.constant(x) is not None or wv is None or not wv.is_const or wv.layout is not None or wv.const.ndim != 2:
+  """``n`` as a sibling: a MatMul (with the bias Add that alone reads it, if any), or a Gemm of alpha = beta = 1
+  and an untransposed input (its weight transposed here when transB, its C the bias); None when it is neither."""
+  if n.domain not in ("", "ai.onnx") or len(n.outputs) != 1 or n.outputs[0] in g.outputs: return None
+  if n.op_type == "MatMul" and len(n.inputs) == 2:
+    x, w = n.inputs
+  elif n.op_type == "Gemm" and len(n.inputs) in (2, 3):
+    if float(n.attrs.get("alpha", 1.0)) != 1.0 or float(n.attrs.get("beta", 1.0)) != 1.0: return None
+    if int(n.attrs.get("transA", 0)): return None
+    x, w = n.inputs[:2]
+  else:
     return None
-  if len(g.values[x].shape) < 1 or n.outputs[0] in g.outputs: return None
+  wv = g.values.get(w)
+  if g.constant(x) is not None or x not in g.values or wv is None or not wv.is_const or wv.layout is not None \
+      or wv.const.ndim != 2:
+    return None
+  weight = wv.const.T if n.op_type == "Gemm" and int(n.attrs.get("transB", 0)) else wv.const
+  width = weight.shape[1]
+
+  def vector(name: str) -> np.ndarray | None:     # a constant of the weight's type broadcast along the width
+    b = g.constant(name)
+    ok = b is not None and b.size == width and b.shape[-1:] == (width,) and g.values[name].dtype == wv.dtype
+    return b.reshape(width) if ok and b.ndim <= len(g.values[n.outputs[0]].shape) else None
   add, bias = None, None
-  rs = readers.get(n.outputs[0], [])
-  if len(rs) == 1 and rs[0].op_type == "Add" and rs[0].domain in ("", "ai.onnx") and len(rs[0].outputs) == 1:
-    other = [i for i in rs[0].inputs if i != n.outputs[0]]
-    b = g.constant(other[0]) if len(other) == 1 else None
-    width = wv.const.shape[1]
-    if b is not None and b.size == width and b.shape[-1:] == (width,) and b.ndim <= len(g.values[n.outputs[0]].shape) \
-        and g.values[other[0]].dtype == wv.dtype:
-      add, bias = rs[0], b.reshape(width)
-  s = _Sibling(n, wv.const, add, bias)
+  if n.op_type == "Gemm":
+    if len(n.inputs) == 3 and n.inputs[2]:
+      bias = vector(n.inputs[2])
+      if bias is None: return None
+  else:
+    rs = readers.get(n.outputs[0], [])
+    if len(rs) == 1 and rs[0].op_type == "Add" and rs[0].domain in ("", "ai.onnx") and len(rs[0].outputs) == 1:
+      other = [i for i in rs[0].inputs if i != n.outputs[0]]
+      bias = vector(other[0]) if len(other) == 1 else None
+      add = rs[0] if bias is not None else None
+  s = _Sibling(n, weight, add, bias)
   return s if _only_moves_into_matmul(g, s.out, readers) else None
 
 
@@ -95,7 +115,7 @@ def merge_sibling_matmuls(g: Graph) -> Graph:
   for n in g.nodes:
     s = _sibling(g, n, readers)
     if s is not None:
-      key = (n.inputs[0], g.values[n.inputs[1]].dtype, s.weight.shape[0], s.add is not None)
+      key = (n.inputs[0], g.values[n.inputs[1]].dtype, s.weight.shape[0], s.bias is not None)
       sets.setdefault(key, []).append(s)
   sets = {k: v for k, v in sets.items() if len(v) > 1}
   if not sets: return g
