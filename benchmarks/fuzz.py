@@ -401,8 +401,12 @@ def _onnx_reference(data: bytes, feeds: dict) -> list:
     m = onnx.load_from_string(data)
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
     # its Attention pads a mask's short last dim with -inf at every opset, Attention-24's rule; Attention-23's
-    # function body broadcasts a last dim of 1, as minicomp does (onnxruntime refuses it; seed 29): no opinion
-    if opset < 24 and any(n.op_type == "Attention" for n in m.graph.node): return []
+    # function body broadcasts a last dim of 1, as minicomp does (onnxruntime refuses it; seed 29): no opinion there
+    last = {v.name: v.type.tensor_type.shape.dim[-1].dim_value for v in list(m.graph.input) + list(m.graph.value_info)
+            if v.type.tensor_type.shape.dim}
+    last.update({t.name: t.dims[-1] for t in m.graph.initializer if t.dims})
+    if opset < 24 and any(n.op_type == "Attention" and len(n.input) > 3 and last.get(n.input[3]) == 1
+                          for n in m.graph.node): return []
     if m.opset_import and m.opset_import[0].version < 13: m = version_converter.convert_version(m, 13)
     return list(ReferenceEvaluator(m).run(None, feeds))
   except Exception:   # noqa: BLE001 (no second opinion)
