@@ -63,13 +63,13 @@ class Graph:
     return v.const if v is not None and v.is_const else None
 
   def fresh_value(self, base: str) -> str:
-    """``base``, or ``base_1``, ``base_2``, ...: the first no value of the graph is named."""
+    """``base``, or else the first of ``base_1``, ``base_2``, ... that names no value of the graph."""
     name, k = base, 1
     while name in self.values: name, k = f"{base}_{k}", k + 1
     return name
 
   def fresh_node(self, base: str) -> str:
-    """``base``, or ``base_1``, ``base_2``, ...: the first no node of the graph is named."""
+    """``base``, or else the first of ``base_1``, ``base_2``, ... that names no node of the graph."""
     names = {n.name for n in self.nodes}
     name, k = base, 1
     while name in names: name, k = f"{base}_{k}", k + 1
