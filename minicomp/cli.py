@@ -128,7 +128,7 @@ def _ops_only(model, why: str) -> int:
 
 def cmd_info(a) -> int:
   from collections import Counter
-  from minicomp.compiler import onnx_loader
+  from minicomp.compiler import onnx_loader, rewrite_graph
   from minicomp.errors import ShapeError
   from minicomp.graph.partition import partition
   from minicomp.graph.registry import lookup
@@ -154,7 +154,7 @@ def cmd_info(a) -> int:
   if bad:
     print(f"\n{bad} op type(s) are not supported; `minicomp compile` would stop with UnsupportedOpError.")
     return 1
-  part = partition(g)
+  part = partition(rewrite_graph(g))      # (compile's: batch norms folded, sibling matmuls merged)
   print(f"\n{len(part.groups)} kernels (fused groups), {len(part.steps) - len(part.groups)} views:")
   for k, grp in enumerate(part.groups):
     print(f"  {k:>3}: {'+'.join(n.op_type for n in grp.nodes)}  -> {', '.join(grp.outputs)}")

@@ -20,6 +20,7 @@ import numpy as np
 from minicomp.codegen.kernel import Builds, Kernel
 from minicomp.compiled_model import CompiledModel
 from minicomp.errors import CompileError, LoweringError, MinicompError, MissingDependencyError, ScheduleError
+from minicomp.frontend.graph import Graph
 from minicomp.frontend.precision import apply_precision, check_precision
 from minicomp.graph.fold import fold_batchnorm
 from minicomp.graph.horizontal import merge_sibling_matmuls
@@ -351,10 +352,15 @@ def import_onnx(st: CompileState) -> CompileState:
   return st
 
 
+def rewrite_graph(g: Graph) -> Graph:
+  """The rewrites that change no result: each BatchNormalization folded into the Conv before it (graph/fold.py),
+  sibling matmuls merged (graph/horizontal.py). ``minicomp info`` lists the kernels of the graph they make."""
+  return merge_sibling_matmuls(fold_batchnorm(g))
+
+
 def fold_graph(st: CompileState) -> CompileState:
-  """Graph -> Graph: each BatchNormalization folded into the Conv before it (graph/fold.py), sibling matmuls
-  merged (graph/horizontal.py)."""
-  st.graph = merge_sibling_matmuls(fold_batchnorm(st.graph))
+  """Graph -> Graph: :func:`rewrite_graph`."""
+  st.graph = rewrite_graph(st.graph)
   return st
 
 

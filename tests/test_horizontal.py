@@ -143,3 +143,14 @@ def test_gemm_projections_merge_with_their_biases_and_transposed_weights():
   g = merge_sibling_matmuls(load_onnx(m))
   assert [n.op_type for n in g.nodes].count("Gemm") == 1 and matmuls(m) == 3    # q and k merged, v's Gemm left
   check_model(m, feeds)
+
+
+def test_info_lists_the_kernels_compile_makes(tmp_path, capsys):
+  """``minicomp info`` partitions the graph as compile does, sibling matmuls merged: 4 kernels, not 6."""
+  import onnx
+
+  from minicomp.cli import main
+  m, _ = attention()
+  onnx.save(m, str(tmp_path / "m.onnx"))
+  assert main(["info", str(tmp_path / "m.onnx")]) == 0
+  assert "\n4 kernels (fused groups)" in capsys.readouterr().out
