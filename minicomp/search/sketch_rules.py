@@ -382,6 +382,18 @@ def split_chunks(space: int, extent: int) -> int:
   return n if n > 1 else 0
 
 
+def _split_plan(tensor):
+  """(the reduce axis to split, its chunks) of a stage computing ``tensor``, or None where the split-reduction
+  sketch does not apply (an output outside SPLIT_MIN_SPACE..SPLIT_SPACE values, a reduction shorter than
+  SPLIT_MIN_REDUCTION terms, an axis too short for two chunks)."""
+  space = math.prod(int_dims(tensor.shape))
+  ax = max(tensor.reduce_axes, key=lambda a: int(a.extent.arg))
+  red = math.prod(int(a.extent.arg) for a in tensor.reduce_axes)
+  if not SPLIT_MIN_SPACE <= space <= SPLIT_SPACE or red < SPLIT_MIN_REDUCTION: return None
+  n = split_chunks(space, int(ax.extent.arg))
+  return (ax, n) if n else None
+
+
 class SplitReduction(SketchRule):
   """Not Ansor's: for a stage with data reuse whose output is too small to fill the GPU with tiles (the 8x8 .. 2x2
   layers of a ResNet on 64x64 images, a classifier's last matmul) and whose reduction is long, one more sketch
@@ -395,11 +407,7 @@ class SplitReduction(SketchRule):
     if st.relations or st.annotations or st.attach != ROOT or st.scope is not None or not needs_tiling(s, st.name):
       return Decision.SKIP
     if any(a.startswith(self.name) for a in info.applied): return Decision.SKIP     # (once a sketch)
-    space = math.prod(int_dims(st.tensor.shape))
-    ax = max(st.tensor.reduce_axes, key=lambda a: int(a.extent.arg))
-    red = math.prod(int(a.extent.arg) for a in st.tensor.reduce_axes)
-    if not SPLIT_MIN_SPACE <= space <= SPLIT_SPACE or red < SPLIT_MIN_REDUCTION: return Decision.SKIP
-    if not split_chunks(space, int(ax.extent.arg)): return Decision.SKIP
+    if _split_plan(st.tensor) is None: return Decision.SKIP
     out = fusible_consumer(s, st.name)
     if out is not None and (s.state.stage(out).relations or s.state.stage(out).attach != ROOT): return Decision.SKIP
     return Decision.APPLY
@@ -408,11 +416,9 @@ class SplitReduction(SketchRule):
     s, info = s.copy(), info.copy()
     st = _stage(s, i)
     name = st.name
-    ax = max(st.tensor.reduce_axes, key=lambda a: int(a.extent.arg))
-    extent = int(ax.extent.arg)
-    n = split_chunks(math.prod(int_dims(st.tensor.shape)), extent)
+    ax, n = _split_plan(st.tensor)
     out = fusible_consumer(s, name)
-    ko, _ = s.split(name, ax.name, [-(-extent // n)])
+    ko, _ = s.split(name, ax.name, [-(-int(ax.extent.arg) // n)])
     rf = s.rfactor(name, ko)
     final = out or name                          # the kernel that adds the partials: its elementwise consumer's
     sp = s.axis(final)
