@@ -71,6 +71,21 @@ def test_two_kernels_and_options():
   assert compile_cuda(TWO_KERNELS, "sm_86").ptx != b.ptx  # options are part of the key and change the code
 
 
+def test_kernels_are_compiled_minimal_to_the_same_binary():
+  """minicomp's kernels get ``--minimal`` (codegen/kernel.py KERNEL_OPTIONS), which drops declarations they never
+  use and changes no byte of the PTX or CUBIN: checked here on an fp32 tiled convolution and an fp16 one."""
+  from minicomp import workloads as W
+  from minicomp.codegen.kernel import KERNEL_OPTIONS, build
+  from minicomp.graph.schedules import default_schedule
+  from minicomp.ir.dag import ComputeDAG
+  assert "--minimal" in KERNEL_OPTIONS
+  for wl in (W.conv2d(1, 16, 8, 8, 16, 3, 1, 1), W.conv2d(1, 16, 8, 8, 16, 3, 1, 1, dtype="float16")):
+    k = build(default_schedule(ComputeDAG(wl.outputs), "sm_86"), "sm_86")
+    plain = compile_cuda(k.source, "sm_86")
+    assert k.binary.options == KERNEL_OPTIONS and plain.options == ()
+    assert k.binary.ptx == plain.ptx and k.binary.cubin == plain.cubin
+
+
 def test_syntax_error_names_source_line():
   with pytest.raises(NVRTCError) as info:
     compile_cuda(BROKEN, "sm_80")

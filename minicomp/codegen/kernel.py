@@ -207,10 +207,18 @@ def lower_checked(schedule, target: Target, name: str) -> Program:
   return prog
 
 
+# NVRTC's options for every kernel minicomp emits, before the caller's. ``--minimal`` leaves out the texture,
+# surface and runtime-API declarations NVRTC otherwise parses before each program, which the emitted CUDA C never
+# uses: the same PTX and CUBIN, byte for byte (570 kernels of the test suite: fp32, fp16, bf16, tensor cores, dp4a;
+# NVRTC 12.9, 2026-12-01), and 16 ms less per call on 2 cores (52 -> 36 ms for a one-line kernel).
+KERNEL_OPTIONS = ("--minimal",)
+
+
 def kernel_of(prog: Program, source: str, target: Target, options: Sequence[str] = (), lower_emit_s: float = 0.0) -> Kernel:
-  """The Kernel of a lowered program and its CUDA C: NVRTC's binary and the launch plan."""
+  """The Kernel of a lowered program and its CUDA C: NVRTC's binary (with :data:`KERNEL_OPTIONS`) and the launch
+  plan."""
   t0 = time.perf_counter()
-  binary = compile_cuda(source, target, options)
+  binary = compile_cuda(source, target, (*KERNEL_OPTIONS, *options))
   return Kernel(LaunchPlan.from_program(prog), source, binary, target, prog,
                 {"lower_emit_s": lower_emit_s, "nvrtc_s": time.perf_counter() - t0})
 
