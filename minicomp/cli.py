@@ -216,8 +216,13 @@ def cmd_run(a) -> int:
 
 def cmd_cache(a) -> int:
   from minicomp import schedule_cache
-  if a.action == "clear": print(f"schedule cache: {schedule_cache.clear()} file(s) removed")
-  else: print(schedule_cache.info())
+  from minicomp.search.static import cache as static_cache
+  if a.action == "clear":
+    print(f"schedule cache: {schedule_cache.clear()} file(s) removed")
+    print(f"static facts: {static_cache.clear_disk()} file(s) removed")
+  else:
+    print(schedule_cache.info())
+    print(static_cache.info())
   return 0
 
 
@@ -382,9 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "the default) or pycuda; default: the GPU when one is usable, else cpu")
   pr.set_defaults(fn=cmd_run)
 
-  pc2 = sub.add_parser("cache", help="the schedule cache: what it holds (info), or empty it (clear)",
-                       description="Show or empty the schedule cache: the default schedule chosen for each "
-                                   "layer, kept so that compiling a model with that layer again is fast.")
+  pc2 = sub.add_parser("cache", help="the schedule cache and the kernels' static facts: what they hold (info), or "
+                                     "empty them (clear)",
+                       description="Show or empty the schedule cache (the default schedule chosen for each layer, "
+                                   "kept so that compiling a model with that layer again is fast) and the static "
+                                   "model's facts of the kernels (kept so that saving or estimating them again is).")
   pc2.add_argument("action", choices=["info", "clear"])
   pc2.set_defaults(fn=cmd_cache)
 

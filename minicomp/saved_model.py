@@ -26,13 +26,11 @@ import numpy as np
 from minicomp.errors import SaveError, SaveFormatError
 from minicomp.ir.ops import HALF_DTYPES
 from minicomp.model_parts import IOSpec, ViewStep
+from minicomp.search.static.model import facts_json
 
 FORMAT = "minicomp-compiled-model"
 FORMAT_VERSION = 3       # 2: sha256 of every file and of the manifest, output specs, strict schema; 3: static facts
 READ_VERSIONS = (2, 3)   # a version-2 folder loads; its kernels have no static facts (estimate() says so)
-FACT_FLOATS = ("active_warps_per_sm", "dram_bytes", "l2_bytes", "l1_cycles_per_block", "shared_wavefronts_per_block",
-               "chain_cycles", "local_bytes_per_thread")
-FACT_INTS = ("blocks", "threads_per_block", "blocks_per_sm", "registers")
 SUFFIXES = (".cu", ".ptx", ".cubin", ".log")
 
 
@@ -197,13 +195,10 @@ def static_facts(kern, dev) -> dict | None:
   from minicomp.errors import EstimateError
   from minicomp.search.static.estimate import launch_facts
   try:
-    facts = launch_facts(kern, dev)
+    out = facts_json(launch_facts(kern, dev))
   except EstimateError:
     return None
-  out = [{"name": f.name, "per_thread": {c: float(v) for c, v in f.per_thread.items()},
-          **{n: float(getattr(f, n)) for n in FACT_FLOATS}, **{n: int(getattr(f, n)) for n in FACT_INTS}} for f in facts]
-  finite = all(math.isfinite(v) for d in out for v in [*d["per_thread"].values(), *(d[n] for n in FACT_FLOATS)])
-  return {"device": dev.name, "launches": out} if finite else None
+  return {"device": dev.name, "launches": out} if out is not None else None
 
 
 def kernel_inputs(inputs: list[IOSpec], boundary: dict[str, str]) -> list[IOSpec]:

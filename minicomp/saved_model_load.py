@@ -35,10 +35,9 @@ from minicomp.compiled_model import CompiledModel
 from minicomp.errors import SaveFormatError
 from minicomp.ir.ops import NP_DTYPE
 from minicomp.model_parts import IndexCheck, IOSpec, KernelCall, ViewStep
+from minicomp.search.static.model import FACT_FLOATS, FACT_INTS
 from minicomp.saved_model import (
   FORMAT,
-  FACT_FLOATS,
-  FACT_INTS,
   FORMAT_VERSION,
   READ_VERSIONS,
   SUFFIXES,

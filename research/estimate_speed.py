@@ -114,9 +114,10 @@ def _row(label, per, memo: bool):
 
 
 def main(argv=None) -> int:
-  """The run, with NVRTC's caches off (every build compiles: the cost of a new candidate); the
-  environment is restored afterwards (the caches are read per call, so a caller is not affected)."""
-  keys = ("MINICOMP_NVRTC_CACHE", "MINICOMP_NVRTC_MEMORY_CACHE")
+  """The run, with NVRTC's caches and the static facts' disk off (every build compiles, every estimate analyses:
+  the cost of a new candidate); the environment is restored afterwards (the caches are read per call, so a caller
+  is not affected)."""
+  keys = ("MINICOMP_NVRTC_CACHE", "MINICOMP_NVRTC_MEMORY_CACHE", "MINICOMP_STATIC_CACHE")
   saved = {k: os.environ.get(k) for k in keys}
   os.environ.update({k: "0" for k in keys})
   try: return _main(argv)

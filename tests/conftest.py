@@ -17,6 +17,9 @@ def fake_gpu(monkeypatch):
 # construction would be skipped): off for the suite, on in tests/test_schedule_cache.py (and subprocesses
 # inherit this).
 os.environ.setdefault("MINICOMP_SCHEDULE_CACHE", "0")
+# The static facts on disk likewise (a test that clears the in-memory analyses means to analyse again): off for
+# the suite, on in tests/test_estimate_cache.py's own tests of it.
+os.environ.setdefault("MINICOMP_STATIC_CACHE", "0")
 # One process per compile in the suite: worker pools per test would oversubscribe CI's two cores
 # (tests/test_compile_jobs.py turns jobs on).
 os.environ.setdefault("MINICOMP_JOBS", "1")

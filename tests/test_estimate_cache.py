@@ -56,3 +56,51 @@ def test_analyse_fills_the_cache_in_workers_with_the_facts_of_this_process():
   cache.clear()
   analyse(ks[:1], dev, jobs=2)                            # one kernel: analysed where it is asked for, not here
   assert cache.peek(cache.key(ks[0], dev)) is None
+
+
+def test_facts_on_disk_are_read_back_by_another_process_s_estimate(monkeypatch, tmp_path):
+  """With the disk on (MINICOMP_STATIC_CACHE, off for the rest of the suite), an analysis is written once and read
+  back, the same facts, when the memory is cleared (another process); another code version's, a corrupt file, or
+  the disk turned off, are analysed again."""
+  from minicomp.search.static import estimate as E
+  from minicomp.search.static import ptx as P
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_STATIC_CACHE", "1")
+  k, dev = _kernel(8), mc.Target("h100").device
+  cache.clear()
+  first = estimate(k, "h100")
+  (f,) = (tmp_path / "static").rglob("*.json")
+  cache.clear()
+  analysed = []
+  real = P.analyze_ptx
+  monkeypatch.setattr(P, "analyze_ptx", lambda *a, **kw: analysed.append(1) or real(*a, **kw))
+  again = estimate(k, "h100")
+  assert again.latency_s == first.latency_s and again.launches == first.launches and analysed == []
+  loaded = cache.peek(cache.key(k, dev))
+  bad = f.read_text().replace('"blocks":', '"blocks":-', 1)               # (a negative block count)
+  for broken in ("{not json", '[{"name": "x"}]', bad):
+    f.write_text(broken)
+    cache.clear()
+    assert estimate(k, "h100").latency_s == first.latency_s and len(analysed) == 1
+    analysed.clear()
+  from minicomp import schedule_cache
+  monkeypatch.setattr(schedule_cache, "code_version", lambda: "another")   # another minicomp's folder: empty
+  cache.clear()
+  estimate(k, "h100")
+  assert len(analysed) == 1 and (tmp_path / "static" / "another").is_dir()
+  monkeypatch.setenv("MINICOMP_STATIC_CACHE", "0")
+  cache.clear()
+  assert tuple(E.launch_facts(k, dev)) == loaded and len(analysed) == 2    # (a fresh analysis: what was read back)
+
+
+def test_cache_info_and_clear_show_and_remove_the_facts(monkeypatch, tmp_path, capsys):
+  from minicomp.cli import main
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_STATIC_CACHE", "1")
+  cache.clear()
+  estimate(_kernel(8), "h100"); estimate(_kernel(16), "h100")
+  assert main(["cache", "info"]) == 0
+  out = capsys.readouterr().out
+  assert "static facts:" in out and "2 kernels" in out and "(this minicomp)" in out
+  assert main(["cache", "clear"]) == 0 and "static facts: 2 file(s) removed" in capsys.readouterr().out
+  assert not list((tmp_path / "static").rglob("*.json"))

@@ -82,6 +82,35 @@ class LaunchFacts:
   registers: int = 0                      # per thread (ptxas's, or the analytic model's estimate); 0: unknown
 
 
+FACT_FLOATS = ("active_warps_per_sm", "dram_bytes", "l2_bytes", "l1_cycles_per_block", "shared_wavefronts_per_block",
+               "chain_cycles", "local_bytes_per_thread")
+FACT_INTS = ("blocks", "threads_per_block", "blocks_per_sm", "registers")
+
+
+def facts_json(facts) -> list[dict] | None:
+  """Launch facts as plain JSON values (a saved model's form, and the static cache's on disk); None where one is not
+  finite (such facts are not written)."""
+  out = [{"name": f.name, "per_thread": {c: float(v) for c, v in f.per_thread.items()},
+          **{n: float(getattr(f, n)) for n in FACT_FLOATS}, **{n: int(getattr(f, n)) for n in FACT_INTS}}
+         for f in facts]
+  finite = all(np.isfinite(v) for d in out for v in [*d["per_thread"].values(), *(d[n] for n in FACT_FLOATS)])
+  return out if finite else None
+
+
+def facts_from_json(items: list) -> tuple[LaunchFacts, ...]:
+  """:func:`facts_json`'s list back; ValueError, TypeError or KeyError where it is not that form or a number is not
+  finite and >= 0 (for minicomp's own cache files: a saved model, which anyone may hand over, is checked field by
+  field instead)."""
+  out = tuple(LaunchFacts(name=str(d["name"]), per_thread={str(c): float(v) for c, v in d["per_thread"].items()},
+                          **{k: float(d[k]) for k in FACT_FLOATS}, **{k: int(d[k]) for k in FACT_INTS})
+              for d in items)
+  for f in out:
+    numbers = [*f.per_thread.values(), *(getattr(f, k) for k in FACT_FLOATS + FACT_INTS)]
+    if not all(np.isfinite(v) and v >= 0 for v in numbers):
+      raise ValueError(f"launch facts of {f.name} hold a number that is not finite and >= 0")
+  return out
+
+
 @dataclass(frozen=True)
 class LaunchEstimate:
   """Estimated time of one launch and every term it is made of (seconds)."""
