@@ -1,6 +1,11 @@
 """ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul (minicomp/graph/ops/qlinear.py) and DynamicQuantizeLinear
 (frontend/expand.py) against onnxruntime and numpy's exact integer arithmetic; an int8 model in onnxruntime's
-QOperator format against onnxruntime."""
+QOperator format against onnxruntime.
+
+onnxruntime 1.32.0 computes some integer convolutions wrongly on the CPU: QLinearConv of uint8 x and int8 w, and
+ConvInteger of int8 x and uint8 w, by up to 100 against numpy and ONNX's own reference evaluator, which agree with
+each other and with minicomp (2026-12-01; the onnxruntime of 2026-11-30's CI agreed). Those tests judge by ONNX's
+reference evaluator (:func:`_reference`), a numpy implementation of the spec, instead."""
 import re
 
 import numpy as np
@@ -12,6 +17,12 @@ import minicomp as mc
 from onnx_harness import make_model, run_ort
 
 rng = np.random.default_rng(0)
+
+
+def _reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+  """ONNX's reference evaluator (numpy): the judge where onnxruntime 1.32 is wrong (module docstring)."""
+  from onnx.reference import ReferenceEvaluator
+  return ReferenceEvaluator(m).run(None, feeds)
 
 
 def _u8(*s): return rng.integers(0, 256, s).astype(np.uint8)
@@ -51,7 +62,7 @@ def test_qlinear_conv_with_per_channel_scales_and_bias_matches_onnxruntime(out_t
            "wz": np.zeros(4, np.int8), "ys": np.float32(0.2), "yz": out_type(10), "b": rng.integers(-500, 500, 4).astype(np.int32)}
   m = make_model([helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
                                    pads=[1, 1, 1, 1])], {"x": x}, ["y"], inits)
-  got, want = _run(m, {"x": x})[0], run_ort(m, {"x": x})[0]
+  got, want = _run(m, {"x": x})[0], _reference(m, {"x": x})[0]
   assert got.dtype == out_type
   assert np.abs(got.astype(int) - want).max() <= 1 and np.mean(got == want) > 0.99
   assert len(np.unique(want)) > 10       # not saturated flat
@@ -213,15 +224,15 @@ def test_an_int8_convolution_on_the_tensor_cores_equals_onnxruntime(monkeypatch,
 def test_conv_integer_with_constant_weights_runs_on_dp4a(x_type, w_type, x_zp, group, attrs, schedules):
   """Constant weights with no zero point and channels per group a multiple of 4: one dp4a per four channels of a tap
   (the weights stored channels-last, x blocked by four channels and padded with its zero point, which is taken off
-  after the sum as x_zero_point x the weights' sums); exact against onnxruntime, with pads, strides, groups and
-  dilations, with the rule-based schedule and Gensor's."""
+  after the sum as x_zero_point x the weights' sums); exact against ONNX's reference evaluator, with pads, strides,
+  groups and dilations, with the rule-based schedule and Gensor's."""
   x = rng.integers(np.iinfo(x_type).min, np.iinfo(x_type).max + 1, (1, 8, 9, 7)).astype(x_type)
   w = rng.integers(np.iinfo(w_type).min, np.iinfo(w_type).max + 1, (6, 8 // group, 3, 3)).astype(w_type)
   inits = {"w": w, **({"xz": x_type(x_zp)} if x_zp is not None else {})}
   node = helper.make_node("ConvInteger", ["x", "w"] + (["xz"] if x_zp is not None else []), ["y"], group=group, **attrs)
   m = make_model([node], {"x": x}, ["y"], inits)
   cm = mc.compile(m, target="sm_86", schedules=schedules, progress=False)
-  got, want = cm.run({"x": x}, device="cpu")[0], run_ort(m, {"x": x})[0]
+  got, want = cm.run({"x": x}, device="cpu")[0], _reference(m, {"x": x})[0]
   assert got.dtype == np.int32 and np.array_equal(got, want)
   signs = "".join("s" if t == np.int8 else "u" for t in (x_type, w_type))
   assert re.search(rf"mc_dp4a_{signs}\(mc_word\(", _sources(cm)) and "mc_pack4(" not in _sources(cm)   # x's four
@@ -241,7 +252,7 @@ def test_a_saved_dp4a_model_loads_and_runs(tmp_path):
   cm.save(tmp_path / "m")
   got = mc.load(tmp_path / "m").run({"x": x}, device="cpu")[0]
   assert np.array_equal(got, cm.run({"x": x}, device="cpu")[0])
-  assert np.abs(got.astype(int) - run_ort(m, {"x": x})[0]).max() <= 1
+  assert np.abs(got.astype(int) - _reference(m, {"x": x})[0]).max() <= 1
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", [((2, 8, 11), (5, 8, 3), {"pads": [1, 1], "strides": [2]}),
