@@ -1,4 +1,6 @@
 """The static model remembers each kernel's analysis by source, arch, launches and device."""
+import logging
+
 import minicomp as mc
 from minicomp import workloads as W
 from minicomp.search.static import cache
@@ -58,10 +60,10 @@ def test_analyse_fills_the_cache_in_workers_with_the_facts_of_this_process():
   assert cache.peek(cache.key(ks[0], dev)) is None
 
 
-def test_facts_on_disk_are_read_back_by_another_process_s_estimate(monkeypatch, tmp_path):
+def test_facts_on_disk_are_read_back_by_another_process_s_estimate(monkeypatch, tmp_path, caplog):
   """With the disk on (MINICOMP_STATIC_CACHE, off for the rest of the suite), an analysis is written once and read
-  back, the same facts, when the memory is cleared (another process); another code version's, a corrupt file, or
-  the disk turned off, are analysed again."""
+  back, the same facts, when the memory is cleared (another process); another code version's, a corrupt file (then
+  written again, with a warning), or the disk turned off, are analysed again."""
   from minicomp.search.static import estimate as E
   from minicomp.search.static import ptx as P
   monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
@@ -77,12 +79,15 @@ def test_facts_on_disk_are_read_back_by_another_process_s_estimate(monkeypatch, 
   again = estimate(k, "h100")
   assert again.latency_s == first.latency_s and again.launches == first.launches and analysed == []
   loaded = cache.peek(cache.key(k, dev))
-  bad = f.read_text().replace('"blocks":', '"blocks":-', 1)               # (a negative block count)
+  good = f.read_text()
+  bad = good.replace('"blocks":', '"blocks":-', 1)                           # (a negative block count)
   for broken in ("{not json", '[{"name": "x"}]', bad):
     f.write_text(broken)
     cache.clear()
-    assert estimate(k, "h100").latency_s == first.latency_s and len(analysed) == 1
-    analysed.clear()
+    with caplog.at_level(logging.WARNING, logger="minicomp"):
+      assert estimate(k, "h100").latency_s == first.latency_s and len(analysed) == 1
+    assert "do not read back" in caplog.text and f.read_text() == good       # warned, and written again
+    analysed.clear(); caplog.clear()
   from minicomp import schedule_cache
   monkeypatch.setattr(schedule_cache, "code_version", lambda: "another")   # another minicomp's folder: empty
   cache.clear()

@@ -47,12 +47,20 @@ def _file(k: tuple) -> Path:
 
 
 def _load(k: tuple):
-  """The facts under ``k`` on disk, now also in memory; None where there are none (or they do not read back)."""
+  """The facts under ``k`` on disk, now also in memory; None where there are none. A file that does not read back
+  is removed (with a warning), so the next :func:`put` writes it again."""
   if not switched_on(DISK_SWITCH): return None
   from minicomp.search.static.model import facts_from_json
+  f = _file(k)
+  try: text = f.read_text()
+  except (OSError, ValueError): return None      # not there (ValueError: not text)
   try:
-    facts = facts_from_json(json.loads(_file(k).read_text()))
-  except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    facts = facts_from_json(json.loads(text))
+  except (ValueError, TypeError, KeyError, AttributeError) as e:
+    _log.warning("the cached static facts %s do not read back (%s: %s): removed, to be analysed again", f,
+                 type(e).__name__, e)
+    try: f.unlink()
+    except OSError: pass
     return None
   _facts.put(k, facts)
   return facts
