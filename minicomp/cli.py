@@ -216,12 +216,15 @@ def cmd_run(a) -> int:
 
 def cmd_cache(a) -> int:
   from minicomp import schedule_cache
+  from minicomp.codegen import program_cache
   from minicomp.search.static import cache as static_cache
   if a.action == "clear":
     print(f"schedule cache: {schedule_cache.clear()} file(s) removed")
+    print(f"lowered programs: {program_cache.clear()} file(s) removed")
     print(f"static facts: {static_cache.clear_disk()} file(s) removed")
   else:
     print(schedule_cache.info())
+    print(program_cache.info())
     print(static_cache.info())
   return 0
 
@@ -390,8 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
   pc2 = sub.add_parser("cache", help="the schedule cache and the kernels' static facts: what they hold (info), or "
                                      "empty them (clear)",
                        description="Show or empty the schedule cache (the default schedule chosen for each layer, "
-                                   "kept so that compiling a model with that layer again is fast) and the static "
-                                   "model's facts of the kernels (kept so that saving or estimating them again is).")
+                                   "kept so that compiling a model with that layer again is fast), its lowered "
+                                   "programs, and the static model's facts of the kernels (kept so that saving or "
+                                   "estimating them again is fast).")
   pc2.add_argument("action", choices=["info", "clear"])
   pc2.set_defaults(fn=cmd_cache)
 

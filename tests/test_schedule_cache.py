@@ -27,6 +27,7 @@ def test_a_second_compile_takes_every_schedule_from_the_cache(cache_on):
   assert first.stats.cached == 0 and first.stats.construct > 0
   again = mc.compile(model, target="sm_86")
   assert again.stats.cached == len(again.tasks) and again.stats.construct == 0 and again.stats.estimate == 0
+  assert list(cache_on.parent.glob("programs/*/*.pickle"))           # (their lowered programs too)
   assert again.stats.constructed == first.stats.constructed
   assert [k.source for k in again.kernels] == [k.source for k in first.kernels]
   np.testing.assert_allclose(again.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
@@ -72,8 +73,9 @@ def test_cache_info_and_clear(cache_on, capsys):
   mc.compile(zoo.residual_block()[0], target="sm_86")
   assert main(["cache", "info"]) == 0
   out = capsys.readouterr().out
-  assert "2 schedules" in out and "(this minicomp)" in out
+  assert "2 schedules" in out and "(this minicomp)" in out and "lowered programs:" in out
   assert main(["cache", "clear"]) == 0 and not list(cache_on.glob("*.jsonl"))
+  assert "lowered programs: " in capsys.readouterr().out and not list(cache_on.parent.rglob("*.pickle"))
   assert schedule_cache.code_version() in out
 
 

@@ -256,30 +256,40 @@ class Builds:
 
   def program(self, schedule, name: str, lowered: Program | None = None) -> Program:
     """``lowered``: the schedule's program, lowered and checked already under any name (a search's candidate
-    carries it), taken instead of lowering again."""
-    k = self._key(schedule, name)
-    if k not in self._programs:
-      t0 = time.perf_counter()
-      try:
-        self._programs[k] = (renamed(lowered, name) if lowered is not None
-                             else lower_checked(schedule, self.target, name))
-      finally: self.seconds["lower_emit"] += time.perf_counter() - t0
-    return self._programs[k]
+    carries it), taken instead of lowering again. Either way the program is kept on disk too
+    (:mod:`.program_cache`), and one found there is not lowered again."""
+    return self._program(self._key(schedule, name), schedule, lowered)
 
   def source(self, schedule, name: str, lowered: Program | None = None) -> str:
-    k = self._key(schedule, name)
-    if k not in self._sources:
-      prog = self.program(schedule, name, lowered)
-      t0 = time.perf_counter()
-      self._sources[k] = emit_cuda(prog)
-      self.seconds["lower_emit"] += time.perf_counter() - t0
-    return self._sources[k]
+    return self._source(self._key(schedule, name), schedule, lowered)
 
   def kernel(self, schedule, name: str, lowered: Program | None = None) -> Kernel:
     k = self._key(schedule, name)
     if k not in self._kernels:
-      src = self.source(schedule, name, lowered)
+      src = self._source(k, schedule, lowered)
       t0 = time.perf_counter()
       try: self._kernels[k] = kernel_of(self._programs[k], src, self.target)
       finally: self.seconds["nvrtc"] += time.perf_counter() - t0
     return self._kernels[k]
+
+  def _program(self, k: tuple, schedule, lowered: Program | None) -> Program:
+    from minicomp.codegen import program_cache
+    if k not in self._programs:
+      name, steps = k
+      t0 = time.perf_counter()
+      try:
+        disk = program_cache.key(schedule, steps, name, self.target)
+        prog = renamed(lowered, name) if lowered is not None else program_cache.get(disk)
+        if prog is None: prog = lower_checked(schedule, self.target, name)
+        program_cache.put(disk, prog)
+        self._programs[k] = prog
+      finally: self.seconds["lower_emit"] += time.perf_counter() - t0
+    return self._programs[k]
+
+  def _source(self, k: tuple, schedule, lowered: Program | None) -> str:
+    if k not in self._sources:
+      prog = self._program(k, schedule, lowered)
+      t0 = time.perf_counter()
+      self._sources[k] = emit_cuda(prog)
+      self.seconds["lower_emit"] += time.perf_counter() - t0
+    return self._sources[k]
