@@ -13,8 +13,11 @@ target, precision=p)`` with the default (Gensor) schedules, then per target:
 - ``int8-qdq``: the model quantized by onnxruntime's ``quantize_static`` (QDQ format, int8 activations calibrated
   on 8 random inputs, per-channel int8 weights) and compiled as it is: its convolutions and matmuls become
   QLinearConv / QLinearMatMul kernels (int8 reads, int32 sums; minicomp/frontend/qdq.py), the rest computes in
-  float32 between its DequantizeLinear and QuantizeLinear, storing int8. Its ``err`` is the relative difference itself (not in eps), and ``ort`` whether
-  minicomp's output equals onnxruntime's on that input.
+  float32 between its DequantizeLinear and QuantizeLinear, storing int8. Its ``err`` is the relative difference
+  itself (not in eps); ``ort`` and ``ref`` say whether minicomp's output equals onnxruntime's and ONNX's reference
+  evaluator's (``onnx.reference``, the model converted to opset 21) on that input, or by how much it differs. Both
+  judge: onnxruntime 1.32.0 computes some integer convolutions wrongly (tests/test_qlinear.py), and the reference
+  evaluator computes its float operators in its own order.
 
 ``--gpu`` (on a GPU machine) compiles for the GPU's own arch instead and MEASURES each model end to end
 (``mod.benchmark``: CUDA-graph replay, L2 flushed, median of 50) beside its PyTorch twin in the same precision
@@ -159,9 +162,12 @@ def main(argv=None) -> int:
         if p == "fp32": ref = out
         elif ref is not None and p == "int8-qdq":
           import onnxruntime as ort
+          from onnx import version_converter
+          from onnx.reference import ReferenceEvaluator
           want = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-          err = (f"{float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)):.3f} (ort "
-                 f"{'equal' if np.array_equal(out, want) else f'differs by {np.abs(out - want).max():.3g}'})")
+          spec = ReferenceEvaluator(version_converter.convert_version(src, 21)).run(None, feeds)[0]
+          same = lambda w: "equal" if np.array_equal(out, w) else f"differs by {np.abs(out - w).max():.3g}"
+          err = f"{float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)):.3f} (ort {same(want)}, ref {same(spec)})"
         elif ref is not None:
           err = f"{float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)) / EPS[p]:.2f}"
       print("| " + " | ".join(row + [err, f"{secs:.1f}"]) + " |", flush=True)
