@@ -1,4 +1,4 @@
-"""The imported model: a networkx DiGraph of ONNX nodes plus the values flowing between them.
+"""The imported model: ONNX nodes in topological order plus the values flowing between them.
 
 Values are named like in ONNX. A value is either *constant* (an initializer, a Constant node,
 or anything folded from constants and static shapes at import: ``const`` holds its array) or a
@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 
@@ -39,14 +38,13 @@ class Node:
 
 @dataclass
 class Graph:
-  """Nodes in topological order (``nodes``), the DiGraph of their data edges (``nx``), and values."""
+  """Nodes in topological order (``nodes``) and values; ``nx``: the DiGraph of their data edges."""
   nodes: list[Node]
   values: dict[str, Value]
   inputs: list[str]               # runtime inputs (not initializers), in model order
   outputs: list[str]
   opset: int
   name: str = "model"
-  nx: nx.DiGraph = field(default_factory=nx.DiGraph)
   boundary: dict[str, str] = field(default_factory=dict)  # input/output -> its half dtype (computed in float32)
 
   def producer(self, value: str) -> Node | None:
@@ -75,14 +73,18 @@ class Graph:
     while name in names: name, k = f"{base}_{k}", k + 1
     return name
 
-  def rebuild_nx(self) -> None:
+  @property
+  def nx(self):
+    """The nodes' data edges as a networkx DiGraph (node name -> consumer's name, ``value`` on each edge), made
+    from ``nodes`` on each call (networkx is imported here, not with minicomp: 0.4 s)."""
+    import networkx as nx
     g = nx.DiGraph()
     out_of = {o: n.name for n in self.nodes for o in n.outputs}
     for n in self.nodes:
       g.add_node(n.name, node=n)
       for i in n.inputs:
         if i in out_of: g.add_edge(out_of[i], n.name, value=i)
-    self.nx = g
+    return g
 
   def op_counts(self) -> dict[str, int]:
     out: dict[str, int] = {}

@@ -193,7 +193,6 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
   _drop_empty_concat_inputs(nodes, values)
   outputs = [o.name for o in m.graph.output]
   g = Graph(nodes, values, inputs, outputs, opset, m.graph.name or "model")
-  g.rebuild_nx()
   if check_ops:
     from minicomp.graph.registry import check_supported
     check_supported(nodes, opset)

@@ -162,5 +162,4 @@ def autocast(g: Graph, half: str) -> Graph:
     nodes.append(Node(n.name, n.op_type, ins, outs, dict(n.attrs), n.domain))
     nodes.extend(after)
   out = Graph(nodes, values, list(g.inputs), list(g.outputs), g.opset, g.name, boundary=dict(g.boundary))
-  out.rebuild_nx()
   return out

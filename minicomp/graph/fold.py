@@ -60,5 +60,4 @@ def fold_batchnorm(g: Graph) -> Graph:
     drop.add(bn.name)
     values.pop(mid, None)
   out.nodes = [n for n in nodes if n.name not in drop]
-  out.rebuild_nx()
   return out

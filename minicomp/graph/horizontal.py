@@ -122,7 +122,6 @@ def merge_sibling_matmuls(g: Graph) -> Graph:
   out = dataclasses.replace(g, nodes=list(g.nodes), values=dict(g.values))
   for (x, dtype, _, biased), sibs in sets.items():
     _merge(out, x, dtype, biased, sibs)
-  out.rebuild_nx()
   return out
 
 
