@@ -60,6 +60,32 @@ def atomic_write(path: Path, data: bytes) -> None:
     raise
 
 
+def version_folders_info(kind: str, title: str, pattern: str, unit: str, switch: str) -> str:
+  """What ``minicomp cache info`` prints of a kind kept in one folder per code version
+  (``cache_dir(kind)/<code version>/``, files matching ``pattern``): the folder, whether ``switch`` is on, and
+  per version its files (as ``unit``) and size, the current version marked."""
+  from minicomp.schedule_cache import code_version
+  d = cache_dir(kind)
+  lines = [f"{title}: {d} ({'on' if switched_on(switch) else f'off: {switch}=0'})"]
+  folders = sorted(p for p in d.iterdir() if p.is_dir())
+  for v in folders:
+    files = list(v.glob(pattern))
+    lines.append(f"  {v.name}: {len(files)} {unit}, {sum(f.stat().st_size for f in files) / 1024:.1f} KiB"
+                 + ("  (this minicomp)" if v.name == code_version() else "  (another version: unused)"))
+  if not folders: lines.append("  empty")
+  return "\n".join(lines)
+
+
+def clear_version_folders(kind: str, pattern: str) -> int:
+  """Remove every code version's folder of ``kind``; returns how many files matching ``pattern`` went."""
+  import shutil
+  n = 0
+  for v in (p for p in cache_dir(kind).iterdir() if p.is_dir()):
+    n += sum(1 for _ in v.glob(pattern))
+    shutil.rmtree(v, ignore_errors=True)
+  return n
+
+
 JAX_CACHE_MIN_COMPILE_S = "0.2"    # XLA compiles shorter than this are not worth a disk entry
 
 

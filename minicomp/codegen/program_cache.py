@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import pickle
-import shutil
 import weakref
 
-from minicomp.codegen.cache import atomic_write, cache_dir, cache_key, switched_on
+from minicomp.codegen.cache import (atomic_write, cache_dir, cache_key, clear_version_folders, switched_on,
+                                    version_folders_info)
 
 _log = logging.getLogger("minicomp")
 KIND = "programs"
@@ -82,22 +82,9 @@ def put(k: str, prog) -> None:
 
 def info() -> str:
   """What ``minicomp cache info`` prints of it: the folder, and per code version its programs and size."""
-  from minicomp.schedule_cache import code_version
-  d = cache_dir(KIND)
-  lines = [f"lowered programs: {d} ({'on' if switched_on(SWITCH) else f'off: {SWITCH}=0'})"]
-  folders = sorted(p for p in d.iterdir() if p.is_dir())
-  for v in folders:
-    files = list(v.glob("*.pickle"))
-    lines.append(f"  {v.name}: {len(files)} programs, {sum(f.stat().st_size for f in files) / 1024:.1f} KiB"
-                 + ("  (this minicomp)" if v.name == code_version() else "  (another version: unused)"))
-  if not folders: lines.append("  empty")
-  return "\n".join(lines)
+  return version_folders_info(KIND, "lowered programs", "*.pickle", "programs", SWITCH)
 
 
 def clear() -> int:
   """Remove every stored program; returns how many files went."""
-  n = 0
-  for v in (p for p in cache_dir(KIND).iterdir() if p.is_dir()):
-    n += sum(1 for _ in v.glob("*.pickle"))
-    shutil.rmtree(v, ignore_errors=True)
-  return n
+  return clear_version_folders(KIND, "*.pickle")

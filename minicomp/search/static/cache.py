@@ -19,10 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 from pathlib import Path
 
-from minicomp.codegen.cache import atomic_write, cache_dir, cache_key, switched_on
+from minicomp.codegen.cache import (atomic_write, cache_dir, cache_key, clear_version_folders, switched_on,
+                                    version_folders_info)
 from minicomp.lru import LRU
 
 CACHE_SIZE = 4096
@@ -101,22 +101,9 @@ def clear() -> None:
 
 def info() -> str:
   """What ``minicomp cache info`` prints of it: the folder, and per code version its kernels and size."""
-  from minicomp.schedule_cache import code_version
-  d = cache_dir(KIND)
-  lines = [f"static facts: {d} ({'on' if switched_on(DISK_SWITCH) else f'off: {DISK_SWITCH}=0'})"]
-  folders = sorted(p for p in d.iterdir() if p.is_dir())
-  for v in folders:
-    files = list(v.glob("*.json"))
-    lines.append(f"  {v.name}: {len(files)} kernels, {sum(f.stat().st_size for f in files) / 1024:.1f} KiB"
-                 + ("  (this minicomp)" if v.name == code_version() else "  (another version: unused)"))
-  if not folders: lines.append("  empty")
-  return "\n".join(lines)
+  return version_folders_info(KIND, "static facts", "*.json", "kernels", DISK_SWITCH)
 
 
 def clear_disk() -> int:
   """Remove every kernel's facts from the disk; returns how many files went."""
-  n = 0
-  for v in (p for p in cache_dir(KIND).iterdir() if p.is_dir()):
-    n += sum(1 for _ in v.glob("*.json"))
-    shutil.rmtree(v, ignore_errors=True)
-  return n
+  return clear_version_folders(KIND, "*.json")
