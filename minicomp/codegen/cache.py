@@ -60,18 +60,17 @@ def atomic_write(path: Path, data: bytes) -> None:
     raise
 
 
-def version_folders_info(kind: str, title: str, pattern: str, unit: str, switch: str) -> str:
+def version_folders_info(kind: str, title: str, pattern: str, unit: str, switch: str, current: str) -> str:
   """What ``minicomp cache info`` prints of a kind kept in one folder per code version
   (``cache_dir(kind)/<code version>/``, files matching ``pattern``): the folder, whether ``switch`` is on, and
-  per version its files (as ``unit``) and size, the current version marked."""
-  from minicomp.schedule_cache import code_version
+  per version its files (as ``unit``) and size, the ``current`` version marked."""
   d = cache_dir(kind)
   lines = [f"{title}: {d} ({'on' if switched_on(switch) else f'off: {switch}=0'})"]
   folders = sorted(p for p in d.iterdir() if p.is_dir())
   for v in folders:
     files = list(v.glob(pattern))
     lines.append(f"  {v.name}: {len(files)} {unit}, {sum(f.stat().st_size for f in files) / 1024:.1f} KiB"
-                 + ("  (this minicomp)" if v.name == code_version() else "  (another version: unused)"))
+                 + ("  (this minicomp)" if v.name == current else "  (another version: unused)"))
   if not folders: lines.append("  empty")
   return "\n".join(lines)
 

@@ -82,7 +82,8 @@ def put(k: str, prog) -> None:
 
 def info() -> str:
   """What ``minicomp cache info`` prints of it: the folder, and per code version its programs and size."""
-  return version_folders_info(KIND, "lowered programs", "*.pickle", "programs", SWITCH)
+  from minicomp.schedule_cache import code_version
+  return version_folders_info(KIND, "lowered programs", "*.pickle", "programs", SWITCH, code_version())
 
 
 def clear() -> int:

@@ -101,7 +101,8 @@ def clear() -> None:
 
 def info() -> str:
   """What ``minicomp cache info`` prints of it: the folder, and per code version its kernels and size."""
-  return version_folders_info(KIND, "static facts", "*.json", "kernels", DISK_SWITCH)
+  from minicomp.schedule_cache import code_version
+  return version_folders_info(KIND, "static facts", "*.json", "kernels", DISK_SWITCH, code_version())
 
 
 def clear_disk() -> int:
