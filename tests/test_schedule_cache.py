@@ -28,6 +28,9 @@ def test_a_second_compile_takes_every_schedule_from_the_cache(cache_on):
   again = mc.compile(model, target="sm_86")
   assert again.stats.cached == len(again.tasks) and again.stats.construct == 0 and again.stats.estimate == 0
   assert list(cache_on.parent.glob("programs/*/*.pickle"))           # (their lowered programs too)
+  from minicomp.codegen import program_cache
+  program_cache.clear()                                               # the steps replayed and lowered anew
+  assert [k.source for k in mc.compile(model, target="sm_86").kernels] == [k.source for k in first.kernels]
   assert again.stats.constructed == first.stats.constructed
   assert [k.source for k in again.kernels] == [k.source for k in first.kernels]
   np.testing.assert_allclose(again.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
