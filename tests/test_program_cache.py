@@ -1,6 +1,7 @@
 """Lowered programs kept on disk (minicomp/codegen/program_cache.py): a compile from the schedule cache reads each
 schedule's loop nest back instead of lowering it, and gets the same CUDA C; another DAG, kernel name or target is
 lowered anew; a file that does not read back is removed with a warning and written again."""
+import dataclasses
 import logging
 
 import pytest
@@ -42,9 +43,11 @@ def test_another_dag_name_or_target_is_lowered_anew(lowered):
   K.Builds(as_target("sm_86")).program(_tiled(128), "mm")      # another shape
   K.Builds(as_target("sm_86")).program(_tiled(64), "mm2")      # another kernel name
   K.Builds(as_target("sm_80")).program(_tiled(64), "mm")       # another target (its limits were checked)
-  assert lowered == ["mm", "mm", "mm2", "mm"]
+  tight = dataclasses.replace(as_target("sm_80"), max_threads_per_block=512)
+  K.Builds(tight).program(_tiled(64), "mm")                       # the same arch with another limit
+  assert lowered == ["mm", "mm", "mm2", "mm", "mm"]
   K.Builds(as_target("sm_80")).program(_tiled(64), "mm")
-  assert len(lowered) == 4
+  assert len(lowered) == 5
 
 
 def test_a_file_that_does_not_read_back_is_removed_and_written_again(lowered, tmp_path, caplog):

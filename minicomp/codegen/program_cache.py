@@ -5,7 +5,7 @@ and its binaries from NVRTC's cache; what it still did was lower each schedule t
 (ResNet-18 at 64x64: 0.57 of its 1.26 s on 2 cores, 2026-12-01). The loop nest is a function of the
 task's DAG (its structure and its tensors' and axes' names, which the program's buffers and loops carry),
 the schedule's steps, the kernel's name and minicomp's code, and the resource check of the target it was
-lowered for; so :class:`minicomp.codegen.kernel.Builds` keeps every program it lowers here under those and
+lowered for (its arch and every limit); so :class:`minicomp.codegen.kernel.Builds` keeps every program it lowers here under those and
 reads it back instead of lowering (in 0.3 ms).
 
 ``cache_dir("programs")/<code version>/<key>.pickle``, written atomically, governed by the schedule cache's
@@ -42,7 +42,7 @@ def _dag_key(dag) -> str:
 
 def key(schedule, steps_json: str, name: str, target) -> str:
   """What lowering ``schedule`` (its steps as ``steps_json``) under kernel name ``name`` depends on."""
-  return cache_key(_dag_key(schedule.dag), steps_json, name, target.name, target.arch)
+  return cache_key(_dag_key(schedule.dag), steps_json, name, repr(target))     # (every limit it was checked against)
 
 
 def _file(k: str):
