@@ -5,8 +5,8 @@ and its binaries from NVRTC's cache; what it still did was lower each schedule t
 (ResNet-18 at 64x64: 0.57 of its 1.26 s on 2 cores, 2026-12-01). The loop nest is a function of the
 task's DAG (its structure and its tensors' and axes' names, which the program's buffers and loops carry),
 the schedule's steps, the kernel's name and minicomp's code, and the resource check of the target it was
-lowered for (its arch and every limit); so :class:`minicomp.codegen.kernel.Builds` keeps every program it lowers here under those and
-reads it back instead of lowering (in 0.3 ms).
+lowered for (its arch and every limit); so :class:`minicomp.codegen.kernel.Builds` keeps every program it lowers
+here under those and reads it back instead of lowering (in 0.3 ms).
 
 ``cache_dir("programs")/<code version>/<key>.pickle``, written atomically, governed by the schedule cache's
 switch (``MINICOMP_SCHEDULE_CACHE=0`` turns both off): the two are one mechanism's halves. The files are
@@ -76,7 +76,8 @@ def put(k: str, prog) -> None:
     if not f.exists(): atomic_write(f, pickle.dumps(prog, protocol=pickle.HIGHEST_PROTOCOL))
   except OSError as e:
     _log.info("could not store a lowered program in the cache (%s)", e.strerror or e)
-  except (pickle.PicklingError, TypeError, AttributeError) as e:    # (a program holding what does not pickle)
+  except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as e:   # (what does not pickle; a chain
+    # of expressions too deep for pickle's recursion)
     _log.info("a lowered program could not be stored (%s)", e)
 
 
