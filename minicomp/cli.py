@@ -83,9 +83,10 @@ def _load_feeds(pairs: list[tuple[str, str, tuple, np.dtype]], inputs) -> dict[s
 
 
 def _check_save_path(path: str) -> None:
-  """Refuse, before compiling, a -o folder the save would refuse (a file, or a folder of other files)."""
-  from minicomp.saved_model import check_replaceable
-  check_replaceable(Path(path).resolve())
+  """Refuse, before compiling, a -o folder the save would refuse (a file, a folder of other files, or a place
+  where no folder can be made)."""
+  from minicomp.saved_model import check_can_save
+  check_can_save(Path(path).resolve())
 
 
 def _check_output_paths(paths: list[str]) -> None:

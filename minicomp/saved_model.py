@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -121,6 +122,21 @@ def check_replaceable(p: Path) -> None:
   if any(p.iterdir()) and not _is_saved_model(p):
     raise SaveFormatError(f"{p}: a non-empty folder that is not a saved minicomp model; not replacing its files "
                           "(save to another path, or empty it first)")
+
+
+def check_can_save(p: Path) -> None:
+  """What ``minicomp compile -o`` checks before compiling: :func:`check_replaceable`, and that the folder can be
+  made where :func:`save` makes it (a folder made and removed in the nearest existing parent; SaveError, with
+  the system's reason, where one cannot be: a read-only or special file system, a parent that is a file)."""
+  check_replaceable(p)
+  if p.exists(): return
+  at = p.parent
+  while not at.exists() and at != at.parent: at = at.parent
+  if not at.is_dir(): raise SaveError(f"could not save to {p}: {at} is not a folder")
+  try:
+    os.rmdir(tempfile.mkdtemp(dir=at, prefix=f".{p.name}.probe-"))
+  except OSError as e:
+    raise SaveError(f"could not save to {p}: cannot make a folder in {at} ({e.strerror or e})") from None
 
 
 def _is_saved_model(p: Path) -> bool:

@@ -70,6 +70,11 @@ def test_a_bad_output_folder_is_refused_before_compiling(tmp_path, capsys, monke
   monkeypatch.setattr(C, "compile", lambda *a, **k: pytest.fail("compiled before checking -o"))
   assert main(["compile", str(path), "--input-shape", "batch=2", "-o", str(tmp_path / "taken")]) == 2
   assert "is not a folder" in capsys.readouterr().err
+  for bad in (tmp_path / "taken" / "below" / "out", "/proc/minicomp-out"):    # (under a file; where no folder can be)
+    assert main(["compile", str(path), "--input-shape", "batch=2", "-o", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "could not save to" in err and "Traceback" not in err
+  assert not list(tmp_path.glob(".*probe*"))
 
 
 def test_run_says_what_it_ran_on(tmp_path, capsys):
