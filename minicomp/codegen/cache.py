@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -77,7 +78,6 @@ def version_folders_info(kind: str, title: str, pattern: str, unit: str, switch:
 
 def clear_version_folders(kind: str, pattern: str) -> int:
   """Remove every code version's folder of ``kind``; returns how many files matching ``pattern`` went."""
-  import shutil
   n = 0
   for v in (p for p in cache_dir(kind).iterdir() if p.is_dir()):
     n += sum(1 for _ in v.glob(pattern))

@@ -279,9 +279,10 @@ class Builds:
       t0 = time.perf_counter()
       try:
         disk = program_cache.key(schedule, steps, name, self.target)
-        prog = renamed(lowered, name) if lowered is not None else program_cache.get(disk)
-        if prog is None: prog = lower_checked(schedule, self.target, name)
-        program_cache.put(disk, prog)
+        prog = None if lowered is not None else program_cache.get(disk)
+        if prog is None:
+          prog = renamed(lowered, name) if lowered is not None else lower_checked(schedule, self.target, name)
+          program_cache.put(disk, prog)
         self._programs[k] = prog
       finally: self.seconds["lower_emit"] += time.perf_counter() - t0
     return self._programs[k]
