@@ -169,7 +169,7 @@ def test_a_qdq_matmul_runs_on_int8_tensor_cores_only_where_compile_is_asked_to(m
   compile's tensor-core template (graph/tensor_core_schedules.py) tensorizes its dot4 sum on mma.sync m16n8k32
   (uint8 x int8) and the model keeps it for the H100: the same bytes as dp4a (exact int32 sums, one requantization),
   within one step of onnxruntime (its float rounding of the requantization) on under 5% of the outputs; every
-  candidate builds for sm_80."""
+  candidate builds for sm_80 and reads both fragments with ldmatrix (no other shared load)."""
   import minicomp.compiler
   from minicomp.graph.tensor_core_schedules import tensor_core_schedules
   a = _u8(128, 256)
@@ -191,6 +191,7 @@ def test_a_qdq_matmul_runs_on_int8_tensor_cores_only_where_compile_is_asked_to(m
   for s in schedules:
     k = mc.build(s, target="sm_80")
     assert "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32" in k.binary.ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in k.binary.ptx and "ld.shared" not in k.binary.ptx
 
 
 @pytest.mark.parametrize("c, hw, m, k, x_type", [(64, 16, 64, 3, np.uint8), (64, 8, 32, 1, np.int8)])

@@ -148,15 +148,16 @@ def int8_matmul(intr: str, a_type="int8", b_type="int8", M=64, N=64, K=64, opera
   ("m16n8k32_u8u8", "uint8", "uint8")])
 def test_int8_tensorized_matmul_is_exact_in_the_simulator(intr, a_type, b_type):
   """8-bit integer operands, int32 sums (mma.sync m16n8k32, sm_80+): numpy's integer product exactly, over the whole
-  range of each type; A's fragment registers are 32-bit reads of four adjacent bytes, B's (four rows of a k x n tile)
-  packed; the same statement in the loop-IR interpreter; built for sm_80, sm_86 and sm_90, refused on sm_75."""
+  range of each type; A's fragment read with one ldmatrix (a row's 16 bytes are four dot4 terms, as m16n8k32 lays
+  them out), B's registers (four rows of a k x n tile) packed; the same statement in the loop-IR interpreter; built
+  for sm_80, sm_86 and sm_90, refused on sm_75."""
   _, s = int8_matmul(intr, a_type, b_type)
   for arch in ("sm_80", "sm_86", "sm_90"):
     k = mc.build(s, target=arch)
     sig = {"int8": "s8", "uint8": "u8"}
     assert f"mma.sync.aligned.m16n8k32.row.col.s32.{sig[a_type]}.{sig[b_type]}.s32" in k.binary.ptx
     assert k.binary.resources[k.plan.launches[0].kernel].spill_stores == 0
-  assert "mc_word(&A_shared[" in k.source and "mc_pack4(" in k.source
+  assert "mc_ldmatrix_x4(mma_a, A_shared + " in k.source and "mc_pack4(" in k.source
   rng = np.random.default_rng(3)
   a = rng.integers(np.iinfo(a_type).min, np.iinfo(a_type).max + 1, (64, 64)).astype(a_type)
   b = rng.integers(np.iinfo(b_type).min, np.iinfo(b_type).max + 1, (64, 64)).astype(b_type)
@@ -170,18 +171,25 @@ def test_int8_tensorized_matmul_is_exact_in_the_simulator(intr, a_type, b_type):
     mc.build(s, target="sm_75")
 
 
-def test_a_dot4_reduction_tensorizes_as_int8_mma():
+def test_a_dot4_reduction_tensorizes_as_int8_mma(monkeypatch):
   """The sum of dot4 terms minicomp's integer matmuls and convolutions are written in (graph/ops/qlinear.py: four
   steps of k a term, B transposed) tensorizes with a reduction loop of 8 (k = 32): a register's four bytes are one
-  term's, so with B as N x K both operands are 32-bit reads; exact against numpy; a loop of 16 is refused."""
+  term's, so with B as N x K both fragments are ldmatrix reads (A x4, B x2), or with MINICOMP_LDMATRIX=0 32-bit
+  reads; both exact against numpy; a loop of 16 is refused."""
   from minicomp.errors import ScheduleError
   schedule = lambda k_step: int8_matmul("m16n8k32_s8u8", "int8", "uint8", quad=True, k_step=k_step)[1]  # noqa: E731
   k = mc.build(schedule(8), target="sm_86")
   assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32" in k.binary.ptx and "mc_pack4" not in k.source
-  assert "mc_word(&BT_shared[" in k.source
+  assert "mc_ldmatrix_x4(mma_a, A_shared + " in k.source and "mc_ldmatrix_x2(mma_b, BT_shared + " in k.source
+  assert k.binary.ptx.count("ldmatrix.sync.aligned.m8n8") == 4 and "ld.shared" not in k.binary.ptx
+  monkeypatch.setenv("MINICOMP_LDMATRIX", "0")
+  words = mc.build(schedule(8), target="sm_86")
+  monkeypatch.delenv("MINICOMP_LDMATRIX")
+  assert "ldmatrix" not in words.source and "mc_word(&BT_shared[" in words.source
   rng = np.random.default_rng(5)
   a, bt = rng.integers(-128, 128, (64, 64)).astype(np.int8), rng.integers(0, 256, (64, 64)).astype(np.uint8)
-  np.testing.assert_array_equal(k(a, bt, device="cpu"), a.astype(np.int64) @ bt.astype(np.int64).T)
+  for kern in (k, words):
+    np.testing.assert_array_equal(kern(a, bt, device="cpu"), a.astype(np.int64) @ bt.astype(np.int64).T)
   with pytest.raises(ScheduleError, match="loop k_1 has extent 16; m16n8k32_s8u8 needs 8 .k = 32, four steps a dot4"):
     mc.build(schedule(16), target="sm_86")
 

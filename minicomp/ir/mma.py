@@ -214,54 +214,76 @@ def mma_statement(scalar, intr: Intrinsic, spatial: tuple[str, str], k_var: str,
   acc = tuple(simplify(substitute(store.index, {r_var: const(i // 2), c_var: const(i % 2), k_var: const(0)}), ranges)
               for i in range(4))
 
-  x, y = xs[0], ys[0]        # (ldmatrix: the 16-bit types, one product a term)
+  def a_at(e, j, gq, kk):   # A's read e where matrix j (register j)'s fragment row gq of 8 reads its kk-th term
+    row, col = intr.a_at(const(0), const(0), intr.per_register * j)
+    return substitute(e, {**{v: var(v) // 32 * 32 + 4 * gq for v in lane_vars}, r_var: row // 8, c_var: const(0),
+                          k_var: col // per + kk})
 
-  def a_at(j, gq, p):        # A's matrix j (register j), fragment row gq of its 8, k offset p: the index read
-    row, col = intr.a_at(const(0), const(0), 2 * j)
-    return substitute(x, {**{v: var(v) // 32 * 32 + 4 * gq for v in lane_vars}, r_var: row // 8, c_var: const(0),
-                          k_var: col + p})
-
-  def b_at(j, gq, p):        # B's matrix j, fragment column gq, k offset p
-    row, _ = intr.b_at(const(0), const(0), 2 * j)
-    return substitute(y, {**{v: var(v) // 32 * 32 + gq // 2 for v in lane_vars}, c_var: gq % 2, r_var: const(0),
-                          k_var: row + p})
-  a_ld = _ldmatrix(x, a_at, intr.a_regs, intr, first, lane_vars, ranges)
-  b_ld = _ldmatrix(y, b_at, intr.b_regs, intr, first, lane_vars, ranges)
+  def b_at(e, j, gq, kk):   # B's read e where matrix j's fragment column gq reads its kk-th term
+    row, _ = intr.b_at(const(0), const(0), intr.per_register * j)
+    return substitute(e, {**{v: var(v) // 32 * 32 + gq // 2 for v in lane_vars}, c_var: gq % 2, r_var: const(0),
+                          k_var: row // per + kk})
+  a_ld = _ldmatrix(xs, intr.dtype, a_at, intr.a_regs, intr, first, lane_vars, ranges)
+  b_ld = _ldmatrix(ys, intr.b_dtype, b_at, intr.b_regs, intr, first, lane_vars, ranges)
   return Mma(intr.name, store.buffer, acc, tuple(a), tuple(b), scalar, a_ld, b_ld)
 
 
-def _ldmatrix(e: Expr, at, count: int, intr: Intrinsic, first: str, lane_vars: list[str], ranges: dict) -> Ldmatrix | None:
-  """The ``ldmatrix`` that reads operand ``e``'s fragment (``count`` 8 x 8 matrices, one per register), or None
-  where its layout does not allow one. ``at(j, gq, p)`` is ``e`` where matrix j's element of fragment row (A) or
-  column (B) ``gq`` and k offset ``p`` is read. Lane ``8 j + q`` gives the address of row q of matrix j: its 8
-  elements at k offsets 0..7 must be adjacent (``ldmatrix``: row q is fragment row q), or else the 8 rows at one
-  k offset (``.trans``: row q is k offset q, as a row-major k x n tile holds B), 16-byte aligned either way.
-  Checked by evaluating every (j, gq, p) for the first and the last warp at the low, middle and high values of
-  the other variables (as :func:`_check_lanes`: linear indices, for which it is a proof)."""
-  if intr.per_register != 2 or e.op is not Op.LOAD or e.arg.scope != "shared" or e.arg.stored_dtype != intr.dtype:
-    return None
-  gq, p = var("mc_ld_gq"), var("mc_ld_p")
-  index = [at(const(j), gq, p).src[0] for j in range(count)]
+_EXACT_WIDENING = {"float16": {"float32", "float64"}, "bfloat16": {"float32", "float64"},
+                   "int8": {"int16", "int32", "int64"}, "uint8": {"int16", "int32", "int64"}}
+
+
+def _read(e: Expr) -> Expr | None:
+  """The tensor read that operand term ``e`` is, or widens exactly (an 8-bit value cast to int32 for its dot4: a
+  fragment register holds the value as stored); None for any other value."""
+  casts = []
+  while e.op is Op.CAST: casts, e = casts + [e.dtype], e.src[0]
+  return e if e.op is Op.LOAD and all(c in _EXACT_WIDENING.get(e.dtype, ()) for c in casts) else None
+
+
+def _ldmatrix(terms, dtype: str, at, count: int, intr: Intrinsic, first: str, lane_vars: list[str],
+              ranges: dict) -> Ldmatrix | None:
+  """The ``ldmatrix`` that reads an operand's fragment (``count`` 8 x 8 matrices of 16-bit values, one per
+  register), or None where its layout does not allow one. ``terms``: the operand's values in one term of the
+  sum (one product's, or a dot4's four, read at k = 4 kk + term); ``at(read, j, gq, kk)``: a term's tensor read
+  where matrix j's fragment row (A) or column (B) ``gq`` reads its kk-th term. Lane ``8 j + q`` gives the address of row
+  q of matrix j: its 16 bytes (8 16-bit or 16 8-bit elements, k offsets 0, 1, ...) must be adjacent (row q is
+  fragment row q; an 8-bit register's four bytes are then one dot4 term's, as m16n8k32 lays them out), or else
+  (16-bit types only) the 8 rows at one k offset (``.trans``: row q is k offset q, as a row-major k x n tile holds
+  B), 16-byte aligned either way. Checked by evaluating every (j, gq, offset) for the first and the last warp at the
+  low, middle and high values of the other variables (as :func:`_check_lanes`: linear indices, for which it is a
+  proof)."""
+  reads = [_read(e) for e in terms]
+  if intr.dtype == "tfloat32" or any(e is None or e.arg is not reads[0].arg for e in reads): return None
+  buf = reads[0].arg
+  if buf.scope != "shared" or buf.stored_dtype != dtype or buf.element_bytes * intr.per_register != 4: return None
+  per, row_elems = len(terms), 16 // buf.element_bytes
+  gq, kk = var("mc_ld_gq"), var("mc_ld_kk")
+  index = [[at(e, const(j), gq, kk).src[0] for e in reads] for j in range(count)]
   _, hi = ranges.get(first, (0, None))
   if hi is None: return None
-  others = sorted(set().union(*(free_vars(i) for i in index)) - {"mc_ld_gq", "mc_ld_p", *lane_vars})
-  G, P = np.meshgrid(np.arange(8), np.arange(8), indexing="ij")
-  plain = trans = True
+  others = sorted(set().union(*(free_vars(i) for m in index for i in m)) - {"mc_ld_gq", "mc_ld_kk", *lane_vars})
+  G, K = np.meshgrid(np.arange(8), np.arange(row_elems // per), indexing="ij")
+  P = np.arange(row_elems)[None, :]
+  plain, trans = True, per == 1 and row_elems == 8
   for setting in range(3):
     env = {}
     for v in others:
       lo, h = ranges.get(v, (0, 0))
       env[v] = (lo, (lo + (lo if h is None else h)) // 2, lo if h is None else h)[setting]
     for w0 in sorted({0, (hi + 1) // 32 * 32 - 32}):
-      for i in index:
-        got = np.broadcast_to(np.asarray(evaluate(i, {**env, **{v: w0 for v in lane_vars}, "mc_ld_gq": G, "mc_ld_p": P})), G.shape)
-        plain &= bool((got - got[:, :1] == P).all() and (got[:, 0] % 8 == 0).all())
-        trans &= bool((got - got[:1, :] == G).all() and (got[0, :] % 8 == 0).all())
+      lanes = {v: w0 for v in lane_vars}
+      for terms_j in index:
+        got = np.zeros((8, row_elems), dtype=np.int64)
+        for i, ix in enumerate(terms_j):     # element offset per kk + i of the row: term i of its kk-th dot4
+          got[:, i::per] = np.broadcast_to(np.asarray(evaluate(ix, {**env, **lanes, "mc_ld_gq": G, "mc_ld_kk": K})),
+                                           G.shape)
+        plain &= bool((got - got[:, :1] == P).all() and (got[:, 0] % row_elems == 0).all())
+        trans &= bool((got - got[:1, :] == np.arange(8)[:, None]).all() and (got[0, :] % 8 == 0).all())
       if not (plain or trans): return None
   lane = var(first) % 32
   j, q = lane // 8 % count, lane % 8
-  row = at(j, q, const(0)) if plain else at(j, const(0), q)
-  return Ldmatrix(e.arg, simplify(row.src[0], ranges), count, not plain)
+  row = at(reads[0], j, q, const(0)) if plain else at(reads[0], j, const(0), q)
+  return Ldmatrix(buf, simplify(row.src[0], ranges), count, not plain)
 
 
 def _check_lanes(pa: Expr, pb: Expr, r_var: str, c_var: str, k_var: str, k: int, lane_vars: list[str],
