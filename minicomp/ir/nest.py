@@ -324,6 +324,11 @@ class NestBuilder:
     return False
 
   def _auto_unroll(self, i) -> dict[str, str]:
+    """The loops an ``auto_unroll_max_step`` pragma unrolls: the innermost unannotated ones of constant extent whose
+    product stays within it, up to the first that holds a block barrier (a shared stage computed inside it): such a
+    loop's copies would each repeat the fetch and its two __syncthreads, which gains nothing (the barriers order the
+    copies anyway) and can cost NVVM tens of seconds (a 256-step k-loop of a tuned matmul, 26 s); the analytic model
+    counts them rolled too (search/static/analytic.py)."""
     m = i.st.auto_unroll_max_step
     out: dict[str, str] = {}
     if m <= 0: return out
@@ -331,11 +336,18 @@ class NestBuilder:
     for it in reversed(i.st.leaves):
       if i.st.annotation(it) != "none": continue
       e = i.leaf_ext[it]
-      if not e.is_const: break
+      if not e.is_const or self._holds_barrier(i.st.name, it): break
       prod *= int(e.arg)
       if prod > m: break
       out[it] = "unroll"
     return out
+
+  def _holds_barrier(self, name: str, it: str) -> bool:
+    """Whether a stage computed at loop ``it`` of stage ``name`` is shared (fetched between barriers) or holds
+    such a stage in one of its own loops."""
+    return any(o.scope == "shared" or any(self._holds_barrier(o.st.name, x) for x in o.st.leaves)
+               for o in self.info.values() if o.st.attach.kind == "at" and o.st.attach.stage == name
+               and o.st.attach.iter == it)
 
 
 def _substitute_stmt(s, mapping: dict[str, Expr], tidy):

@@ -484,7 +484,8 @@ class Schedule:
     """Set a pragma on a stage; the only one is ``"auto_unroll_max_step"``.
 
     ``pragma(C, loop, "auto_unroll_max_step", n)`` unrolls ``C``'s innermost unannotated loops, from the
-    inside out, while they have constant extents whose product stays at most ``n`` (0: off). ``loop`` must
+    inside out, while they have constant extents whose product stays at most ``n`` (0: off), up to the first
+    loop that holds a block barrier (a shared stage computed in it: docs/lowering.md). ``loop`` must
     be a loop of the stage (it marks where the pragma was placed), but the value applies to the whole stage;
     a later pragma replaces it. The printed state does not show it; the lowered kernel carries it.
 
