@@ -31,3 +31,16 @@ def needs_gpu():
   from minicomp.codegen.driver import gpu_available, gpu_status
   if not gpu_available():
     pytest.skip(f"needs a CUDA GPU through the default backend: {gpu_status()}")
+
+
+# The modules whose tests take longest (a minute or more each on 2 cores: the ONNX conformance shards, the notebooks,
+# the onnx package's models, the Ray cluster, the strategies' smoke runs, the calibration's leave-one-task-out) run
+# first, each in its own order: pytest-xdist hands out tests in collection order, and when they came last (most are
+# late in the alphabet) one worker ran them while the other had finished (the suite's tail).
+LONG_MODULES = ("test_onnx_conformance", "test_notebooks", "test_light_models", "test_cluster", "test_strategies",
+                "test_calibration")
+
+
+def pytest_collection_modifyitems(config, items):
+  rank = {m: i for i, m in enumerate(LONG_MODULES)}
+  items.sort(key=lambda it: rank.get(it.module.__name__ if it.module else "", len(rank)))
