@@ -236,6 +236,29 @@ def test_samples_respect_the_target_limits():
     assert math.prod(c.values[v] for v in sk.vthreads["C"]) <= 8
     smem = sum(int(b.size.arg) * 4 for b in k.allocs if b.scope == "shared")
     assert smem <= tgt.search_shared_bytes
+    assert sum(int(b.size.arg) for b in k.allocs if b.scope == "local") <= tgt.max_registers_per_thread
+
+
+def test_no_search_offers_a_register_tile_beyond_a_threads_registers():
+  """A program whose thread-local buffers take more than the target's registers per thread (a 16 x 16 float
+  accumulator, or 8 x 16 in each of 2 vthreads: 256 words) is no candidate of any search, with the reason, and the
+  sketch's formulas (Felix's rounding, the learned strategies' pre-filter) refuse the same points; half the tile
+  (128 words) is a candidate and passes the formulas."""
+  from minicomp.search.features.formulas import SketchFormulas
+  (sk,) = generate_sketches(W.matmul(256, 256, 64).outputs)
+  tgt = Target("sm_86")
+  base = {"C_local_k_1": 8, "C_local_k_2": 1, "A_shared_vec": 1, "B_shared_vec": 1}
+  tile = lambda i, j: {**base, **dict(zip(sk.tiles[0].vars, i)), **dict(zip(sk.tiles[1].vars, j))}   # noqa: E731
+  over = [tile((1, 8, 4, 4), (1, 8, 4, 4)), tile((2, 8, 2, 4), (1, 8, 4, 4))]      # 256 words: 16 x 16, 2 vthreads
+  fit = [tile((1, 8, 4, 4), (1, 8, 2, 4)), tile((2, 8, 2, 4), (1, 8, 2, 4))]        # 128 words
+  for v in over:
+    c, why = A.make_candidate(sk, v, {}, tgt)
+    assert c is None and "256 registers per thread" in why and "C_local[256]" in why, why
+  for v in fit:
+    c, why = A.make_candidate(sk, v, {}, tgt)
+    assert c is not None, why
+  assert SketchFormulas(sk).valid(over + fit, tgt).tolist() == [False, False, True, True]
+  assert A.local_words([(256, 4), (3, 2), (2, 8)]) == 256 + 3 + 4 and A.local_words([]) == 0
 
 
 def test_population_is_distinct_deterministic_and_skips_measured():

@@ -9,7 +9,8 @@ the sketch marks gets ``auto_unroll_max_step`` from Ansor's GPU list {0, 16, 64,
 1. cheap checks on the values: threads per block <= the target's limit and >= the warp size
    (unless the stage has at most two warps of work, Ansor's exception), vthreads <= 8;
 2. the schedule is lowered and checked against the target's resource limits (shared memory,
-   threads; ``codegen.verify``), without compiling.
+   threads; ``codegen.verify``), without compiling, and its thread-local buffers against the
+   registers a thread can have (more only spill, and take NVVM long to compile).
 
 So nothing invalid is ever measured (Ansor's users lost whole runs to invalid GPU samples,
 apache/tvm#6713). A sketch that yields no valid draw in ``max_tries`` raises
@@ -132,13 +133,37 @@ def validate(schedule: Schedule, target: Target, shared_limit: int | None = None
   return prog, None
 
 
+def local_words(buffers):
+  """The 32-bit registers a thread's local (register) buffers take: ``buffers`` as (elements, bytes per element)
+  pairs, the elements ints, numpy arrays (a population at once) or Exprs (a sketch's formula); an element of up to
+  4 bytes takes one. 0 for no buffers."""
+  words = [n * -(-b // 4) for n, b in buffers]
+  return sum(words[1:], words[0]) if words else 0
+
+
+def _local_registers(prog, target: Target) -> str | None:
+  """Why ``prog``'s thread-local buffers are more than the search offers, or None: at most the registers a thread
+  can have (``max_regs_per_thread``). Beyond them every further value spills to local memory, so such a program
+  is slow on any GPU, and NVVM's time grows with the unrolled register tile (one of Felix's proposals, a 2048-element
+  accumulator, took NVRTC 26 s). A schedule written by hand is not held to this (``codegen.verify``)."""
+  limit = target.max_registers_per_thread
+  for k in prog.kernels:
+    words = local_words((int(b.size.arg), b.element_bytes) for b in k.allocs if b.scope == "local")
+    if words > limit:
+      return (f"kernel {k.name}: its thread-local buffers take {words} registers per thread; the search offers at "
+              f"most {limit} ({', '.join(f'{b.name}[{int(b.size.arg)}]' for b in k.allocs if b.scope == 'local')})")
+  return None
+
+
 def make_candidate(sketch: Sketch, values: dict[str, int], unroll: dict, target: Target,
                    sketch_index: int = 0) -> tuple[Candidate | None, str | None]:
-  """The candidate for these values if it is valid, else (None, why)."""
+  """The candidate for these values if it is valid, else (None, why): the value checks, then lowered and checked
+  against the target's resources, the search's shared memory and the search's registers (:func:`_local_registers`)."""
   why = check_values(sketch, values, target)
   if why is not None: return None, why
   s = concretize(sketch, values, unroll)
   prog, why = validate(s, target, target.search_shared_bytes)   # (no tile the search does not offer)
+  if why is None: why = _local_registers(prog, target)
   if why is not None: return None, why
   return Candidate(s, dict(values), sketch_index, dict(unroll), prog), None
 

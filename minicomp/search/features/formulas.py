@@ -116,10 +116,15 @@ class SketchFormulas:
     return out.astype(np.float32)
 
   def valid(self, values: list[dict], target: Target) -> np.ndarray:
-    """Boolean (P,): block size, grid size and shared memory within ``target``'s limits by the formulas."""
+    """Boolean (P,): block size, grid size and shared memory within ``target``'s limits by the formulas, and the
+    thread-local buffers within the registers the search offers (``annotate.make_candidate``'s checks)."""
+    from minicomp.search.annotate import local_words
     P = len(values)
     ev = FormulaEval(self._env(values))
     ok = np.ones(P, bool)
+    for local in self.local:
+      ok &= local_words([(np.broadcast_to(np.asarray(ev(n), np.int64), (P,)), nb) for n, nb in local]) \
+          <= target.max_registers_per_thread
     for block, grid, shared in self.kernels:
       dims = [np.broadcast_to(np.asarray(ev(d), np.int64), (P,)) for d in block]
       ok &= np.prod(dims, axis=0) <= target.max_threads_per_block

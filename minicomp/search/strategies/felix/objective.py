@@ -86,13 +86,13 @@ def resource_formulas(formulas, target: Target) -> tuple[list, list[float]]:
   """The non-constant resource Exprs of a sketch (shared bytes, threads and a register estimate per kernel)
   and their limits. The register estimate is the 32-bit words of the thread's local buffers (the
   accumulator tile, times its vthreads); the limit leaves ``REG_RESERVE`` of the target's registers per
-  thread for indices, pointers and operands. It only steers the descent (ptxas decides, and a kernel
-  that spills still runs), so the exact validity checks do not use it."""
+  thread for indices, pointers and operands. It only steers the descent (ptxas decides); the exact checks
+  (``annotate.make_candidate``) hold the same words to all of the target's registers per thread."""
   from minicomp.ir.ops import Op
+  from minicomp.search.annotate import local_words
   exprs, limits = [], []
   for local in getattr(formulas, "local", []):
-    words = [size * max(1, nbytes // 4) for size, nbytes in local]
-    regs = sum(words[1:], words[0]) if words else None
+    regs = local_words(local) if local else None
     if regs is not None and regs.op is not Op.CONST:
       exprs.append(regs); limits.append(float(max(1, target.max_registers_per_thread - REG_RESERVE)))
   for block, _, shared in formulas.kernels:
