@@ -203,6 +203,18 @@ def test_the_analytic_bank_conflicts_are_the_warps_lanes():
   assert degree(16, 16) == 1 and degree(32, 16) == 2 and degree(8, 8) == 1     # float4 / float2 lanes, per phase
   assert degree(32, 32) == 1 and degree(64, 32) == 2                           # 32-byte lanes (int64 x 4): 8 phases
   assert int(_bank_degree((lanes * 128)[:, None], lanes[:, None] < 4, np.array([4]))[0]) == 4   # a 4-thread block
+  # a walk's model remembers each point's degree by its lanes' addresses, live lanes and width: the same numbers,
+  # whether a point's pattern is new, repeated within the call or seen in an earlier call
+  tgt = as_target("sm_86")
+  (sk,) = generate_sketches(W.matmul(64, 64, 32).outputs, tgt)
+  model = SketchModel(sk, tgt)
+  rng = np.random.default_rng(0)
+  for _ in range(3):
+    strides, widths = rng.choice([0, 4, 8, 16, 68, 128], 12), rng.choice([4, 8, 16], 12)
+    first = lanes[:, None] * strides[None, :] + rng.integers(0, 3, 12)[None, :] * 4
+    live = lanes[:, None] < rng.choice([4, 32], 12)[None, :]
+    first, live, widths = first[:, [0, 1, 0, 2] * 3], live[:, [0, 1, 0, 2] * 3], widths[[0, 1, 0, 2] * 3]
+    assert model._banks(first, live, widths).tolist() == _bank_degree(first, live, widths).tolist()
   ratios = []
   for seed in range(4):
     ana, full = _facts_of_both(W.conv2d(1, 32, 14, 14, 32, 3, 1, 1), seed)

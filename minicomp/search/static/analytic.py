@@ -247,6 +247,7 @@ class SketchModel:
     # each evaluation asks the same formulas on new values: compiled after the first (FormulaProgram)
     self._facts_f, self._whole_f, self._valid_f = FormulaProgram(), FormulaProgram(), FormulaProgram()
     self._occupied: dict[tuple, tuple[int, int]] = {}
+    self._banked: dict[bytes, int] = {}
 
   # -- building the formulas (once per sketch)
   def _kernel(self, k, sizes: dict[str, int]) -> _KernelFormulas:
@@ -516,8 +517,8 @@ class SketchModel:
             if not a.store: exposed += cnt * LATENCY_CYCLES["ld_shared"]
             req = cnt * warps if fetch_req is None or not a.store else fetch_req
             if a.warp is not None:
-              shared += req * _bank_degree(np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes, live,
-                                           np.where(_split(a, num), a.nbytes, num(a.width) * a.nbytes))
+              shared += req * self._banks(np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes, live,
+                                          np.where(_split(a, num), a.nbytes, num(a.width) * a.nbytes))
             else:
               words = np.maximum(step * a.nbytes / 4, 0).astype(np.int64)
               shared += req * np.where(words == 0, 1, np.gcd(words, 32))
@@ -539,6 +540,21 @@ class SketchModel:
         shared_wavefronts_per_block=shared, chain_cycles=chain, local_bytes_per_thread=spill,
         registers=np.round(regs).astype(np.int64)))
     return out
+
+  def _banks(self, first: np.ndarray, live: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """:func:`_bank_degree` per point, remembered by the point's lane addresses, live lanes and width: a walk's
+    next states differ from its current ones by a move, and most keep their warps' shared-memory addresses."""
+    P = first.shape[1]
+    cols = np.empty((P, 65), np.int64)
+    cols[:, :32], cols[:, 32:64], cols[:, 64] = first.T, live.T, width
+    keys = [c.tobytes() for c in cols]
+    memo = self._banked
+    todo = [p for p, k in enumerate(keys) if k not in memo]
+    if todo:
+      sub = cols[todo]
+      for k, d in zip((keys[p] for p in todo), _bank_degree(sub[:, :32].T, sub[:, 32:64].T.astype(bool), sub[:, 64])):
+        memo[k] = int(d)
+    return np.array([memo[k] for k in keys], np.int64)
 
   def _occupancy(self, threads: int, regs: int, smem: int, blocks: int) -> tuple[int, int]:
     """(blocks, warps) resident per SM; (0, 0) where the launch does not fit (memoised: walks revisit them)."""
