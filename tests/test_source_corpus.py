@@ -163,7 +163,6 @@ def test_corpus_is_recorded():
   assert RECORD.exists(), f"{RECORD} is missing: record it with python tests/test_source_corpus.py --record"
 
 
-@pytest.mark.slow
 def test_corpus_is_unchanged(current):
   recorded = json.loads(RECORD.read_text())
   assert sorted(current) == sorted(recorded)
