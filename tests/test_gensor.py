@@ -214,12 +214,32 @@ def test_the_analytic_bank_conflicts_are_the_warps_lanes():
     first = lanes[:, None] * strides[None, :] + rng.integers(0, 3, 12)[None, :] * 4
     live = lanes[:, None] < rng.choice([4, 32], 12)[None, :]
     first, live, widths = first[:, [0, 1, 0, 2] * 3], live[:, [0, 1, 0, 2] * 3], widths[[0, 1, 0, 2] * 3]
-    assert model._banks(first, live, widths).tolist() == _bank_degree(first, live, widths).tolist()
+    assert model._remembered(_bank_degree, first, live, widths).tolist() == _bank_degree(first, live, widths).tolist()
   ratios = []
   for seed in range(4):
     ana, full = _facts_of_both(W.conv2d(1, 32, 14, 14, 32, 3, 1, 1), seed)
     ratios.append(ana.shared_wavefronts_per_block / full.shared_wavefronts_per_block)
   assert 0.4 < float(np.median(ratios)) < 2.5, ratios
+
+
+def test_the_analytic_sectors_are_the_warps_lanes():
+  """The 32-byte sectors one warp request touches, from its lanes' first bytes, per point; remembered per point
+  like the bank degrees, the same whether a point is new or seen before."""
+  from minicomp.search.static.analytic import _lane_sectors
+  lanes = np.arange(32)[:, None]
+  one = lambda first, n_el=1, apart=0, piece=4: int(_lane_sectors(first, np.array([n_el]), np.array([apart]),  # noqa
+                                                                  np.array([piece]))[0])
+  assert one(lanes * 4) == 4 and one(lanes * 128) == 32 and one(lanes * 0) == 1 and one(lanes * 4 + 16) == 5
+  assert one(lanes * 16, piece=16) == 16 and one(lanes * 8, piece=8) == 8          # float4 / float2 lanes
+  assert one(lanes * 4, n_el=2, apart=4096) == 8                                   # a vector split in 2, far apart
+  assert one(np.where(lanes < 4, lanes * 4, 0)) == 1                               # 4 live lanes (others at lane 0's)
+  tgt = as_target("sm_86")
+  (sk,) = generate_sketches(W.matmul(64, 64, 32).outputs, tgt)
+  model = SketchModel(sk, tgt)
+  first = np.concatenate([lanes * 4, lanes * 128, lanes * 4 + 16, lanes * 128], axis=1)
+  cols = (first, np.array([1, 1, 2, 1]), np.array([0, 0, 256, 0]), np.array([4, 4, 4, 4]))
+  for _ in range(2):
+    assert model._remembered(_lane_sectors, *cols).tolist() == _lane_sectors(*cols).tolist() == [4, 32, 10, 32]
 
 
 @pytest.mark.parametrize("name", sorted(zoo.TEST_MODELS))

@@ -190,6 +190,18 @@ def _bank_degree(first: np.ndarray, live: np.ndarray, width: np.ndarray) -> np.n
   return np.maximum(counts.max(axis=1), 1)
 
 
+def _lane_sectors(first: np.ndarray, n_el: np.ndarray, apart: np.ndarray, piece: np.ndarray) -> np.ndarray:
+  """Per point, the 32-byte sectors one warp request touches: ``first``, each lane's first byte (32 x points; a
+  lane past the block at lane 0's); each lane reads ``n_el`` pieces (1, or a vector's elements where the emitter
+  splits it), ``apart`` bytes apart, of ``piece`` bytes each."""
+  P = first.shape[1]
+  e = np.arange(int(n_el.max()))[:, None, None]
+  start = first[None] + e * apart[None, None, :]                                    # (piece, lane, point)
+  start = np.where(e < n_el[None, None, :], start, first[:1][None]).reshape(-1, P)  # (no piece: lane 0's again)
+  secs = np.sort(np.concatenate([start // 32, (start + piece[None, :] - 1) // 32]), axis=0)
+  return 1 + np.count_nonzero(np.diff(secs, axis=0), axis=0)
+
+
 def _prod(xs) -> Expr:
   out = const(1)
   for x in xs: out = out * x
@@ -247,7 +259,7 @@ class SketchModel:
     # each evaluation asks the same formulas on new values: compiled after the first (FormulaProgram)
     self._facts_f, self._whole_f, self._valid_f = FormulaProgram(), FormulaProgram(), FormulaProgram()
     self._occupied: dict[tuple, tuple[int, int]] = {}
-    self._banked: dict[bytes, int] = {}
+    self._lanes_memo: dict[tuple, float] = {}     # (_bank_degree or _lane_sectors, a point's lanes) -> its value
 
   # -- building the formulas (once per sketch)
   def _kernel(self, k, sizes: dict[str, int]) -> _KernelFormulas:
@@ -494,18 +506,10 @@ class SketchModel:
                                  np.minimum(np.ceil((31 * span + vec) / 32), 32 * np.ceil(vec / 32)))
             else:                    # the sectors the 32 lanes touch (a fused index breaks rows mid-warp); a
               first = np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes   # vector whose elements are apart, per element
-              first = np.where(live, first, first[:1])
               split = _split(a, num)
-              if np.any(split):
-                n_el = np.where(split, num(a.width), 1)
-                e = np.arange(int(n_el.max()))[:, None, None]
-                start = first[None] + e * (num(a.vstep) * a.nbytes)[None, None, :]      # (element, lane, point)
-                start = np.where(e < n_el[None, None, :], start, first[:1][None]).reshape(-1, P)
-                end = start + np.where(split, a.nbytes, vec)[None, :] - 1
-              else:
-                start, end = first, first + vec - 1
-              secs = np.sort(np.concatenate([start // 32, end // 32]), axis=0)
-              sectors = 1 + np.count_nonzero(np.diff(secs, axis=0), axis=0)
+              apart = np.where(split, num(a.vstep) * a.nbytes, 0) if np.any(split) else np.zeros(P)
+              sectors = self._remembered(_lane_sectors, np.where(live, first, first[:1]),
+                                         np.where(split, num(a.width), 1), apart, np.where(split, a.nbytes, vec))
             req = (cnt * warps if fetch_req is None else fetch_req) * blocks
             reuse = 1.0
             if a.fetch is not None and a.fetch in whole[ki]:
@@ -517,8 +521,8 @@ class SketchModel:
             if not a.store: exposed += cnt * LATENCY_CYCLES["ld_shared"]
             req = cnt * warps if fetch_req is None or not a.store else fetch_req
             if a.warp is not None:
-              shared += req * self._banks(np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes, live,
-                                          np.where(_split(a, num), a.nbytes, num(a.width) * a.nbytes))
+              shared += req * self._remembered(_bank_degree, np.broadcast_to(ev(a.warp), (32, P)) * a.nbytes, live,
+                                              np.where(_split(a, num), a.nbytes, num(a.width) * a.nbytes))
             else:
               words = np.maximum(step * a.nbytes / 4, 0).astype(np.int64)
               shared += req * np.where(words == 0, 1, np.gcd(words, 32))
@@ -541,20 +545,20 @@ class SketchModel:
         registers=np.round(regs).astype(np.int64)))
     return out
 
-  def _banks(self, first: np.ndarray, live: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """:func:`_bank_degree` per point, remembered by the point's lane addresses, live lanes and width: a walk's
-    next states differ from its current ones by a move, and most keep their warps' shared-memory addresses."""
-    P = first.shape[1]
-    cols = np.empty((P, 65), np.int64)
-    cols[:, :32], cols[:, 32:64], cols[:, 64] = first.T, live.T, width
-    keys = [c.tobytes() for c in cols]
-    memo = self._banked
+  def _remembered(self, fn, *columns: np.ndarray) -> np.ndarray:
+    """``fn(*columns)`` (each column: a value or values per point, points last; ``fn`` gives one value per point),
+    remembered per point by its columns' values: a walk's next states differ from its current ones by a move, and
+    most keep their warps' addresses. Only the points not seen before are computed."""
+    parts = [np.asarray(c, np.int64).reshape(-1, c.shape[-1]) for c in columns]
+    rows = np.concatenate(parts).T.copy()
+    keys = [(fn, r.tobytes()) for r in rows]
+    memo = self._lanes_memo
     todo = [p for p, k in enumerate(keys) if k not in memo]
     if todo:
-      sub = cols[todo]
-      for k, d in zip((keys[p] for p in todo), _bank_degree(sub[:, :32].T, sub[:, 32:64].T.astype(bool), sub[:, 64])):
-        memo[k] = int(d)
-    return np.array([memo[k] for k in keys], np.int64)
+      sub, at = rows[todo].T, np.cumsum([0] + [len(x) for x in parts])
+      args = [sub[a:b].reshape(c.shape[:-1] + (len(todo),)) for a, b, c in zip(at, at[1:], columns)]
+      for p, v in zip(todo, fn(*args)): memo[keys[p]] = v
+    return np.array([memo[k] for k in keys])
 
   def _occupancy(self, threads: int, regs: int, smem: int, blocks: int) -> tuple[int, int]:
     """(blocks, warps) resident per SM; (0, 0) where the launch does not fit (memoised: walks revisit them)."""

@@ -1,0 +1,50 @@
+"""Gensor's construction of every task of whole models, timed, with what it found (issue 45: a speed-up must keep it).
+
+Runs ``gensor.construct`` (compile's sketches, seed 0, the 3 candidates compile may compare) on every task of
+the models for each target, in this process, and prints the total seconds; ``--out FILE`` writes every task's
+candidates (their keys) and analytic costs (``repr``, every digit) as JSON, so that a change meant to make the
+construction faster, not different, can be checked byte for byte: run it before and after (``PYTHONPATH`` at a
+worktree of the old commit for "before") and ``cmp`` the files. Time before / after in alternation, several
+times: the machine's speed moves by 20% between runs.
+
+  python research/construct_time.py --out after.json
+  PYTHONPATH=/tmp/wt_before python research/construct_time.py --out before.json && cmp before.json after.json
+  python research/construct_time.py --models resnet18 bert_tiny mobilenet_v2 --targets sm_86 h100
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+MODELS = {"resnet18": {"hw": 64}, "bert_tiny": {"s": 128}, "mobilenet_v2": {"hw": 64}}
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--models", nargs="*", default=["resnet18"], choices=sorted(MODELS))
+  ap.add_argument("--targets", nargs="*", default=["sm_86", "h100"])
+  ap.add_argument("--out", help="write every task's candidates and costs here (JSON)")
+  args = ap.parse_args(argv)
+  from minicomp import zoo
+  from minicomp.compiler import constructed_sketches, model_tasks
+  from minicomp.search.strategies.gensor import COMPARE, construct
+  from minicomp.target import as_target
+  found, total = {}, 0.0
+  for name in args.models:
+    model = getattr(zoo, name)(**MODELS[name])[0]
+    for tname in args.targets:
+      tgt = as_target(tname)
+      for task, _ in model_tasks(model, tname):
+        t0 = time.perf_counter()
+        res = construct(task.dag, tgt, seed=0, sketches=constructed_sketches(task.dag, tgt), keep=COMPARE)
+        total += time.perf_counter() - t0
+        found[f"{name}/{tname}/{task.key}"] = [(c.key, repr(cost)) for c, cost in zip(res.candidates, res.costs)]
+  print(f"construction of {len(found)} tasks ({' '.join(args.models)}; {' '.join(args.targets)}): {total:.2f} s")
+  if args.out:
+    with open(args.out, "w") as f: json.dump(found, f, indent=0, sort_keys=True)
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
