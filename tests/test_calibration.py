@@ -131,6 +131,7 @@ def test_which_model_estimates(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------- the real timings
+@pytest.mark.slow   # (a minute; CI runs it on a slice, below)
 def test_leave_one_task_out_on_the_h200_timings_beats_the_uncalibrated_model():
   """Fitted without each task, scored on it (3,344 programs, 7 scored tasks): the favourite runs nearer the
   fastest and ranks correlate better than under the uncalibrated maximum (issue 48's table)."""
@@ -141,6 +142,19 @@ def test_leave_one_task_out_on_the_h200_timings_beats_the_uncalibrated_model():
   uncal_pick = gm([v["uncalibrated"]["pick"] for v in res.values()])
   assert cal_pick < 1.12 and uncal_pick > 1.4, (cal_pick, uncal_pick)
   assert max(v["pick"] for v in res.values()) < 1.25
+  assert np.mean([v["rho"] for v in res.values()]) > np.mean([v["uncalibrated"]["rho"] for v in res.values()]) + 0.03
+
+
+def test_leave_one_task_out_on_a_slice_of_the_h200_timings_beats_the_uncalibrated_model():
+  """CI's cut of the test above (7 s): the first 120 programs of each of three tasks, each task scored under a
+  calibration fitted on the other two. (2026-12-01: favourite / fastest 1.16 against 1.38, Spearman 0.85 / 0.79.)"""
+  keep: dict = {}
+  for r in T.read(H200):
+    if r.task in ("conv3x3", "matmul", "depthwise") and len(keep.setdefault(r.task, [])) < 120: keep[r.task].append(r)
+  res = F.leave_one_task_out(F.tasks_of([r for rs in keep.values() for r in rs], "sm_90"), "sm_90")
+  assert sorted(res) == ["conv3x3", "depthwise", "matmul"]
+  gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))   # noqa: E731
+  assert gm([v["pick"] for v in res.values()]) < gm([v["uncalibrated"]["pick"] for v in res.values()]) - 0.1
   assert np.mean([v["rho"] for v in res.values()]) > np.mean([v["uncalibrated"]["rho"] for v in res.values()]) + 0.03
 
 

@@ -19,7 +19,11 @@ def test_there_are_notebooks():
   assert NOTEBOOKS, "examples/notebooks/ holds no notebook"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+SLOW = {"03_ansor_sketches_and_evolution"}    # (over a minute on 2 cores: run with -m slow)
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW else p for p in NOTEBOOKS],
+                         ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
   from nbclient import NotebookClient
   monkeypatch.setenv("MPLBACKEND", "Agg")

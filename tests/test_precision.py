@@ -285,7 +285,7 @@ def test_cli_precision(tmp_path):
   assert r.returncode == 2 and "fp8" in r.stderr and "fp16" in r.stderr
 
 
-@pytest.mark.parametrize("strategy", ["ansor", "tuna"])
+@pytest.mark.parametrize("strategy", [pytest.param("ansor", marks=pytest.mark.slow), "tuna"])   # (ansor: 30 s)
 def test_tuning_a_half_model(tmp_path, strategy):
   """The search (sketches, annotation, features, the static model) handles half tasks: every trial of the log is a
   valid program, and the tuned model still matches onnxruntime."""

@@ -62,6 +62,7 @@ def test_strategy_on_every_benchmark_task_gives_valid_correct_programs(strategy,
   _check(strategy, task, B.tasks()[task][1], budget=2, per_round=2, sample=2)
 
 
+@pytest.mark.slow   # (50 s; every strategy runs on the smoke tasks in CI: test_strategy_on_the_smoke_tasks_...)
 def test_benchmark_smoke_runs_every_strategy_and_reports(tmp_path, capsys):
   assert B.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "--budgets", "4,8"]) == 0
   text = capsys.readouterr().out
