@@ -10,6 +10,11 @@ times: the machine's speed moves by 20% between runs.
   python research/construct_time.py --out after.json
   PYTHONPATH=/tmp/wt_before python research/construct_time.py --out before.json && cmp before.json after.json
   python research/construct_time.py --models resnet18 bert_tiny mobilenet_v2 --targets sm_86 h100
+  python research/construct_time.py --memo-ab      # CPU seconds with and without the analytic model's per-point memo
+
+``--memo-ab`` constructs every task twice in this process, once with ``SketchModel._remembered`` (the bank degrees
+and sectors remembered per point) and once computing them directly, in alternating order, and prints the CPU
+seconds of each: a comparison the machine's drift between runs cannot blur.
 """
 from __future__ import annotations
 
@@ -25,7 +30,9 @@ def main(argv=None) -> int:
   ap.add_argument("--models", nargs="*", default=["resnet18"], choices=sorted(MODELS))
   ap.add_argument("--targets", nargs="*", default=["sm_86", "h100"])
   ap.add_argument("--out", help="write every task's candidates and costs here (JSON)")
+  ap.add_argument("--memo-ab", action="store_true", help="CPU seconds with and without the per-point memo")
   args = ap.parse_args(argv)
+  if args.memo_ab: return memo_ab(args)
   from minicomp import zoo
   from minicomp.compiler import constructed_sketches, model_tasks
   from minicomp.search.strategies.gensor import COMPARE, construct
@@ -43,6 +50,35 @@ def main(argv=None) -> int:
   print(f"construction of {len(found)} tasks ({' '.join(args.models)}; {' '.join(args.targets)}): {total:.2f} s")
   if args.out:
     with open(args.out, "w") as f: json.dump(found, f, indent=0, sort_keys=True)
+  return 0
+
+
+def memo_ab(args) -> int:
+  from minicomp import zoo
+  from minicomp.compiler import constructed_sketches, model_tasks
+  from minicomp.search.static.analytic import SketchModel
+  from minicomp.search.strategies.gensor import COMPARE, construct
+  from minicomp.target import as_target
+  remembered = SketchModel._remembered
+  modes = {"memo": remembered, "direct": lambda self, fn, *columns: fn(*columns)}
+  cpu, n = dict.fromkeys(modes, 0.0), 0
+  try:
+    for name in args.models:
+      model = getattr(zoo, name)(**MODELS[name])[0]
+      for tname in args.targets:
+        tgt = as_target(tname)
+        for task, _ in model_tasks(model, tname):
+          sks = constructed_sketches(task.dag, tgt)
+          for mode in (list(modes) if n % 2 else list(modes)[::-1]):
+            SketchModel._remembered = modes[mode]
+            t0 = time.process_time()
+            construct(task.dag, tgt, seed=0, sketches=sks, keep=COMPARE)
+            cpu[mode] += time.process_time() - t0
+          n += 1
+  finally:
+    SketchModel._remembered = remembered
+  print(f"construction of {n} tasks, CPU s: with the memo {cpu['memo']:.2f}, without {cpu['direct']:.2f} "
+        f"({cpu['memo'] / cpu['direct']:.3f}x)")
   return 0
 
 
