@@ -143,9 +143,9 @@ def local_words(buffers):
 
 def _local_registers(prog, target: Target) -> str | None:
   """Why ``prog``'s thread-local buffers are more than the search offers, or None: at most the registers a thread
-  can have (``max_regs_per_thread``). Beyond them every further value spills to local memory, so such a program
-  is slow on any GPU, and NVVM's time grows with the unrolled register tile (one of Felix's proposals, a 2048-element
-  accumulator, took NVRTC 26 s). A schedule written by hand is not held to this (``codegen.verify``)."""
+  can have (``Target.max_registers_per_thread``). Beyond them every further value spills to local memory, so such
+  a program is slow on any GPU, and NVVM's time grows with the unrolled register tile (one of Felix's proposals, a
+  2048-element accumulator, took NVRTC 26 s). A schedule written by hand is not held to this (``codegen.verify``)."""
   limit = target.max_registers_per_thread
   for k in prog.kernels:
     words = local_words((int(b.size.arg), b.element_bytes) for b in k.allocs if b.scope == "local")

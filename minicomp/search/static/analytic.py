@@ -259,7 +259,7 @@ class SketchModel:
     # each evaluation asks the same formulas on new values: compiled after the first (FormulaProgram)
     self._facts_f, self._whole_f, self._valid_f = FormulaProgram(), FormulaProgram(), FormulaProgram()
     self._occupied: dict[tuple, tuple[int, int]] = {}
-    self._lanes_memo: dict[tuple, float] = {}     # (_bank_degree or _lane_sectors, a point's lanes) -> its value
+    self._lanes_memo: dict[tuple, int] = {}     # (_bank_degree or _lane_sectors, a point's lanes) -> its value
 
   # -- building the formulas (once per sketch)
   def _kernel(self, k, sizes: dict[str, int]) -> _KernelFormulas:
