@@ -33,48 +33,46 @@ def main(argv=None) -> int:
   ap.add_argument("--memo-ab", action="store_true", help="CPU seconds with and without the per-point memo")
   args = ap.parse_args(argv)
   if args.memo_ab: return memo_ab(args)
-  from minicomp import zoo
-  from minicomp.compiler import constructed_sketches, model_tasks
   from minicomp.search.strategies.gensor import COMPARE, construct
-  from minicomp.target import as_target
   found, total = {}, 0.0
-  for name in args.models:
-    model = getattr(zoo, name)(**MODELS[name])[0]
-    for tname in args.targets:
-      tgt = as_target(tname)
-      for task, _ in model_tasks(model, tname):
-        t0 = time.perf_counter()
-        res = construct(task.dag, tgt, seed=0, sketches=constructed_sketches(task.dag, tgt), keep=COMPARE)
-        total += time.perf_counter() - t0
-        found[f"{name}/{tname}/{task.key}"] = [(c.key, repr(cost)) for c, cost in zip(res.candidates, res.costs)]
+  for name, tname, tgt, task, sks in _tasks(args):
+    t0 = time.perf_counter()
+    res = construct(task.dag, tgt, seed=0, sketches=sks, keep=COMPARE)
+    total += time.perf_counter() - t0
+    found[f"{name}/{tname}/{task.key}"] = [(c.key, repr(cost)) for c, cost in zip(res.candidates, res.costs)]
   print(f"construction of {len(found)} tasks ({' '.join(args.models)}; {' '.join(args.targets)}): {total:.2f} s")
   if args.out:
     with open(args.out, "w") as f: json.dump(found, f, indent=0, sort_keys=True)
   return 0
 
 
-def memo_ab(args) -> int:
+def _tasks(args):
+  """(model, target name, target, task, compile's sketches of it) per task of ``--models`` on each ``--targets``."""
   from minicomp import zoo
   from minicomp.compiler import constructed_sketches, model_tasks
+  from minicomp.target import as_target
+  for name in args.models:
+    model = getattr(zoo, name)(**MODELS[name])[0]
+    for tname in args.targets:
+      tgt = as_target(tname)
+      for task, _ in model_tasks(model, tname):
+        yield name, tname, tgt, task, constructed_sketches(task.dag, tgt)
+
+
+def memo_ab(args) -> int:
   from minicomp.search.static.analytic import SketchModel
   from minicomp.search.strategies.gensor import COMPARE, construct
-  from minicomp.target import as_target
   remembered = SketchModel._remembered
   modes = {"memo": remembered, "direct": lambda self, fn, *columns: fn(*columns)}
   cpu, n = dict.fromkeys(modes, 0.0), 0
   try:
-    for name in args.models:
-      model = getattr(zoo, name)(**MODELS[name])[0]
-      for tname in args.targets:
-        tgt = as_target(tname)
-        for task, _ in model_tasks(model, tname):
-          sks = constructed_sketches(task.dag, tgt)
-          for mode in (list(modes) if n % 2 else list(modes)[::-1]):
-            SketchModel._remembered = modes[mode]
-            t0 = time.process_time()
-            construct(task.dag, tgt, seed=0, sketches=sks, keep=COMPARE)
-            cpu[mode] += time.process_time() - t0
-          n += 1
+    for _, _, tgt, task, sks in _tasks(args):
+      for mode in (list(modes) if n % 2 else list(modes)[::-1]):
+        SketchModel._remembered = modes[mode]
+        t0 = time.process_time()
+        construct(task.dag, tgt, seed=0, sketches=sks, keep=COMPARE)
+        cpu[mode] += time.process_time() - t0
+      n += 1
   finally:
     SketchModel._remembered = remembered
   print(f"construction of {n} tasks, CPU s: with the memo {cpu['memo']:.2f}, without {cpu['direct']:.2f} "

@@ -148,10 +148,11 @@ def _local_registers(prog, target: Target) -> str | None:
   2048-element accumulator, took NVRTC 26 s). A schedule written by hand is not held to this (``codegen.verify``)."""
   limit = target.max_registers_per_thread
   for k in prog.kernels:
-    words = local_words((int(b.size.arg), b.element_bytes) for b in k.allocs if b.scope == "local")
+    local = [b for b in k.allocs if b.scope == "local"]
+    words = local_words((int(b.size.arg), b.element_bytes) for b in local)
     if words > limit:
       return (f"kernel {k.name}: its thread-local buffers take {words} registers per thread; the search offers at "
-              f"most {limit} ({', '.join(f'{b.name}[{int(b.size.arg)}]' for b in k.allocs if b.scope == 'local')})")
+              f"most {limit} ({', '.join(f'{b.name}[{int(b.size.arg)}]' for b in local)})")
   return None
 
 
