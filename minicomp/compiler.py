@@ -265,11 +265,11 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
     stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
     stats.tensor_cores += s.tensor_cores
     built.seconds["lower_emit"] += s.build; built.seconds["nvrtc"] += s.nvrtc     # (a worker's builds; 0 here)
-  from minicomp.search.workers import shared_pool, spawn_safe
-  if opts.jobs > 1 and len(todo) > 1 and spawn_safe("choosing schedules"):
+  from minicomp.search.workers import own_work_pool
+  pool = own_work_pool(opts.jobs, "choosing schedules") if opts.jobs > 1 and len(todo) > 1 else None
+  if pool is not None:
     import concurrent.futures as cf
 
-    pool = shared_pool(opts.jobs)
     futs = {pool.submit(choose_default, b.task, target, b.name, _mode(opts)): b
             for b in sorted(todo, key=lambda b: _expected_work(b.task), reverse=True)}   # (the longest first)
     from minicomp.search.static import cache

@@ -121,12 +121,36 @@ def test_a_killed_run_leaves_no_processes_behind(tmp_path):
   assert not left, f"alive 10 s after their tuning process was killed: {left}"
 
 
+def test_a_script_without_a_main_guard_tunes_in_workers_that_skip_it(tmp_path):
+  """Spawned workers re-import the main script; one without a __main__ guard once re-ran in every worker, which
+  died, and the run stopped with a MeasureError. The workers now skip such a script (workers.work_pool): it
+  tunes, and runs once."""
+  log, ran = str(tmp_path / "noguard.jsonl"), tmp_path / "ran.txt"
+  script = _script(tmp_path, f"""
+    open({str(ran)!r}, "a").write("ran\\n")
+    with StaticMeasurer(workers=1) as m:
+      tune_tasks([task(W.matmul(16, 16, 16))], "sm_86", trials=4, strategy="random", log_file=sys.argv[1],
+                 measurer=m, measures_per_round=4)
+  """)
+  proc = subprocess.run([sys.executable, script, log], capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert ran.read_text().split() == ["ran"]
+  assert len(load_records(log)) == 4 and all(r.cost_s is not None for r in load_records(log))
+
+
 def test_workers_that_cannot_start_stop_the_run_with_the_fix_and_use_no_budget(tmp_path):
-  """A script without a __main__ guard: spawned workers re-run it and die. The run stops with a MeasureError
-  that says how to fix it, and logs nothing, so the fixed script gets the whole budget (every trial was once
-  logged as an internal error, the run exited 0 and a fixed rerun did no tuning)."""
+  """A script without a __main__ guard that registers its own sketch rule: workers must re-import it to know the
+  rule, re-run it and die. The run stops with a MeasureError that says how to fix it, and logs nothing, so the
+  fixed script gets the whole budget (every trial was once logged as an internal error, the run exited 0 and a
+  fixed rerun did no tuning)."""
   log = str(tmp_path / "guard.jsonl")
   script = _script(tmp_path, """
+    from minicomp.search.sketch import register_rule
+    from minicomp.search.sketch_types import Decision, SketchRule
+    class Never(SketchRule):
+      name = "never"
+      def condition(self, ctx, s, i, info): return Decision.SKIP
+    register_rule(Never())
     with StaticMeasurer(workers=1) as m:
       tune_tasks([task(W.matmul(16, 16, 16))], "sm_86", trials=4, strategy="random", log_file=sys.argv[1],
                  measurer=m, measures_per_round=4)

@@ -81,3 +81,50 @@ def test_a_session_that_measured_exits_quietly(tmp_path):
   out = r.stdout + r.stderr
   assert r.returncode == 0 and "1 passed" in out, out[-2000:]
   assert "Exception ignored" not in out and "Traceback" not in out, out[-2000:]
+
+
+def test_a_script_without_a_main_guard_chooses_schedules_in_workers_that_skip_it(tmp_path):
+  """The README's first script has no ``if __name__ == "__main__":``; spawned workers re-import the main script, so
+  compile chose every schedule in one process (ResNet-18 at 224: 41 s against 21 s with the guard, 2 cores). Now
+  its workers skip the script: it runs once, its kernels are those of one process, and the work left it."""
+  import subprocess
+  import sys
+  ran = tmp_path / "ran.txt"
+  script = tmp_path / "first.py"
+  script.write_text(
+    "import os, pathlib\nimport minicomp as mc\nfrom minicomp import zoo\nfrom minicomp.search import workers\n"
+    f"with open({str(ran)!r}, 'a') as f: f.write(str(os.getpid()) + '\\n')\n"
+    "model, _ = zoo.residual_block(c=4, hw=6)\n"
+    "one = mc.compile(model, target='sm_86', jobs=1, progress=False)\n"
+    "two = mc.compile(model, target='sm_86', jobs=2, progress=False)\n"
+    "print('same', [k.source for k in one.kernels] == [k.source for k in two.kernels], len(two.kernels))\n"
+    "print('pools', sorted(workers._pools))\n")
+  env = dict(os.environ, MINICOMP_CACHE_DIR=str(tmp_path / "cache"))     # (cold: nothing chosen before)
+  env.pop("MINICOMP_JOBS", None)
+  r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert len(ran.read_text().split()) == 1                          # the script ran once: no worker ran it
+  same = next(line for line in r.stdout.splitlines() if line.startswith("same")).split()
+  assert same[1] == "True" and int(same[2]) >= 2
+  assert "(2, False)" in r.stdout                                   # the main-free pool did the work
+
+
+def test_a_script_that_registered_its_own_sketch_rule_keeps_the_work_here(fresh_pools, monkeypatch, caplog):
+  """Workers that skip the main script would not know a rule it registered: such a script's work stays here."""
+  import logging
+
+  from minicomp.search.sketch_rules import DEFAULT_RULES
+  from minicomp.search.sketch_types import SketchRule
+  monkeypatch.setattr(WK, "_main_reimportable", lambda: False)
+  assert WK._added_by_main() is None
+  pool = WK.own_work_pool(1, "testing")
+  assert pool is not None and WK._pools[(1, False)][1] is pool
+  assert pool.submit(WK.ping).result(timeout=120) != os.getpid()
+  mine = type("MyRule", (SketchRule,), {"__module__": "__main__", "name": "mine"})
+  DEFAULT_RULES.append(mine())
+  try:
+    with caplog.at_level(logging.INFO, logger="minicomp"):
+      assert WK.own_work_pool(1, "testing") is None
+    assert "sketch rule MyRule" in caplog.text and "testing in this process" in caplog.text
+  finally:
+    DEFAULT_RULES.pop()

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 
 from minicomp.errors import (CompileError, LoweringError, MeasureError, MinicompError, RuntimeLaunchError, ScheduleError,
                              WorkerLostError)
-from minicomp.search.workers import ping, restart_pool, shared_pool
+from minicomp.search.workers import ping, restart_pool, work_pool
 
 
 class ErrorKind(enum.Enum):
@@ -69,8 +69,8 @@ class MeasureResult:
     return f"{self.cost_s * 1e6:.2f} us" + (" (estimate)" if self.is_estimate else " (measured)")
 
 
-MAIN_GUARD_FIX = ("Workers are started with 'spawn', which re-imports the main script: put the code that tunes "
-                  "under `if __name__ == \"__main__\":`")
+MAIN_GUARD_FIX = ("Workers are started with 'spawn', which re-imports the main script where it registers its own "
+                  "sketch rules or schedule steps: put the code that tunes under `if __name__ == \"__main__\":`")
 
 
 def _classify(e: BaseException) -> ErrorKind:
@@ -135,24 +135,25 @@ class StaticMeasurer(Measurer):
   """Costs from the static model (no GPU needed). Deterministic; every cost is an estimate.
 
   ``executor``: any ``concurrent.futures.Executor``; default the shared process pool of ``workers``
-  workers (one per core; :func:`minicomp.search.workers.shared_pool`, which outlives this measurer so
+  workers (one per core; :func:`minicomp.search.workers.work_pool`, which outlives this measurer so
   the next one starts warm). ``timeout_s`` bounds each candidate (a timeout is a typed failure).
 
   When the owned pool breaks (a worker died), it is restarted and checked with a no-op task: if
-  that fails too, the workers die at start (typically a script without a ``__main__`` guard) and
+  that fails too, the workers die at start (typically a script without a ``__main__`` guard that registers its own
+  sketch rules, :func:`~minicomp.search.workers.work_pool`) and
   :class:`MeasureError` says so; else the unfinished candidates are measured again one at a time,
   so the one that kills its worker is recorded as an internal error and the rest are measured."""
 
   def __init__(self, executor: cf.Executor | None = None, workers: int | None = None, timeout_s: float = 120.0):
     self._own, self._workers = executor is None, workers
-    self.executor = executor or shared_pool(workers)
+    self.executor = executor or work_pool(workers)
     self.timeout_s = timeout_s
 
   def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]: return self._in_order(inputs)
 
   def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
     inputs = list(inputs)
-    if self._own: self.executor = shared_pool(self._workers)   # the shared pool may have been replaced since
+    if self._own: self.executor = work_pool(self._workers)   # the shared pool may have been replaced since
     lost: list[int] = []                       # candidates whose pool broke under them
     futs: dict = {}
     try:
@@ -250,14 +251,14 @@ class GPUMeasurer(Measurer):
     except NoGPUError as e:
       raise NoGPUError(f"GPUMeasurer needs a GPU: {e}; use StaticMeasurer (the static model) instead") from None
     self._own = executor is None
-    self.executor = executor or shared_pool()
+    self.executor = executor or work_pool()
     self.min_total_s, self.max_repeats, self.timeout_s, self.check_elements = min_total_s, max_repeats, timeout_s, check_elements
 
   def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
     return [r for _, r in self.measure_iter(inputs)]
 
   def measure_iter(self, inputs: Sequence[MeasureInput]) -> Iterator[tuple[int, MeasureResult]]:
-    if self._own: self.executor = shared_pool()     # the shared pool may have been replaced since
+    if self._own: self.executor = work_pool()     # the shared pool may have been replaced since
     try:
       futs = [self.executor.submit(build_plain, inp) for inp in inputs]
     except (BrokenProcessPool, RuntimeError) as e:

@@ -12,7 +12,8 @@ A spawned worker copies the parent's environment, ``sys.path``, working director
 when it starts, and never sees later changes. So a pool started under a different one of these is
 replaced, not reused (``PYTEST_CURRENT_TEST``, which pytest changes for every test, excepted). A
 pool whose workers died is replaced too, and :func:`restart_pool` replaces one on purpose (stuck
-workers). One pool per worker count lives at a time; :func:`shutdown_pools` stops them, and runs at
+workers). One pool per worker count lives at a time (and one more whose workers skip the main script,
+:func:`work_pool`); :func:`shutdown_pools` stops them, and runs at
 exit (a pool still held when Python tears its modules down makes concurrent.futures print an ignored
 ``AttributeError`` as the script ends).
 """
@@ -28,7 +29,7 @@ import sys
 import threading
 
 _IGNORED_ENV = frozenset({"PYTEST_CURRENT_TEST"})
-_pools: dict[int, tuple[tuple, cf.ProcessPoolExecutor]] = {}    # workers -> (what the workers copied, pool)
+_pools: dict[tuple[int, bool], tuple[tuple, cf.ProcessPoolExecutor]] = {}   # (workers, main) -> (what they copied, pool)
 _lock = threading.Lock()
 
 
@@ -40,27 +41,59 @@ def default_jobs() -> int:
   except ValueError: raise ValueError(f"MINICOMP_JOBS={raw!r} is not a number of processes") from None
 
 
-def spawn_safe(doing: str = "working") -> bool:
-  """Can worker processes start here? They re-import the main script: one whose work is not under
-  ``if __name__ == "__main__":`` would run again in every worker (which cannot start processes). ``doing`` names
-  what then stays in this process, in the log line."""
+def work_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
+  """The shared pool for work that only minicomp's own functions do on minicomp's own objects (choosing a task's
+  default schedule, analysing a kernel, building and estimating a candidate). Spawned workers re-import the main
+  script, and one whose work is not under ``if __name__ == "__main__":`` (the README's first script) would run
+  again in every worker; since the work needs nothing from it, the workers for such a script skip it
+  (:func:`shared_pool` ``main=False``), unless it registered sketch rules or schedule steps, which workers that
+  skip it would not know (:func:`own_work_pool` keeps that work in this process)."""
+  free = not _main_reimportable() and _added_by_main() is None
+  return shared_pool(workers, main=not free)
+
+
+def own_work_pool(workers: int, doing: str) -> cf.ProcessPoolExecutor | None:
+  """:func:`work_pool`, or None where the work must stay in this process (logged; ``doing`` names it): a script
+  without the guard that registered its own sketch rules or schedule steps."""
+  if not _main_reimportable():
+    added = _added_by_main()
+    if added is not None:
+      import logging
+      logging.getLogger("minicomp").info("%s in this process: the script has no `if __name__ == \"__main__\":` "
+                                         "guard, which worker processes need to see its %s", doing, added)
+      return None
+  return work_pool(workers)
+
+
+def _main_reimportable() -> bool:
+  """Can spawned workers re-import the main script without running its work: interactive, ``-c``, ``-m``, or a
+  script that guards its work with ``if __name__ == "__main__":``."""
   main = sys.modules.get("__main__")
   path = getattr(main, "__file__", None)
-  if path is None or getattr(main, "__spec__", None) is not None: return True   # interactive, -c, or -m
+  if path is None or getattr(main, "__spec__", None) is not None: return True
   try:
     with open(path, errors="replace") as f: text = f.read()
   except OSError:
     return False
-  if "__name__" in text and "__main__" in text: return True
-  import logging
-  logging.getLogger("minicomp").info("%s in this process: the script %s has no `if __name__ == \"__main__\":` "
-                                     "guard, which worker processes need (they re-import it)", doing, path)
-  return False
+  return "__name__" in text and "__main__" in text
 
 
-def process_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
-  """A new local pool of ``workers`` spawn workers (default one per core), not shared."""
-  return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=_QuietSpawn(),
+def _added_by_main() -> str | None:
+  """A sketch rule or schedule step the main script defined and registered (``sketch.register_rule``,
+  ``steps.register``): what a worker that skips the script would not have."""
+  from minicomp.ir.steps import STEP_TYPES
+  from minicomp.search.sketch_rules import DEFAULT_RULES
+  for what, classes in (("sketch rule", [type(r) for r in DEFAULT_RULES]), ("schedule step", STEP_TYPES.values())):
+    for c in classes:
+      if c.__module__ == "__main__": return f"{what} {c.__name__}"
+  return None
+
+
+def process_pool(workers: int | None = None, main: bool = True) -> cf.ProcessPoolExecutor:
+  """A new local pool of ``workers`` spawn workers (default one per core), not shared; with ``main=False`` workers
+  that do not re-import the main script (:class:`_MainFreeProcess`)."""
+  return cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+                                mp_context=_QuietSpawn() if main else _MainFreeSpawn(),
                                 initializer=_worker_init, initargs=(os.getpid(),))
 
 
@@ -83,6 +116,45 @@ class _QuietSpawn(multiprocessing.context.SpawnContext):
   Process = _QuietProcess
 
 
+_MAIN_FREE = "minicomp-main-free-"    # the name of a worker that does not re-import the main script
+
+
+class _MainFreeProcess(_QuietProcess):
+  """A quiet worker that does not run the main script when it starts. multiprocessing's spawn tells a child to
+  re-import the parent's ``__main__`` in the data it prepares for the child's name
+  (``multiprocessing.spawn.get_preparation_data``); :func:`_skip_main_for_main_free` drops that for this
+  class's names only, so every other process anyone starts is prepared as before."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.name = _MAIN_FREE + self.name
+
+  def start(self) -> None:
+    _skip_main_for_main_free()
+    super().start()
+
+
+class _MainFreeSpawn(multiprocessing.context.SpawnContext):
+  Process = _MainFreeProcess
+
+
+def _skip_main_for_main_free() -> None:
+  """Wrap ``multiprocessing.spawn.get_preparation_data`` (once) to leave the main script out of what a
+  :class:`_MainFreeProcess` is told to import."""
+  from multiprocessing import spawn
+  if getattr(spawn.get_preparation_data, "minicomp_main_free", False): return
+  prepare = spawn.get_preparation_data
+
+  def preparation_data(name):
+    data = prepare(name)
+    if str(name).startswith(_MAIN_FREE):
+      data.pop("init_main_from_path", None)
+      data.pop("init_main_from_name", None)
+    return data
+  preparation_data.minicomp_main_free = True
+  spawn.get_preparation_data = preparation_data
+
+
 def _worker_init(parent_pid: int) -> None:
   """A worker exits with its parent."""
   from minicomp.codegen.nvrtc_worker import exit_with_parent
@@ -94,9 +166,9 @@ def ping() -> int:
   return os.getpid()
 
 
-def _inherited() -> tuple:
-  """What a spawned worker copies from this process when it starts."""
-  main = getattr(sys.modules.get("__main__"), "__file__", None)
+def _inherited(main: bool = True) -> tuple:
+  """What a spawned worker copies from this process when it starts (the main script unless ``main`` is False)."""
+  main = getattr(sys.modules.get("__main__"), "__file__", None) if main else None
   env = tuple(sorted((k, v) for k, v in os.environ.items() if k not in _IGNORED_ENV))
   try: cwd = os.getcwd()
   except OSError: cwd = None                      # the working directory was deleted
@@ -107,31 +179,31 @@ def _usable(pool: cf.ProcessPoolExecutor) -> bool:
   return not (getattr(pool, "_broken", False) or getattr(pool, "_shutdown_thread", False))
 
 
-def shared_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
+def shared_pool(workers: int | None = None, main: bool = True) -> cf.ProcessPoolExecutor:
   """The process-wide pool of ``workers`` workers (default one per core): started on first use, then
   reused while its workers live and this process's environment, ``sys.path``, working directory and
-  main script stay what they were when it started; else stopped and replaced."""
-  n = workers or os.cpu_count() or 1
-  now = _inherited()
+  main script stay what they were when it started; else stopped and replaced. ``main=False``: a pool of its
+  own whose workers do not import the main script (:func:`work_pool`)."""
+  key = (workers or os.cpu_count() or 1, main)
+  now = _inherited(main)
   with _lock:
-    held = _pools.get(n)
+    held = _pools.get(key)
     if held is not None and held[0] == now and _usable(held[1]):
       return held[1]
     if held is not None:
       _stop(held[1], kill=not _usable(held[1]))
-    pool = process_pool(n)
-    _pools[n] = (now, pool)
+    pool = process_pool(key[0], main)
+    _pools[key] = (now, pool)
     return pool
 
 
 def restart_pool(pool: cf.ProcessPoolExecutor, workers: int | None = None) -> cf.ProcessPoolExecutor:
-  """Kill ``pool``'s workers (stuck or dead ones included) and return a fresh shared pool in its place."""
-  n = workers or os.cpu_count() or 1
+  """Kill ``pool``'s workers (stuck or dead ones included) and return a fresh shared pool of its kind in its place."""
   with _lock:
-    if n in _pools and _pools[n][1] is pool:
-      del _pools[n]
+    key = next((k for k, (_, p) in _pools.items() if p is pool), None)
+    if key is not None: del _pools[key]
   _stop(pool, kill=True)
-  return shared_pool(n)
+  return shared_pool(*key) if key is not None else work_pool(workers)
 
 
 def shutdown_pools() -> None:
@@ -151,7 +223,20 @@ def _stop(pool: cf.ProcessPoolExecutor, kill: bool) -> None:
   if kill:
     for p in procs:
       if p.is_alive(): p.terminate()
-    for p in procs: p.join(timeout=5)
+    _reap(procs)
+
+
+def _reap(procs: list, seconds: float = 5.0) -> None:
+  """Wait for terminated workers to end, SIGKILL any still alive after ``seconds``. ``join(timeout)`` was seen to
+  return at once with its process still running (tests/test_workers.py's restart test, every other run on a 2-core
+  machine, 2026-12-01; cause not found), so each is polled to the deadline."""
+  import time
+  deadline = time.monotonic() + seconds
+  for p in procs:
+    while p.is_alive() and time.monotonic() < deadline: p.join(timeout=0.05)
+    if p.is_alive():
+      p.kill()
+      p.join(timeout=1)
 
 
 atexit.register(shutdown_pools)

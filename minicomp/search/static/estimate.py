@@ -79,7 +79,8 @@ def analyse(kernels, dev, jobs: int | None = None, on_done=None) -> None:
   """Put in :mod:`.cache` the analyses of the ``kernels`` it lacks on device ``dev``, in ``jobs`` worker processes of
   the shared pool at once (default ``$MINICOMP_JOBS``, else one per core), so that a whole model's estimate or save,
   which read the cache after, pays them over the cores instead of one after another (0.05-0.2 s a kernel). Nothing
-  where fewer than two kernels lack one, with one job, or where the main script cannot be re-imported; a kernel
+  where fewer than two kernels lack one, with one job, or where :func:`~minicomp.search.workers.own_work_pool`
+  keeps the work in this process; a kernel
   the model cannot analyse is left for the caller's own :func:`launch_facts` to say so. ``on_done(kernel)`` is
   called for each kernel analysed here (a progress bar)."""
   from minicomp.search import workers
@@ -89,11 +90,11 @@ def analyse(kernels, dev, jobs: int | None = None, on_done=None) -> None:
     if k.program is not None and cache.peek(ck := cache.key(k, dev)) is None: todo.setdefault(ck, k)
   try: n = jobs or workers.default_jobs()
   except ValueError: n = 1
-  if n < 2 or len(todo) < 2 or not workers.spawn_safe("analysing kernels"): return
-  import concurrent.futures as cf
   import multiprocessing
-  if multiprocessing.current_process().daemon: return   # (a pool's worker cannot start processes)
-  pool = workers.shared_pool(n)
+  if n < 2 or len(todo) < 2 or multiprocessing.current_process().daemon: return   # (a worker cannot start processes)
+  pool = workers.own_work_pool(n, "analysing kernels")
+  if pool is None: return
+  import concurrent.futures as cf
   futs = {pool.submit(_launch_facts_of, (k.program, k.plan, k.binary, k.source, k.target), dev): ck
           for ck, k in todo.items()}
   from minicomp.progress import check_interrupt
