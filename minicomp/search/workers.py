@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 _IGNORED_ENV = frozenset({"PYTEST_CURRENT_TEST"})
 _pools: dict[tuple[int, bool], tuple[tuple, cf.ProcessPoolExecutor]] = {}   # (workers, main) -> (what they copied, pool)
@@ -227,10 +228,11 @@ def _stop(pool: cf.ProcessPoolExecutor, kill: bool) -> None:
 
 
 def _reap(procs: list, seconds: float = 5.0) -> None:
-  """Wait for terminated workers to end, SIGKILL any still alive after ``seconds``. ``join(timeout)`` was seen to
-  return at once with its process still running (tests/test_workers.py's restart test, every other run on a 2-core
-  machine, 2026-12-01; cause not found), so each is polled to the deadline."""
-  import time
+  """Wait for terminated workers to end, SIGKILL any still alive after ``seconds``. The pool's own manager thread,
+  woken by the shutdown, joins the same workers: when it reaps one first, this thread's ``join`` returns at once
+  and ``is_alive`` reads True until that thread records the exit code (multiprocessing's poll takes waitpid's
+  ECHILD for "still running"; tests/test_workers.py's restart test failed every other run on 2 cores so), so
+  each is polled to the deadline."""
   deadline = time.monotonic() + seconds
   for p in procs:
     while p.is_alive() and time.monotonic() < deadline: p.join(timeout=0.05)
