@@ -15,7 +15,8 @@
 # Part b: every gpu-marked test 220, then `minicomp collect` on three fp32 tasks outside the eight until
 # ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed), then part a's
 # steps without the smoke test, each with less time (150, 150, 70 + 30, 70 + 70), then `minicomp collect --model` of
-# a ResNet-18's two heaviest layers (60), then ResNet-18 with and without split-K sketches (60): eleven files.
+# a ResNet-18's two heaviest layers (60), then ResNet-18 with and without split-K sketches (60), then 30 conv
+# programs with their fetch loops as they are and staged through registers (45 + 45): thirteen files.
 # islpy comes from .whl/ when the machine lacks it.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
@@ -63,6 +64,14 @@ measurements() {  # MODELS_S PICKS_S PYTORCH_S CHOICE_S
   grep -v "^  \|^\[minicomp\]" "$OUT/models.txt" "$OUT/choice.txt" | tail -n 60
 }
 
+staged_ab() {  # LIMIT: conv programs timed on 2026-11-30, their fetch loops as they are and staged (issue 48)
+  local sel=benchmarks/results/strategies/gpu/staging_2026-12-01/gpu_selection.jsonl.gz
+  step "fetch loops as they are" "$1" staging.txt env MINICOMP_STAGED_FETCH=0 python3 benchmarks/strategies_gpu.py \
+    measure --selection "$sel" --out "$OUT/staging_off" --deadline-s $(($1 - 15))
+  step "fetch loops staged through registers" "$1" staging.txt env MINICOMP_STAGED_FETCH=1 python3 \
+    benchmarks/strategies_gpu.py measure --selection "$sel" --out "$OUT/staging_on" --deadline-s $(($1 - 15))
+}
+
 env_txt
 case "$PART" in
   a)
@@ -86,7 +95,8 @@ import zoo; onnx.save(zoo.resnet18(hw=64)[0], '/tmp/r18.onnx')\" && python3 -m m
     tail -n 3 "$OUT/collect.txt"
     # (split-K sketches, not compile's default until a GPU times them: ResNet-18 at 64 x 64 with and without)
     step "split-K or not, per call" 60 split.txt python3 research/split_check.py --gpu --model resnet18
-    tail -n 12 "$OUT/split.txt" ;;
+    tail -n 12 "$OUT/split.txt"
+    staged_ab 45 ;;
   *)
     gpu_tests 220
     LEFT=$((${B_SECONDS:-300} - (SECONDS - START)))

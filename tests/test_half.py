@@ -98,9 +98,11 @@ def test_matmul_in_half_accumulates_in_float(M, N, K, dtype):
       half_t = "__half" if dtype == "float16" else "__nv_bfloat16"
       assert "mc_mma_" in k.source and shared and all(f" {half_t} " in line for line in shared), name
     else:
-      for line in k.source.splitlines():    # shared tiles hold floats: a fetch converts each element once, a use never
+      for line in k.source.splitlines():    # shared tiles hold floats: a fetch converts each element once (into the
+        lhs = line.split("=")[0]            # tile, or the registers it is staged in: codegen/cuda._staged), a use never
         if "__shared__" in line: assert line.lstrip().startswith("__shared__ __align__(16) float "), (name, line)
-        elif "_shared[" in line.split("=")[0] and "=" in line: assert to_float in line, (name, line)
+        elif "_shared_stage[" in lhs and "=" in line: assert to_float in line, (name, line)
+        elif "_shared[" in lhs and "=" in line: assert to_float in line or "_shared_stage[" in line, (name, line)
         elif "=" in line: assert f"{to_float}(A_shared" not in line and f"{to_float}(B_shared" not in line, (name, line)
     got = k(a, b)
     assert got.dtype == HALF[dtype][0], name

@@ -32,9 +32,11 @@ def cache_dir(kind: str) -> Path:
   return d
 
 
-def switched_on(variable: str) -> bool:
-  """Whether the on/off environment switch ``variable`` is on: it is unless set to 0, false, no or off."""
-  return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "no", "off")
+def switched_on(variable: str, default: bool = True) -> bool:
+  """Whether the on/off environment switch ``variable`` is on: unset, ``default``; else on unless set to 0, false,
+  no or off."""
+  raw = os.environ.get(variable)
+  return default if raw is None else raw.strip().lower() not in ("0", "false", "no", "off")
 
 
 def cache_key(*parts: str | bytes) -> str:
