@@ -259,39 +259,48 @@ def choose_default(task: Task, target: Target, name: str, mode: str,
 
 
 def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: CompileStats, built: Builds, shown):
-  """(task build, (steps, origin)) for every task of ``todo``, in order: here, or in ``opts.jobs`` worker
-  processes (the shared pool) when there are several tasks and the main script can be re-imported."""
+  """(task build, (steps, origin)) for every task of ``todo``, in order: in ``opts.jobs`` worker processes
+  (:func:`~minicomp.search.workers.own_work_pool`) when there are several tasks, else here. Where the pool breaks (a
+  worker killed, by the out-of-memory killer say), the tasks it left are chosen here, with a warning."""
   def account(s: CompileStats) -> None:
     stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
     stats.tensor_cores += s.tensor_cores
     built.seconds["lower_emit"] += s.build; built.seconds["nvrtc"] += s.nvrtc     # (a worker's builds; 0 here)
+
+  def chosen(b: TaskBuild, steps: str, origin: str) -> None:
+    done[id(b)] = (steps, origin)
+    shown.set_postfix_str("+".join(b.task.ops)[:40], refresh=False)
+    shown.update()
   from minicomp.search.workers import own_work_pool
+  done: dict[int, tuple[str, str]] = {}
   pool = own_work_pool(opts.jobs, "choosing schedules") if opts.jobs > 1 and len(todo) > 1 else None
   if pool is not None:
     import concurrent.futures as cf
+    from concurrent.futures.process import BrokenProcessPool
 
+    from minicomp.search.static import cache
     futs = {pool.submit(choose_default, b.task, target, b.name, _mode(opts)): b
             for b in sorted(todo, key=lambda b: _expected_work(b.task), reverse=True)}   # (the longest first)
-    from minicomp.search.static import cache
-    done: dict[int, tuple[str, str]] = {}
-    for f in cf.as_completed(futs):
+    broken = None
+    for f in cf.as_completed(futs):      # (a broken pool fails every future it had not finished)
       check_interrupt()
-      steps, origin, s, analysed = f.result()
+      try: steps, origin, s, analysed = f.result()
+      except BrokenProcessPool as e:
+        broken = broken or e
+        continue
       account(s)
       if analysed is not None: cache.put(*analysed)
-      done[id(futs[f])] = (steps, origin)
-      shown.set_postfix_str("+".join(futs[f].task.ops)[:40], refresh=False)
-      shown.update()
-    return [(b, done[id(b)]) for b in todo]
-  out = []
+      chosen(futs[f], steps, origin)
+    if broken is not None:
+      log.warning("choosing schedules: a worker process died (%s); the %d tasks left are chosen in this process",
+                  broken, len(todo) - len(done))
   for b in todo:
+    if id(b) in done: continue
     check_interrupt()
-    shown.set_postfix_str("+".join(b.task.ops)[:40], refresh=False)
     steps, origin, s, _ = choose_default(b.task, target, b.name, _mode(opts), built)
     account(s)
-    out.append((b, (steps, origin)))
-    shown.update()
-  return out
+    chosen(b, steps, origin)
+  return [(b, done[id(b)]) for b in todo]
 
 
 def _expected_work(task: Task) -> tuple[bool, int, int]:

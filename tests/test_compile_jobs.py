@@ -46,3 +46,32 @@ def test_the_pool_takes_the_longest_tasks_first():
   heavy = [t for t in order if {"MatMul", "Gemm"} & set(t.ops)]
   assert order[:len(heavy)] == heavy and len(heavy) < len(order)
   assert max(int(a.extent.arg) for x in order[0].dag.tensors for a in getattr(x, "reduce_axes", ())) == 512
+
+
+def test_a_pool_that_breaks_leaves_its_tasks_to_this_process(monkeypatch, caplog):
+  """A worker killed mid-compile (the out-of-memory killer, say) broke the pool and the compile with a raw
+  BrokenProcessPool; the tasks it left are now chosen in this process, with a warning, and the kernels are the same."""
+  import concurrent.futures as cf
+  import logging
+  from concurrent.futures.process import BrokenProcessPool
+
+  from minicomp.search import workers
+
+  class BreaksAfterOne(cf.Executor):
+    def __init__(self): self.calls = 0
+
+    def submit(self, fn, *args, **kwargs):
+      f, self.calls = cf.Future(), self.calls + 1
+      if self.calls == 1: f.set_result(fn(*args, **kwargs))
+      else: f.set_exception(BrokenProcessPool("a worker died"))
+      return f
+  model, feeds = zoo.inverted_residual()
+  one = mc.compile(model, target="sm_86", jobs=1)
+  pool = BreaksAfterOne()
+  monkeypatch.setattr(workers, "own_work_pool", lambda jobs, doing: pool)
+  with caplog.at_level(logging.WARNING, logger="minicomp"):
+    two = mc.compile(model, target="sm_86", jobs=2)
+  assert pool.calls == len(two.tasks) > 1
+  assert "a worker process died" in caplog.text and f"the {len(two.tasks) - 1} tasks left" in caplog.text
+  assert [k.source for k in one.kernels] == [k.source for k in two.kernels]
+  np.testing.assert_allclose(two.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
