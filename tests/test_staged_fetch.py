@@ -8,52 +8,21 @@ import minicomp as mc
 from minicomp import workloads as W
 from minicomp.ir.dag import ComputeDAG
 from minicomp.search.strategies.gensor import construct
-
-
-def _matmul_relu(M: int = 100, N: int = 72, K: int = 129):
-  """The README's first kernel with 64 x 64 tiles of A and B: 16 fetch iterations per thread, guarded (K = 129
-  does not divide into k-steps of 64)."""
-  A = mc.placeholder((M, K), "float32", name="A")
-  B = mc.placeholder((K, N), "float32", name="B")
-  k = mc.reduce_axis(K, name="k")
-  C = mc.compute((M, N), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
-  D = mc.compute((M, N), lambda i, j: mc.max(C[i, j], 0.0), name="D")
-  s = mc.Schedule([D])
-  CL = s.cache_write(C, "local")
-  s.compute_inline(C)
-  i, j = s.axis(D)
-  io, ii = s.split(D, i, 64); jo, ji = s.split(D, j, 64)
-  ty, ii = s.split(D, ii, 4); tx, ji = s.split(D, ji, 4)
-  s.reorder(D, io, jo, ty, tx, ii, ji)
-  s.bind(D, io, "blockIdx.y"); s.bind(D, jo, "blockIdx.x")
-  s.bind(D, ty, "threadIdx.y"); s.bind(D, tx, "threadIdx.x")
-  s.compute_at(CL, D, tx)
-  ci, cj, ck = s.loops(CL)
-  ko, ki = s.split(CL, ck, 64)
-  s.reorder(CL, ko, ki, ci, cj)
-  for X in (A, B):
-    XS = s.cache_read(X, "shared", [CL])
-    s.compute_at(XS, CL, ko)
-    fused = s.fuse(XS, *s.loops(XS))
-    _, t = s.split(XS, fused, 256)
-    y, x = s.split(XS, t, 16)
-    s.bind(XS, y, "threadIdx.y"); s.bind(XS, x, "threadIdx.x")
-  return s, (M, N, K)
+from test_workloads import mm_tiled_shared
 
 
 @pytest.mark.parametrize("staged", [False, True])
 def test_a_guarded_fetch_staged_in_chunks_computes_the_same(monkeypatch, staged):
   if staged: monkeypatch.setenv("MINICOMP_STAGED_FETCH", "1")
   else: monkeypatch.delenv("MINICOMP_STAGED_FETCH", raising=False)     # (off by default)
-  s, (M, N, K) = _matmul_relu()
-  kern = mc.build(s, target="sm_86")
+  wl = W.matmul(100, 72, 129, bias_relu=True)      # K = 129: the k-steps of 64 leave a guarded, partial tile
+  kern = mc.build(mm_tiled_shared(wl, tile=64, thread=4, kt=64), target="sm_86")
   assert ("_stage[" in kern.source) == staged
-  if staged:      # 16 iterations a thread: two chunks of 8, each loaded, then stored
+  if staged:      # 64 x 64 tiles, 256 threads: 16 iterations a thread, two chunks of 8, each loaded, then stored
     assert "float A_shared_stage[8];" in kern.source and "float B_shared_stage[8];" in kern.source
     assert "A_shared_ax0_ax1_fused_0_c < 2" in kern.source
-  rng = np.random.default_rng(0)
-  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
-  np.testing.assert_allclose(kern(a, b, device="cpu"), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+  ins = wl.random_inputs(0)
+  np.testing.assert_allclose(kern(*ins, device="cpu"), wl.reference(*ins), rtol=1e-4, atol=1e-4)
 
 
 def test_a_padded_convolution_fetch_staged_computes_the_same(monkeypatch):
