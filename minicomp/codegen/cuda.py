@@ -238,7 +238,7 @@ class CUDARenderer:
     from 2 to :data:`STAGE_CHUNK`, and unless ``MINICOMP_STAGED_FETCH=1`` (off by default until a GPU times it:
     the static model estimates it faster on most models but slower where its registers cost a block per SM, the
     residual block's 56x56 convolution on sm_86 25.2 -> 38.9 us*, and sees none of the waiting it removes)."""
-    if s.kind not in ("serial", "unroll"): return False
+    if s.kind not in ("serial", "unroll") or not switched_on(STAGE_SWITCH, default=False): return False
     body, guards = s.body, []
     while isinstance(body, If): guards.append(body.cond); body = body.then
     if not isinstance(body, Store) or body.async_copy or body.buffer.scope != "shared": return False
@@ -247,8 +247,7 @@ class CUDARenderer:
     if any(x.op is Op.LOAD for e in (body.index, *guards) for x in walk(e)): return False
     chunk = max((c for c in range(2, STAGE_CHUNK + 1) if n % c == 0), default=None)
     stage = Buffer(f"{body.buffer.name}_stage", body.buffer.dtype, "local", const(chunk or 1))
-    if chunk is None or stage.stored_dtype != body.buffer.stored_dtype or not switched_on(STAGE_SWITCH, default=False):
-      return False
+    if chunk is None or stage.stored_dtype != body.buffer.stored_dtype: return False
     ind, it = self.indent * depth, self.itype
     c, j = f"{s.var}_c", f"{s.var}_j"
     self.ranges[c], self.ranges[j] = (0, n // chunk - 1), (0, chunk - 1)
@@ -265,7 +264,6 @@ class CUDARenderer:
       self.stmt(st, inner + 1, out)
       out.append(f"{self.indent * inner}}}")
     if n > chunk: out.append(f"{ind}}}")
-    self._forget()      # (renderings made inside the chunk loops use names that end with them)
     return True
 
   def _if(self, s: If, depth: int, out: list[str]) -> None:

@@ -49,21 +49,28 @@ def work_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
   again in every worker; since the work needs nothing from it, the workers for such a script skip it
   (:func:`shared_pool` ``main=False``), unless it registered sketch rules or schedule steps, which workers that
   skip it would not know (:func:`own_work_pool` keeps that work in this process)."""
-  free = not _main_reimportable() and _added_by_main() is None
-  return shared_pool(workers, main=not free)
+  return shared_pool(workers, main=_main_needed()[0])
 
 
 def own_work_pool(workers: int, doing: str) -> cf.ProcessPoolExecutor | None:
   """:func:`work_pool`, or None where the work must stay in this process (logged; ``doing`` names it): a script
   without the guard that registered its own sketch rules or schedule steps."""
-  if not _main_reimportable():
-    added = _added_by_main()
-    if added is not None:
-      import logging
-      logging.getLogger("minicomp").info("%s in this process: the script has no `if __name__ == \"__main__\":` "
-                                         "guard, which worker processes need to see its %s", doing, added)
-      return None
-  return work_pool(workers)
+  main, added = _main_needed()
+  if added is not None:
+    import logging
+    logging.getLogger("minicomp").info("%s in this process: the script has no `if __name__ == \"__main__\":` "
+                                       "guard, which worker processes need to see its %s", doing, added)
+    return None
+  return shared_pool(workers, main=main)
+
+
+def _main_needed() -> tuple[bool, str | None]:
+  """(whether :func:`work_pool`'s workers import the main script, and the sketch rule or step it registered where
+  they must but the script has no guard): they import a script they can re-import; one without the guard only
+  where it registered something they would otherwise lack."""
+  if _main_reimportable(): return True, None
+  added = _added_by_main()
+  return added is not None, added
 
 
 def _main_reimportable() -> bool:
