@@ -377,7 +377,7 @@ def _is_one(e: Expr) -> bool:
 
 
 def _tidy(s):
-  """Flatten nested sequences and drop a barrier that directly follows another one."""
+  """Flatten nested sequences, drop a barrier that directly follows another one, and one that orders nothing."""
   def flat(x):
     if not isinstance(x, Seq): return x
     out: list = []
@@ -385,8 +385,48 @@ def _tidy(s):
       for z in (y.stmts if isinstance(y, Seq) else (y,)):
         if isinstance(z, Sync) and out and isinstance(out[-1], Sync): continue
         out.append(z)
+    out = _needed_barriers(out)
     return out[0] if len(out) == 1 else Seq(tuple(out))
   return map_stmts(s, flat)
+
+
+def _needed_barriers(stmts: list) -> list:
+  """``stmts`` without the barriers between two runs of plain statements (loops, guards, stores) that share no
+  memory one of them writes: ``sync; fetch A; sync; fetch B; sync`` is ``sync; fetch A; fetch B; sync`` where B
+  neither reads nor writes A's tile and A reads nothing B writes. A barrier whose runs reach past the sequence (no
+  barrier before or after it here) stays: what it orders is not all in view."""
+  bars = [k for k, z in enumerate(stmts) if isinstance(z, Sync)]
+  drop = set()
+  start = None                     # where the run before the barrier under test begins (after the last kept one)
+  for a, b, c in zip(bars, bars[1:], bars[2:]):
+    start = a + 1 if start is None else start
+    before, after = [z for k, z in enumerate(stmts[start:b], start) if k not in drop], stmts[b + 1:c]
+    if _plain(before) and _plain(after) and not _conflict(_touched(before), _touched(after)):
+      drop.add(b)
+    else:
+      start = None
+  return [z for k, z in enumerate(stmts) if k not in drop]
+
+
+def _plain(stmts: list) -> bool:
+  """Only loops, guards, comments and synchronous stores (no barrier, cross-thread reduction, asynchronous copy
+  or tensor-core statement)."""
+  return all(isinstance(x, (For, Seq, If, Comment)) or (isinstance(x, Store) and not x.async_copy)
+             for s in stmts for x in walk_stmts(s))
+
+
+def _touched(stmts: list) -> tuple[set, set]:
+  """(the names of the buffers read, those written) by ``stmts``, registers (local buffers) left out."""
+  reads, writes = set(), set()
+  for s in stmts:
+    reads |= {b.name for b in _buffers_read(s) if b.scope != "local"}
+    writes |= {x.buffer.name for x in walk_stmts(s) if isinstance(x, Store) and x.buffer.scope != "local"}
+  return reads, writes
+
+
+def _conflict(first: tuple[set, set], then: tuple[set, set]) -> bool:
+  (r1, w1), (r2, w2) = first, then
+  return bool(w1 & (r2 | w2) or r1 & w2)
 
 
 def _buffers_read(stmt) -> list[Buffer]:
