@@ -539,3 +539,41 @@ extern "C" __global__ void indep(float* a) {
   dep, indep = analyze_ptx(ptx, "dep"), analyze_ptx(ptx, "indep")
   assert dep["fp32_fma"] == indep["fp32_fma"] == 64          # the same work ...
   assert dep.chain_cycles > indep.chain_cycles + 100           # ... one chain of 64 FMAs vs four of 16
+
+
+GUARDED_FETCH_PTX = '''
+.version 7.0
+.target sm_86
+.address_size 64
+.visible .entry fetch(.param .u64 p) {
+  .reg .pred %p<2>;
+  .reg .f32 %f<4>;
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  .shared .align 4 .b8 tile[64];
+  ld.param.u64 %rd1, [p];
+  mov.u32 %r1, %tid.x;
+  mov.f32 %f1, 0f00000000;
+  setp.gt.u32 %p1, %r1, 6;
+  @%p1 bra $L__BB0_2;
+BODY
+  ld.global.f32 %f1, [%rd2];
+$L__BB0_2:
+  st.shared.f32 [tile], %f1;
+  ret;
+}
+'''
+
+
+@pytest.mark.parametrize("address_in_guard", [False, True])
+def test_a_fetch_store_waits_for_its_load_where_the_guard_stays_a_branch(address_in_guard):
+  """``@p bra L; <address>; ld.global %f; L: st.shared [..], %f``: where the guarded block holds more than the load
+  (its address computed under the guard), ptxas keeps the branch and the store waits for the load; a guarded load
+  alone is predicated and scheduled with what follows, so the join's store does not wait (ptx.PREDICATED_BLOCK)."""
+  from minicomp.search.static.ptx import LATENCY_CYCLES as L
+  body = ("  mul.wide.u32 %rd3, %r1, 4;\n  add.s64 %rd2, %rd1, %rd3;" if address_in_guard else "")
+  prof = analyze_ptx(GUARDED_FETCH_PTX.replace("BODY", body).replace("[%rd2]", "[%rd2]" if body else "[%rd1]"),
+                     "fetch")
+  assert len(prof.blocks) == 3
+  waits = prof.chain_cycles >= L["ld_global"]
+  assert waits == address_in_guard

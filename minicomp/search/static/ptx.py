@@ -28,7 +28,9 @@ Latency (Tuna's "ILP cost", Sec. III-B): every basic block is list-scheduled for
 in order, one instruction per cycle, each waiting for the registers it reads to be ready
 (:data:`LATENCY_CYCLES` after their producer issued); the block's length times its
 executions, summed, is ``chain_cycles``: how long one warp takes when nothing else hides its
-latencies.
+latencies. A block carries its pending results into the join it falls into where ptxas keeps the
+guard a branch (more than :data:`PREDICATED_BLOCK` instructions): there a guarded fetch's store waits
+for its load, element after element.
 """
 from __future__ import annotations
 
@@ -157,15 +159,30 @@ _STORES = ("st_global", "st_shared", "st_local")
 _REG_RE = re.compile(r"%[A-Za-z_]\w*")
 
 
-def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...]) -> float:
+# ptxas turns a guarded block of this many instructions (a guarded load alone) into predicated instructions, which it
+# schedules with the code around them; a longer one stays a branch (research/README.md, fetch_chain.py: on 775 sm_90
+# programs this bound tells which fetch stores wait on their load in the machine code for 741)
+PREDICATED_BLOCK = 1
+
+
+def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...],
+                 follow_after: int = PREDICATED_BLOCK) -> float:
   """One warp's latency-bound cycles: each basic block list-scheduled in order (one issue per
   cycle, an instruction waiting for the registers it reads, a barrier for the warp's pending
   results but not its asynchronous copies), its length times its executions, summed. Dependencies
-  between blocks are not followed (a loop-carried chain is counted inside its block)."""
+  between blocks are not followed (a loop-carried chain is counted inside its block), except into a join
+  from the block that falls into it where that block holds more than ``follow_after`` instructions (0: never):
+  ptxas leaves such a guard a branch, so the join's first instructions wait for the guarded block's results
+  (a guarded fetch's store for its load: each element of the fetch waits out a global load)."""
   total = 0.0
+  prev = None
   for bb in blocks:
     ready: dict[str, int] = {}
     t, pending = -1, 0
+    if follow_after and prev is not None and _falls_into_join(instrs, prev[0], bb, follow_after):
+      shift = prev[1] + 1
+      ready = {r: c - shift for r, c in prev[2].items() if c > shift}
+      pending = max(prev[3] - shift, 0)
     for ins in instrs[bb.first:bb.last + 1]:
       cls = classify(ins.opcode)[0]
       start = t + 1
@@ -179,7 +196,16 @@ def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...]) -> f
       # a store, or a cp.async (its wait_group, not the next barrier, waits for it: Schedule.pipeline), is left behind
       pending = max(pending, start + 1 if cls in _STORES or ins.base == "cp" else done)
     total += (t + 1) * bb.executions
+    prev = (bb, t, ready, pending)
   return total
+
+
+def _falls_into_join(instrs, a: BasicBlock, b: BasicBlock, longer_than: int) -> bool:
+  """Does block ``a`` (of more than ``longer_than`` instructions) fall through into ``b``, a join (labelled) that
+  runs as often?"""
+  last = instrs[a.last]
+  return (b.first == a.last + 1 and b.label is not None and last.base not in ("bra", "brx", "ret", "exit")
+          and a.last - a.first + 1 > longer_than and a.executions == b.executions)
 
 
 def _in_cycle(i: int, ent: int, test: int) -> bool:

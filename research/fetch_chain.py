@@ -1,0 +1,151 @@
+"""Can the PTX tell which guarded fetch loads the machine code serializes, and does charging them rank better?
+
+``fetch_staging.py`` found, in the SASS, stores to shared memory that wait on a lone global load: ptxas left the
+guard a branch, so in-order issue waits out each load. In the PTX such a fetch is a conditional block that ends
+with the load and falls through into a join block holding the store (``@p bra L; ...; ld.global %f; L: st.shared
+[..], %f``). Where that block is short (the load alone), ptxas predicates it and hoists the loads; where it is long
+(an address computed inside the guard), the branch stays. ``ptx.chain_cycles`` schedules each basic block alone,
+so it charges neither. This script
+
+1. counts, per program, the PTX's stores that read a load of the block before across a fall-through join whose
+   block holds more than ``T`` instructions, for several ``T``, beside the SASS count (``--nvdisasm``): which ``T``
+   agrees with ptxas;
+2. recomputes each timed program's latency chain with those joins followed (the store waits for the load: the
+   chain carries the ready times of a long block into the join that follows it), and ranks the programs of each
+   task by the shipped calibration's estimate with the old and the new chain: favourite / fastest and Spearman.
+
+  python research/fetch_chain.py --data benchmarks/data/h200-2026-11-30/favourites.jsonl.gz \\
+      --data benchmarks/data/h200-2026-11-30/picks.jsonl.gz [--nvdisasm PATH] [--per-task N]
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import os
+import random
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "benchmarks")]
+
+import numpy as np  # noqa: E402
+
+THRESHOLDS = (1, 2, 4, 8, 16)
+
+
+def joins(ptx: str, kernel: str) -> list[int]:
+  """The length of the block that falls into the join, for every store to shared memory in a join block that reads a
+  global load of that block."""
+  from minicomp.search.static.ptx import _REG_RE
+  from minicomp.search.static.ptx_parse import classify, entry_body, parse_body
+  _, body = entry_body(ptx, kernel)
+  instrs, labels = parse_body(body)
+  starts = sorted({0} | set(labels.values()) | {i.index + 1 for i in instrs if i.base in ("bra", "brx", "ret", "exit")})
+  label_at = set(labels.values())
+  out = []
+  for a, b in zip(starts, starts[1:]):
+    last = instrs[b - 1] if b - 1 < len(instrs) else None
+    if last is None or last.base in ("bra", "brx", "ret", "exit") or b not in label_at:
+      continue
+    loaded = {d for ins in instrs[a:b] if classify(ins.opcode)[0] == "ld_global" for d in ins.dsts}
+    end = next((s for s in starts if s > b), len(instrs))
+    for ins in instrs[b:end]:
+      if classify(ins.opcode)[0] == "st_shared" and loaded & set(_REG_RE.findall(" ".join(ins.operands))):
+        out.append(b - a)
+  return out
+
+
+def _chains(k, after: int) -> tuple[list, list]:
+  """Each launch's latency chain, in launch order: every block alone (the model before 2026-12-01), and with joins
+  after blocks longer than ``after`` followed (the loops' trip counts from the loop IR, as ``estimate.py`` gives
+  them)."""
+  from minicomp.search.static import ptx as P
+  from minicomp.search.static.ptx_parse import entry_body, parse_body
+  old, new = [], []
+  for l, kir in zip(k.plan.launches, k.program.kernels):
+    prof = P.analyze_ptx(k.binary.ptx, l.kernel, hints=P.ir_loop_extents(kir.body))
+    instrs, _ = parse_body(entry_body(k.binary.ptx, l.kernel)[1])
+    old.append(P.chain_cycles(instrs, prof.blocks, 0))
+    new.append(P.chain_cycles(instrs, prof.blocks, after))
+  return old, new
+
+
+def _one(task: str, steps: str, sass: str | None):
+  import strategies_gpu as G
+
+  from minicomp.search.measure import MeasureInput, build_candidate
+  k = build_candidate(MeasureInput(G.dag_of(task), G.replayable(steps), "sm_90", key=task))
+  names = list(dict.fromkeys(l.kernel for l in k.plan.launches))
+  lens = [n for name in names for n in joins(k.binary.ptx, name)]
+  from minicomp.search.static.ptx import PREDICATED_BLOCK
+  old, new = _chains(k, PREDICATED_BLOCK)
+  serial = None
+  if sass:
+    from fetch_staging import serialized_loads
+    serial = serialized_loads(k.binary.cubin, sass)[1]
+  return lens, old, new, serial
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--data", action="append", required=True)
+  ap.add_argument("--nvdisasm")
+  ap.add_argument("--per-task", type=int, default=0, help="programs sampled per task (0: all)")
+  ap.add_argument("--jobs", type=int, default=os.cpu_count())
+  a = ap.parse_args(argv)
+  from minicomp.search.static import calibration as C
+  from minicomp.search.static import fit as F
+  from minicomp.search.static import timings as T
+  from minicomp.search.static.model import LaunchFacts, combine, unit_times
+  rows = [r for p in a.data for r in T.read(p) if r.correct and r.facts]
+  by: dict[str, list] = defaultdict(list)
+  for r in rows: by[r.task].append(r)
+  rng = random.Random(0)
+  if a.per_task:
+    by = {t: rng.sample(rs, min(a.per_task, len(rs))) for t, rs in by.items()}
+  todo = [r for rs in by.values() for r in rs]
+  with cf.ProcessPoolExecutor(a.jobs) as ex:
+    res = list(ex.map(_one, [r.task for r in todo], [r.steps for r in todo], [a.nvdisasm] * len(todo), chunksize=4))
+  got = {id(r): x for r, x in zip(todo, res)}
+  print(f"command:  python research/fetch_chain.py {' '.join('--data ' + d for d in a.data)}"
+        + (f" --per-task {a.per_task}" if a.per_task else "") + (" --nvdisasm NVDISASM" if a.nvdisasm else ""))
+  if a.nvdisasm:
+    print("\nPTX join stores in blocks longer than T against the SASS's serialized stores (programs that agree):")
+    for t in THRESHOLDS:
+      agree = sum((sum(n > t for n in got[id(r)][0]) > 0) == (got[id(r)][3] > 0) for r in todo)
+      exact = sum(sum(n > t for n in got[id(r)][0]) == got[id(r)][3] for r in todo)
+      print(f"  T={t:2d}: {agree} of {len(todo)} agree on whether, {exact} on how many")
+  print("\n| task | programs | favourite / fastest: chain as now, joins followed | Spearman: now, followed |")
+  print("|---|---:|---|---|")
+  for task, rs in sorted(by.items()):
+    dev = F.device_of(rs[0])
+    cal = C.active(dev)
+    gpu = np.array([r.median_s for r in rs])
+    est = {}
+    for which in (1, 2):
+      e = []
+      for r in rs:
+        tot = 0.0
+        chains = got[id(r)][which]        # (by launch order: the stored launches' names may differ)
+        assert len(chains) == len(r.facts["launches"])
+        for n, f in enumerate(r.facts["launches"]):
+          f = dict(f)
+          f["chain_cycles"] = chains[n]
+          tot += combine(unit_times(LaunchFacts(**f), dev)[0], cal)[3]
+        e.append(tot)
+      est[which] = np.array(e)
+    fav = [gpu[np.argmin(est[w])] / gpu.min() for w in (1, 2)]
+    rho = [_spearman(gpu, est[w]) for w in (1, 2)]
+    print(f"| {task} | {len(rs)} | {fav[0]:.2f}, {fav[1]:.2f} | {rho[0]:.2f}, {rho[1]:.2f} |", flush=True)
+  return 0
+
+
+def _spearman(x, y) -> float:
+  rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+  return float(np.corrcoef(rx, ry)[0, 1])
+
+
+if __name__ == "__main__":
+  sys.exit(main())
