@@ -94,6 +94,8 @@ def main(argv=None) -> int:
   ap.add_argument("--nvdisasm")
   ap.add_argument("--per-task", type=int, default=0, help="programs sampled per task (0: all)")
   ap.add_argument("--jobs", type=int, default=os.cpu_count())
+  ap.add_argument("--write", type=Path, help="also write copies of the --data files with each chain, before and "
+                  "after (DIR/before/, DIR/after/: the same file names), for minicomp calibrate --data")
   a = ap.parse_args(argv)
   from minicomp.search.static import calibration as C
   from minicomp.search.static import fit as F
@@ -108,14 +110,16 @@ def main(argv=None) -> int:
   todo = [r for rs in by.values() for r in rs]
   with cf.ProcessPoolExecutor(a.jobs) as ex:
     res = list(ex.map(_one, [r.task for r in todo], [r.steps for r in todo], [a.nvdisasm] * len(todo), chunksize=4))
-  got = {id(r): x for r, x in zip(todo, res)}
+  got = {_key(r): x for r, x in zip(todo, res)}
+  if a.write:
+    _write(a.data, a.write, got)
   print(f"command:  python research/fetch_chain.py {' '.join('--data ' + d for d in a.data)}"
         + (f" --per-task {a.per_task}" if a.per_task else "") + (" --nvdisasm NVDISASM" if a.nvdisasm else ""))
   if a.nvdisasm:
     print("\nPTX join stores in blocks longer than T against the SASS's serialized stores (programs that agree):")
     for t in THRESHOLDS:
-      agree = sum((sum(n > t for n in got[id(r)][0]) > 0) == (got[id(r)][3] > 0) for r in todo)
-      exact = sum(sum(n > t for n in got[id(r)][0]) == got[id(r)][3] for r in todo)
+      agree = sum((sum(n > t for n in got[_key(r)][0]) > 0) == (got[_key(r)][3] > 0) for r in todo)
+      exact = sum(sum(n > t for n in got[_key(r)][0]) == got[_key(r)][3] for r in todo)
       print(f"  T={t:2d}: {agree} of {len(todo)} agree on whether, {exact} on how many")
   print("\n| task | programs | favourite / fastest: chain as now, joins followed | Spearman: now, followed |")
   print("|---|---:|---|---|")
@@ -128,7 +132,7 @@ def main(argv=None) -> int:
       e = []
       for r in rs:
         tot = 0.0
-        chains = got[id(r)][which]        # (by launch order: the stored launches' names may differ)
+        chains = got[_key(r)][which]        # (by launch order: the stored launches' names may differ)
         assert len(chains) == len(r.facts["launches"])
         for n, f in enumerate(r.facts["launches"]):
           f = dict(f)
@@ -140,6 +144,29 @@ def main(argv=None) -> int:
     rho = [_spearman(gpu, est[w]) for w in (1, 2)]
     print(f"| {task} | {len(rs)} | {fav[0]:.2f}, {fav[1]:.2f} | {rho[0]:.2f}, {rho[1]:.2f} |", flush=True)
   return 0
+
+
+def _write(paths: list[str], out: Path, got: dict) -> None:
+  """Each timings file again, its rows' chains replaced by the rebuilt program's: as the model had it (before) and with
+  the joins followed (after); a row whose rebuild has another number of launches is left out of both."""
+  import gzip
+
+  from minicomp.search.static import timings as T
+  for which, sub in ((1, "before"), (2, "after")):
+    (out / sub).mkdir(parents=True, exist_ok=True)
+    for path in paths:
+      rows = [r for r in T.read(path) if r.correct and r.facts]
+      with gzip.open(out / sub / Path(path).name, "wt") as f:
+        for r in rows:
+          x = got.get(_key(r))
+          if x is None or len(x[which]) != len(r.facts["launches"]): continue
+          facts = dict(r.facts, launches=[dict(l, chain_cycles=c) for l, c in zip(r.facts["launches"], x[which])])
+          f.write(T.Timing(r.task, r.workload, r.arch, r.steps, r.gpu, r.date, r.median_s, r.correct,
+                           facts).to_json() + "\n")
+
+
+def _key(r) -> tuple:
+  return (r.task, r.steps, r.median_s, r.date)
 
 
 def _spearman(x, y) -> float:
