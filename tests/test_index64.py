@@ -103,11 +103,11 @@ def floor_helpers():
 SCHEDULES = [softmax, row_sum_tree, matmul_vthread, embedding, elementwise_float4, floor_helpers]
 
 # sha256 of each schedule's CUDA source, recorded before the int64 path existed (matmul_vthread's re-recorded on
-# 2026-12-01: its two tile fetches now share one pair of barriers, docs/lowering.md)
+# 2026-12-01: its two tile fetches now share one pair of barriers and are staged through registers, docs/lowering.md)
 INT32_SHA256 = {
   "softmax": "72a05913278f133abdc5d16d08e0c10e25edd47b5442e7d5cfcbefe772e4cb56",
   "row_sum_tree": "9ba534dd0ae80ba22515d0a56f19eacd46136104f82691110b9ce08a97c89781",
-  "matmul_vthread": "bd4f6ac5fca50a2db19fa7a58735dc546cc82fda3578c26fe531f63256f9e53c",
+  "matmul_vthread": "3cfbd5210636a63de6cd70c10fa9a60a7be6c41154b10c6e569f4e7469118c73",
   "embedding": "07bb5d6259fb56295a2948496b31749c1b134930105aeb549a7f4b5b8eeb76db",
   "elementwise_float4": "5b86389f91558001b493f062e3655193a41dbf54abc12672cfc373c548e97096",
   "floor_helpers": "0b3b463e9f913f6cf3a8906df708ab19c76cb86f0373d693b08242eb75effd8d",

@@ -1,6 +1,6 @@
-"""Fetch loops staged through registers (codegen/cuda.py ``_staged``, ``MINICOMP_STAGED_FETCH=1``): every value of
-a chunk loaded before any is stored, so a guarded fetch's loads do not wait for each other. The kernels must
-compute what they computed, staged or not, against numpy in the CPU simulator."""
+"""Fetch loops staged through registers (codegen/cuda.py ``_staged``; on by default, ``MINICOMP_STAGED_FETCH=0``
+turns it off): every value of a chunk loaded before any is stored, so a guarded fetch's loads do not wait for each
+other. The kernels must compute what they computed, staged or not, against numpy in the CPU simulator."""
 import numpy as np
 import pytest
 
@@ -13,8 +13,8 @@ from test_workloads import mm_tiled_shared
 
 @pytest.mark.parametrize("staged", [False, True])
 def test_a_guarded_fetch_staged_in_chunks_computes_the_same(monkeypatch, staged):
-  if staged: monkeypatch.setenv("MINICOMP_STAGED_FETCH", "1")
-  else: monkeypatch.delenv("MINICOMP_STAGED_FETCH", raising=False)     # (off by default)
+  if staged: monkeypatch.delenv("MINICOMP_STAGED_FETCH", raising=False)     # (on by default)
+  else: monkeypatch.setenv("MINICOMP_STAGED_FETCH", "0")
   wl = W.matmul(100, 72, 129, bias_relu=True)      # K = 129: the k-steps of 64 leave a guarded, partial tile
   kern = mc.build(mm_tiled_shared(wl, tile=64, thread=4, kt=64), target="sm_86")
   assert ("_stage[" in kern.source) == staged
@@ -28,7 +28,7 @@ def test_a_guarded_fetch_staged_in_chunks_computes_the_same(monkeypatch, staged)
 def test_a_padded_convolution_fetch_staged_computes_the_same(monkeypatch):
   """A convolution's input tile is a padding select (a load only inside the image): staged, it still reads zeros
   outside."""
-  monkeypatch.setenv("MINICOMP_STAGED_FETCH", "1")
+  monkeypatch.delenv("MINICOMP_STAGED_FETCH", raising=False)
   wl = W.conv2d(1, 64, 8, 8, 32, 3, 1, 1)
   cand = construct(ComputeDAG(wl.outputs), "sm_86", seed=0).candidates[0]
   kern = mc.build(cand.schedule, target="sm_86")

@@ -38,7 +38,7 @@ from minicomp.ir.simplify import simplify
 from minicomp.target import STATIC_SHARED_BYTES
 
 STAGE_CHUNK = 8   # the most iterations of a fetch loop staged through registers at once (CUDARenderer._staged)
-STAGE_SWITCH = "MINICOMP_STAGED_FETCH"   # =1 turns staging on (off by default)
+STAGE_SWITCH = "MINICOMP_STAGED_FETCH"   # =0 turns staging off (on by default since 2026-12-01)
 
 _PREC = {Op.OR: 1, Op.AND: 2, Op.EQ: 3, Op.NE: 3, Op.LT: 4, Op.LE: 4, Op.GT: 4, Op.GE: 4,
          Op.ADD: 5, Op.SUB: 5, Op.MUL: 6, Op.DIV: 6, Op.FLOORDIV: 6, Op.FLOORMOD: 6}
@@ -235,10 +235,10 @@ class CUDARenderer:
     one before; nvdisasm, research/README.md "fetch_staging.py"). Staged, a chunk's loads issue back to back and
     its first store waits for all of them at once; the chunk bounds the registers it takes. False (the loop as it
     is) for any other loop, an asynchronous copy, a tile held in a half type, a loop whose extent has no divisor
-    from 2 to :data:`STAGE_CHUNK`, and unless ``MINICOMP_STAGED_FETCH=1`` (off by default until a GPU times it:
-    the static model estimates it faster on most models but slower where its registers cost a block per SM, the
-    residual block's 56x56 convolution on sm_86 25.2 -> 38.9 us*, and sees none of the waiting it removes)."""
-    if s.kind not in ("serial", "unroll") or not switched_on(STAGE_SWITCH, default=False): return False
+    from 2 to :data:`STAGE_CHUNK`, and where ``MINICOMP_STAGED_FETCH=0`` (on by default since 2026-12-01, when the
+    static model's latency chain learned to see the waiting: it then estimates the nine models of
+    ``benchmarks/defaults.py`` faster or equal with staging on sm_86 and h100; no GPU has timed it yet)."""
+    if s.kind not in ("serial", "unroll") or not switched_on(STAGE_SWITCH): return False
     body, guards = s.body, []
     while isinstance(body, If): guards.append(body.cond); body = body.then
     if not isinstance(body, Store) or body.async_copy or body.buffer.scope != "shared": return False
