@@ -394,7 +394,11 @@ def _needed_barriers(stmts: list) -> list:
   """``stmts`` without the barriers between two runs of plain statements (loops, guards, stores) that share no
   memory one of them writes: ``sync; fetch A; sync; fetch B; sync`` is ``sync; fetch A; fetch B; sync`` where B
   neither reads nor writes A's tile and A reads nothing B writes. A barrier whose runs reach past the sequence (no
-  barrier before or after it here) stays: what it orders is not all in view."""
+  barrier before or after it here) stays: what it orders is not all in view. So does every barrier of a sequence
+  that holds tensor-core statements: their fragments and accumulators leave few registers, and the loads of two
+  fetches in flight at once made ptxas spill (a bf16 tensor-core convolution for sm_86: 70 registers, no spills,
+  with the barrier; 64 and four spill stores without)."""
+  if any(isinstance(x, (Mma, FragmentLoad)) for z in stmts for x in walk_stmts(z)): return stmts
   bars = [k for k, z in enumerate(stmts) if isinstance(z, Sync)]
   drop = set()
   start = None                     # where the run before the barrier under test begins (after the last kept one)
