@@ -35,52 +35,38 @@ import numpy as np  # noqa: E402
 THRESHOLDS = (1, 2, 4, 8, 16)
 
 
-def joins(ptx: str, kernel: str) -> list[int]:
+def joins(instrs, blocks) -> list[int]:
   """The length of the block that falls into the join, for every store to shared memory in a join block that reads a
-  global load of that block."""
-  from minicomp.search.static.ptx import _REG_RE
-  from minicomp.search.static.ptx_parse import classify, entry_body, parse_body
-  _, body = entry_body(ptx, kernel)
-  instrs, labels = parse_body(body)
-  starts = sorted({0} | set(labels.values()) | {i.index + 1 for i in instrs if i.base in ("bra", "brx", "ret", "exit")})
-  label_at = set(labels.values())
+  global load of that block (``ptx._falls_into_join``, whatever the block's length)."""
+  from minicomp.search.static.ptx import _REG_RE, _falls_into_join
+  from minicomp.search.static.ptx_parse import classify
   out = []
-  for a, b in zip(starts, starts[1:]):
-    last = instrs[b - 1] if b - 1 < len(instrs) else None
-    if last is None or last.base in ("bra", "brx", "ret", "exit") or b not in label_at:
-      continue
-    loaded = {d for ins in instrs[a:b] if classify(ins.opcode)[0] == "ld_global" for d in ins.dsts}
-    end = next((s for s in starts if s > b), len(instrs))
-    for ins in instrs[b:end]:
+  for a, b in zip(blocks, blocks[1:]):
+    if not _falls_into_join(instrs, a, b): continue
+    loaded = {d for ins in instrs[a.first:a.last + 1] if classify(ins.opcode)[0] == "ld_global" for d in ins.dsts}
+    for ins in instrs[b.first:b.last + 1]:
       if classify(ins.opcode)[0] == "st_shared" and loaded & set(_REG_RE.findall(" ".join(ins.operands))):
-        out.append(b - a)
+        out.append(a.last - a.first + 1)
   return out
 
 
-def _chains(k, after: int) -> tuple[list, list]:
-  """Each launch's latency chain, in launch order: every block alone (the model before 2026-12-01), and with joins
-  after blocks longer than ``after`` followed (the loops' trip counts from the loop IR, as ``estimate.py`` gives
-  them)."""
-  from minicomp.search.static import ptx as P
-  from minicomp.search.static.ptx_parse import entry_body, parse_body
-  old, new = [], []
-  for l, kir in zip(k.plan.launches, k.program.kernels):
-    prof = P.analyze_ptx(k.binary.ptx, l.kernel, hints=P.ir_loop_extents(kir.body))
-    instrs, _ = parse_body(entry_body(k.binary.ptx, l.kernel)[1])
-    old.append(P.chain_cycles(instrs, prof.blocks, 0))
-    new.append(P.chain_cycles(instrs, prof.blocks, after))
-  return old, new
-
-
 def _one(task: str, steps: str, sass: str | None):
+  """(join lengths of every launch, each launch's chain as the model had it, with the joins followed, the SASS's
+  serialized stores or None) of one timed program, rebuilt for sm_90 (the loops' trip counts from the loop IR, as
+  ``estimate.py`` gives them)."""
   import strategies_gpu as G
 
   from minicomp.search.measure import MeasureInput, build_candidate
+  from minicomp.search.static import ptx as P
+  from minicomp.search.static.ptx_parse import entry_body, parse_body
   k = build_candidate(MeasureInput(G.dag_of(task), G.replayable(steps), "sm_90", key=task))
-  names = list(dict.fromkeys(l.kernel for l in k.plan.launches))
-  lens = [n for name in names for n in joins(k.binary.ptx, name)]
-  from minicomp.search.static.ptx import PREDICATED_BLOCK
-  old, new = _chains(k, PREDICATED_BLOCK)
+  lens, old, new = [], [], []
+  for l, kir in zip(k.plan.launches, k.program.kernels):
+    prof = P.analyze_ptx(k.binary.ptx, l.kernel, hints=P.ir_loop_extents(kir.body))
+    instrs, _ = parse_body(entry_body(k.binary.ptx, l.kernel)[1])
+    lens += joins(instrs, prof.blocks)
+    old.append(P.chain_cycles(instrs, prof.blocks, 0))       # every block alone (the model before 2026-12-01)
+    new.append(P.chain_cycles(instrs, prof.blocks, P.PREDICATED_BLOCK))
   serial = None
   if sass:
     from fetch_staging import serialized_loads

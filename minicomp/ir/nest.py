@@ -398,8 +398,8 @@ def _needed_barriers(stmts: list) -> list:
   that holds tensor-core statements: their fragments and accumulators leave few registers, and the loads of two
   fetches in flight at once made ptxas spill (a bf16 tensor-core convolution for sm_86: 70 registers, no spills,
   with the barrier; 64 and four spill stores without)."""
-  if any(isinstance(x, (Mma, FragmentLoad)) for z in stmts for x in walk_stmts(z)): return stmts
   bars = [k for k, z in enumerate(stmts) if isinstance(z, Sync)]
+  if len(bars) < 3 or any(isinstance(x, (Mma, FragmentLoad)) for z in stmts for x in walk_stmts(z)): return stmts
   drop = set()
   start = None                     # where the run before the barrier under test begins (after the last kept one)
   for a, b, c in zip(bars, bars[1:], bars[2:]):

@@ -157,6 +157,7 @@ LATENCY_CYCLES = {"fp32_fma": 4, "fp32_arith": 4, "fp64": 8, "int": 4, "sfu": 20
                   "tensor_k16": 32, "tensor_k8": 16, "tensor_tf32": 32, "tensor_int8": 32}
 _STORES = ("st_global", "st_shared", "st_local")
 _REG_RE = re.compile(r"%[A-Za-z_]\w*")
+_ENDS_BLOCK = ("bra", "brx", "ret", "exit")    # what ends a basic block (besides the label that starts the next)
 
 
 # ptxas turns a guarded block of this many instructions (a guarded load alone) into predicated instructions, which it
@@ -179,7 +180,8 @@ def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...],
   for bb in blocks:
     ready: dict[str, int] = {}
     t, pending = -1, 0
-    if follow_after and prev is not None and _falls_into_join(instrs, prev[0], bb, follow_after):
+    if (follow_after and prev is not None and _falls_into_join(instrs, prev[0], bb)
+        and prev[0].last - prev[0].first + 1 > follow_after and prev[0].executions == bb.executions):
       shift = prev[1] + 1
       ready = {r: c - shift for r, c in prev[2].items() if c > shift}
       pending = max(prev[3] - shift, 0)
@@ -200,12 +202,9 @@ def chain_cycles(instrs: list[Instruction], blocks: tuple[BasicBlock, ...],
   return total
 
 
-def _falls_into_join(instrs, a: BasicBlock, b: BasicBlock, longer_than: int) -> bool:
-  """Does block ``a`` (of more than ``longer_than`` instructions) fall through into ``b``, a join (labelled) that
-  runs as often?"""
-  last = instrs[a.last]
-  return (b.first == a.last + 1 and b.label is not None and last.base not in ("bra", "brx", "ret", "exit")
-          and a.last - a.first + 1 > longer_than and a.executions == b.executions)
+def _falls_into_join(instrs, a: BasicBlock, b: BasicBlock) -> bool:
+  """Does block ``a`` fall through into ``b``, a join (a labelled block, which a branch reaches too)?"""
+  return b.first == a.last + 1 and b.label is not None and instrs[a.last].base not in _ENDS_BLOCK
 
 
 def _in_cycle(i: int, ent: int, test: int) -> bool:
@@ -215,7 +214,7 @@ def _in_cycle(i: int, ent: int, test: int) -> bool:
 
 def _basic_blocks(instrs, labels, mult, loops) -> tuple[BasicBlock, ...]:
   starts = {0} | {i for i in labels.values() if i < len(instrs)}
-  starts |= {ins.index + 1 for ins in instrs if ins.base in ("bra", "brx", "ret", "exit") and ins.index + 1 < len(instrs)}
+  starts |= {ins.index + 1 for ins in instrs if ins.base in _ENDS_BLOCK and ins.index + 1 < len(instrs)}
   names = {i: n for n, i in labels.items()}
   order = sorted(starts)
   out = []
