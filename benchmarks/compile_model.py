@@ -3,9 +3,10 @@
     python benchmarks/compile_model.py                       # ResNet-18, MobileNetV2, BERT-tiny (64x64 images)
     python benchmarks/compile_model.py --only resnet18 --hw 224
     python benchmarks/compile_model.py --tvm-python /path/to/tvm-venv/bin/python
+    python benchmarks/compile_model.py --schedules gensor quick   # compile's default and schedules="quick"
 
 Each compile runs in a fresh process (what a user's script or ``minicomp compile`` pays; library imports
-excluded) with ``compile(model, target, jobs=--jobs)``:
+excluded) with ``compile(model, target, jobs=--jobs, schedules=S)``, for each S of ``--schedules``:
 
 - **cold**: an empty cache folder (no NVRTC binaries, no schedule cache);
 - **warm**: a second process on the same folder (the schedule cache and NVRTC's binaries are there).
@@ -48,7 +49,7 @@ def one(args) -> int:
   import minicomp as mc
   model = onnx.load(args.one)
   t0 = time.perf_counter()
-  cm = mc.compile(model, target=args.target, jobs=args.jobs, progress=False)
+  cm = mc.compile(model, target=args.target, jobs=args.jobs, progress=False, schedules=args.schedules[0])
   secs = time.perf_counter() - t0
   s = cm.stats
   print(json.dumps({"s": secs, "tasks": s.tasks, "calls": s.calls, "construct": s.construct, "estimate": s.estimate,
@@ -57,9 +58,10 @@ def one(args) -> int:
   return 0
 
 
-def _child(onnx_path: str, cache: str, args) -> dict:
+def _child(onnx_path: str, cache: str, args, schedules: str) -> dict:
   env = dict(os.environ, MINICOMP_CACHE_DIR=cache, MINICOMP_SCHEDULE_CACHE="1", MINICOMP_NVRTC_CACHE="1")
-  r = subprocess.run([sys.executable, __file__, "--one", onnx_path, "--target", args.target, "--jobs", str(args.jobs)],
+  r = subprocess.run([sys.executable, __file__, "--one", onnx_path, "--target", args.target, "--jobs", str(args.jobs),
+                      "--schedules", schedules],
                      env=env, capture_output=True, text=True, check=False)
   if r.returncode != 0: raise SystemExit(f"compiling {onnx_path} failed:\n{r.stderr[-3000:]}")
   return json.loads(r.stdout.strip().splitlines()[-1])
@@ -95,6 +97,8 @@ def main(argv=None) -> int:
   ap.add_argument("--hw", type=int, default=64, help="image size of the convolutional models")
   ap.add_argument("--target", default="sm_86")
   ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+  ap.add_argument("--schedules", nargs="+", default=["gensor"], choices=["gensor", "quick", "rules"],
+                  help="compile's schedules= modes, a row each (default: gensor)")
   ap.add_argument("--tvm-python", default=None, help="an interpreter with apache-tvm installed")
   ap.add_argument("--cccl-include", default=None, help="CCCL headers for NVRTC on TVM's CUDA C")
   ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -114,22 +118,25 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mc-compile-") as tmp:
       path = os.path.join(tmp, f"{name}.onnx")
       onnx.save(model, path)
-      cache = os.path.join(tmp, "cache")
-      cold, warm = _child(path, cache, args), _child(path, cache, args)
       tvm = _tvm(path, args, tmp) if have_tvm else None
-    rows.append((name, cold, warm, tvm))
-    print(f"  {name}: cold {cold['s']:.2f} s, warm {warm['s']:.2f} s" + (f", TVM {tvm['total_s']:.2f} s" if tvm else ""),
-          file=sys.stderr, flush=True)
+      for mode in args.schedules:
+        cache = os.path.join(tmp, f"cache-{mode}")
+        cold, warm = _child(path, cache, args, mode), _child(path, cache, args, mode)
+        rows.append((name, mode, cold, warm, tvm))
+        print(f"  {name} ({mode}): cold {cold['s']:.2f} s, warm {warm['s']:.2f} s"
+              + (f", TVM {tvm['total_s']:.2f} s" if tvm else ""), file=sys.stderr, flush=True)
   for line in header_lines(__file__, argv): print(line)
   print(f"target:   {args.target}; jobs {args.jobs}; images {args.hw}x{args.hw}; every latency a static-model ESTIMATE")
   tvm_v = next((t["version"] for *_, t in rows if t), None)
   print(f"TVM:      {tvm_v} (relax ONNX import + dlight default schedules + build; its CUDA C compiled by NVRTC here)"
         if tvm_v else "TVM:      not run (no --tvm-python and `import tvm` fails here)")
-  head = ("model", "tasks", "calls", "cold s", "construct s*", "estimate s*", "lower+emit s*", "nvrtc s*", "warm s",
+  head = ("model", "schedules", "tasks", "calls", "cold s", "construct s*", "estimate s*", "lower+emit s*", "nvrtc s*",
+          "warm s",
           "estimate us", "TVM s", "TVM nvrtc s", "cold / TVM")
   table = []
-  for name, c, w, t in rows:
-    table.append((name, str(c["tasks"]), str(c["calls"]), f"{c['s']:.2f}", f"{c['construct']:.2f}", f"{c['estimate']:.2f}",
+  for name, mode, c, w, t in rows:
+    table.append((name, mode, str(c["tasks"]), str(c["calls"]), f"{c['s']:.2f}", f"{c['construct']:.2f}",
+                  f"{c['estimate']:.2f}",
                   f"{c['build']:.2f}", f"{c['nvrtc']:.2f}", f"{w['s']:.2f}", f"{c['estimate_us']:.1f}",
                   f"{t['total_s']:.2f}" if t else "-", f"{t['nvrtc_s']:.2f}" if t else "-",
                   f"{c['s'] / t['total_s']:.2f}" if t else "-"))

@@ -43,7 +43,7 @@ from minicomp.search.static.calibration import active as active_calibration
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
-SCHEDULES = ("gensor", "rules")
+SCHEDULES = ("gensor", "quick", "rules")
 
 
 def index_checks(g) -> list[IndexCheck]:
@@ -81,22 +81,25 @@ RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "QLinear
 
 
 def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,
-               tensor_cores: str = "half") -> Built:
+               tensor_cores: str = "half", quick: bool = False) -> Built:
   """Gensor's schedule for ``task`` (of the candidates ``gensor.compared`` picks, the first by :func:`rank_constructed`
   that builds), or a tensor-core one (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32"
   or "off"), whichever the static model estimates fastest, unless the rule-based one (``rules()`` builds it)
   is faster still; for a task of :data:`RULES_NEVER_WIN` ops the rule-based
   one is not compared. Construction that fails, finds nothing valid or does not build falls back to the rules,
   logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
-  the task and the target only, so the default records of a tuning log stay valid across tuning seeds."""
+  the task and the target only, so the default records of a tuning log stay valid across tuning seeds.
+  ``quick`` (``schedules="quick"``): the analytic model's first candidate alone, kept as its ranking copy (unrolled
+  less): no ranking copies are built or estimated, and no program is unrolled past ``gensor.RANK_UNROLL``."""
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, compared, construct
   tgt = built.target
   tensor = _tensor_core_options(task, built, name, tensor_cores)
   t0 = time.perf_counter()
+  n = 1 if quick else COMPARE
   try:
     sketches = constructed_sketches(task.dag, tgt)
-    res = construct(task.dag, tgt, seed=CONSTRUCT_SEED, sketches=sketches, keep=COMPARE)   # (no more are compared)
+    res = construct(task.dag, tgt, seed=CONSTRUCT_SEED, sketches=sketches, keep=n)   # (no more are compared)
   except MinicompError as e:
     log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
     res = None
@@ -105,8 +108,11 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   if res is not None and not res.candidates:
     log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
              "; ".join(res.reasons[:3]) or "no sketch")
+  if res is None: ranked = []
+  elif quick: ranked = _copies(compared(res, n), sketches, tgt, task.key)
+  else: ranked = rank_constructed(compared(res, n), sketches, built, name, stats, task.key)
   options: list[Built] = []
-  for c in rank_constructed(compared(res), sketches, built, name, stats, task.key) if res is not None else ():
+  for c in ranked:
     try:
       options.append((built.kernel(c.schedule, name, c.program), c.schedule, "gensor"))   # (lowered by construct)
       break
@@ -130,6 +136,19 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
              costs[best] * 1e6, min(costs[:-1]) * 1e6)
   return _kept(options[best], stats)
+
+
+def _copies(cands: list, sketches: list, target: Target, key: str) -> list:
+  """The ranking copies (``gensor.ranking_copy``) of ``cands`` that are valid, in order."""
+  from minicomp.search.strategies.gensor import ranking_copy
+  out = []
+  for c in cands:
+    try: copy = ranking_copy(c, sketches, target)
+    except BUILD_ERRORS as e:
+      log.info("task %s: the ranking copy of a constructed schedule did not build (%s)", key, e)
+      continue
+    if copy is not None: out.append(copy)
+  return out
 
 
 def rank_constructed(cands: list, sketches: list, built: Builds, name: str, stats: CompileStats | None = None,
@@ -250,7 +269,7 @@ def choose_default(task: Task, target: Target, name: str, mode: str,
   stats = CompileStats()
   own, built = built is None, built or Builds(target)
   rules = lambda: build_rule_based(task.dag, built, name, task.key)   # noqa: E731 -- (built when needed)
-  kernel, sched, origin = _construct(task, built, name, rules, stats, _TENSOR_CORES[mode]) \
+  kernel, sched, origin = _construct(task, built, name, rules, stats, _TENSOR_CORES[mode], mode.startswith("quick")) \
       if mode in _TENSOR_CORES else rules()
   if own: stats.build, stats.nvrtc = built.seconds["lower_emit"], built.seconds["nvrtc"]
   key = cache.key(kernel, target.device)
@@ -316,17 +335,19 @@ def _expected_work(task: Task) -> tuple[bool, int, int]:
   return bool(set(task.ops) & RULES_NEVER_WIN), min(longest, UNROLL_DEFAULT), task.flops
 
 
-_TENSOR_CORES = {"gensor": "half", "gensor+tf32": "tf32", "gensor-fp32-pipes": "off"}   # Gensor's modes (_mode)
+_TENSOR_CORES = {f"{s}{t}": tc for s in ("gensor", "quick")        # Gensor's modes (_mode) -> tensor cores
+                 for t, tc in (("", "half"), ("+tf32", "tf32"), ("-fp32-pipes", "off"))}
 
 
 def _mode(opts) -> str:
   """How default schedules are chosen, which the schedule cache keys its choices by: "rules", "gensor" (Gensor's
   candidates, and tensor-core ones for half matmuls), "gensor+tf32" (``precision="tf32"``: also for float32
-  matmuls, on TF32) or "gensor-fp32-pipes" (``MINICOMP_TENSOR_CORES=0``: no tensor-core candidates)."""
+  matmuls, on TF32) or "gensor-fp32-pipes" (``MINICOMP_TENSOR_CORES=0``: no tensor-core candidates); with
+  ``schedules="quick"`` the same three named "quick", "quick+tf32", "quick-fp32-pipes"."""
   from minicomp.codegen.cache import switched_on
-  if opts.schedules != "gensor": return opts.schedules
-  if not switched_on("MINICOMP_TENSOR_CORES"): return "gensor-fp32-pipes"
-  return "gensor+tf32" if opts.precision == "tf32" else "gensor"
+  if opts.schedules == "rules": return opts.schedules
+  if not switched_on("MINICOMP_TENSOR_CORES"): return f"{opts.schedules}-fp32-pipes"
+  return f"{opts.schedules}+tf32" if opts.precision == "tf32" else opts.schedules
 
 
 def _from_cache(b: TaskBuild, cache: ScheduleCache, built: Builds, tkey: str, stats: CompileStats, mode: str) -> bool:
@@ -438,11 +459,11 @@ def choose_schedules(st: CompileState) -> CompileState:
   ``st.built``, which the next phases build the chosen schedules through, so none is built twice)."""
   opts, stats = st.options, st.stats
   st.built = Builds(st.target)
-  cache = ScheduleCache() if opts.schedules == "gensor" else None
+  cache = ScheduleCache() if opts.schedules != "rules" else None
   tkey = st.target.device_name or st.target.arch
   cal = active_calibration(st.target.device)
   if cal is not None: tkey += f"+calibration:{cal.digest}"     # (choices made under another calibration are not reused)
-  what = "constructing schedules (Gensor)" if opts.schedules == "gensor" else "default kernels"
+  what = "constructing schedules (Gensor)" if opts.schedules != "rules" else "default kernels"
   with bar(len(st.tasks), f"[minicomp] {what}", opts.progress, unit="task") as shown:
     for k, (key, task) in enumerate(st.tasks.items()):
       shown.set_postfix_str("+".join(task.ops)[:40], refresh=False)
@@ -582,7 +603,9 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   ``schedules="gensor"`` (the default) that is Gensor's construction
   (``minicomp.search.strategies.gensor``, a second or two per task), kept when the static model
   estimates it faster than the rule-based schedule of ``graph/schedules.py``;
-  ``schedules="rules"`` uses the rule-based schedules alone (faster to compile, slower kernels).
+  ``schedules="quick"`` takes Gensor's first candidate by its analytic model, unrolled less, with nothing built
+  to compare candidates: 20-40% less compile time, kernels 0-30% slower by the static model (docs/search.md);
+  ``schedules="rules"`` uses the rule-based schedules alone (fastest to compile, slowest kernels).
   With ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor",
   "felix", "felix-pre", "gensor", "opevo", "tuna" or "random", or a Strategy object) until the log holds N measurements for them in total (so
   re-running a killed command resumes it), then each task is compiled with its best measured

@@ -339,6 +339,29 @@ def test_compile_builds_one_full_program_per_constructed_task(monkeypatch):
   assert steps == cands[costs.index(min(costs))].schedule.to_json()
 
 
+def test_quick_schedules_keep_the_analytic_models_first_candidate_unrolled_less(monkeypatch):
+  """schedules="quick": per constructed task the ranking copy of the analytic model's first candidate, nothing built
+  with the full unroll, nothing estimated to compare candidates; onnxruntime's result."""
+  import minicomp.codegen.kernel as K
+  from minicomp.compiler import constructed_sketches
+  full: list[str] = []
+  real = K.Builds.kernel
+  def spy(self, schedule, name, lowered=None):
+    if max(_unroll_values(schedule), default=0) > G.RANK_UNROLL: full.append(schedule.to_json())
+    return real(self, schedule, name, lowered)
+  monkeypatch.setattr(K.Builds, "kernel", spy)
+  model, feeds = zoo.residual_block(c=32, hw=28)
+  tgt = as_target("sm_86")
+  cm = mc.compile(model, target=tgt, schedules="quick", jobs=1, progress=False)
+  assert full == [] and cm.stats.constructed == len(cm.tasks) == 2 and cm.stats.estimate == 0
+  for task, kern in zip(cm.tasks, cm.kernels):
+    sks = constructed_sketches(task.dag, tgt)
+    first = G.compared(construct(task.dag, tgt, seed=G.CONSTRUCT_SEED, sketches=sks, keep=1))[0]
+    want = G.ranking_copy(first, sks, tgt)
+    assert kern.source == build(want.schedule, tgt, kern.launches[0][0][:-len("_kernel")]).source
+  np.testing.assert_allclose(cm.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_fallback_to_the_rules_is_logged(caplog, monkeypatch):
   import minicomp.search.strategies.gensor as G
   monkeypatch.setattr(G, "SketchWalker", lambda *a, **k: (_ for _ in ()).throw(mc.EstimateError("no model")))
@@ -394,6 +417,9 @@ def test_cli_compile_takes_the_schedules_option(tmp_path):
   r = run("compile", mp, "--schedules", "rules", "-o", tmp_path / "out", "-q")
   assert r.returncode == 0, r.stderr
   assert mc.load(str(tmp_path / "out")).kernels
+  r = run("compile", mp, "--schedules", "quick", "-o", tmp_path / "outq", "-q")
+  assert r.returncode == 0, r.stderr
+  assert mc.load(str(tmp_path / "outq")).kernels
   r = run("compile", mp, "--schedules", "fast", "-o", tmp_path / "out2")
   assert r.returncode != 0 and "invalid choice" in r.stderr
 

@@ -38,6 +38,18 @@ def test_a_second_compile_takes_every_schedule_from_the_cache(cache_on):
   assert other.stats.cached == 0
 
 
+def test_quick_and_default_choices_are_cached_apart(cache_on):
+  """schedules="quick" chooses other kernels than the default: neither mode takes the other's choices."""
+  model, _ = zoo.residual_block()
+  quick = mc.compile(model, target="sm_86", schedules="quick")
+  assert quick.stats.cached == 0
+  default = mc.compile(model, target="sm_86")
+  assert default.stats.cached == 0 and default.stats.construct > 0
+  again = mc.compile(model, target="sm_86", schedules="quick")
+  assert again.stats.cached == len(again.tasks)
+  assert [k.source for k in again.kernels] == [k.source for k in quick.kernels]
+
+
 def test_a_corrupt_line_is_skipped_with_a_warning(cache_on, caplog):
   model, _ = zoo.residual_block()
   mc.compile(model, target="sm_86")
