@@ -89,8 +89,8 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   one is not compared. Construction that fails, finds nothing valid or does not build falls back to the rules,
   logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
   the task and the target only, so the default records of a tuning log stay valid across tuning seeds.
-  ``quick`` (``schedules="quick"``): the analytic model's first candidate alone, kept as its ranking copy (unrolled
-  less): no ranking copies are built or estimated, and no program is unrolled past ``gensor.RANK_UNROLL``."""
+  ``quick`` (``schedules="quick"``): the analytic model's first candidate alone, so no ranking copies are built or
+  estimated (research/quick_choice.py: what that costs)."""
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, compared, construct
   tgt = built.target
@@ -109,7 +109,7 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
              "; ".join(res.reasons[:3]) or "no sketch")
   if res is None: ranked = []
-  elif quick: ranked = _copies(compared(res, n), sketches, tgt, task.key)
+  elif quick: ranked = compared(res, n)
   else: ranked = rank_constructed(compared(res, n), sketches, built, name, stats, task.key)
   options: list[Built] = []
   for c in ranked:
@@ -136,19 +136,6 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
              costs[best] * 1e6, min(costs[:-1]) * 1e6)
   return _kept(options[best], stats)
-
-
-def _copies(cands: list, sketches: list, target: Target, key: str) -> list:
-  """The ranking copies (``gensor.ranking_copy``) of ``cands`` that are valid, in order."""
-  from minicomp.search.strategies.gensor import ranking_copy
-  out = []
-  for c in cands:
-    try: copy = ranking_copy(c, sketches, target)
-    except BUILD_ERRORS as e:
-      log.info("task %s: the ranking copy of a constructed schedule did not build (%s)", key, e)
-      continue
-    if copy is not None: out.append(copy)
-  return out
 
 
 def rank_constructed(cands: list, sketches: list, built: Builds, name: str, stats: CompileStats | None = None,
@@ -603,8 +590,8 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   ``schedules="gensor"`` (the default) that is Gensor's construction
   (``minicomp.search.strategies.gensor``, a second or two per task), kept when the static model
   estimates it faster than the rule-based schedule of ``graph/schedules.py``;
-  ``schedules="quick"`` takes Gensor's first candidate by its analytic model, unrolled less, with nothing built
-  to compare candidates: 20-40% less compile time, kernels 0-30% slower by the static model (docs/search.md);
+  ``schedules="quick"`` takes Gensor's first candidate by its analytic model, with nothing built to compare
+  candidates: a quarter to a third less compile time, kernels 0-6% slower by the static model (docs/search.md);
   ``schedules="rules"`` uses the rule-based schedules alone (fastest to compile, slowest kernels).
   With ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor",
   "felix", "felix-pre", "gensor", "opevo", "tuna" or "random", or a Strategy object) until the log holds N measurements for them in total (so
