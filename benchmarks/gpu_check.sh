@@ -3,7 +3,7 @@
 # onnxruntime, jax, cuda-bindings there). Each step has its own time limit and writes its result to $OUT as it comes,
 # so a step that overruns costs only itself.
 #
-#   OUT=/tmp/out PART=one bash benchmarks/gpu_check.sh  # when one call is all the time allows (~9 minutes)
+#   OUT=/tmp/out PART=one bash benchmarks/gpu_check.sh  # one call (limits add to ~13 min; a 10-min call cuts the last)
 #   OUT=/tmp/out PART=a bash benchmarks/gpu_check.sh    # measurements (~8 minutes on an H200)
 #   OUT=/tmp/out PART=b bash benchmarks/gpu_check.sh    # the gpu-marked tests, then timings for calibration
 #
@@ -16,7 +16,9 @@
 # ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed), then part a's
 # steps without the smoke test, each with less time (150, 150, 70 + 30, 70 + 70), then `minicomp collect --model` of
 # a ResNet-18's two heaviest layers (60), then ResNet-18 with and without split-K sketches (60), then 30 conv
-# programs with their fetch loops as they are and staged through registers (45 + 45): thirteen files.
+# programs with their fetch loops as they are and staged through registers (40 + 40), then ResNet-18, MobileNetV2
+# and BERT-tiny compiled with schedules="quick" against PyTorch (50; the default's rows are in models.txt):
+# fourteen files.
 # islpy comes from .whl/ when the machine lacks it.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
@@ -96,7 +98,11 @@ import zoo; onnx.save(zoo.resnet18(hw=64)[0], '/tmp/r18.onnx')\" && python3 -m m
     # (split-K sketches, not compile's default until a GPU times them: ResNet-18 at 64 x 64 with and without)
     step "split-K or not, per call" 60 split.txt python3 research/split_check.py --gpu --model resnet18
     tail -n 12 "$OUT/split.txt"
-    staged_ab 45 ;;
+    staged_ab 40
+    # (issue 45: schedules="quick" keeps Gensor's first candidate uncompared; the default's table is models.txt)
+    step "whole models, schedules=quick" 50 quick.txt env MINICOMP_CACHE_DIR=/tmp/mccache_quick python3 \
+      benchmarks/gpu_models.py --models resnet18 mobilenet_v2 bert_tiny --schedules quick
+    tail -n 6 "$OUT/quick.txt" ;;
   *)
     gpu_tests 220
     LEFT=$((${B_SECONDS:-300} - (SECONDS - START)))

@@ -21,6 +21,7 @@ Without a GPU it says so and prints the static model's ESTIMATE of each model fo
     python benchmarks/gpu_models.py                                   # every model below (~2 minutes on an H200)
     python benchmarks/gpu_models.py --models resnet18 mobilenet_v2 bert_tiny --repeat 100
     python benchmarks/gpu_models.py --models transformer_encoder --precision fp16 --per-call
+    python benchmarks/gpu_models.py --models resnet18 mobilenet_v2 bert_tiny --schedules quick   # compile's quick mode
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def row(name: str, a) -> list[str]:
   import numpy as np
   model, feeds = build(name)
   t0 = time.perf_counter()
-  mod = mc.compile(model, target="cuda", precision=a.precision, progress=False)
+  mod = mc.compile(model, target="cuda", precision=a.precision, progress=False, schedules=a.schedules)
   secs = time.perf_counter() - t0
   ours = mod.run(feeds, device="gpu")[0].astype(np.float32)
   ref = np.asarray(ort_session(model).run(None, feeds)[0], np.float32)
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--warmup", type=int, default=5)
   p.add_argument("--precision", default=None, choices=["fp32", "fp16", "bf16", "tf32"],
                  help="compile(precision=...): the model's own types by default")
+  p.add_argument("--schedules", default="gensor", choices=["gensor", "quick", "rules"],
+                 help="compile(schedules=...): the default's Gensor schedules, quick's, or the rules'")
   p.add_argument("--tf32", action="store_true", help="PyTorch with TF32 on (default: off, as minicomp's fp32)")
   p.add_argument("--per-call", action="store_true", help="also each model's per-kernel-call table (to stderr)")
   a = p.parse_args(argv)
@@ -127,11 +130,11 @@ def main(argv: list[str] | None = None) -> int:
   if not gpu:
     for name in a.models:
       model, _ = build(name)
-      mod = mc.compile(model, target="sm_90", precision=a.precision, progress=False)
+      mod = mc.compile(model, target="sm_90", precision=a.precision, progress=False, schedules=a.schedules)
       print(f"\n## {name}: no GPU: static-model ESTIMATE (sm_90 / h100), not a measurement\n{mod.estimate('h100')}")
     return 0
-  print(f"MEASURED, cold cache {os.environ.get('MINICOMP_CACHE_DIR', '(default cache folder)')}; PyTorch "
-        f"{'with' if a.tf32 else 'without'} TF32\n")
+  cache = os.environ.get("MINICOMP_CACHE_DIR", "(default cache folder)")
+  print(f"MEASURED, schedules={a.schedules}, cold cache {cache}; PyTorch {'with' if a.tf32 else 'without'} TF32\n")
   print("| " + " | ".join(HEAD) + " |\n|" + "---|" * len(HEAD), flush=True)
   for name in a.models:
     try:
