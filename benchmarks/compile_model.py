@@ -131,14 +131,12 @@ def main(argv=None) -> int:
   print(f"TVM:      {tvm_v} (relax ONNX import + dlight default schedules + build; its CUDA C compiled by NVRTC here)"
         if tvm_v else "TVM:      not run (no --tvm-python and `import tvm` fails here)")
   head = ("model", "schedules", "tasks", "calls", "cold s", "construct s*", "estimate s*", "lower+emit s*", "nvrtc s*",
-          "warm s",
-          "estimate us", "TVM s", "TVM nvrtc s", "cold / TVM")
+          "warm s", "estimate us", "TVM s", "TVM nvrtc s", "cold / TVM")
   table = []
   for name, mode, c, w, t in rows:
     table.append((name, mode, str(c["tasks"]), str(c["calls"]), f"{c['s']:.2f}", f"{c['construct']:.2f}",
-                  f"{c['estimate']:.2f}",
-                  f"{c['build']:.2f}", f"{c['nvrtc']:.2f}", f"{w['s']:.2f}", f"{c['estimate_us']:.1f}",
-                  f"{t['total_s']:.2f}" if t else "-", f"{t['nvrtc_s']:.2f}" if t else "-",
+                  f"{c['estimate']:.2f}", f"{c['build']:.2f}", f"{c['nvrtc']:.2f}", f"{w['s']:.2f}",
+                  f"{c['estimate_us']:.1f}", f"{t['total_s']:.2f}" if t else "-", f"{t['nvrtc_s']:.2f}" if t else "-",
                   f"{c['s'] / t['total_s']:.2f}" if t else "-"))
   widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(head)]
   print("  ".join(h.ljust(x) for h, x in zip(head, widths)))
