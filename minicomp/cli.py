@@ -343,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
   pc.add_argument("--input-shape", action="append", help=shape_help)
   pc.add_argument("--schedules", default="gensor", choices=["gensor", "quick", "rules"],
                   help="gensor (default): Gensor-constructed schedules where the static model estimates them faster "
-                       "than the rule-based ones; quick: Gensor's first candidate, not compared (a quarter to a "
-                       "third less compile time, kernels ~1%% slower by the static model, up to 6%%); rules: the "
+                       "than the rule-based ones; quick: Gensor's first candidate, not compared (a quarter to "
+                       "nearly a half less compile time, kernels ~1%% slower by the static model, up to 6%%); rules: the "
                        "rule-based schedules only (fastest to compile, slowest kernels)")
   pc.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
   pc.add_argument("--dump-after", action="append", metavar="PHASE",

@@ -591,7 +591,7 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   (``minicomp.search.strategies.gensor``, a second or two per task), kept when the static model
   estimates it faster than the rule-based schedule of ``graph/schedules.py``;
   ``schedules="quick"`` takes Gensor's first candidate by its analytic model, with nothing built to compare
-  candidates: a quarter to a third less compile time, kernels 0-6% slower by the static model (docs/search.md);
+  candidates: a quarter to nearly a half less compile time, kernels 0-6% slower by the static model (docs/search.md);
   ``schedules="rules"`` uses the rule-based schedules alone (fastest to compile, slowest kernels).
   With ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor",
   "felix", "felix-pre", "gensor", "opevo", "tuna" or "random", or a Strategy object) until the log holds N measurements for them in total (so
