@@ -3,7 +3,7 @@
     python benchmarks/compile_model.py                       # ResNet-18, MobileNetV2, BERT-tiny (64x64 images)
     python benchmarks/compile_model.py --only resnet18 --hw 224
     python benchmarks/compile_model.py --tvm-python /path/to/tvm-venv/bin/python
-    python benchmarks/compile_model.py --schedules gensor quick   # compile's default and schedules="quick"
+    python benchmarks/compile_model.py --schedules gensor compare   # compile's default and schedules="compare"
 
 Each compile runs in a fresh process (what a user's script or ``minicomp compile`` pays; library imports
 excluded) with ``compile(model, target, jobs=--jobs, schedules=S)``, for each S of ``--schedules``:
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
   ap.add_argument("--hw", type=int, default=64, help="image size of the convolutional models")
   ap.add_argument("--target", default="sm_86")
   ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-  ap.add_argument("--schedules", nargs="+", default=["gensor"], choices=["gensor", "quick", "rules"],
+  ap.add_argument("--schedules", nargs="+", default=["gensor"], choices=["gensor", "compare", "rules"],
                   help="compile's schedules= modes, a row each (default: gensor)")
   ap.add_argument("--tvm-python", default=None, help="an interpreter with apache-tvm installed")
   ap.add_argument("--cccl-include", default=None, help="CCCL headers for NVRTC on TVM's CUDA C")

@@ -3,8 +3,9 @@
 For every task of every model below (minicomp.zoo builders at realistic sizes), on each target:
 
 - ``rules``: the static estimate of the rule-based schedule (graph/schedules.py);
-- ``gensor``: the static estimate of Gensor's construction (the candidate ``compile`` keeps of those it
-  compares: ``compiler.rank_constructed``; search/strategies/gensor.py) and its construction time;
+- ``gensor``: the static estimate of Gensor's construction (the candidate ``compile`` keeps: the analytic model's
+  first; with ``--schedules compare``, the first of those it compares by ``compiler.rank_constructed``;
+  search/strategies/gensor.py) and its construction time;
 - ``default``: what ``compile(trials=0)`` keeps (the faster of the two by the static model);
 - ``ansor``: the best static estimate of an Ansor search of ``--ansor-trials`` trials on that
   task alone (StaticMeasurer; ``--ansor-trials 0`` skips it; ``--ansor-per-class N`` runs it on
@@ -81,6 +82,8 @@ def main(argv=None) -> int:
   ap.add_argument("--ansor-per-class", type=int, default=1000)
   ap.add_argument("--ansor-logs", default=None, help="folder for the Ansor tuning logs (resumable)")
   ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--schedules", default="gensor", choices=["gensor", "compare"],
+                  help="compile's schedules= mode the gensor column follows (default: gensor, compile's default)")
   args = ap.parse_args(argv)
   sys.path.insert(0, __file__.rsplit("/", 1)[0])
   from provenance import header_lines
@@ -91,7 +94,7 @@ def main(argv=None) -> int:
   from minicomp.compiler import constructed_sketches, rank_constructed
   from minicomp.graph.schedules import default_schedule
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import compared, construct
+  from minicomp.search.strategies.gensor import COMPARE, compared, construct
   from minicomp.target import as_target
 
   for line in header_lines(__file__, argv): print(line)
@@ -112,7 +115,8 @@ def main(argv=None) -> int:
         res = construct(t.dag, tgt, seed=args.seed, sketches=sks)
         secs = time.perf_counter() - t0
         gensor, built = math.inf, Builds(tgt)
-        for c in rank_constructed(compared(res), sks, built, "task_kernel"):
+        for c in rank_constructed(compared(res, COMPARE if args.schedules == "compare" else 1), sks, built,
+                                  "task_kernel"):
           try:
             gensor = estimate(built.kernel(c.schedule, "task_kernel", c.program), tgt).latency_s
             break

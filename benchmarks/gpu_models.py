@@ -21,7 +21,7 @@ Without a GPU it says so and prints the static model's ESTIMATE of each model fo
     python benchmarks/gpu_models.py                                   # every model below (~2 minutes on an H200)
     python benchmarks/gpu_models.py --models resnet18 mobilenet_v2 bert_tiny --repeat 100
     python benchmarks/gpu_models.py --models transformer_encoder --precision fp16 --per-call
-    python benchmarks/gpu_models.py --models resnet18 mobilenet_v2 bert_tiny --schedules quick   # compile's quick mode
+    python benchmarks/gpu_models.py --models resnet18 mobilenet_v2 bert_tiny --schedules compare   # comparing
 """
 from __future__ import annotations
 
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--warmup", type=int, default=5)
   p.add_argument("--precision", default=None, choices=["fp32", "fp16", "bf16", "tf32"],
                  help="compile(precision=...): the model's own types by default")
-  p.add_argument("--schedules", default="gensor", choices=["gensor", "quick", "rules"],
-                 help="compile(schedules=...): the default's Gensor schedules, quick's, or the rules'")
+  p.add_argument("--schedules", default="gensor", choices=["gensor", "compare", "rules"],
+                 help="compile(schedules=...): the default's Gensor schedules, compare's, or the rules'")
   p.add_argument("--tf32", action="store_true", help="PyTorch with TF32 on (default: off, as minicomp's fp32)")
   p.add_argument("--per-call", action="store_true", help="also each model's per-kernel-call table (to stderr)")
   a = p.parse_args(argv)

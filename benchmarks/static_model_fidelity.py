@@ -446,9 +446,9 @@ def calibration_section(args) -> list[str]:
   return out
 
 
-def _pick(task: str, model: str) -> tuple[str, float]:
+def _pick(task: str, model: str, mode: str = "gensor") -> tuple[str, float]:
   """What ``compile(trials=0)`` chooses for a strategies task on an H200 under ``model`` (calibrated /
-  uncalibrated): its steps and its estimate (seconds, under that model)."""
+  uncalibrated; ``mode``: compile's ``schedules=``): its steps and its estimate (seconds, under that model)."""
   import strategies as S
   from minicomp.compiler import choose_default
   from minicomp.graph.tasks import Task, task_kind
@@ -458,7 +458,7 @@ def _pick(task: str, model: str) -> tuple[str, float]:
   try:
     dag = S.task_dag(task)
     tgt = mc.Target("h200")
-    steps, _, _, _ = choose_default(Task(task, dag, task_kind(dag)), tgt, f"pick_{task}", "gensor")
+    steps, _, _, _ = choose_default(Task(task, dag, task_kind(dag)), tgt, f"pick_{task}", mode)
     return steps, est(mc.build(mc.Schedule.from_json(dag, steps), tgt), tgt).latency_s
   finally:
     if before is None: del os.environ["MINICOMP_STATIC_MODEL"]

@@ -341,11 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
   pc.add_argument("-j", "--jobs", type=int, default=None, help="processes choosing default schedules at once (default: $MINICOMP_JOBS, else one per core)")
   pc.add_argument("--precision", choices=list(PRECISIONS), default=None, help=precision_help)
   pc.add_argument("--input-shape", action="append", help=shape_help)
-  pc.add_argument("--schedules", default="gensor", choices=["gensor", "quick", "rules"],
-                  help="gensor (default): Gensor-constructed schedules where the static model estimates them faster "
-                       "than the rule-based ones; quick: Gensor's first candidate, not compared (a quarter to "
-                       "nearly a half less compile time, kernels ~1%% slower by the static model, up to 6%%); rules: the "
-                       "rule-based schedules only (fastest to compile, slowest kernels)")
+  pc.add_argument("--schedules", default="gensor", choices=["gensor", "compare", "rules", "quick"],
+                  help="gensor (default): Gensor's constructed schedules (its analytic model's first candidate) where "
+                       "the static model estimates them faster than the rule-based ones; compare: also build the "
+                       "candidates that model cannot separate and keep the static model's pick (1.3-1.9x the compile "
+                       "time, kernels ~1%% faster by the static model, up to 6%%); rules: the rule-based schedules "
+                       "only (fastest to compile, slowest kernels); quick: the default's former name")
   pc.add_argument("-q", "--quiet", action="store_true", help="no progress lines or bars")
   pc.add_argument("--dump-after", action="append", metavar="PHASE",
                   help=f"print the output of a compiler phase to stderr (repeatable or comma-separated; 'all'): "

@@ -43,7 +43,8 @@ from minicomp.search.static.calibration import active as active_calibration
 from minicomp.target import Target, as_target
 
 log = logging.getLogger("minicomp")
-SCHEDULES = ("gensor", "quick", "rules")
+SCHEDULES = ("gensor", "compare", "rules")
+SCHEDULE_ALIASES = {"quick": "gensor"}     # (schedules="quick" of 2026-12-01: what the default now does)
 
 
 def index_checks(g) -> list[IndexCheck]:
@@ -81,22 +82,22 @@ RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "QLinear
 
 
 def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,
-               tensor_cores: str = "half", quick: bool = False) -> Built:
-  """Gensor's schedule for ``task`` (of the candidates ``gensor.compared`` picks, the first by :func:`rank_constructed`
-  that builds), or a tensor-core one (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32"
-  or "off"), whichever the static model estimates fastest, unless the rule-based one (``rules()`` builds it)
-  is faster still; for a task of :data:`RULES_NEVER_WIN` ops the rule-based
-  one is not compared. Construction that fails, finds nothing valid or does not build falls back to the rules,
-  logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
+               tensor_cores: str = "half", compare: bool = False) -> Built:
+  """Gensor's schedule for ``task`` (the analytic model's first candidate; with ``compare``, of the candidates
+  ``gensor.compared`` picks, the first by :func:`rank_constructed` that builds), or a tensor-core one
+  (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32" or "off"), whichever the static model estimates
+  fastest, unless the rule-based one (``rules()`` builds it) is faster still; for a task of
+  :data:`RULES_NEVER_WIN` ops the rule-based one is not compared. Construction that fails, finds nothing valid or
+  does not build falls back to the rules, logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
   the task and the target only, so the default records of a tuning log stay valid across tuning seeds.
-  ``quick`` (``schedules="quick"``): the analytic model's first candidate alone, so no ranking copies are built or
-  estimated (research/quick_choice.py: what that costs)."""
+  Without ``compare`` (``schedules="gensor"``, the default) no ranking copies are built or estimated;
+  ``schedules="compare"`` builds them (research/quick_choice.py: what comparing buys and costs)."""
   from minicomp.search.static.estimate import estimate
   from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, compared, construct
   tgt = built.target
   tensor = _tensor_core_options(task, built, name, tensor_cores)
   t0 = time.perf_counter()
-  n = 1 if quick else COMPARE
+  n = COMPARE if compare else 1
   try:
     sketches = constructed_sketches(task.dag, tgt)
     res = construct(task.dag, tgt, seed=CONSTRUCT_SEED, sketches=sketches, keep=n)   # (no more are compared)
@@ -109,8 +110,8 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
              "; ".join(res.reasons[:3]) or "no sketch")
   if res is None: ranked = []
-  elif quick: ranked = compared(res, n)
-  else: ranked = rank_constructed(compared(res, n), sketches, built, name, stats, task.key)
+  elif compare: ranked = rank_constructed(compared(res, n), sketches, built, name, stats, task.key)
+  else: ranked = compared(res, n)
   options: list[Built] = []
   for c in ranked:
     try:
@@ -256,7 +257,7 @@ def choose_default(task: Task, target: Target, name: str, mode: str,
   stats = CompileStats()
   own, built = built is None, built or Builds(target)
   rules = lambda: build_rule_based(task.dag, built, name, task.key)   # noqa: E731 -- (built when needed)
-  kernel, sched, origin = _construct(task, built, name, rules, stats, _TENSOR_CORES[mode], mode.startswith("quick")) \
+  kernel, sched, origin = _construct(task, built, name, rules, stats, _TENSOR_CORES[mode], mode.startswith("compare")) \
       if mode in _TENSOR_CORES else rules()
   if own: stats.build, stats.nvrtc = built.seconds["lower_emit"], built.seconds["nvrtc"]
   key = cache.key(kernel, target.device)
@@ -322,7 +323,7 @@ def _expected_work(task: Task) -> tuple[bool, int, int]:
   return bool(set(task.ops) & RULES_NEVER_WIN), min(longest, UNROLL_DEFAULT), task.flops
 
 
-_TENSOR_CORES = {f"{s}{t}": tc for s in ("gensor", "quick")        # Gensor's modes (_mode) -> tensor cores
+_TENSOR_CORES = {f"{s}{t}": tc for s in ("gensor", "compare")        # Gensor's modes (_mode) -> tensor cores
                  for t, tc in (("", "half"), ("+tf32", "tf32"), ("-fp32-pipes", "off"))}
 
 
@@ -330,7 +331,7 @@ def _mode(opts) -> str:
   """How default schedules are chosen, which the schedule cache keys its choices by: "rules", "gensor" (Gensor's
   candidates, and tensor-core ones for half matmuls), "gensor+tf32" (``precision="tf32"``: also for float32
   matmuls, on TF32) or "gensor-fp32-pipes" (``MINICOMP_TENSOR_CORES=0``: no tensor-core candidates); with
-  ``schedules="quick"`` the same three named "quick", "quick+tf32", "quick-fp32-pipes"."""
+  ``schedules="compare"`` the same three named "compare", "compare+tf32", "compare-fp32-pipes"."""
   from minicomp.codegen.cache import switched_on
   if opts.schedules == "rules": return opts.schedules
   if not switched_on("MINICOMP_TENSOR_CORES"): return f"{opts.schedules}-fp32-pipes"
@@ -588,11 +589,12 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
 
   Schedules: every task first gets a default schedule without measuring anything. With
   ``schedules="gensor"`` (the default) that is Gensor's construction
-  (``minicomp.search.strategies.gensor``, a second or two per task), kept when the static model
-  estimates it faster than the rule-based schedule of ``graph/schedules.py``;
-  ``schedules="quick"`` takes Gensor's first candidate by its analytic model, with nothing built to compare
-  candidates: a quarter to nearly a half less compile time, kernels 0-6% slower by the static model (docs/search.md);
-  ``schedules="rules"`` uses the rule-based schedules alone (fastest to compile, slowest kernels).
+  (``minicomp.search.strategies.gensor``, about a second per task): its analytic model's first candidate, kept
+  unless the static model estimates a tensor-core or the rule-based schedule faster;
+  ``schedules="compare"`` also builds the candidates that model cannot separate and keeps the one the full static
+  model estimates fastest: 1.3-1.9x the compile time, kernels 0-6% faster by the static model (docs/search.md);
+  ``schedules="rules"`` uses the rule-based schedules alone (fastest to compile, slowest kernels); ``"quick"`` is
+  the default's former name.
   With ``trials=N`` the tasks are tuned (``minicomp.search.tune``) with ``strategy`` ("ansor",
   "felix", "felix-pre", "gensor", "opevo", "tuna" or "random", or a Strategy object) until the log holds N measurements for them in total (so
   re-running a killed command resumes it), then each task is compiled with its best measured
@@ -640,6 +642,7 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   check_options(trials, seed, strategy, log_file, measurer, measures_per_round, time_budget_s, cluster)
   tgt = as_target(target)
   check_precision(precision)
+  schedules = SCHEDULE_ALIASES.get(schedules, schedules)
   if schedules not in SCHEDULES:
     raise CompileError(f"unknown schedules={schedules!r}; known: {', '.join(SCHEDULES)}")
   dumps = dump_phases("all" if dump_after is None and dump_dir is not None else dump_after, PHASE_NAMES)

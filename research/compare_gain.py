@@ -2,8 +2,9 @@
 
 ``compile`` builds ranking copies of Gensor's first ``COMPARE`` candidates (those the analytic model puts within
 ``TIE`` of its best), estimates them with the full static model (PTX and ptxas's registers) and keeps the best;
-that costs about half of a cold compile's NVRTC time. This picks each strategies task's default schedule for an
-H200 both ways -- compile's, and the analytic model's first candidate with no comparison (``compared(n=1)``) --
+that costs about half of a cold compile's NVRTC time (``schedules="compare"``; the default since 2026-12-02 keeps
+the first). This picks each strategies task's default schedule for an H200 both ways -- comparing the first
+``--compare`` candidates, and the analytic model's first candidate with no comparison (``--compare 1``) --
 under each static model, and looks both up among the programs timed on an H200 (``--data``): GPU time over the
 task's fastest timed program, or "not timed".
 
@@ -29,13 +30,14 @@ TASKS = tuple(sorted(S.tasks()))    # the strategies benchmark's eight
 
 
 def pick(task: str, model: str, compare: int) -> str:
-  """compile(trials=0)'s steps for ``task`` on an H200 under ``model``, comparing the first ``compare`` candidates."""
+  """compile(trials=0)'s steps for ``task`` on an H200 under ``model``, comparing the first ``compare`` candidates
+  (``schedules="compare"`` with ``gensor.COMPARE`` set to it)."""
   from static_model_fidelity import _pick
-  gensor.compared.__defaults__ = (compare,)
+  saved, gensor.COMPARE = gensor.COMPARE, compare
   try:
-    return _pick(task, model)[0]
+    return _pick(task, model, "compare")[0]
   finally:
-    gensor.compared.__defaults__ = (gensor.COMPARE,)
+    gensor.COMPARE = saved
 
 
 def main(argv=None) -> int:

@@ -1,11 +1,13 @@
-"""What ``compile(schedules="quick")`` costs in kernels, and whether shorter walks would make it quicker (issue 45).
+"""What keeping Gensor's first candidate uncompared costs in kernels, and whether shorter walks would make it quicker
+(issue 45).
 
-Compiles every model of ``benchmarks/defaults.py`` with the default schedules and with ``schedules="quick"`` (the
-analytic model's first candidate, nothing built to compare), and prints each model's end-to-end static-model
-ESTIMATE both ways, their ratio and the seconds. (At 8f80ef1 quick kept that candidate's 128-step ranking copy
-instead: the same command there measures that variant.) ``--steps S --halving H`` also
-compiles quick with Gensor's walks shortened (at most S steps per level, the temperature halving every H steps;
-compile's walks: 36 and 6). One process per mode here, the schedule cache off and one NVRTC cache folder for all:
+Compiles every model of ``benchmarks/defaults.py`` with ``schedules="compare"`` (the candidates the analytic model
+cannot separate built and ranked by the full static model; the default until 2026-12-02) and with the default
+``schedules="gensor"`` (the analytic model's first candidate, nothing built to compare: named ``"quick"`` on
+2026-12-01), and prints each model's end-to-end static-model ESTIMATE both ways, their ratio and the seconds. (At
+8f80ef1 quick kept that candidate's 128-step ranking copy instead: the same command there, with its mode names,
+measures that variant.) ``--steps S --halving H`` also compiles the default with Gensor's walks shortened (at
+most S steps per level, the temperature halving every H steps; compile's walks: 36 and 6). One process per mode here, the schedule cache off and one NVRTC cache folder for all:
 the seconds are not a cold compile's (``benchmarks/compile_model.py`` times those).
 
     python research/quick_choice.py --targets sm_86 h100
@@ -43,10 +45,10 @@ def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--models", nargs="*", default=list(MODELS), help=f"of {', '.join(models)}")
   ap.add_argument("--targets", nargs="*", default=["sm_86"])
-  ap.add_argument("--steps", type=int, default=None, help="also quick with walks of at most this many steps a level")
+  ap.add_argument("--steps", type=int, default=None, help="also gensor with walks of at most this many steps a level")
   ap.add_argument("--halving", type=int, default=3)
   args = ap.parse_args()
-  modes = ["gensor", "quick"] + (["quick, short walks"] if args.steps else [])
+  modes = ["compare", "gensor"] + (["gensor, short walks"] if args.steps else [])
   print(f"command: python research/quick_choice.py {' '.join(sys.argv[1:])}")
   print("every latency a static-model ESTIMATE (us*); s: this process's compile, warm NVRTC cache")
   print(f"{'model':20s} {'target':6s} " + "  ".join(f"{m + ' us*':>22s} {'s':>5s}" for m in modes) + "  ratios")
@@ -69,7 +71,7 @@ def main() -> int:
       print(f"{name:20s} {tgt:6s} " + "  ".join(f"{us:22.2f} {s:5.1f}" for us, s in row) + "  "
             + " ".join(f"{us / row[0][0]:.3f}" for us, _ in row[1:]), flush=True)
     for m, rs in ratios.items():
-      print(f"{tgt}: {m} / gensor, geometric mean {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}, "
+      print(f"{tgt}: {m} / compare, geometric mean {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}, "
             f"range {min(rs):.3f}-{max(rs):.3f}")
   return 0
 

@@ -317,8 +317,8 @@ def test_a_ranking_copy_is_the_candidate_unrolled_less():
   assert G.ranking_copy(few, sks, tgt) is few                     # nothing above the cap: itself
 
 
-def test_compile_builds_one_full_program_per_constructed_task(monkeypatch):
-  """The compared candidates are ranked on their copies; only the first is built with its full unroll, and it is
+def test_compare_builds_one_full_program_per_constructed_task(monkeypatch):
+  """schedules="compare": the compared candidates are ranked on their copies; only the first is built with its full unroll, and it is
   the one the copies' estimates put first (ties: the analytic model's order)."""
   import minicomp.codegen.kernel as K
   from minicomp.compiler import choose_default
@@ -330,7 +330,7 @@ def test_compile_builds_one_full_program_per_constructed_task(monkeypatch):
   monkeypatch.setattr(K.Builds, "kernel", spy)
   tgt = as_target("sm_86")
   task = mc.compile(zoo.residual_block(c=32, hw=28)[0], target=tgt, schedules="rules").tasks[0]
-  steps, origin, _, _ = choose_default(task, tgt, "task0", "gensor")
+  steps, origin, _, _ = choose_default(task, tgt, "task0", "compare")
   assert origin == "gensor" and full == [steps]
   sks = generate_sketches(task.dag, tgt)
   cands = G.compared(construct(task.dag, tgt, seed=G.CONSTRUCT_SEED, sketches=sks, keep=G.COMPARE))
@@ -339,9 +339,9 @@ def test_compile_builds_one_full_program_per_constructed_task(monkeypatch):
   assert steps == cands[costs.index(min(costs))].schedule.to_json()
 
 
-def test_quick_schedules_keep_the_analytic_models_first_candidate(monkeypatch):
-  """schedules="quick": per constructed task the analytic model's first candidate, built once (no ranking copies,
-  nothing estimated to compare candidates); onnxruntime's result."""
+def test_default_schedules_keep_the_analytic_models_first_candidate(monkeypatch):
+  """The default (schedules="gensor"): per constructed task the analytic model's first candidate, built once (no
+  ranking copies, nothing estimated to compare candidates); onnxruntime's result."""
   import minicomp.codegen.kernel as K
   from minicomp.compiler import constructed_sketches
   built: list[str] = []
@@ -350,7 +350,7 @@ def test_quick_schedules_keep_the_analytic_models_first_candidate(monkeypatch):
                       lambda self, sched, *a, **k: built.append(sched.to_json()) or real(self, sched, *a, **k))
   model, feeds = zoo.residual_block(c=32, hw=28)
   tgt = as_target("sm_86")
-  cm = mc.compile(model, target=tgt, schedules="quick", jobs=1, progress=False)
+  cm = mc.compile(model, target=tgt, jobs=1, progress=False)
   assert cm.stats.constructed == len(cm.tasks) == len(set(built)) == 2 and cm.stats.estimate == 0
   for task, kern in zip(cm.tasks, cm.kernels):
     sks = constructed_sketches(task.dag, tgt)
@@ -415,9 +415,10 @@ def test_cli_compile_takes_the_schedules_option(tmp_path):
   r = run("compile", mp, "--schedules", "rules", "-o", tmp_path / "out", "-q")
   assert r.returncode == 0, r.stderr
   assert mc.load(str(tmp_path / "out")).kernels
-  r = run("compile", mp, "--schedules", "quick", "-o", tmp_path / "outq", "-q")
-  assert r.returncode == 0, r.stderr
-  assert mc.load(str(tmp_path / "outq")).kernels
+  for mode in ("compare", "quick"):                                   # (quick: the default's former name)
+    r = run("compile", mp, "--schedules", mode, "-o", tmp_path / mode, "-q")
+    assert r.returncode == 0, r.stderr
+    assert mc.load(str(tmp_path / mode)).kernels
   r = run("compile", mp, "--schedules", "fast", "-o", tmp_path / "out2")
   assert r.returncode != 0 and "invalid choice" in r.stderr
 

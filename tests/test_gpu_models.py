@@ -13,7 +13,7 @@ def test_a_row_checks_against_onnxruntime_and_times_the_model(fake_gpu, monkeypa
   monkeypatch.setitem(G.MODELS, "tiny", ("residual_block", {"c": 8, "hw": 8}, "residual_block"))
   monkeypatch.setitem(G.MODELS, "tiny_int8", ("residual_block", {"c": 8, "hw": 8}, None))
   monkeypatch.setitem(sys.modules, "torch", None)                      # PyTorch missing: its column says "-"
-  a = types.SimpleNamespace(precision=None, repeat=2, warmup=1, per_call=False, tf32=False, schedules="quick")
+  a = types.SimpleNamespace(precision=None, repeat=2, warmup=1, per_call=False, tf32=False, schedules="compare")
   for name in ("tiny", "tiny_int8"):
     row = G.row(name, a)
     assert row[0] == name and int(row[1]) >= 2 and float(row[2]) > 0
