@@ -38,7 +38,6 @@ from minicomp.model_parts import IndexCheck, IOSpec, KernelCall, ViewStep
 from minicomp.search.static.model import FACT_FLOATS, FACT_INTS
 from minicomp.saved_model import (
   FORMAT,
-  FORMAT_VERSION,
   READ_VERSIONS,
   SUFFIXES,
   BadField,

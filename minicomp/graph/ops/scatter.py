@@ -86,7 +86,7 @@ def scatter_nd(ctx, data, indices, updates):
   """ONNX ScatterND: indices (..., k) name, for each of their leading positions, the first k coordinates of a
   slice of data that the update of the same leading position replaces (module docstring)."""
   d, ix, up = ctx.tensor(data), _indices(ctx, indices), ctx.tensor(updates)
-  q, r = len(ix.shape), len(d.shape)
+  r = len(d.shape)
   k = ix.shape[-1]
   lead = tuple(ix.shape[:-1])
   if not 1 <= k <= r or tuple(up.shape) != lead + tuple(d.shape[k:]):
