@@ -3,7 +3,8 @@
 # onnxruntime, jax, cuda-bindings there). Each step has its own time limit and writes its result to $OUT as it comes,
 # so a step that overruns costs only itself.
 #
-#   OUT=/tmp/out PART=one bash benchmarks/gpu_check.sh  # one call (limits add to ~13 min; a 10-min call cuts the last)
+#   OUT=/tmp/out PART=one bash benchmarks/gpu_check.sh  # one call (limits add to ~13 min; a 10-min call cuts the last,
+#                                                       # so its steps run in the issues' order)
 #   OUT=/tmp/out PART=a bash benchmarks/gpu_check.sh    # measurements (~8 minutes on an H200)
 #   OUT=/tmp/out PART=b bash benchmarks/gpu_check.sh    # the gpu-marked tests, then timings for calibration
 #
@@ -13,12 +14,11 @@
 # Gensor's tensor-core constructions or not, per kernel of an fp16 ResNet-18 (issue 47) 90, then int8 tensor cores
 # or dp4a, every kernel call of an int8 BERT-tiny (issues 47, 49) 90.
 # Part b: every gpu-marked test 220, then `minicomp collect` on three fp32 tasks outside the eight until
-# ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed), then part a's
-# steps without the smoke test, each with less time (150, 150, 70 + 30, 70 + 70), then `minicomp collect --model` of
-# a ResNet-18's two heaviest layers (60), then ResNet-18 with and without split-K sketches (60), then 30 conv
-# programs with their fetch loops as they are and staged through registers (40 + 40), then ResNet-18, MobileNetV2
-# and BERT-tiny compiled with schedules="compare" against PyTorch (50; the default's rows are in models.txt):
-# fourteen files.
+# ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed, 150), the whole
+# models (150), then ResNet-18, MobileNetV2 and BERT-tiny compiled with schedules="compare" against PyTorch (issue 45,
+# 50; the default's rows are in models.txt), then part a's other steps with less time (70 + 30, 70 + 70), then 30 conv
+# programs with their fetch loops as they are and staged through registers (40 + 40), then ResNet-18 with and without
+# split-K sketches (60), then `minicomp collect --model` of a ResNet-18's two heaviest layers (60): fourteen files.
 # islpy comes from .whl/ when the machine lacks it.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
@@ -52,16 +52,18 @@ gpu_tests() {  # LIMIT
     --ignore=tests/test_notebooks.py
   tail -n 5 "$OUT/gputests.txt"
 }
-measurements() {  # MODELS_S PICKS_S PYTORCH_S CHOICE_S
+models() {  # LIMIT
   step "whole models against PyTorch and onnxruntime" "$1" models.txt python3 benchmarks/gpu_models.py --per-call
+}
+measurements() {  # PICKS_S PYTORCH_S CHOICE_S
   local sel=benchmarks/results/strategies/gpu/picks_2026-11-30/gpu_selection.jsonl.gz
-  step "compile's picks of the eight tasks" "$2" picks.txt python3 benchmarks/strategies_gpu.py measure \
-    --selection "$sel" --out "$OUT/picks" --deadline-s $(($2 - 20))
-  step "the eight tasks through PyTorch" "$3" picks.txt python3 benchmarks/strategies_gpu.py pytorch --out "$OUT/picks"
-  step "Gensor's tensor-core constructions or not" "$4" choice.txt python3 research/tc_choice_check.py --gpu \
+  step "compile's picks of the eight tasks" "$1" picks.txt python3 benchmarks/strategies_gpu.py measure \
+    --selection "$sel" --out "$OUT/picks" --deadline-s $(($1 - 20))
+  step "the eight tasks through PyTorch" "$2" picks.txt python3 benchmarks/strategies_gpu.py pytorch --out "$OUT/picks"
+  step "Gensor's tensor-core constructions or not" "$3" choice.txt python3 research/tc_choice_check.py --gpu \
     --model resnet18 --gensor-tc
   # (int8 tensor cores ran slower on an H200, 2026-11-30: every kernel call of both builds, to see where)
-  step "int8 tensor cores or dp4a, every call" "$4" choice.txt python3 research/tc_choice_check.py --gpu \
+  step "int8 tensor cores or dp4a, every call" "$3" choice.txt python3 research/tc_choice_check.py --gpu \
     --model bert_tiny --precision int8-qdq --all-calls
   grep -v "^  \|^\[minicomp\]" "$OUT/models.txt" "$OUT/choice.txt" | tail -n 60
 }
@@ -86,24 +88,26 @@ ins = wl.random_inputs()
 got = mc.build(mc.Schedule(wl.outputs), target='cuda')(*ins, device='gpu')
 print('smoke: max |gpu - numpy| =', float(np.abs(got - wl.reference(*ins)).max()))
 " || { cat "$OUT/env.txt"; exit 4; }
-    measurements 250 100 40 90 ;;
+    models 250
+    measurements 100 40 90 ;;
   one)
     gpu_tests 150
-    measurements 150 70 30 70
-    # (issue 48: a model's own layers, checked against minicomp/ir/reference.py, first time on a GPU)
-    step "collect a model's two heaviest layers" 60 collect.txt sh -c "python3 -c \"import onnx; from minicomp \
-import zoo; onnx.save(zoo.resnet18(hw=64)[0], '/tmp/r18.onnx')\" && python3 -m minicomp.cli collect --model \
-/tmp/r18.onnx --tasks 2 --per-task 8 -o $OUT/timings_model.jsonl"
-    tail -n 3 "$OUT/collect.txt"
-    # (split-K sketches, not compile's default until a GPU times them: ResNet-18 at 64 x 64 with and without)
-    step "split-K or not, per call" 60 split.txt python3 research/split_check.py --gpu --model resnet18
-    tail -n 12 "$OUT/split.txt"
-    staged_ab 40
+    models 150
     # (issue 45: the default keeps Gensor's first candidate uncompared, schedules="compare" the full model's pick;
     # the default's table is models.txt)
     step "whole models, schedules=compare" 50 compare.txt env MINICOMP_CACHE_DIR=/tmp/mccache_compare python3 \
       benchmarks/gpu_models.py --models resnet18 mobilenet_v2 bert_tiny --schedules compare
-    tail -n 6 "$OUT/compare.txt" ;;
+    tail -n 6 "$OUT/compare.txt"
+    measurements 70 30 70
+    staged_ab 40
+    # (split-K sketches, not compile's default until a GPU times them: ResNet-18 at 64 x 64 with and without)
+    step "split-K or not, per call" 60 split.txt python3 research/split_check.py --gpu --model resnet18
+    tail -n 12 "$OUT/split.txt"
+    # (issue 48: a model's own layers, checked against minicomp/ir/reference.py, first time on a GPU)
+    step "collect a model's two heaviest layers" 60 collect.txt sh -c "python3 -c \"import onnx; from minicomp \
+import zoo; onnx.save(zoo.resnet18(hw=64)[0], '/tmp/r18.onnx')\" && python3 -m minicomp.cli collect --model \
+/tmp/r18.onnx --tasks 2 --per-task 8 -o $OUT/timings_model.jsonl"
+    tail -n 3 "$OUT/collect.txt" ;;
   *)
     gpu_tests 220
     LEFT=$((${B_SECONDS:-300} - (SECONDS - START)))
