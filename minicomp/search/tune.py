@@ -228,8 +228,8 @@ def tune_tasks(tasks: Sequence, target: Target | str, trials: int = 0, strategy:
 def _start_at_defaults(tasks: list[TuneTask], defaults: dict[str, str], progress: bool) -> None:
   """Where each task's search starts: Gensor's construction as ``compile`` made it (same seed, so the same
   candidates). The default among them is a seed (measured: its cost goes to the strategy); the others are
-  the first round's start programs, first those ``compile`` compared with it (it ranked them on copies unrolled
-  less, ``gensor.ranking_copy``: built in full they may be faster, as they may on a GPU), then the rest."""
+  the first round's start programs, first those the analytic model cannot separate from it (``gensor.compared``,
+  which ``schedules="compare"`` ranks: built and measured they may be faster, as they may on a GPU), then the rest."""
   from minicomp.errors import MinicompError
   from minicomp.progress import bar, check_interrupt
   from minicomp.search.records import canonical_steps
