@@ -97,7 +97,8 @@ def buckets(args) -> int:
            (gensor, "check_values", "  the walker's limits check"), (SketchModel, "__call__", "  analytic model calls"),
            (SketchModel, "valid", "    limits (its own formulas)"), (SketchModel, "_launches", "    launch facts"),
            (FormulaProgram, "bind", "      formulas (also the limits')"),
-           (SketchModel, "_whole", "      whole-reduction sizes"), (SketchModel, "_remembered", "      bank degrees and sectors"),
+           (SketchModel, "_whole", "      whole-reduction sizes"),
+           (SketchModel, "_remembered", "      bank degrees and sectors"),
            (analytic, "launch_times", "    launch times"), (SketchModel, "__init__", "analytic model built"),
            (gensor, "make_candidate", "candidates lowered")]
   saved = [(owner, name, getattr(owner, name)) for owner, name, _ in parts]
