@@ -88,8 +88,9 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32" or "off"), whichever the static model estimates
   fastest, unless the rule-based one (``rules()`` builds it) is faster still; for a task of
   :data:`RULES_NEVER_WIN` ops the rule-based one is not compared. Construction that fails, finds nothing valid or
-  does not build falls back to the rules, logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s: a task's default schedule depends on
-  the task and the target only, so the default records of a tuning log stay valid across tuning seeds.
+  does not build falls back to the rules, logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s:
+  a task's default schedule depends on the task and the target only, so the default records of a tuning log stay
+  valid across tuning seeds.
   Without ``compare`` (``schedules="gensor"``, the default) no ranking copies are built or estimated;
   ``schedules="compare"`` builds them (research/quick_choice.py: what comparing buys and costs)."""
   from minicomp.search.static.estimate import estimate

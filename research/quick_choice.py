@@ -7,8 +7,9 @@ cannot separate built and ranked by the full static model; the default until 202
 2026-12-01), and prints each model's end-to-end static-model ESTIMATE both ways, their ratio and the seconds. (At
 8f80ef1 quick kept that candidate's 128-step ranking copy instead: the same command there, with its mode names,
 measures that variant.) ``--steps S --halving H`` also compiles the default with Gensor's walks shortened (at
-most S steps per level, the temperature halving every H steps; compile's walks: 36 and 6). One process per mode here, the schedule cache off and one NVRTC cache folder for all:
-the seconds are not a cold compile's (``benchmarks/compile_model.py`` times those).
+most S steps per level, the temperature halving every H steps; compile's walks: 36 and 6). One process per mode
+here, the schedule cache off and one NVRTC cache folder for all: the seconds are not a cold compile's
+(``benchmarks/compile_model.py`` times those).
 
     python research/quick_choice.py --targets sm_86 h100
     python research/quick_choice.py --models resnet18 mobilenet_v2 --steps 18 --halving 3

@@ -318,8 +318,8 @@ def test_a_ranking_copy_is_the_candidate_unrolled_less():
 
 
 def test_compare_builds_one_full_program_per_constructed_task(monkeypatch):
-  """schedules="compare": the compared candidates are ranked on their copies; only the first is built with its full unroll, and it is
-  the one the copies' estimates put first (ties: the analytic model's order)."""
+  """schedules="compare": the compared candidates are ranked on their copies; only the first is built with its full
+  unroll, and it is the one the copies' estimates put first (ties: the analytic model's order)."""
   import minicomp.codegen.kernel as K
   from minicomp.compiler import choose_default
   full: list[str] = []
