@@ -4,7 +4,7 @@ For every task of every model below (minicomp.zoo builders at realistic sizes), 
 
 - ``rules``: the static estimate of the rule-based schedule (graph/schedules.py);
 - ``gensor``: the static estimate of Gensor's construction (the candidate ``compile`` keeps: the analytic model's
-  first; with ``--schedules compare``, the first of those it compares by ``compiler.rank_constructed``;
+  first; with ``--schedules compare``, the first of those it compares: ``compiler.kept_order``;
   search/strategies/gensor.py) and its construction time;
 - ``default``: what ``compile(trials=0)`` keeps (the faster of the two by the static model);
 - ``ansor``: the best static estimate of an Ansor search of ``--ansor-trials`` trials on that
@@ -91,10 +91,10 @@ def main(argv=None) -> int:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import Builds, build
-  from minicomp.compiler import constructed_sketches, rank_constructed
+  from minicomp.compiler import constructed_sketches, kept_order
   from minicomp.graph.schedules import default_schedule
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import COMPARE, compared, construct
+  from minicomp.search.strategies.gensor import construct
   from minicomp.target import as_target
 
   for line in header_lines(__file__, argv): print(line)
@@ -115,8 +115,7 @@ def main(argv=None) -> int:
         res = construct(t.dag, tgt, seed=args.seed, sketches=sks)
         secs = time.perf_counter() - t0
         gensor, built = math.inf, Builds(tgt)
-        for c in rank_constructed(compared(res, COMPARE if args.schedules == "compare" else 1), sks, built,
-                                  "task_kernel"):
+        for c in kept_order(res, sks, built, "task_kernel", args.schedules == "compare"):
           try:
             gensor = estimate(built.kernel(c.schedule, "task_kernel", c.program), tgt).latency_s
             break

@@ -94,7 +94,7 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   Without ``compare`` (``schedules="gensor"``, the default) no ranking copies are built or estimated;
   ``schedules="compare"`` builds them (research/quick_choice.py: what comparing buys and costs)."""
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, compared, construct
+  from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, construct
   tgt = built.target
   tensor = _tensor_core_options(task, built, name, tensor_cores)
   t0 = time.perf_counter()
@@ -110,9 +110,7 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   if res is not None and not res.candidates:
     log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
              "; ".join(res.reasons[:3]) or "no sketch")
-  if res is None: ranked = []
-  elif compare: ranked = rank_constructed(compared(res, n), sketches, built, name, stats, task.key)
-  else: ranked = compared(res, n)
+  ranked = [] if res is None else kept_order(res, sketches, built, name, compare, stats, task.key)
   options: list[Built] = []
   for c in ranked:
     try:
@@ -138,6 +136,16 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
              costs[best] * 1e6, min(costs[:-1]) * 1e6)
   return _kept(options[best], stats)
+
+
+def kept_order(res, sketches: list, built: Builds, name: str, compare: bool, stats: CompileStats | None = None,
+               key: str = "") -> list:
+  """The candidates of Gensor's construction ``res`` in the order ``compile`` tries to build them: the analytic
+  model's first alone, or with ``compare`` (``schedules="compare"``) those it cannot separate
+  (``gensor.compared``), ranked by :func:`rank_constructed`."""
+  from minicomp.search.strategies.gensor import COMPARE, compared
+  if not compare: return compared(res, 1)
+  return rank_constructed(compared(res, COMPARE), sketches, built, name, stats, key)
 
 
 def rank_constructed(cands: list, sketches: list, built: Builds, name: str, stats: CompileStats | None = None,
