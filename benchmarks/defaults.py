@@ -5,7 +5,8 @@ For every task of every model below (minicomp.zoo builders at realistic sizes), 
 - ``rules``: the static estimate of the rule-based schedule (graph/schedules.py);
 - ``gensor``: the static estimate of Gensor's construction (the candidate ``compile`` keeps: the analytic model's
   first; with ``--schedules compare``, the first of those it compares: ``compiler.kept_order``;
-  search/strategies/gensor.py) and its construction time;
+  search/strategies/gensor.py; tasks of one walk domain sharing a walk as in ``compile``: ``compiler.construct_task``)
+  and its construction time;
 - ``default``: what ``compile(trials=0)`` keeps (the faster of the two by the static model);
 - ``ansor``: the best static estimate of an Ansor search of ``--ansor-trials`` trials on that
   task alone (StaticMeasurer; ``--ansor-trials 0`` skips it; ``--ansor-per-class N`` runs it on
@@ -91,10 +92,10 @@ def main(argv=None) -> int:
   import minicomp as mc
   from minicomp import zoo
   from minicomp.codegen.kernel import Builds, build
-  from minicomp.compiler import constructed_sketches, kept_order
+  from minicomp.compiler import Walked, construct_task, kept_order, walk_key
   from minicomp.graph.schedules import default_schedule
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import construct
+  from minicomp.search.strategies.gensor import COMPARE
   from minicomp.target import as_target
 
   for line in header_lines(__file__, argv): print(line)
@@ -108,11 +109,12 @@ def main(argv=None) -> int:
       model, _ = getattr(zoo, fn)(**kw)
       cm = mc.compile(model, tgt, schedules="rules")
       calls[mname] = [c.task for c in cm.calls]
+      walks: dict = {}        # (compile's: tasks of one walk domain share it, compiler.choose_defaults)
       for t in cm.tasks:
         rules = estimate(build(default_schedule(t.dag, tgt), tgt), tgt).latency_s
         t0 = time.perf_counter()
-        sks = constructed_sketches(t.dag, tgt)     # (compile's: no tensor-core or split-reduction sketch)
-        res = construct(t.dag, tgt, seed=args.seed, sketches=sks)
+        walked = walks.setdefault(walk_key(t), Walked()) if walk_key(t) is not None else None
+        sks, res, _ = construct_task(t, tgt, COMPARE if args.schedules == "compare" else 1, walked, args.seed)
         secs = time.perf_counter() - t0
         gensor, built = math.inf, Builds(tgt)
         for c in kept_order(res, sks, built, "task_kernel", args.schedules == "compare"):

@@ -81,8 +81,17 @@ RULES_NEVER_WIN = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "QLinear
                              "MatMulInteger"})
 
 
+class Walked:
+  """The walk a group of tasks shares (:func:`choose_defaults`): the domain (``gensor.domain``) of the first task
+  whose construction walked, and its best states (``Construction.states``)."""
+
+  def __init__(self):
+    self.domain: tuple | None = None
+    self.states: list[tuple[int, dict]] = []
+
+
 def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,
-               tensor_cores: str = "half", compare: bool = False) -> Built:
+               tensor_cores: str = "half", compare: bool = False, walked: Walked | None = None) -> Built:
   """Gensor's schedule for ``task`` (the analytic model's first candidate; with ``compare``, of the candidates
   ``gensor.compared`` picks, the first by :func:`rank_constructed` that builds), or a tensor-core one
   (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32" or "off"), whichever the static model estimates
@@ -92,16 +101,17 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   a task's default schedule depends on the task and the target only, so the default records of a tuning log stay
   valid across tuning seeds.
   Without ``compare`` (``schedules="gensor"``, the default) no ranking copies are built or estimated;
-  ``schedules="compare"`` builds them (research/quick_choice.py: what comparing buys and costs)."""
+  ``schedules="compare"`` builds them (research/quick_choice.py: what comparing buys and costs).
+  ``walked``: the walk of a task of the same domain, whose best states this task ranks instead of walking (or,
+  where it holds none yet, where this task's walk is kept for the next)."""
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import COMPARE, CONSTRUCT_SEED, construct
+  from minicomp.search.strategies.gensor import COMPARE
   tgt = built.target
   tensor = _tensor_core_options(task, built, name, tensor_cores)
   t0 = time.perf_counter()
-  n = COMPARE if compare else 1
   try:
-    sketches = constructed_sketches(task.dag, tgt)
-    res = construct(task.dag, tgt, seed=CONSTRUCT_SEED, sketches=sketches, keep=n)   # (no more are compared)
+    sketches, res, seeded = construct_task(task, tgt, COMPARE if compare else 1, walked)   # (no more are compared)
+    stats.seeded += seeded
   except MinicompError as e:
     log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
     res = None
@@ -136,6 +146,22 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
              costs[best] * 1e6, min(costs[:-1]) * 1e6)
   return _kept(options[best], stats)
+
+
+def construct_task(task: Task, target: Target, keep: int, walked: Walked | None = None,
+                   seed: int | None = None) -> tuple[list, object, bool]:
+  """Gensor's construction of ``task`` as ``compile`` makes it: over :func:`constructed_sketches`, from the fixed
+  seed (or ``seed``), ``keep`` candidates; where ``walked`` holds the walk of a task of the same domain, ranking its best states
+  instead of walking (else the walk is kept there for the next task, where it holds none). (sketches, construction,
+  whether it ranked ``walked``'s states.)"""
+  from minicomp.search.strategies.gensor import CONSTRUCT_SEED, construct, domain
+  sketches = constructed_sketches(task.dag, target)
+  seeded = walked is not None and walked.domain is not None and walked.domain == domain(sketches)
+  res = construct(task.dag, target, seed=CONSTRUCT_SEED if seed is None else seed, sketches=sketches, keep=keep,
+                  seeded=walked.states if seeded else None)
+  if walked is not None and walked.domain is None and res.candidates:
+    walked.domain, walked.states = domain(sketches), res.states
+  return sketches, res, seeded and bool(res.candidates)
 
 
 def kept_order(res, sketches: list, built: Builds, name: str, compare: bool, stats: CompileStats | None = None,
@@ -255,8 +281,8 @@ def _fall_back(b: TaskBuild, e: MinicompError) -> None:
   b.fall_back()
 
 
-def choose_default(task: Task, target: Target, name: str, mode: str,
-                   built: Builds | None = None) -> tuple[str, str, CompileStats, tuple | None]:
+def choose_default(task: Task, target: Target, name: str, mode: str, built: Builds | None = None,
+                   walked: Walked | None = None) -> tuple[str, str, CompileStats, tuple | None]:
   """One task's default schedule (its steps and where they come from: "gensor", "tensor cores" or "rules"; ``mode``:
   :func:`_mode`'s), the seconds
   choosing took, and the static model's analysis of the chosen kernel where choosing made one (its
@@ -266,21 +292,52 @@ def choose_default(task: Task, target: Target, name: str, mode: str,
   stats = CompileStats()
   own, built = built is None, built or Builds(target)
   rules = lambda: build_rule_based(task.dag, built, name, task.key)   # noqa: E731 -- (built when needed)
-  kernel, sched, origin = _construct(task, built, name, rules, stats, _TENSOR_CORES[mode], mode.startswith("compare")) \
-      if mode in _TENSOR_CORES else rules()
+  kernel, sched, origin = _construct(task, built, name, rules, stats, _TENSOR_CORES[mode], mode.startswith("compare"),
+                                     walked) if mode in _TENSOR_CORES else rules()
   if own: stats.build, stats.nvrtc = built.seconds["lower_emit"], built.seconds["nvrtc"]
   key = cache.key(kernel, target.device)
   facts = cache.peek(key)
   return sched.to_json(), origin, stats, (key, facts) if facts is not None else None
 
 
+def choose_defaults(group: list[tuple[Task, str]], target: Target, mode: str, built: Builds | None = None) -> list:
+  """:func:`choose_default` of each (task, kernel name) of ``group``, in order, the tasks sharing one walk
+  (:class:`Walked`): the first whose construction walks hands its best states to the others of its domain, which
+  rank them by their own analytic model instead of walking (:func:`_same_walks` groups the tasks: a convolution with
+  and without its residual add, say). In ResNet-18 7 of 21 tasks; their kernels the ones their own walks find there
+  (2026-12-02, the analytic model's first candidate the same on all 7)."""
+  walked = Walked()
+  return [choose_default(t, target, name, mode, built, walked) for t, name in group]
+
+
+def _same_walks(todo: list[TaskBuild]) -> list[list[TaskBuild]]:
+  """``todo`` in groups whose walks are likely the same (:func:`walk_key`), each in ``todo``'s order, the groups in
+  the order of their first task."""
+  groups: dict = {}
+  for b in todo:
+    k = walk_key(b.task)
+    groups.setdefault(id(b) if k is None else k, []).append(b)
+  return list(groups.values())
+
+
+def walk_key(task: Task) -> tuple | None:
+  """The shapes and types of ``task``'s reductions, which tasks of the same walk domain share (``gensor.domain``,
+  checked where the walk is shared: it needs the sketches, which the worker makes); None for a task whose walk is
+  short (no op of :data:`RULES_NEVER_WIN`) or that has no reduction."""
+  if not set(task.ops) & RULES_NEVER_WIN: return None
+  red = tuple((t.shape, t.dtype, tuple(int(a.extent.arg) for a in t.reduce_axes), tuple(x.shape for x in t.inputs))
+              for t in task.dag.tensors if not t.is_placeholder and t.reduce_axes)
+  return red or None
+
+
 def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: CompileStats, built: Builds, shown):
-  """(task build, (steps, origin)) for every task of ``todo``, in order: in ``opts.jobs`` worker processes
-  (:func:`~minicomp.search.workers.own_work_pool`) when there are several tasks, else here. Where the pool breaks (a
-  worker killed, by the out-of-memory killer say), the tasks it left are chosen here, with a warning."""
+  """(task build, (steps, origin)) for every task of ``todo``, in order, chosen in the groups of :func:`_same_walks`
+  (:func:`choose_defaults`): in ``opts.jobs`` worker processes (:func:`~minicomp.search.workers.own_work_pool`) when
+  there are several groups, else here. Where the pool breaks (a worker killed, by the out-of-memory killer say), the
+  groups it left are chosen here, with a warning."""
   def account(s: CompileStats) -> None:
     stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
-    stats.tensor_cores += s.tensor_cores
+    stats.tensor_cores += s.tensor_cores; stats.seeded += s.seeded
     built.seconds["lower_emit"] += s.build; built.seconds["nvrtc"] += s.nvrtc     # (a worker's builds; 0 here)
 
   def chosen(b: TaskBuild, steps: str, origin: str) -> None:
@@ -289,33 +346,37 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
     shown.update()
   from minicomp.search.workers import own_work_pool
   done: dict[int, tuple[str, str]] = {}
-  pool = own_work_pool(opts.jobs, "choosing schedules") if opts.jobs > 1 and len(todo) > 1 else None
+  groups = _same_walks(todo)
+  pool = own_work_pool(opts.jobs, "choosing schedules") if opts.jobs > 1 and len(groups) > 1 else None
   if pool is not None:
     import concurrent.futures as cf
     from concurrent.futures.process import BrokenProcessPool
 
     from minicomp.search.static import cache
-    futs = {pool.submit(choose_default, b.task, target, b.name, _mode(opts)): b
-            for b in sorted(todo, key=lambda b: _expected_work(b.task), reverse=True)}   # (the longest first)
+    futs = {pool.submit(choose_defaults, [(b.task, b.name) for b in g], target, _mode(opts)): g
+            for g in sorted(groups, key=lambda g: _expected_work(g[0].task), reverse=True)}   # (the longest first)
     broken = None
     for f in cf.as_completed(futs):      # (a broken pool fails every future it had not finished)
       check_interrupt()
-      try: steps, origin, s, analysed = f.result()
+      try: results = f.result()
       except BrokenProcessPool as e:
         broken = broken or e
         continue
-      account(s)
-      if analysed is not None: cache.put(*analysed)
-      chosen(futs[f], steps, origin)
+      for b, (steps, origin, s, analysed) in zip(futs[f], results):
+        account(s)
+        if analysed is not None: cache.put(*analysed)
+        chosen(b, steps, origin)
     if broken is not None:
       log.warning("choosing schedules: a worker process died (%s); the %d tasks left are chosen in this process",
                   broken, len(todo) - len(done))
-  for b in todo:
-    if id(b) in done: continue
+  for g in groups:
+    if id(g[0]) in done: continue
     check_interrupt()
-    steps, origin, s, _ = choose_default(b.task, target, b.name, _mode(opts), built)
-    account(s)
-    chosen(b, steps, origin)
+    walked = Walked()
+    for b in g:
+      steps, origin, s, _ = choose_default(b.task, target, b.name, _mode(opts), built, walked)
+      account(s)
+      chosen(b, steps, origin)
   return [(b, done[id(b)]) for b in todo]
 
 
@@ -570,7 +631,8 @@ PHASE_NAMES = tuple(p.name for p in PHASES)
 def _kernels_line(st: CompileState) -> str:
   s, tuned = st.stats, sum(b.origin == "tuned" for b in st.builds.values())
   return (f"{len(st.builds)} kernels: {tuned} tuned, {len(st.builds) - tuned} default schedules "
-          f"({s.constructed} constructed by Gensor, " + (f"{s.tensor_cores} on tensor cores, " if s.tensor_cores else "")
+          f"({s.constructed} constructed by Gensor" + (f" ({s.seeded} from a like task's walk)" if s.seeded else "")
+          + ", " + (f"{s.tensor_cores} on tensor cores, " if s.tensor_cores else "")
           + f"{s.cached} from the schedule cache; {s.construct:.2f} s constructing, {s.estimate:.2f} s "
           f"estimating, {s.build + s.nvrtc:.2f} s building, NVRTC {s.nvrtc:.2f} s of it)")
 

@@ -62,6 +62,7 @@ class CompileStats:
   constructed: int = 0
   tensor_cores: int = 0            # tasks whose default schedule is a tensor-core one (graph/tensor_core_schedules.py)
   cached: int = 0                  # tasks whose default schedule came from the schedule cache
+  seeded: int = 0                  # tasks whose construction ranked a like task's walk (compiler.Walked)
   phases: dict[str, float] = field(default_factory=dict)
 
   def add_phase(self, name: str, seconds: float) -> None:

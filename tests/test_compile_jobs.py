@@ -1,25 +1,28 @@
 """compile(jobs=N): default schedules chosen in worker processes give the very same kernels."""
 import numpy as np
+import pytest
 
 import minicomp as mc
 from minicomp import zoo
 from onnx_harness import run_ort
 
 
-def test_one_and_two_jobs_give_byte_identical_kernels():
-  model, feeds = zoo.inverted_residual()
+@pytest.mark.parametrize("name", ["inverted_residual", "grouped_block"])
+def test_one_and_two_jobs_give_byte_identical_kernels(name):
+  """(grouped_block: two of its three convolutions share a walk, compiler.choose_defaults, in one worker)"""
+  model, feeds = getattr(zoo, name)()
   one = mc.compile(model, target="sm_86", jobs=1)
   two = mc.compile(model, target="sm_86", jobs=2)
   assert len(one.tasks) > 1
   assert [k.source for k in one.kernels] == [k.source for k in two.kernels]
   assert two.stats.constructed == one.stats.constructed and two.stats.construct > 0
+  assert two.stats.seeded == one.stats.seeded == (name == "grouped_block")
   assert two.stats.nvrtc > 0 and two.stats.build > 0        # the workers' builds are counted
   assert two.estimate().latency_s == one.estimate().latency_s
   np.testing.assert_allclose(two.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_jobs_must_be_a_positive_int(monkeypatch):
-  import pytest
   model, _ = zoo.residual_block()
   with pytest.raises(mc.CompileError, match="jobs must be a positive int"):
     mc.compile(model, jobs=0)

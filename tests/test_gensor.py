@@ -341,7 +341,8 @@ def test_compare_builds_one_full_program_per_constructed_task(monkeypatch):
 
 def test_default_schedules_keep_the_analytic_models_first_candidate(monkeypatch):
   """The default (schedules="gensor"): per constructed task the analytic model's first candidate, built once (no
-  ranking copies, nothing estimated to compare candidates); onnxruntime's result."""
+  ranking copies, nothing estimated to compare candidates); onnxruntime's result. (The block's two convolutions share
+  a walk: the second's candidates are the first's best states, ranked by its own model.)"""
   import minicomp.codegen.kernel as K
   from minicomp.compiler import constructed_sketches
   built: list[str] = []
@@ -352,11 +353,55 @@ def test_default_schedules_keep_the_analytic_models_first_candidate(monkeypatch)
   tgt = as_target("sm_86")
   cm = mc.compile(model, target=tgt, jobs=1, progress=False)
   assert cm.stats.constructed == len(cm.tasks) == len(set(built)) == 2 and cm.stats.estimate == 0
+  walked = None
   for task, kern in zip(cm.tasks, cm.kernels):
     sks = constructed_sketches(task.dag, tgt)
-    first = G.compared(construct(task.dag, tgt, seed=G.CONSTRUCT_SEED, sketches=sks, keep=1))[0]
+    res = construct(task.dag, tgt, seed=G.CONSTRUCT_SEED, sketches=sks, keep=1,
+                    seeded=walked.states if walked is not None else None)
+    walked = walked or res
+    first = G.compared(res)[0]
     assert first.schedule.to_json() in built
     assert kern.source == build(first.schedule, tgt, kern.launches[0][0][:-len("_kernel")]).source
+  np.testing.assert_allclose(cm.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_task_of_the_same_domain_ranks_a_walk_instead_of_walking():
+  """construct(seeded=): residual_block's convolution with the residual add takes the best states of the plain one's
+  walk (the same tiles and choices: gensor.domain), ranked by its own analytic model, for a fraction of a walk's
+  evaluations; its first candidate is as good by that model as its own walk's here, and a valid program."""
+  from minicomp.compiler import constructed_sketches
+  tgt = as_target("sm_86")
+  tasks = mc.compile(zoo.residual_block(c=16, hw=12)[0], target=tgt, schedules="rules").tasks
+  plain, added = sorted(tasks, key=lambda t: len(t.ops))
+  assert "Add" in added.ops and "Add" not in plain.ops
+  sp, sa = (constructed_sketches(t.dag, tgt) for t in (plain, added))
+  assert G.domain(sp) == G.domain(sa) != G.domain(constructed_sketches(ComputeDAG(W.matmul(64, 48, 40).outputs), tgt))
+  walked = construct(plain.dag, tgt, seed=0, sketches=sp, keep=1)
+  assert 0 < len(walked.states) <= G.SEEDS
+  own = construct(added.dag, tgt, seed=0, sketches=sa, keep=1)
+  seeded = construct(added.dag, tgt, sketches=sa, keep=1, seeded=walked.states)
+  assert 0 < seeded.evaluations < own.evaluations / 10
+  assert seeded.costs[0] <= own.costs[0] * 1.01, (seeded.costs, own.costs)
+  assert seeded.candidates[0].program is not None          # (lowered and checked, as every construction's)
+  assert construct(added.dag, tgt, sketches=sa, keep=1, seeded=[]).candidates == []
+
+
+def test_compile_walks_once_for_tasks_of_one_domain(monkeypatch, capsys):
+  """residual_block's two convolutions (one with the residual add) share a walk: the first walks, the second ranks
+  its best states (stats.seeded, said in the summary line); both kernels compute what onnxruntime does."""
+  import minicomp.compiler as C
+  from minicomp.compiler import constructed_sketches
+  walks = []
+  real = G.SketchWalker.walk
+  monkeypatch.setattr(G.SketchWalker, "walk", lambda self, *a, **k: walks.append(1) or real(self, *a, **k))
+  model, feeds = zoo.residual_block(c=16, hw=12)
+  tgt = as_target("sm_86")
+  cm = mc.compile(model, target=tgt, jobs=1)
+  assert cm.stats.constructed == len(cm.tasks) == 2 and cm.stats.seeded == 1
+  assert "2 constructed by Gensor (1 from a like task's walk)" in capsys.readouterr().err
+  assert C.walk_key(cm.tasks[0]) == C.walk_key(cm.tasks[1]) is not None
+  sks = [constructed_sketches(t.dag, tgt) for t in cm.tasks]
+  assert G.domain(sks[0]) == G.domain(sks[1]) and len(walks) == len(sks[0])
   np.testing.assert_allclose(cm.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 

@@ -46,7 +46,12 @@ all of them); every state they visit is kept with its cost, and the best distinc
 lowered and checked exactly (``annotate.make_candidate``), so a returned schedule is valid by
 construction or was rejected before NVRTC. The walk is deterministic per seed.
 
-:func:`construct` is what ``compile(trials=0)`` calls per task; :class:`GensorStrategy` is the
+**Seeded construction.** Tasks whose sketches have the same :func:`domain` (tile groups and choices: a
+convolution with and without its residual add) take the same states: ``construct(..., seeded=states)`` ranks
+another task's best states (:attr:`Construction.states`) by this task's own model instead of walking.
+
+:func:`construct` is what ``compile(trials=0)`` calls per task (``compiler.construct_task``, seeded within a group of
+like tasks); :class:`GensorStrategy` is the
 iterative mode (``strategy="gensor"`` with ``trials > 0``): each round walks again from the best
 measured states and proposes the best unmeasured states it finds.
 """
@@ -55,7 +60,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,6 +80,7 @@ T0 = 1.0                    # initial temperature
 CACHE_WEIGHT = 0.05         # weight of "cache" (go to the next level) at T = 1
 KEEP = 4                    # valid candidates construct() returns per task
 LOWER_TRIES = 16            # distinct best states lowered exactly, at most, to find them
+SEEDS = 16                  # best states a construction hands on to a task of the same domain (``seeded``)
 # what compile(trials=0) does with a construction (compiler._construct): from a fixed seed (a task's default
 # depends on the task and the target only, so the default records of a tuning log stay valid across tuning
 # seeds), it builds the first candidate and keeps it unless a tensor-core or the rule-based schedule is estimated
@@ -252,12 +258,17 @@ class SketchWalker:
         active = still
     for s in self.finish(states): keep(s)
     best = sorted(done.values(), key=lambda cv: cv[0])
+    return self.ranked([v for _, v in best[:4 * walks]])     # (the best states' choices finished again)
+
+  def ranked(self, states: list[dict]) -> list[tuple[float, dict]]:
+    """``states`` with their choices finished (:meth:`finish`), each distinct valid one with its cost, best first."""
+    finished = self.finish(states)
     out, seen = [], set()
-    for f in self.finish([v for _, v in best[:4 * walks]]):   # re-finish the best states' choices
+    for f, c in zip(finished, self.cost(finished)):
       k = self.key(f)
-      if k in seen or not math.isfinite(self.costs[k]): continue
+      if k in seen or not math.isfinite(c): continue
       seen.add(k)
-      out.append((self.costs[k], f))
+      out.append((float(c), f))
     return sorted(out, key=lambda cv: cv[0])
 
 
@@ -273,14 +284,25 @@ class Construction:
   seconds: float
   evaluations: int
   reasons: list[str]
+  states: list[tuple[int, dict]] = field(default_factory=list)   # the best (sketch index, values), for ``seeded``
+
+
+def domain(sketches: list[Sketch]) -> tuple:
+  """What a walk over ``sketches`` chooses among: per sketch, its tile groups (kind, extent, variables, innermost
+  limit) and its choices. Two tasks of one domain (a convolution with and without its residual add, say) take
+  each other's states as they are (:func:`construct`'s ``seeded``)."""
+  return tuple((tuple((g.kind, g.extent, g.vars, g.inner_limit) for g in sk.tiles),
+                tuple((c.var, c.candidates) for c in sk.choices)) for sk in sketches)
 
 
 def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = WALKS, keep: int = KEEP,
               sketches: list[Sketch] | None = None, starts: dict[int, list[dict]] | None = None,
-              exclude: set[str] | None = None) -> Construction:
+              exclude: set[str] | None = None, seeded: list[tuple[int, dict]] | None = None) -> Construction:
   """Gensor's construction for one task (a ComputeDAG, Task or output tensors): up to ``keep`` valid
   candidates, best first by the analytic model. ``starts`` (sketch index -> states) begins the
-  walks there instead of the initial state; ``exclude`` skips programs already measured."""
+  walks there instead of the initial state; ``exclude`` skips programs already measured. ``seeded``
+  ((sketch index, values), another task's :attr:`Construction.states` over the same :func:`domain`): no walk;
+  those states are ranked by this task's own analytic model instead."""
   t0 = time.perf_counter()
   tgt = as_target(target)
   sks = sketches if sketches is not None else generate_sketches(getattr(dag, "dag", dag), tgt)
@@ -289,15 +311,18 @@ def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = W
   reasons: list[str] = []
   evaluations = 0
   for k, sk in enumerate(sks):
+    mine = None if seeded is None else [dict(v) for i, v in seeded if i == k]
+    if mine == []: continue
     try:
       walker = SketchWalker(sk, tgt)
-      res = walker.walk(rng, (starts or {}).get(k), walks=max(2, walks))
+      res = walker.ranked(mine) if mine is not None else walker.walk(rng, (starts or {}).get(k), walks=max(2, walks))
     except (MinicompError, ArithmeticError) as e:   # a sketch whose symbolic program cannot be modelled (or walked) is skipped
       reasons.append(f"sketch {k}: no analytic model ({type(e).__name__}: {str(e)[:120]})")
       continue
     evaluations += walker.evaluations
     found += [(c, k, v) for c, v in res]
   found.sort(key=lambda t: t[0])
+  states = [(k, v) for _, k, v in found[:SEEDS]]
   # distinct tilings first: states that differ only in a choice (a vector width) tie in the
   # analytic model more often than in the full one, so they go after the other tilings
   tiles = lambda k, v: (k,) + tuple(v[x] for g in sks[k].tiles for x in g.vars)   # noqa: E731
@@ -324,7 +349,7 @@ def construct(dag, target: Target | str = "sm_86", seed: int = 0, walks: int = W
     if cand.key in seen: continue
     seen.add(cand.key)
     out.append(cand); costs.append(c)
-  return Construction(out, costs, time.perf_counter() - t0, evaluations, reasons)
+  return Construction(out, costs, time.perf_counter() - t0, evaluations, reasons, states)
 
 
 def explain(dag, target: Target | str = "sm_86", seed: int = 0, sketch: int = 0) -> str:
@@ -399,4 +424,5 @@ class GensorStrategy(Strategy):
         self.points[c.key] = (c.sketch_index, dict(c.values))
 
 
-__all__ = ["CONSTRUCT_SEED", "Construction", "GensorStrategy", "SketchWalker", "compared", "construct", "explain"]
+__all__ = ["CONSTRUCT_SEED", "Construction", "GensorStrategy", "SketchWalker", "compared", "construct", "domain",
+           "explain"]
