@@ -98,8 +98,8 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   fastest, unless the rule-based one (``rules()`` builds it) is faster still; for a task of
   :data:`RULES_NEVER_WIN` ops the rule-based one is not compared. Construction that fails, finds nothing valid or
   does not build falls back to the rules, logged. The walk's seed is fixed (``CONSTRUCT_SEED``), not ``compile``'s:
-  a task's default schedule depends on the task and the target only, so the default records of a tuning log stay
-  valid across tuning seeds.
+  a task's default schedule depends on the task, the target and (through ``walked``) the first task of its walk
+  domain compiled with it, not on the tuning seed, so the default records of a tuning log stay valid across seeds.
   Without ``compare`` (``schedules="gensor"``, the default) no ranking copies are built or estimated;
   ``schedules="compare"`` builds them (research/quick_choice.py: what comparing buys and costs).
   ``walked``: the walk of a task of the same domain, whose best states this task ranks instead of walking (or,

@@ -86,7 +86,8 @@ def test_a_session_that_measured_exits_quietly(tmp_path):
 def test_a_script_without_a_main_guard_chooses_schedules_in_workers_that_skip_it(tmp_path):
   """The README's first script has no ``if __name__ == "__main__":``; spawned workers re-import the main script, so
   compile chose every schedule in one process (ResNet-18 at 224: 41 s against 21 s with the guard, 2 cores). Now
-  its workers skip the script: it runs once, its kernels are those of one process, and the work left it."""
+  its workers skip the script: it runs once, its kernels are those of one process, and the work left it. (A
+  grouped block: its three convolutions are two groups of compile's, compiler.choose_defaults, so the pool is used.)"""
   import subprocess
   import sys
   ran = tmp_path / "ran.txt"
@@ -94,7 +95,7 @@ def test_a_script_without_a_main_guard_chooses_schedules_in_workers_that_skip_it
   script.write_text(
     "import os, pathlib\nimport minicomp as mc\nfrom minicomp import zoo\nfrom minicomp.search import workers\n"
     f"with open({str(ran)!r}, 'a') as f: f.write(str(os.getpid()) + '\\n')\n"
-    "model, _ = zoo.residual_block(c=4, hw=6)\n"
+    "model, _ = zoo.grouped_block(c=4, hw=6)\n"
     "one = mc.compile(model, target='sm_86', jobs=1, progress=False)\n"
     "two = mc.compile(model, target='sm_86', jobs=2, progress=False)\n"
     "print('same', [k.source for k in one.kernels] == [k.source for k in two.kernels], len(two.kernels))\n"
