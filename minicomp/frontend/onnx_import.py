@@ -139,8 +139,9 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
     raise ModelError(f"opset {opset} is newer than the installed onnx {onnx.__version__} defines (up to {MAX_OPSET}); "
                      "upgrade onnx or export the model at an older opset")
   if input_shapes: m = _set_input_shapes(m, input_shapes)
+  data = m.SerializeToString()     # (once for the checker and shape inference: ResNet-18's 45 MB took 0.1 s each time)
   try:
-    onnx.checker.check_model(m)
+    onnx.checker.check_model(data)
   except onnx.checker.ValidationError as e:
     raise ModelError(f"the ONNX checker rejected the model: {e}") from None
   except UnicodeDecodeError as e:
@@ -148,6 +149,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
   _check_names(m)
   _check_int_attrs(m)
   _refuse_non_tensors(m)
+  checked = m
   m, opset = _upgrade(m, opset)
   m, _ = fuse_qdq(m)
   inits = {t.name for t in m.graph.initializer}
@@ -163,7 +165,7 @@ def load_onnx(model, input_shapes: Mapping[str, Sequence[int]] | None = None, ch
     raise ShapeError("inputs with dynamic or unknown dims: " + "; ".join(dynamic) +
                      ". Give their sizes: input_shapes={'x': (1, 3, 224, 224)} or a dim by its name, "
                      "input_shapes={'batch': 1} (command line: --input-shape x=1,3,224,224 or --input-shape batch=1)")
-  m = _infer_checked(m)
+  m = _infer_checked(m, data if m is checked else None)     # (the same model: neither converted nor fused)
   m = expand_model(m, opset, _infer_checked)
 
   values: dict[str, Value] = {}
@@ -274,13 +276,15 @@ def _check_int_attrs(m: onnx.ModelProto) -> None:
 _TYPE_ERRORS = ("unsupported type", "elem type differs", "type mismatch")
 
 
-def _infer_checked(m: onnx.ModelProto) -> onnx.ModelProto:
+def _infer_checked(m: onnx.ModelProto, data: bytes | None = None) -> onnx.ModelProto:
   """Shape inference that also checks types: an input type an op does not accept (bool into Conv),
   or a declared output type that differs from the inferred one, is a ModelError. Strict inference
-  finds both but also fails on models it merely cannot fully infer, so those get the lenient pass."""
+  finds both but also fails on models it merely cannot fully infer, so those get the lenient pass.
+  ``data``: ``m`` serialized already."""
+  data = m.SerializeToString() if data is None else data
   for strict in (True, False):
     try:
-      return shape_inference.infer_shapes(m, check_type=True, strict_mode=strict, data_prop=True)
+      return shape_inference.infer_shapes(data, check_type=True, strict_mode=strict, data_prop=True)
     except Exception as e:   # onnx raises its own InferenceError / ValidationError
       if any(t in str(e) for t in _TYPE_ERRORS): raise ModelError(f"the model is ill-typed: {e}") from None
       if not strict: raise ModelError(f"ONNX shape inference failed: {e}") from None
