@@ -113,7 +113,8 @@ def main(argv=None) -> int:
       for t in cm.tasks:
         rules = estimate(build(default_schedule(t.dag, tgt), tgt), tgt).latency_s
         t0 = time.perf_counter()
-        walked = walks.setdefault(walk_key(t), Walked()) if walk_key(t) is not None else None
+        wk = walk_key(t)
+        walked = walks.setdefault(wk, Walked()) if wk is not None else None
         sks, res, _ = construct_task(t, tgt, COMPARE if args.schedules == "compare" else 1, walked, args.seed)
         secs = time.perf_counter() - t0
         gensor, built = math.inf, Builds(tgt)

@@ -156,11 +156,12 @@ def construct_task(task: Task, target: Target, keep: int, walked: Walked | None 
   construction, whether it ranked ``walked``'s states.)"""
   from minicomp.search.strategies.gensor import CONSTRUCT_SEED, construct, domain
   sketches = constructed_sketches(task.dag, target)
-  seeded = walked is not None and walked.domain is not None and walked.domain == domain(sketches)
+  dom = domain(sketches) if walked is not None else None
+  seeded = dom is not None and walked.domain == dom
   res = construct(task.dag, target, seed=CONSTRUCT_SEED if seed is None else seed, sketches=sketches, keep=keep,
                   seeded=walked.states if seeded else None)
   if walked is not None and walked.domain is None and res.candidates:
-    walked.domain, walked.states = domain(sketches), res.states
+    walked.domain, walked.states = dom, res.states
   return sketches, res, seeded and bool(res.candidates)
 
 
@@ -372,9 +373,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
   for g in groups:
     if id(g[0]) in done: continue
     check_interrupt()
-    walked = Walked()
-    for b in g:
-      steps, origin, s, _ = choose_default(b.task, target, b.name, _mode(opts), built, walked)
+    for b, (steps, origin, s, _) in zip(g, choose_defaults([(b.task, b.name) for b in g], target, _mode(opts), built)):
       account(s)
       chosen(b, steps, origin)
   return [(b, done[id(b)]) for b in todo]

@@ -81,13 +81,13 @@ CACHE_WEIGHT = 0.05         # weight of "cache" (go to the next level) at T = 1
 KEEP = 4                    # valid candidates construct() returns per task
 LOWER_TRIES = 16            # distinct best states lowered exactly, at most, to find them
 SEEDS = 16                  # best states a construction hands on to a task of the same domain (``seeded``)
-# what compile(trials=0) does with a construction (compiler._construct): from a fixed seed (a task's default
-# depends on the task, the target and the like tasks compiled with it, not on the tuning seed, so the default
-# records of a tuning log stay valid across tuning seeds), it builds the first candidate and keeps it unless a tensor-core or the rule-based schedule is estimated
-# faster; with schedules="compare" it first takes the first COMPARE candidates the analytic model puts within TIE
-# of its best -- the ones it cannot separate (research/compile_choice.py: on 118 tasks no candidate further away
-# was ever the full static model's choice) -- and ranks them by the full static model on their ranking copies
-# (ranking_copy)
+# what compile(trials=0) does with a construction (compiler._construct): from a fixed seed (a task's default depends
+# on the task, the target and the like tasks compiled with it, not on the tuning seed, so the default records of a
+# tuning log stay valid across tuning seeds), it builds the first candidate and keeps it unless a tensor-core or the
+# rule-based schedule is estimated faster; with schedules="compare" it first takes the first COMPARE candidates the
+# analytic model puts within TIE of its best -- the ones it cannot separate (research/compile_choice.py: on 118
+# tasks no candidate further away was ever the full static model's choice) -- and ranks them by the full static
+# model on their ranking copies (ranking_copy)
 CONSTRUCT_SEED = 0
 COMPARE = 3
 TIE = 0.05
