@@ -333,9 +333,15 @@ def walk_key(task: Task) -> tuple | None:
 
 def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: CompileStats, built: Builds, shown):
   """(task build, (steps, origin)) for every task of ``todo``, in order, chosen in the groups of :func:`_same_walks`
-  (:func:`choose_defaults`): in ``opts.jobs`` worker processes (:func:`~minicomp.search.workers.own_work_pool`) when
-  there are several groups, else here. Where the pool breaks (a worker killed, by the out-of-memory killer say), the
-  groups it left are chosen here, with a warning."""
+  (:func:`choose_defaults`), the longest first (:func:`_expected_work`). With ``opts.jobs`` > 1 and several groups,
+  ``opts.jobs - 1`` worker processes (:func:`~minicomp.search.workers.own_work_pool`) and this one take the next
+  group whenever they are free: this process works instead of waiting, and one worker fewer starts (a worker's
+  start, importing minicomp and starting its NVRTC child, costs ~0.5 CPU s, a sixth of BERT-tiny's compile on two
+  cores; research/README.md). Where the pool breaks (a worker killed, by the out-of-memory killer say), the groups
+  it left are chosen here, with a warning."""
+  import collections
+  import threading
+
   def account(s: CompileStats) -> None:
     stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
     stats.tensor_cores += s.tensor_cores; stats.seeded += s.seeded
@@ -345,37 +351,79 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
     done[id(b)] = (steps, origin)
     shown.set_postfix_str("+".join(b.task.ops)[:40], refresh=False)
     shown.update()
-  from minicomp.search.workers import own_work_pool
-  done: dict[int, tuple[str, str]] = {}
-  groups = _same_walks(todo)
-  pool = own_work_pool(opts.jobs, "choosing schedules") if opts.jobs > 1 and len(groups) > 1 else None
-  if pool is not None:
-    import concurrent.futures as cf
-    from concurrent.futures.process import BrokenProcessPool
 
-    from minicomp.search.static import cache
-    futs = {pool.submit(choose_defaults, [(b.task, b.name) for b in g], target, _mode(opts)): g
-            for g in sorted(groups, key=lambda g: _expected_work(g[0].task), reverse=True)}   # (the longest first)
-    broken = None
-    for f in cf.as_completed(futs):      # (a broken pool fails every future it had not finished)
-      check_interrupt()
-      try: results = f.result()
-      except BrokenProcessPool as e:
-        broken = broken or e
-        continue
-      for b, (steps, origin, s, analysed) in zip(futs[f], results):
-        account(s)
-        if analysed is not None: cache.put(*analysed)
-        chosen(b, steps, origin)
-    if broken is not None:
-      log.warning("choosing schedules: a worker process died (%s); the %d tasks left are chosen in this process",
-                  broken, len(todo) - len(done))
-  for g in groups:
-    if id(g[0]) in done: continue
+  def here(g: list[TaskBuild]) -> None:
     check_interrupt()
     for b, (steps, origin, s, _) in zip(g, choose_defaults([(b.task, b.name) for b in g], target, _mode(opts), built)):
       account(s)
       chosen(b, steps, origin)
+
+  from minicomp.search.workers import own_work_pool
+  done: dict[int, tuple[str, str]] = {}
+  left = collections.deque(sorted(_same_walks(todo), key=lambda g: _expected_work(g[0].task), reverse=True))
+  pool = own_work_pool(opts.jobs, "choosing schedules") if opts.jobs > 1 and len(left) > 1 else None
+  if pool is None:
+    while left: here(left.popleft())
+    return [(b, done[id(b)]) for b in todo]
+  import concurrent.futures as cf
+  from concurrent.futures.process import BrokenProcessPool
+
+  from minicomp.search.static import cache
+  lock, finished, failed, stop = threading.Lock(), collections.deque(), [], threading.Event()
+
+  def take() -> list[TaskBuild] | None:
+    with lock:
+      return left.popleft() if left else None
+
+  def feed() -> None:
+    """The workers' share: at most jobs - 1 groups at a time (so the pool starts no more workers than that)."""
+    running: dict = {}
+    try:
+      while True:
+        while len(running) < opts.jobs - 1 and not stop.is_set() and (g := take()) is not None:
+          try:
+            running[pool.submit(choose_defaults, [(b.task, b.name) for b in g], target, _mode(opts))] = g
+          except BaseException:
+            finished.append((g, None))
+            raise
+        if not running: return
+        for f in cf.wait(running, return_when=cf.FIRST_COMPLETED)[0]:
+          finished.append((running.pop(f), f))
+    except BaseException as e:        # (a pool that broke while submitting: what it held is chosen here)
+      failed.append(e)
+      finished.extend((g, None) for g in running.values())
+
+  feeder = threading.Thread(target=feed, name="minicomp-choosing", daemon=True)
+  feeder.start()
+  broken, returned = None, 0
+  try:
+    while True:
+      while finished:
+        g, f = finished.popleft()
+        try:
+          results = f.result() if f is not None else None
+        except BrokenProcessPool as e:
+          broken, results = broken or e, None
+        if results is None:                # (a broken pool fails every future it had not finished: no more for it)
+          stop.set()
+          returned += len(g)
+          with lock: left.appendleft(g)
+          continue
+        for b, (steps, origin, s, analysed) in zip(g, results):
+          account(s)
+          if analysed is not None: cache.put(*analysed)
+          chosen(b, steps, origin)
+      g = take()
+      if g is not None: here(g)
+      elif feeder.is_alive():
+        check_interrupt()
+        feeder.join(0.02)
+      elif not finished: break
+  finally:
+    stop.set()
+  if returned:
+    log.warning("choosing schedules: a worker process died (%s); the %d tasks it held were chosen in this process",
+                broken or failed[0], returned)
   return [(b, done[id(b)]) for b in todo]
 
 

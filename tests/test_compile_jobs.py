@@ -74,7 +74,7 @@ def test_a_pool_that_breaks_leaves_its_tasks_to_this_process(monkeypatch, caplog
   monkeypatch.setattr(workers, "own_work_pool", lambda jobs, doing: pool)
   with caplog.at_level(logging.WARNING, logger="minicomp"):
     two = mc.compile(model, target="sm_86", jobs=2)
-  assert pool.calls == len(two.tasks) > 1
-  assert "a worker process died" in caplog.text and f"the {len(two.tasks) - 1} tasks left" in caplog.text
+  assert pool.calls >= 2 and len(two.tasks) > 2
+  assert "a worker process died" in caplog.text and "tasks it held were chosen in this process" in caplog.text
   assert [k.source for k in one.kernels] == [k.source for k in two.kernels]
   np.testing.assert_allclose(two.run(feeds, device="cpu")[0], run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)

@@ -27,7 +27,23 @@ def test_values_are_the_ones_the_emitter_and_models_always_used():
   assert list(NP_DTYPE) == ["float32", "float64", "int32", "int64", "bool", "float16", "bfloat16", "int8", "uint8",
                             "int16", "uint16", "uint32", "uint64"]
   assert NP_DTYPE["bool"] is np.bool_ and NP_DTYPE["bfloat16"] is ml_dtypes.bfloat16
-  assert evaluate._NP_DT == {n: NP_DTYPE[n] for n in DTYPES}
+  assert evaluate._NP_DT is NP_DTYPE
+
+
+def test_numpy_types_by_name_and_limits():
+  """``np_to_dtype`` names every type by numpy's own name (bfloat16's is ml_dtypes'), and refuses the others;
+  ``finfo`` gives bfloat16's limits (ml_dtypes', numpy has none) beside numpy's of the other floats."""
+  import pytest
+
+  from minicomp.errors import UnsupportedOpError
+  from minicomp.frontend.dtypes import np_to_dtype
+  from minicomp.ir.ops import finfo
+  for n in NP_DTYPE:
+    assert np_to_dtype(NP_DTYPE[n]) == n and np_to_dtype(np.zeros(1, NP_DTYPE[n]).dtype) == n
+  with pytest.raises(UnsupportedOpError, match="complex64 is not supported"):
+    np_to_dtype(np.complex64)
+  assert finfo("bfloat16").max == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) > 3e38
+  assert finfo("float16").max == 65504.0 and finfo("float32").eps == np.finfo(np.float32).eps
 
 
 def test_one_source_of_truth():

@@ -29,6 +29,7 @@ except ModuleNotFoundError:
 import numpy as np
 import minicomp as mc
 assert "jax" not in sys.modules, "import minicomp imported jax"
+assert "ml_dtypes" not in sys.modules, "import minicomp imported ml_dtypes (0.3-0.6 s; bfloat16's numpy type only)"
 
 A = mc.placeholder((16, 12), "float32", name="A")
 B = mc.placeholder((12, 20), "float32", name="B")
@@ -43,6 +44,7 @@ rng = np.random.default_rng(0)
 a, b = rng.standard_normal((16, 12)).astype(np.float32), rng.standard_normal((12, 20)).astype(np.float32)
 np.testing.assert_allclose(kern(a, b, device="cpu"), a @ b, rtol=1e-5, atol=1e-5)
 assert mc.estimate(kern, "sm_86").latency_s > 0
+assert "ml_dtypes" not in sys.modules, "a float32 kernel's build or estimate imported ml_dtypes"
 
 saved = sys.argv[1]
 cm = mc.load(saved + "/model")

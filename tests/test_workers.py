@@ -28,6 +28,7 @@ def test_measurers_without_an_executor_share_one_warm_pool(fresh_pools):
     assert b.executor is a.executor
     assert _pids(b.executor) == first
   assert len(first) == 1 and os.getpid() not in first
+  assert WK._pools[(1, False)][1] is a.executor     # (whose workers skip the main script: nothing registered here)
   assert StaticMeasurer(workers=2).executor is not a.executor     # another worker count, another pool
 
 
@@ -45,7 +46,7 @@ def test_a_changed_environment_gets_a_new_pool_whose_workers_see_it(fresh_pools,
 
 
 def test_restart_kills_the_workers_and_the_next_measurer_uses_the_fresh_pool(fresh_pools):
-  pool = WK.shared_pool(1)
+  pool = WK.work_pool(1)                     # (the measurers' pool: workers that skip the main script)
   procs = list(pool._processes.values()) if _pids(pool) else []
   fresh = WK.restart_pool(pool, 1)
   assert fresh is not pool and not any(p.is_alive() for p in procs)
@@ -117,7 +118,7 @@ def test_a_script_that_registered_its_own_sketch_rule_keeps_the_work_here(fresh_
   from minicomp.search.sketch_rules import DEFAULT_RULES
   from minicomp.search.sketch_types import SketchRule
   monkeypatch.setattr(WK, "_main_reimportable", lambda: False)
-  assert WK._added_by_main() is None
+  assert WK._added_outside() is None
   pool = WK.own_work_pool(1, "testing")
   assert pool is not None and WK._pools[(1, False)][1] is pool
   assert pool.submit(WK.ping).result(timeout=120) != os.getpid()
@@ -129,3 +130,22 @@ def test_a_script_that_registered_its_own_sketch_rule_keeps_the_work_here(fresh_
     assert "sketch rule MyRule" in caplog.text and "testing in this process" in caplog.text
   finally:
     DEFAULT_RULES.pop()
+
+
+def test_workers_import_the_main_script_only_for_a_rule_registered_outside_minicomp(monkeypatch):
+  """The workers skip the main script, guarded or not (its imports would cost each worker seconds), unless a sketch
+  rule is registered from outside minicomp: then they import a script they can re-import, and the work of one
+  they cannot stays in this process (named in the log)."""
+  from minicomp.search.sketch_rules import DEFAULT_RULES
+  from minicomp.search.sketch_types import SketchRule
+  monkeypatch.setattr(WK, "_main_reimportable", lambda: True)
+  assert WK._main_needed() == (False, None)
+  mine = type("TheirRule", (SketchRule,), {"__module__": "their_rules", "name": "theirs"})
+  DEFAULT_RULES.append(mine())
+  try:
+    assert WK._main_needed() == (True, None)
+    monkeypatch.setattr(WK, "_main_reimportable", lambda: False)
+    assert WK._main_needed() == (True, "sketch rule TheirRule (module their_rules)")
+  finally:
+    DEFAULT_RULES.pop()
+  assert WK._main_needed() == (False, None)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from minicomp.errors import ModelError, UnsupportedOpError
-from minicomp.ir.ops import np_type
+from minicomp.ir.ops import NP_DTYPE
 
 DTYPE_TO_ONNX = {"float32": 1, "float64": 11, "int64": 7, "int32": 6, "bool": 9, "float16": 10, "bfloat16": 16,
                  "int8": 3, "uint8": 2, "int16": 5, "uint16": 4, "uint32": 12, "uint64": 13}
 ONNX_TO_DTYPE = {v: k for k, v in DTYPE_TO_ONNX.items()}
 _SUPPORTED = ", ".join(DTYPE_TO_ONNX)
-DTYPE_TO_NP = {n: np_type(n) for n in DTYPE_TO_ONNX}     # from the one dtype table (minicomp.ir.ops)
+DTYPE_TO_NP = NP_DTYPE     # the one dtype table's (minicomp.ir.ops; every ONNX type minicomp takes is in it)
 
 
 def onnx_to_dtype(elem_type: int, where: str = "") -> str:
@@ -28,8 +28,7 @@ def onnx_to_dtype(elem_type: int, where: str = "") -> str:
 
 def np_to_dtype(dt, where=None) -> str:
   dt = np.dtype(dt)
-  for k, v in DTYPE_TO_NP.items():
-    if np.dtype(v) == dt: return k
+  if dt.name in DTYPE_TO_ONNX and np.dtype(DTYPE_TO_NP[dt.name]) == dt: return dt.name   # (numpy's names are ours)
   w = f"{where.op_type} node {where.name!r}: " if where is not None and hasattr(where, "op_type") else ""
   raise UnsupportedOpError(f"{w}element type {dt} is not supported (supported: {_SUPPORTED})")
 

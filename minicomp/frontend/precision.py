@@ -23,13 +23,12 @@
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from minicomp.errors import CompileError
 from minicomp.frontend.dtypes import DTYPE_TO_NP, DTYPE_TO_ONNX
 from minicomp.frontend.graph import Graph, Node, Value
-from minicomp.ir.ops import HALF_DTYPES
+from minicomp.ir.ops import HALF_DTYPES, finfo
 
 PRECISIONS = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 _HALF_ONNX = {DTYPE_TO_ONNX[t] for t in HALF_DTYPES}
@@ -138,7 +137,7 @@ def autocast(g: Graph, half: str) -> Graph:
     return "float32" if "float32" in runtime else half
 
   outputs = set(g.outputs)
-  top = float(ml_dtypes.finfo(DTYPE_TO_NP[half]).max)
+  top = float(finfo(half).max)
   for n in g.nodes:
     want = node_type(n)
     if want is None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from minicomp.errors import ExprError, UnevaluableError
 from minicomp.ir.expr import Expr
-from minicomp.ir.ops import BITCAST, DTYPES, INTEGER_DTYPES, Op, np_type
+from minicomp.ir.ops import BITCAST, INTEGER_DTYPES, NP_DTYPE, Op
 from minicomp.ir.rewrite import node_rule, value_rule, variable_rule
 
 
@@ -57,7 +57,7 @@ def _table(xp) -> dict[Op, Callable]:
           Op.AND: xp.logical_and, Op.OR: xp.logical_or, Op.NOT: xp.logical_not, Op.SELECT: xp.where}
 
 
-_NP_DT = {n: np_type(n) for n in DTYPES}
+_NP_DT = NP_DTYPE
 
 
 def _cast_c(xp):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 
@@ -114,4 +115,31 @@ def np_type(dtype: str) -> type:
   return getattr(importlib.import_module(module), name)
 
 
-NP_DTYPE = {n: np_type(n) for n in DTYPE_INFO}   # dtype name -> numpy scalar type (bfloat16 too, for boundaries)
+class _NumpyTypes(Mapping):
+  """dtype name -> numpy scalar type, each imported on first use: ml_dtypes (bfloat16's) takes 0.3-0.6 s to import
+  (its extension registers a dozen types' casts and ufuncs), which a compile's worker processes paid at start-up for
+  a type most models never use."""
+
+  def __init__(self):
+    self._known: dict[str, type] = {}
+
+  def __getitem__(self, name: str) -> type:
+    t = self._known.get(name)
+    if t is None: t = self._known[name] = np_type(name)      # (KeyError for a name the table lacks)
+    return t
+
+  def __iter__(self): return iter(DTYPE_INFO)
+
+  def __len__(self) -> int: return len(DTYPE_INFO)
+
+
+NP_DTYPE: Mapping[str, type] = _NumpyTypes()   # dtype name -> numpy scalar type (bfloat16 too, for boundaries)
+
+
+def finfo(dtype: str):
+  """The machine limits of float ``dtype`` (numpy's finfo; ml_dtypes' for bfloat16, which numpy does not know)."""
+  if dtype == "bfloat16":
+    import ml_dtypes
+    return ml_dtypes.finfo(NP_DTYPE[dtype])
+  import numpy as np
+  return np.finfo(NP_DTYPE[dtype])

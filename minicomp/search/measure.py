@@ -300,11 +300,10 @@ def results_agree(got, want, rtol: float, atol: float) -> bool:
   type's resolution: one unit in the last place of each value (``rtol`` eps) and of the largest (``atol`` eps
   times max |want|), since a half kernel rounds what it computes in float32 once per stored value and its float32
   sums run in another order than the reference's. NaN matches NaN."""
-  import ml_dtypes
   import numpy as np
-  from minicomp.ir.ops import HALF_DTYPES
+  from minicomp.ir.ops import HALF_DTYPES, finfo
   for g, w in zip(got, want):
-    eps = float(ml_dtypes.finfo(g.dtype).eps) if np.dtype(g.dtype).name in HALF_DTYPES else 0.0   # 1 ulp at 1.0
+    eps = float(finfo(np.dtype(g.dtype).name).eps) if np.dtype(g.dtype).name in HALF_DTYPES else 0.0   # 1 ulp at 1.0
     g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
     scale = float(np.abs(w[np.isfinite(w)]).max()) if eps and np.isfinite(w).any() else 0.0
     if not np.allclose(g, w, rtol=max(rtol, eps), atol=max(atol, eps * scale), equal_nan=True): return False

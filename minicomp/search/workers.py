@@ -45,16 +45,18 @@ def default_jobs() -> int:
 def work_pool(workers: int | None = None) -> cf.ProcessPoolExecutor:
   """The shared pool for work that only minicomp's own functions do on minicomp's own objects (choosing a task's
   default schedule, analysing a kernel, building and estimating a candidate). Spawned workers re-import the main
-  script, and one whose work is not under ``if __name__ == "__main__":`` (the README's first script) would run
-  again in every worker; since the work needs nothing from it, the workers for such a script skip it
-  (:func:`shared_pool` ``main=False``), unless it registered sketch rules or schedule steps, which workers that
-  skip it would not know (:func:`own_work_pool` keeps that work in this process)."""
+  script by default: one whose work is not under ``if __name__ == "__main__":`` (the README's first script) would
+  run again in every worker, and a guarded one still imports what it imports (onnx and ml_dtypes: 0.7 s a worker
+  on 2 cores; torch: seconds). Since the work needs nothing from it, the workers skip it (:func:`shared_pool`
+  ``main=False``), unless a sketch rule or schedule step is registered from outside minicomp, which workers that
+  skip it would not know: they then import a script they can re-import, and :func:`own_work_pool` keeps the work
+  of one they cannot in this process."""
   return shared_pool(workers, main=_main_needed()[0])
 
 
 def own_work_pool(workers: int, doing: str) -> cf.ProcessPoolExecutor | None:
   """:func:`work_pool`, or None where the work must stay in this process (logged; ``doing`` names it): a script
-  without the guard that registered its own sketch rules or schedule steps."""
+  without the guard where a sketch rule or schedule step was registered from outside minicomp."""
   main, added = _main_needed()
   if added is not None:
     import logging
@@ -65,12 +67,11 @@ def own_work_pool(workers: int, doing: str) -> cf.ProcessPoolExecutor | None:
 
 
 def _main_needed() -> tuple[bool, str | None]:
-  """(whether :func:`work_pool`'s workers import the main script, and the sketch rule or step it registered where
-  they must but the script has no guard): they import a script they can re-import; one without the guard only
-  where it registered something they would otherwise lack."""
-  if _main_reimportable(): return True, None
-  added = _added_by_main()
-  return added is not None, added
+  """(whether :func:`work_pool`'s workers import the main script, and the sketch rule or step registered from
+  outside minicomp where they must but the script has no guard): only where such a rule or step is registered."""
+  added = _added_outside()
+  if added is None: return False, None
+  return True, None if _main_reimportable() else added
 
 
 def _main_reimportable() -> bool:
@@ -86,14 +87,15 @@ def _main_reimportable() -> bool:
   return "__name__" in text and "__main__" in text
 
 
-def _added_by_main() -> str | None:
-  """A sketch rule or schedule step the main script defined and registered (``sketch.register_rule``,
-  ``steps.register``): what a worker that skips the script would not have."""
+def _added_outside() -> str | None:
+  """A registered sketch rule or schedule step (``sketch.register_rule``, ``steps.register``) defined outside
+  minicomp, by the main script or a module it imported: what a worker that skips the script would not have."""
   from minicomp.ir.steps import STEP_TYPES
   from minicomp.search.sketch_rules import DEFAULT_RULES
   for what, classes in (("sketch rule", [type(r) for r in DEFAULT_RULES]), ("schedule step", STEP_TYPES.values())):
     for c in classes:
-      if c.__module__ == "__main__": return f"{what} {c.__name__}"
+      if c.__module__.partition(".")[0] != "minicomp":
+        return f"{what} {c.__name__}" + ("" if c.__module__ == "__main__" else f" (module {c.__module__})")
   return None
 
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
 import minicomp.ir.te as te
 from minicomp.errors import ModelError
-from minicomp.frontend.dtypes import DTYPE_TO_NP, ONNX_TO_DTYPE
+from minicomp.frontend.dtypes import ONNX_TO_DTYPE
 from minicomp.graph.ops._util import broadcast_shape, dtype_of, load, operand
 from minicomp.graph.registry import op
 from minicomp.ir.expr import (Expr, abs_, call, cast, const, eq, erf, exp, log, max_, min_, ne, power, select, sigmoid,
                               sqrt, tanh)
-from minicomp.ir.ops import BITCAST, DTYPE_BYTES, FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED_DTYPES, bitcastable
+from minicomp.ir.ops import BITCAST, DTYPE_BYTES, FLOAT_DTYPES, INTEGER_DTYPES, UNSIGNED_DTYPES, bitcastable, finfo
 from minicomp.ir.te import Tensor
 
 FLOATS = FLOAT_DTYPES
@@ -220,7 +219,7 @@ def is_nan(ctx, x):
 def is_inf(ctx, x):
   """ONNX IsInf: true where x is +inf (``detect_positive``, default 1) or -inf (``detect_negative``, default 1),
   tested as beyond the type's largest finite value (so a half input is tested after its exact widening)."""
-  big = float(ml_dtypes.finfo(DTYPE_TO_NP[_check(ctx, [x], FLOATS, "supported")]).max)
+  big = float(finfo(_check(ctx, [x], FLOATS, "supported")).max)
   pos, neg = ctx.flag("detect_positive", 1), ctx.flag("detect_negative", 1)
 
   def body(v):
@@ -390,7 +389,7 @@ def clip(ctx, x, lo=None, hi=None):
   onnxruntime); NaN stays NaN. ``min(max(x, lo), hi)``: when lo > hi every value is hi."""
   d = _check(ctx, [x, lo, hi], FLOATS + INTEGER_DTYPES, "supported")
   if d in FLOATS:
-    fi = ml_dtypes.finfo(DTYPE_TO_NP[d])
+    fi = finfo(d)
     lo = np.array(fi.min, fi.dtype) if lo is None else lo
     hi = np.array(fi.max, fi.dtype) if hi is None else hi
   vals = [x] + [v for v in (lo, hi) if v is not None]
