@@ -4,6 +4,7 @@
     python benchmarks/compile_model.py --only resnet18 --hw 224
     python benchmarks/compile_model.py --tvm-python /path/to/tvm-venv/bin/python
     python benchmarks/compile_model.py --schedules gensor compare   # compile's default and schedules="compare"
+    python benchmarks/compile_model.py --tvm-python ... --repeat 5   # medians of 5 rounds, TVM and minicomp in turn
 
 Each compile runs in a fresh process (what a user's script or ``minicomp compile`` pays; library imports
 excluded) with ``compile(model, target, jobs=--jobs, schedules=S)``, for each S of ``--schedules``:
@@ -20,7 +21,9 @@ TVM: with ``--tvm-python`` (an interpreter where ``apache-tvm`` is installed: an
 minicomp dependency) or when ``import tvm`` works here, ``benchmarks/tvm_compile.py`` runs relax's ONNX import,
 dlight's default schedules and ``relax.build`` for CUDA on the same ONNX file; the wheel stops at CUDA C, which
 is compiled here with NVRTC (the same library minicomp uses; CCCL headers from ``--cccl-include``, default:
-the first ``/usr/local/cuda*/include/cccl``) and added. "ratio" is minicomp cold / TVM.
+the first ``/usr/local/cuda*/include/cccl``) and added. "cold / TVM" is minicomp's cold time over TVM's; with
+``--repeat N`` every figure is the median of N rounds (TVM, cold, warm in turn per round, so a drift of the
+machine's speed, 20% within minutes on a shared 2-core machine, moves both), the ratio the median of the rounds'.
 """
 from __future__ import annotations
 
@@ -101,6 +104,8 @@ def main(argv=None) -> int:
                   help="compile's schedules= modes, a row each (default: gensor)")
   ap.add_argument("--tvm-python", default=None, help="an interpreter with apache-tvm installed")
   ap.add_argument("--cccl-include", default=None, help="CCCL headers for NVRTC on TVM's CUDA C")
+  ap.add_argument("--repeat", type=int, default=1,
+                  help="rounds per model (TVM, cold, warm in turn): medians, and the median of the rounds' ratios")
   ap.add_argument("--one", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
   if args.one: return one(args)
@@ -118,13 +123,16 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mc-compile-") as tmp:
       path = os.path.join(tmp, f"{name}.onnx")
       onnx.save(model, path)
-      tvm = _tvm(path, args, tmp) if have_tvm else None
-      for mode in args.schedules:
-        cache = os.path.join(tmp, f"cache-{mode}")
-        cold, warm = _child(path, cache, args, mode), _child(path, cache, args, mode)
-        rows.append((name, mode, cold, warm, tvm))
-        print(f"  {name} ({mode}): cold {cold['s']:.2f} s, warm {warm['s']:.2f} s"
-              + (f", TVM {tvm['total_s']:.2f} s" if tvm else ""), file=sys.stderr, flush=True)
+      runs: dict[str, list] = {mode: [] for mode in args.schedules}
+      for r in range(args.repeat):       # (in turn, so that the machine's drift moves both compilers alike)
+        tvm = _tvm(path, args, tmp) if have_tvm else None
+        for mode in args.schedules:
+          cache = os.path.join(tmp, f"cache-{mode}-{r}")
+          cold, warm = _child(path, cache, args, mode), _child(path, cache, args, mode)
+          runs[mode].append((cold, warm, tvm))
+          print(f"  {name} ({mode}, round {r + 1}): cold {cold['s']:.2f} s, warm {warm['s']:.2f} s"
+                + (f", TVM {tvm['total_s']:.2f} s" if tvm else ""), file=sys.stderr, flush=True)
+      rows += [(name, mode, *_medians(rs)) for mode, rs in runs.items()]
   for line in header_lines(__file__, argv): print(line)
   print(f"target:   {args.target}; jobs {args.jobs}; images {args.hw}x{args.hw}; every latency a static-model ESTIMATE")
   tvm_v = next((t["version"] for *_, t in rows if t), None)
@@ -137,13 +145,30 @@ def main(argv=None) -> int:
     table.append((name, mode, str(c["tasks"]), str(c["calls"]), f"{c['s']:.2f}", f"{c['construct']:.2f}",
                   f"{c['estimate']:.2f}", f"{c['build']:.2f}", f"{c['nvrtc']:.2f}", f"{w['s']:.2f}",
                   f"{c['estimate_us']:.1f}", f"{t['total_s']:.2f}" if t else "-", f"{t['nvrtc_s']:.2f}" if t else "-",
-                  f"{c['s'] / t['total_s']:.2f}" if t else "-"))
+                  f"{t['ratio']:.2f}" if t else "-"))
   widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(head)]
   print("  ".join(h.ljust(x) for h, x in zip(head, widths)))
   print("  ".join("-" * x for x in widths))
   for r in table: print("  ".join(v.ljust(x) for v, x in zip(r, widths)))
   print("* summed over the worker processes (jobs); warm: a second process on the same cache folder")
+  if args.repeat > 1:
+    print(f"medians of {args.repeat} rounds (TVM, cold, warm in turn); cold / TVM: the median of the rounds' ratios:")
+    for name, mode, c, _, t in rows:
+      if t: print(f"  {name} ({mode}): " + ", ".join(f"{x:.2f}" for x in t["ratios"]))
   return 0
+
+
+def _medians(rounds: list) -> tuple[dict, dict, dict | None]:
+  """(cold, warm, TVM) figures of one model and mode over its rounds, each the median of the rounds'; TVM's with
+  the median of the rounds' cold / TVM ratios ("ratio") and the ratios themselves."""
+  import statistics
+
+  def med(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) if isinstance(v, float) else v for k, v in runs[0].items()}
+  cold, warm = med([c for c, _, _ in rounds]), med([w for _, w, _ in rounds])
+  if any(t is None for *_, t in rounds): return cold, warm, None
+  ratios = [c["s"] / t["total_s"] for c, _, t in rounds]
+  return cold, warm, {**med([t for *_, t in rounds]), "ratio": statistics.median(ratios), "ratios": ratios}
 
 
 if __name__ == "__main__":

@@ -337,7 +337,7 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
   ``opts.jobs - 1`` worker processes (:func:`~minicomp.search.workers.own_work_pool`) and this one take the next
   group whenever they are free: this process works instead of waiting, and one worker fewer starts (a worker's
   start, importing minicomp and starting its NVRTC child, costs ~0.5 CPU s, a sixth of BERT-tiny's compile on two
-  cores; research/README.md). Where the pool breaks (a worker killed, by the out-of-memory killer say), the groups
+  cores; benchmarks/README.md). Where the pool breaks (a worker killed, by the out-of-memory killer say), the groups
   it left are chosen here, with a warning."""
   import collections
   import threading
