@@ -729,9 +729,9 @@ def compile(model, target: str | Target = "sm_86", input_shapes: Mapping[str, Se
   arguments (``trials="4"``) raise ``TuneError`` before any work.
 
   ``jobs``: processes that choose default schedules at once (default ``$MINICOMP_JOBS``, else one per
-  core); the kernels are the same for any ``jobs``. Several jobs use the shared worker pool, whose workers
-  re-import the main script: a script that compiles outside ``if __name__ == "__main__":`` is compiled in
-  one process instead (said in the log).
+  core): this one and ``jobs - 1`` workers of the shared pool, which skip the main script (a script that
+  registers sketch rules or schedule steps of its own and compiles outside ``if __name__ == "__main__":`` is
+  compiled in one process instead, said in the log); the kernels are the same for any ``jobs``.
 
   ``precision``: the float types the model is computed in. None (the default): its own (a float16 or bfloat16
   model's kernels load and store its type and compute in float32, accumulating in float32); ``"fp32"``: float32
