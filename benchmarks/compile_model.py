@@ -5,6 +5,7 @@
     python benchmarks/compile_model.py --tvm-python /path/to/tvm-venv/bin/python
     python benchmarks/compile_model.py --schedules gensor compare   # compile's default and schedules="compare"
     python benchmarks/compile_model.py --tvm-python ... --repeat 5   # medians of 5 rounds, TVM and minicomp in turn
+    python benchmarks/compile_model.py --only --onnx model.onnx     # any ONNX file instead
 
 Each compile runs in a fresh process (what a user's script or ``minicomp compile`` pays; library imports
 excluded) with ``compile(model, target, jobs=--jobs, schedules=S)``, for each S of ``--schedules``:
@@ -99,6 +100,8 @@ def _tvm(onnx_path: str, args, tmp: str) -> dict | None:
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--only", nargs="*", default=list(MODELS), help=f"of {', '.join(MODELS)}")
+  ap.add_argument("--onnx", nargs="*", default=[], metavar="FILE",
+                  help="ONNX files to compile as well (named by the file's stem; with --only and no names: these alone)")
   ap.add_argument("--hw", type=int, default=64, help="image size of the convolutional models")
   ap.add_argument("--target", default="sm_86")
   ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -121,9 +124,12 @@ def main(argv=None) -> int:
   have_tvm = args.tvm_python is not None or subprocess.run([sys.executable, "-c", "import tvm"],
                                                            capture_output=True, check=False).returncode == 0
   rows = []
-  for name in args.only:
-    fn, kw = MODELS[name]
-    model, _ = getattr(zoo, fn)(**{k: (args.hw if v is None else v) for k, v in kw.items()})
+  for name in args.only + args.onnx:
+    if name in args.onnx:
+      model, name = onnx.load(name), Path(name).stem
+    else:
+      fn, kw = MODELS[name]
+      model, _ = getattr(zoo, fn)(**{k: (args.hw if v is None else v) for k, v in kw.items()})
     with tempfile.TemporaryDirectory(prefix="mc-compile-") as tmp:
       path = os.path.join(tmp, f"{name}.onnx")
       onnx.save(model, path)
@@ -138,7 +144,7 @@ def main(argv=None) -> int:
                 + (f", TVM {tvm['total_s']:.2f} s" if tvm else ""), file=sys.stderr, flush=True)
       rows += [(name, mode, *_medians(rs)) for mode, rs in runs.items()]
   for line in header_lines(__file__, argv): print(line)
-  print(f"target:   {args.target}; jobs {args.jobs}; images {args.hw}x{args.hw}; every latency a static-model ESTIMATE")
+  print(f"target:   {args.target}; jobs {args.jobs}; zoo images {args.hw}x{args.hw}; every latency a static-model ESTIMATE")
   tvm_v = next((t["version"] for *_, t in rows if t), None)
   print(f"TVM:      {tvm_v} (relax ONNX import + dlight default schedules + build; its CUDA C compiled by NVRTC here)"
         if tvm_v else "TVM:      not run (no --tvm-python and `import tvm` fails here)")
