@@ -63,15 +63,16 @@ MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_THREADS = 1024
 
-# C element / scalar types a kernel parameter may have, and their numpy dtypes.
-_DTYPES: dict[str, object] = {   # (bfloat16 by name: its numpy type imported on use, ops.NP_DTYPE)
-  "float": np.float32, "double": np.float64, "bool": np.bool_,
-  "char": np.int8, "signed char": np.int8, "int8_t": np.int8, "unsigned char": np.uint8, "uint8_t": np.uint8,
-  "half": np.float16, "__half": np.float16, "__nv_bfloat16": "bfloat16",
-  "short": np.int16, "int16_t": np.int16, "unsigned short": np.uint16, "uint16_t": np.uint16,
-  "int": np.int32, "int32_t": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "uint32_t": np.uint32,
-  "long long": np.int64, "long long int": np.int64, "int64_t": np.int64,
-  "unsigned long long": np.uint64, "uint64_t": np.uint64,
+# C element / scalar types a kernel parameter may have, and their minicomp dtypes (numpy's through ops.NP_DTYPE,
+# which imports bfloat16's on use).
+_DTYPES: dict[str, str] = {
+  "float": "float32", "double": "float64", "bool": "bool",
+  "char": "int8", "signed char": "int8", "int8_t": "int8", "unsigned char": "uint8", "uint8_t": "uint8",
+  "half": "float16", "__half": "float16", "__nv_bfloat16": "bfloat16",
+  "short": "int16", "int16_t": "int16", "unsigned short": "uint16", "uint16_t": "uint16",
+  "int": "int32", "int32_t": "int32", "unsigned": "uint32", "unsigned int": "uint32", "uint32_t": "uint32",
+  "long long": "int64", "long long int": "int64", "int64_t": "int64",
+  "unsigned long long": "uint64", "uint64_t": "uint64",
 }
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
 
@@ -263,8 +264,7 @@ def _parse_params(source: str, name: str, types: Sequence[str]) -> tuple[Param, 
     if base not in _DTYPES or stars > 1:
       raise SimulatorError(f"{name}: parameter {i} ({pname}) has unsupported type {ctype!r}")
     const = stars == 1 and "const" in words[:words.index("*")]
-    t = _DTYPES[base]
-    out.append(Param(ctype, pname, np.dtype(NP_DTYPE[t] if isinstance(t, str) else t), stars == 1, const))
+    out.append(Param(ctype, pname, np.dtype(NP_DTYPE[_DTYPES[base]]), stars == 1, const))
   return tuple(out)
 
 
