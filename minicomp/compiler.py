@@ -335,13 +335,10 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
   """(task build, (steps, origin)) for every task of ``todo``, in order, chosen in the groups of :func:`_same_walks`
   (:func:`choose_defaults`), the longest first (:func:`_expected_work`). With ``opts.jobs`` > 1 and several groups,
   ``opts.jobs - 1`` worker processes (:func:`~minicomp.search.workers.own_work_pool`) and this one take the next
-  group whenever they are free: this process works instead of waiting, and one worker fewer starts (a worker's
-  start, importing minicomp and starting its NVRTC child, costs ~0.5 CPU s, a sixth of BERT-tiny's compile on two
-  cores; benchmarks/README.md). Where the pool breaks (a worker killed, by the out-of-memory killer say), the groups
-  it left are chosen here, with a warning."""
-  import collections
-  import threading
-
+  group whenever they are free (:func:`~minicomp.search.workers.share_work`): this process works instead of
+  waiting, and one worker fewer starts (a worker's start, importing minicomp and starting its NVRTC child, costs
+  ~0.5 CPU s, a sixth of BERT-tiny's compile on two cores; benchmarks/README.md). Where the pool breaks (a worker
+  killed, by the out-of-memory killer say), the groups it held are chosen here, with a warning."""
   def account(s: CompileStats) -> None:
     stats.construct += s.construct; stats.estimate += s.estimate; stats.constructed += s.constructed
     stats.tensor_cores += s.tensor_cores; stats.seeded += s.seeded
@@ -358,72 +355,25 @@ def _choose_defaults(todo: list[TaskBuild], target: Target, opts, stats: Compile
       account(s)
       chosen(b, steps, origin)
 
-  from minicomp.search.workers import own_work_pool
-  done: dict[int, tuple[str, str]] = {}
-  left = collections.deque(sorted(_same_walks(todo), key=lambda g: _expected_work(g[0].task), reverse=True))
-  pool = own_work_pool(opts.jobs, "choosing schedules") if opts.jobs > 1 and len(left) > 1 else None
-  if pool is None:
-    while left: here(left.popleft())
-    return [(b, done[id(b)]) for b in todo]
-  import concurrent.futures as cf
-  from concurrent.futures.process import BrokenProcessPool
+  def from_worker(g: list[TaskBuild], results: list) -> None:
+    for b, (steps, origin, s, analysed) in zip(g, results):
+      account(s)
+      if analysed is not None: cache.put(*analysed)
+      chosen(b, steps, origin)
 
   from minicomp.search.static import cache
-  lock, finished, failed, stop = threading.Lock(), collections.deque(), [], threading.Event()
-
-  def take() -> list[TaskBuild] | None:
-    with lock:
-      return left.popleft() if left else None
-
-  def feed() -> None:
-    """The workers' share: at most jobs - 1 groups at a time (so the pool starts no more workers than that)."""
-    running: dict = {}
-    try:
-      while True:
-        while len(running) < opts.jobs - 1 and not stop.is_set() and (g := take()) is not None:
-          try:
-            running[pool.submit(choose_defaults, [(b.task, b.name) for b in g], target, _mode(opts))] = g
-          except BaseException:
-            finished.append((g, None))
-            raise
-        if not running: return
-        for f in cf.wait(running, return_when=cf.FIRST_COMPLETED)[0]:
-          finished.append((running.pop(f), f))
-    except BaseException as e:        # (a pool that broke while submitting: what it held is chosen here)
-      failed.append(e)
-      finished.extend((g, None) for g in running.values())
-
-  feeder = threading.Thread(target=feed, name="minicomp-choosing", daemon=True)
-  feeder.start()
-  broken, returned = None, 0
-  try:
-    while True:
-      while finished:
-        g, f = finished.popleft()
-        try:
-          results = f.result() if f is not None else None
-        except BrokenProcessPool as e:
-          broken, results = broken or e, None
-        if results is None:                # (a broken pool fails every future it had not finished: no more for it)
-          stop.set()
-          returned += len(g)
-          with lock: left.appendleft(g)
-          continue
-        for b, (steps, origin, s, analysed) in zip(g, results):
-          account(s)
-          if analysed is not None: cache.put(*analysed)
-          chosen(b, steps, origin)
-      g = take()
-      if g is not None: here(g)
-      elif feeder.is_alive():
-        check_interrupt()
-        feeder.join(0.02)
-      elif not finished: break
-  finally:
-    stop.set()
+  from minicomp.search.workers import own_work_pool, share_work
+  done: dict[int, tuple[str, str]] = {}
+  groups = sorted(_same_walks(todo), key=lambda g: _expected_work(g[0].task), reverse=True)
+  pool = own_work_pool(opts.jobs, "choosing schedules") if opts.jobs > 1 and len(groups) > 1 else None
+  if pool is None:
+    for g in groups: here(g)
+    return [(b, done[id(b)]) for b in todo]
+  submit = lambda g: pool.submit(choose_defaults, [(b.task, b.name) for b in g], target, _mode(opts))  # noqa: E731
+  returned, error = share_work(groups, opts.jobs - 1, here, submit, from_worker)
   if returned:
     log.warning("choosing schedules: a worker process died (%s); the %d tasks it held were chosen in this process",
-                broken or failed[0], returned)
+                error, sum(len(g) for g in returned))
   return [(b, done[id(b)]) for b in todo]
 
 

@@ -149,3 +149,43 @@ def test_workers_import_the_main_script_only_for_a_rule_registered_outside_minic
   finally:
     DEFAULT_RULES.pop()
   assert WK._main_needed() == (False, None)
+
+
+def test_share_work_runs_every_item_once_here_and_in_the_pool_and_takes_back_a_broken_pools():
+  """share_work: each item runs once, here or in the pool (whose results come back through ``done``); a pool that
+  breaks hands what it held back to this process, and is sent nothing more."""
+  import concurrent.futures as cf
+  import threading
+  import time
+  from concurrent.futures.process import BrokenProcessPool
+
+  main = threading.get_ident()
+  ran_here, got = [], {}
+
+  def here(i):
+    assert threading.get_ident() == main
+    ran_here.append(i)
+    time.sleep(0.01)
+
+  def done(i, r):
+    assert threading.get_ident() == main
+    got[i] = r
+  with cf.ThreadPoolExecutor(1) as pool:
+    def submit(i):
+      return pool.submit(lambda: (time.sleep(0.01), i * i)[1])
+    returned, error = WK.share_work(list(range(12)), 1, here, submit, done)
+  assert returned == [] and error is None
+  assert sorted(ran_here + list(got)) == list(range(12)) and ran_here and got
+  assert all(r == i * i for i, r in got.items())
+
+  sent = []
+
+  def broken(i):
+    sent.append(i)
+    f = cf.Future()
+    f.set_exception(BrokenProcessPool("a worker died"))
+    return f
+  ran_here.clear()
+  returned, error = WK.share_work(list(range(6)), 1, here, broken, done)
+  assert isinstance(error, BrokenProcessPool) and returned and set(returned) <= set(sent)
+  assert sorted(ran_here) == list(range(6)) and len(sent) == 1

@@ -66,6 +66,72 @@ def own_work_pool(workers: int, doing: str) -> cf.ProcessPoolExecutor | None:
   return shared_pool(workers, main=main)
 
 
+def share_work(items: list, workers: int, here, submit, done) -> tuple[list, BaseException | None]:
+  """Run ``items`` (in their order: the longest first) in this process and in a pool, whichever is free taking the
+  next: ``workers`` items at a time in the pool (a thread keeps them in flight, so a pool started for it spawns no
+  more processes than that), the others here, so this process works instead of waiting. ``here(item)`` runs one here;
+  ``submit(item)`` sends one to the pool (a future); ``done(item, result)`` takes a pool's result, in this thread.
+  Where the pool breaks (a future failed with ``BrokenProcessPool``, or ``submit`` raised: a worker killed by the
+  out-of-memory killer, say), what it held is run here and nothing more is sent to it. (the items it held, run here
+  for that; the error that broke the pool)."""
+  import collections
+
+  from concurrent.futures.process import BrokenProcessPool
+
+  from minicomp.progress import check_interrupt
+  left, finished, failed = collections.deque(items), collections.deque(), []
+  lock, stop = threading.Lock(), threading.Event()
+
+  def take():
+    with lock:
+      return left.popleft() if left else None
+
+  def feed() -> None:
+    running: dict = {}
+    try:
+      while True:
+        while len(running) < workers and not stop.is_set() and (item := take()) is not None:
+          try:
+            running[submit(item)] = item
+          except BaseException:
+            finished.append((item, None))
+            raise
+        if not running: return
+        for f in cf.wait(running, return_when=cf.FIRST_COMPLETED)[0]:
+          finished.append((running.pop(f), f))
+          if isinstance(f.exception(), BrokenProcessPool): stop.set()      # (nothing more for a broken pool)
+    except BaseException as e:        # (a pool that broke while submitting: what it held runs here)
+      failed.append(e)
+      finished.extend((item, None) for item in running.values())
+
+  feeder = threading.Thread(target=feed, name="minicomp-share-work", daemon=True)
+  feeder.start()
+  broken, returned = None, []
+  try:
+    while True:
+      while finished:
+        item, f = finished.popleft()
+        try:
+          result, ok = (f.result(), True) if f is not None else (None, False)
+        except BrokenProcessPool as e:
+          broken, result, ok = broken or e, None, False
+        if not ok:                       # (a broken pool fails every future it had not finished: no more for it)
+          stop.set()
+          returned.append(item)
+          with lock: left.appendleft(item)
+          continue
+        done(item, result)
+      item = take()
+      if item is not None: here(item)
+      elif feeder.is_alive():
+        check_interrupt()
+        feeder.join(0.02)
+      elif not finished: break
+  finally:
+    stop.set()
+  return returned, broken or (failed[0] if failed else None)
+
+
 def _main_needed() -> tuple[bool, str | None]:
   """(whether :func:`work_pool`'s workers import the main script, and the sketch rule or step registered from
   outside minicomp where they must but the script has no guard): only where such a rule or step is registered."""
