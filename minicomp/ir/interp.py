@@ -48,12 +48,12 @@ import numpy as np
 from minicomp.errors import RuntimeLaunchError, SimulatorError
 from minicomp.ir.expr import Expr
 from minicomp.ir.loop import AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, Mma, Program, Seq, Store, Sync
-from minicomp.ir.ops import (BITCAST, FLOAT_DTYPES, HALF_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, Op, np_type,
+from minicomp.ir.ops import (BITCAST, FLOAT_DTYPES, HALF_DTYPES, INTEGER_DTYPES, NARROW_INT_DTYPES, NP_DTYPE, Op,
                              wrap_int)
 
 # a half value (float16, bfloat16) is computed in float32, as the emitter does (codegen/cuda.py): rounded to its
 # type where stored in memory (global, shared) or cast to it
-_FLOAT = {d: np.float32 if d in HALF_DTYPES else np_type(d) for d in FLOAT_DTYPES}
+_FLOAT = {d: np.float32 if d in HALF_DTYPES else NP_DTYPE[d] for d in FLOAT_DTYPES}
 _LIMITS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
@@ -91,7 +91,7 @@ class _Mem:
   written: np.ndarray
 
   @staticmethod
-  def empty(n: int, dtype: str) -> "_Mem": return _Mem(np.zeros(n, np_type(dtype)), np.zeros(n, bool))
+  def empty(n: int, dtype: str) -> "_Mem": return _Mem(np.zeros(n, NP_DTYPE[dtype]), np.zeros(n, bool))
 
 
 @dataclass
@@ -270,7 +270,7 @@ class _Launch:
     return v
 
   def cast(self, v, src: str, dst: str, t: _Thread):
-    if dst in HALF_DTYPES: return np.float32(np_type(dst)(v))
+    if dst in HALF_DTYPES: return np.float32(NP_DTYPE[dst](v))
     if dst in INTEGER_DTYPES and src in _FLOAT:
       if not math.isfinite(v): raise SimulatorError(f"{self.where} {t}: casts {v} to {dst}")
       v = math.trunc(v)
@@ -296,7 +296,7 @@ class _Launch:
       v = self.load(e.arg, self.ev(src[0], t), t)
     elif op is Op.CAST: v = self.cast(self.ev(src[0], t), src[0].dtype, e.dtype, t)
     elif op is Op.CALL and e.arg == BITCAST:
-      v = np.array(self.ev(src[0], t), np_type(src[0].dtype)).view(np_type(e.dtype))[()]
+      v = np.array(self.ev(src[0], t), NP_DTYPE[src[0].dtype]).view(NP_DTYPE[e.dtype])[()]
     elif op is Op.CALL and e.arg in _CALL: v = _CALL[e.arg](*[self.ev(s, t) for s in src])
     else: raise SimulatorError(f"{self.where}: the interpreter cannot evaluate {op.name} node {e}")
     return self.coerce(v, e.dtype, t)
@@ -319,7 +319,7 @@ def run_program(program: Program, *args, check_races: bool = True):
     raise RuntimeLaunchError(f"program takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
   glob: dict[str, _Mem] = {}
   for a, b in zip(args, program.inputs):
-    a, shape, want = np.asarray(a), tuple(program.shapes[b.name]), np.dtype(np_type(b.dtype))
+    a, shape, want = np.asarray(a), tuple(program.shapes[b.name]), np.dtype(NP_DTYPE[b.dtype])
     if a.shape != shape or a.dtype != want:
       raise RuntimeLaunchError(f"input {b.name}: expected {want.name} {shape}, got {a.dtype.name} {a.shape}")
     glob[b.name] = _Mem(a.reshape(-1).copy(), np.ones(a.size, bool))

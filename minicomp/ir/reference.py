@@ -26,7 +26,7 @@ from minicomp.errors import ExprError, TEError
 from minicomp.ir.dag import ComputeDAG
 from minicomp.ir.evaluate import evaluate
 from minicomp.ir.expr import walk
-from minicomp.ir.ops import FLOAT_DTYPES, Op, np_type
+from minicomp.ir.ops import FLOAT_DTYPES, NP_DTYPE, Op
 from minicomp.ir.te import Tensor, reduce_identity
 
 CHUNK_ELEMENTS = 1 << 22       # body values evaluated at once in a reduction (~32 MB per float64 temporary)
@@ -46,7 +46,7 @@ def evaluate_dag(dag: ComputeDAG, inputs: Sequence[np.ndarray]) -> list[np.ndarr
     a = np.asarray(a)
     if a.shape != p.shape:
       raise TEError(f"evaluate_dag: input {p.name!r} has shape {p.shape}, given an array of shape {a.shape}")
-    values[id(p)] = a.astype(np_type(p.dtype), copy=False)
+    values[id(p)] = a.astype(NP_DTYPE[p.dtype], copy=False)
 
   def loads(node, idx):
     arr = values[id(node.arg)]
@@ -74,7 +74,7 @@ def _eval(e, env, loads):
 
 
 def _tensor(t: Tensor, loads) -> np.ndarray:
-  dt = np_type(t.dtype)
+  dt = NP_DTYPE[t.dtype]
   red = t.reduce
   if red is None:
     if any(n.op is Op.REDUCE for n in walk(t.body)):
