@@ -146,6 +146,46 @@ def test_tensor_core_schedules_only_where_they_apply():
   assert on_turing and all("m16n8k8_f16" in s.to_json() for s in on_turing)
 
 
+def _gelu_matmul(dtype: str, second_output: bool = False):
+  """C = A @ B + bias, then GELU's x * 0.5 * (erf(x / sqrt 2) + 1): the biased product read by two stages that meet
+  again (a diamond, as BERT's FFN has it); with ``second_output`` the biased product is an output too."""
+  A, B = mc.placeholder((32, 64), dtype, name="A"), mc.placeholder((64, 64), dtype, name="B")
+  bias = mc.placeholder((64,), dtype, name="bias")
+  k = mc.reduce_axis(64, "k")
+  C = mc.compute((32, 64), lambda i, j: mc.sum(A[i, k] * B[k, j], axis=k), name="C")
+  X = mc.compute((32, 64), lambda i, j: C[i, j] + bias[j], name="X")
+  H = mc.compute((32, 64), lambda i, j: X[i, j] * 0.5, name="H")
+  E = mc.compute((32, 64), lambda i, j: mc.erf(X[i, j] * 0.7071067811865476) + 1.0, name="E")
+  G = mc.compute((32, 64), lambda i, j: H[i, j] * E[i, j], name="G")
+  return (A, B, bias), ([G, X] if second_output else [G])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_gelu_epilogue_that_reads_the_product_twice_stays_on_the_tensor_cores(dtype):
+  """BERT's FFN (MatMul + bias + GELU) went to the FP32 pipes while the epilogue had to be a chain of single-consumer
+  stages; its diamond is inlined into the template now and computes numpy's result (a second output is refused)."""
+  from math import erf
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  from minicomp.ir.ops import NP_DTYPE
+  assert tensor_core_schedules(ComputeDAG(_gelu_matmul(dtype, second_output=True)[1]), mc.Target("sm_80")) == []
+  _, outs = _gelu_matmul(dtype)
+  scheds = tensor_core_schedules(ComputeDAG(outs), mc.Target("sm_80"))
+  assert scheds
+  rng = np.random.default_rng(0)
+  ins = [(rng.standard_normal(shape) / 4).astype(NP_DTYPE[dtype]) for shape in ((32, 64), (64, 64), (64,))]
+  a, b, c = (x.astype(np.float64) for x in ins)
+  x = a @ b + c
+  want = x * 0.5 * (np.vectorize(erf)(x * 0.7071067811865476) + 1.0)
+  bits = 10 if dtype == "float16" else 7
+  for s in scheds:
+    k = mc.build(s, target="sm_80")
+    assert "mma.sync.aligned.m16n8k16" in k.binary.ptx
+    out = k(*ins, device="cpu").astype(np.float64)
+    # the half-typed epilogue rounds each stage's result: a few half ulps of the largest value
+    assert np.abs(out - want).max() <= 4 * 2.0 ** -bits * np.abs(want).max(), np.abs(out - want).max()
+
+
 def _mlp(m: int, k: int, n: int, dtype, rng):
   """An ONNX MatMul+Add+Relu of x[m, k] with constant W[k, n] and b[n] in ``dtype`` (numpy); (model, W, b)."""
   from onnx import helper, numpy_helper

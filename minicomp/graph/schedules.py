@@ -94,18 +94,26 @@ def _tile(s: Schedule, name: str, producer: str | None = None, shared: bool = Tr
 
 
 def epilogue_output(dag: ComputeDAG, t, out_names: set[str]) -> str | None:
-  """The output reached from ``t`` through a chain of single-consumer stages that each read
-  their producer elementwise (bias, folded BN, activation, ...: all inlined), or None."""
-  cur = t
-  while True:
-    cons = dag.consumers(cur)
-    if len(cons) != 1: return None
-    c = cons[0]
-    if c.shape != t.shape or not is_injective(c): return None
+  """The one output that everything computed from ``t`` flows into through stages that read ``t`` or each other
+  elementwise (bias, folded BN, an activation such as GELU's ``x * 0.5 * (1 + erf(x / sqrt 2))``, whose stages
+  branch from ``x`` and meet again: all inlined), or None (two outputs, a reduction, a broadcast or a reindexing on
+  the way)."""
+  region, todo, found = {t.name: t}, [t], None
+  while todo:
+    for c in dag.consumers(todo.pop()):
+      if c.name in region: continue
+      if c.shape != t.shape or not is_injective(c): return None
+      region[c.name] = c
+      if c.name in out_names:
+        if found is not None: return None
+        found = c.name
+      else: todo.append(c)
+  for c in region.values():
+    if c is t: continue
     names = [a.name for a in c.axes]
-    if any([e.arg if e.op is Op.VAR else None for e in idx] != names for idx in reads(c).get(cur, [])): return None
-    if c.name in out_names: return c.name
-    cur = c
+    if any([e.arg if e.op is Op.VAR else None for e in idx] != names
+           for p, idxs in reads(c).items() if p.name in region for idx in idxs): return None
+  return found
 
 
 def _row_group(dag: ComputeDAG, out, out_names: set[str]) -> tuple[list[str], int] | None:
