@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,47 @@ def seed_models() -> dict[str, onnx.ModelProto]:
                              [_vi("a", [2, 3]), _vi("b", [2, 5])], [_vi("y", [4, 4])],
                              [numpy_helper.from_array(np.array([4, 4], np.int64), "s")]),
   }
+
+
+TC_KINDS = ("tc_mlp_gelu", "tc_conv_relu", "tc_gemm", "tc_attention")
+
+
+def tensor_core_seed(kind: str, rng: np.random.Generator) -> tuple[onnx.ModelProto, str]:
+  """A layer of ``kind`` (:data:`TC_KINDS`) that ``precision="fp16"`` / ``"bf16"`` / ``"tf32"`` may put on the
+  tensor cores, with sizes drawn from ``rng``: mostly what the template takes (k a multiple of 32, 32 or 64
+  channels), sometimes not (rows and columns not multiples of a tile, k of 8 or 16, strided or 1 x 1
+  convolutions), so the guards and refusals are exercised too; (model, its sizes in words). The seeds of a
+  ``--precision`` run."""
+  N = helper.make_node
+  const = lambda name, v: numpy_helper.from_array(np.array(v, np.float32), name)   # noqa: E731
+  pick = lambda *xs: int(rng.choice(xs))                                           # noqa: E731
+  k = pick(32, 64, 96, 128, 256, 8, 16, 40)
+  m, n = pick(16, 32, 64, 128, 3, 24, 100), pick(8, 32, 64, 128, 5, 40)
+  if kind == "tc_mlp_gelu":   # MatMul + bias + GELU (the erf form: a diamond after the bias)
+    return _model([N("MatMul", ["x", "w"], ["m"], name="mm"), N("Add", ["m", "b"], ["a"], name="bias"),
+                   N("Div", ["a", "sqrt2"], ["d"], name="div"), N("Erf", ["d"], ["e"], name="erf"),
+                   N("Add", ["e", "one"], ["u"], name="add1"), N("Mul", ["a", "u"], ["v"], name="mul"),
+                   N("Mul", ["v", "half"], ["y"], name="mulh")],
+                  [_vi("x", [m, k])], [_vi("y", [m, n])],
+                  [_w("w", k, n), _w("b", n), const("sqrt2", 2 ** 0.5), const("one", 1.0), const("half", 0.5)]), \
+        f"{m}x{k} @ {k}x{n}"
+  if kind == "tc_conv_relu":
+    c, o, hw, kh = pick(32, 64, 32, 16), pick(32, 64, 8, 24), pick(8, 16, 5, 12), pick(3, 3, 1)
+    stride, pad = pick(1, 1, 2), kh // 2
+    out = (hw + 2 * pad - kh) // stride + 1
+    return _model([N("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, strides=[stride] * 2, name="conv"),
+                   N("Relu", ["c"], ["y"], name="relu")],
+                  [_vi("x", [1, c, hw, hw])], [_vi("y", [1, o, out, out])], [_w("w", o, c, kh, kh), _w("b", o)]), \
+        f"{c}->{o} {kh}x{kh}/{stride} on {hw}x{hw}"
+  if kind == "tc_gemm":
+    return _model([N("Gemm", ["x", "w", "b"], ["y"], transB=1, name="gemm")],
+                  [_vi("x", [m, k])], [_vi("y", [m, n])], [_w("w", n, k), _w("b", n)]), f"{m}x{k} @ ({n}x{k})^T"
+  bt, d = pick(1, 2, 3), pick(32, 64, 16)     # attention: softmax(q k^T / 2) v over (bt, m, d) heads
+  return _model([N("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="tr"),
+                 N("MatMul", ["q", "kt"], ["s"], name="qk"), N("Mul", ["s", "half"], ["t"], name="scale"),
+                 N("Softmax", ["t"], ["p"], axis=-1, name="sm"), N("MatMul", ["p", "v"], ["y"], name="pv")],
+                [_vi(x, [bt, m, d]) for x in "qkv"], [_vi("y", [bt, m, d])], [const("half", 0.5)]), \
+      f"{bt} heads of {m}x{d}"
 
 
 def node_seeds(n: int) -> dict[str, onnx.ModelProto]:
@@ -302,9 +344,24 @@ def feeds_for(model_bytes: bytes, seed: int = 0) -> dict[str, np.ndarray]:
   return out
 
 
-def _close(a: np.ndarray, b: np.ndarray) -> bool:
+# a --precision run's tolerance: a float output within 8 of the type's epsilons of its largest finite magnitude
+# (tests/test_precision.py derives 4 for the zoo models; mutants add chains and odd shapes), and its largest finite
+# value: a run whose feeds or reference pass it overflowed by design and is not judged
+PRECISION = {"fp16": (2.0 ** -10, 65504.0), "bf16": (2.0 ** -7, 3.0e38), "tf32": (2.0 ** -10, 3.0e38)}
+
+
+def _close(a: np.ndarray, b: np.ndarray, precision: str | None = None) -> bool:
+  """Whether minicomp's ``a`` is the reference's ``b``: float outputs to 1e-3 (1e-2 in a half type), or, when
+  compiled with ``precision``, to :data:`PRECISION`'s epsilons of ``b``'s largest finite magnitude, non-finite
+  values in the same places."""
   a, b = np.asarray(a), np.asarray(b)
   if a.shape != b.shape: return False
+  if precision and (a.dtype.kind in "fc" or b.dtype.kind in "fc"):
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    if not (np.array_equal(fa, fb) and np.array_equal(a[~fa], b[~fb], equal_nan=True)): return False
+    scale = np.abs(b[fb]).max() if fb.any() else 0.0
+    return bool(np.all(np.abs(a[fa] - b[fb]) <= 8 * PRECISION[precision][0] * scale))
   if a.dtype.kind in "fc" or b.dtype.kind in "fc":
     tol = 1e-2 if np.float16 in (a.dtype, b.dtype) or "bfloat16" in (str(a.dtype), str(b.dtype)) else 1e-3
     a, b = a.astype(np.float64), b.astype(np.float64)
@@ -346,13 +403,26 @@ def _do(req: dict) -> dict:
       return {"ref": "rejects", "why": "onnxruntime gives no value for an output"}
     np.savez(req["ref"], *[np.asarray(o) for o in outs])
     return {"ref": "ok"}
+  info: dict = {}
+  return _judged(req, info) | info
+
+
+def _judged(req: dict, info: dict) -> dict:
+  """minicomp's side of a request (compile or load, run, compare): its class and why; ``info`` gets the number
+  of tensor-core kernels of a ``precision`` compile."""
+  op, path = req["op"], req["path"]
   import minicomp
   from minicomp.errors import MinicompError
+  prec = req.get("precision")
+  if prec: os.environ["MINICOMP_TENSOR_CORES"] = "always"   # (the tensor-core kernels wherever they apply)
+  else: os.environ.pop("MINICOMP_TENSOR_CORES", None)
   try:
     if op == "onnx":
       data = Path(path).read_bytes()
       feeds = feeds_for(data)
-      cm = minicomp.compile(data, target=TARGET, schedules="rules", progress=False)
+      how = {"precision": prec} if prec else {"schedules": "rules"}   # (a precision run: the default schedules)
+      cm = minicomp.compile(data, target=TARGET, progress=False, **how)
+      if prec: info["tensor_cores"] = cm.stats.tensor_cores
     elif op == "log":
       data = Path(req["model"]).read_bytes()
       feeds = feeds_for(data)
@@ -373,7 +443,13 @@ def _do(req: dict) -> dict:
       return {"class": "error", "why": f"saved, but does not load and run: {type(e).__name__}: {str(e)[:200]}"}
     if not (len(again) == len(outs) and all(_close(a, b) for a, b in zip(outs, again))):
       return {"class": "mismatch", "why": "the saved and loaded model differs from the compiled one"}
-  same = lambda ref: len(ref) == len(outs) and all(_close(a, b) for a, b in zip(outs, ref))  # noqa: E731
+  same = lambda ref: len(ref) == len(outs) and all(_close(a, b, prec) for a, b in zip(outs, ref))  # noqa: E731
+  if prec and req.get("ref") is not None:
+    with np.load(req["ref"]) as z: ref = [z[f"arr_{k}"] for k in range(len(z.files))]
+    top = PRECISION[prec][1]
+    if any(np.asarray(v).dtype.kind == "f" and (np.isfinite(v) & (np.abs(v) > top)).any()
+           for v in [*feeds.values(), *ref]):
+      return {"class": "unchecked", "why": f"finite feeds or reference values past {prec}'s range"}
   if req.get("ref") is None:     # onnxruntime rejected the mutant: ONNX's reference evaluator is the judge
     ref = _onnx_reference(for_reference(data), feeds) if op == "onnx" else []
     if not ref: return {"class": "unchecked", "why": "minicomp ran it; neither onnxruntime nor ONNX's reference can"}
@@ -453,17 +529,21 @@ class Pool:
 
 
 # -------------------------------------------------------------------------------------------- cases
-def onnx_cases(n: int, seed: int, work: Path, node_models: int = 0):
-  """``n`` mutants of the seed models (and of ``node_models`` of ONNX's node test models): (name, request)."""
+def onnx_cases(n: int, seed: int, work: Path, node_models: int = 0, precision: str | None = None):
+  """``n`` mutants of the seed models (and of ``node_models`` of ONNX's node test models): (name, request). With
+  ``precision``, the seeds are :func:`tensor_core_seed`'s layers of random sizes, a third of them mutated."""
   rng = np.random.default_rng(seed)
-  seeds = seed_models() | node_seeds(node_models)
+  seeds = ({kind: None for kind in TC_KINDS} if precision else seed_models()) | node_seeds(node_models)
   names = sorted(seeds)
   for k in range(n):
     base = names[k % len(names)]
-    data, what = mutate(seeds[base], rng)
+    model, sizes = (tensor_core_seed(base, rng) if seeds[base] is None else (seeds[base], ""))
+    if precision and rng.random() < 2 / 3: data, what = model.SerializeToString(), "unmutated"
+    else: data, what = mutate(model, rng)
     path = work / f"m{k}.onnx"
     path.write_bytes(data)
-    yield f"onnx {base}: {what}", {"op": "onnx", "path": str(path), "roundtrip": "cname" in what}
+    yield f"onnx {base}{' ' + sizes if sizes else ''}: {what}", {"op": "onnx", "path": str(path),
+                                                                 "roundtrip": "cname" in what, "precision": precision}
 
 
 def _saved(work: Path, pool: Pool) -> tuple[Path, Path, Path]:
@@ -534,15 +614,19 @@ def split(cases: int, kinds: list[str]) -> dict[str, int]:
 
 
 def run(cases: int, seed: int, kinds: list[str], timeout_s: float = 300.0, verbose: bool = False,
-        node_models: int = 0, keep: str | None = None) -> list[dict]:
+        node_models: int = 0, keep: str | None = None, precision: str | None = None) -> list[dict]:
   """Run ``cases`` cases split over ``kinds`` (see :func:`split`); one result dict per case. ONNX
-  mutants start from the seed models plus ``node_models`` of ONNX's node test models."""
+  mutants start from the seed models plus ``node_models`` of ONNX's node test models; with ``precision``
+  ("fp16", "bf16", "tf32") from :func:`tensor_core_seeds` instead of the seed models, compiled with that
+  precision, compile's default schedules and ``MINICOMP_TENSOR_CORES=always`` (so the tensor-core kernels run
+  wherever they apply), and judged to :data:`PRECISION`'s tolerance."""
   pool = Pool(timeout_s)
   results = []
   with tempfile.TemporaryDirectory(prefix="minicomp-fuzz-") as tmp:
     work = Path(tmp)
     share = split(cases, kinds)
-    gens = {"onnx": lambda n: onnx_cases(n, seed, work, node_models), "tamper": lambda n: tamper_cases(n, seed, work, pool),
+    gens = {"onnx": lambda n: onnx_cases(n, seed, work, node_models, precision),
+            "tamper": lambda n: tamper_cases(n, seed, work, pool),
             "log": lambda n: log_cases(n, seed, work)}
     try:
       for kind in share:
@@ -576,6 +660,14 @@ def run(cases: int, seed: int, kinds: list[str], timeout_s: float = 300.0, verbo
 
 
 def table(results: list[dict]) -> str:
+  """The cases by kind and class (markdown); for a ``--precision`` run, a line on how many ran tensor-core kernels."""
+  tc = [r for r in results if r.get("tensor_cores")]
+  note = (f"\n\n{len(tc)} cases ran tensor-core kernels ({sum(r['class'] == 'match' for r in tc)} of them matched)"
+          if any("tensor_cores" in r for r in results) else "")
+  return _counts(results) + note
+
+
+def _counts(results: list[dict]) -> str:
   kinds = sorted({r["kind"] for r in results})
   cols = ["match", "unchecked", "clean", "clean*", "mismatch", "error", "crash", "hang", "ref-crash"]
   rows = ["| kind | cases | " + " | ".join(cols) + " |", "| --- | ---: |" + " ---: |" * len(cols)]
@@ -595,6 +687,8 @@ def main() -> int:
   ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it counts as a hang")
   ap.add_argument("--node-models", type=int, default=200,
                   help="ONNX backend node test models added to the seeds of the ONNX mutants (default 200)")
+  ap.add_argument("--precision", choices=sorted(PRECISION),
+                  help="ONNX mutants of the tensor-core seeds compiled with this precision and the default schedules")
   ap.add_argument("--json", help="also write every case's result to this file")
   ap.add_argument("--keep", help="copy the input of every failing case into this folder")
   ap.add_argument("-v", "--verbose", action="store_true")
@@ -604,8 +698,10 @@ def main() -> int:
     worker()
     return 0
   t0 = time.time()
-  res = run(a.cases, a.seed, a.kinds.split(","), a.timeout, a.verbose, a.node_models, a.keep)
-  print(f"\n`python benchmarks/fuzz.py --cases {a.cases} --seed {a.seed} --kinds {a.kinds} --node-models {a.node_models}` "
+  res = run(a.cases, a.seed, a.kinds.split(","), a.timeout, a.verbose, a.node_models, a.keep, a.precision)
+  prec = f" --precision {a.precision}" if a.precision else ""
+  print(f"\n`python benchmarks/fuzz.py --cases {a.cases} --seed {a.seed} --kinds {a.kinds} --node-models {a.node_models}"
+        f"{prec}` "
         f"({time.time() - t0:.0f} s, {time.strftime('%Y-%m-%d')})\n")
   print(table(res))
   if a.json: Path(a.json).write_text(json.dumps(res, indent=1))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -91,7 +92,8 @@ class Walked:
 
 
 def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built], stats: CompileStats,
-               tensor_cores: str = "half", compare: bool = False, walked: Walked | None = None) -> Built:
+               tensor_cores: str = "half", compare: bool = False, walked: Walked | None = None,
+               always: bool = False) -> Built:
   """Gensor's schedule for ``task`` (the analytic model's first candidate; with ``compare``, of the candidates
   ``gensor.compared`` picks, the first by :func:`rank_constructed` that builds), or a tensor-core one
   (:func:`_tensor_core_options`, ``tensor_cores``: "half", "tf32" or "off"), whichever the static model estimates
@@ -103,34 +105,18 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   Without ``compare`` (``schedules="gensor"``, the default) no ranking copies are built or estimated;
   ``schedules="compare"`` builds them (research/quick_choice.py: what comparing buys and costs).
   ``walked``: the walk of a task of the same domain, whose best states this task ranks instead of walking (or,
-  where it holds none yet, where this task's walk is kept for the next)."""
+  where it holds none yet, where this task's walk is kept for the next). ``always``: where the task has tensor-core
+  schedules, the fastest of them by the static model, nothing else built (``MINICOMP_TENSOR_CORES=always``)."""
   from minicomp.search.static.estimate import estimate
-  from minicomp.search.strategies.gensor import COMPARE
   tgt = built.target
   tensor = _tensor_core_options(task, built, name, tensor_cores)
-  t0 = time.perf_counter()
-  try:
-    sketches, res, seeded = construct_task(task, tgt, COMPARE if compare else 1, walked)   # (no more are compared)
-    stats.seeded += seeded
-  except MinicompError as e:
-    log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
-    res = None
-  finally:
-    stats.construct += time.perf_counter() - t0
-  if res is not None and not res.candidates:
-    log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
-             "; ".join(res.reasons[:3]) or "no sketch")
-  ranked = [] if res is None else kept_order(res, sketches, built, name, compare, stats, task.key)
-  options: list[Built] = []
-  for c in ranked:
-    try:
-      options.append((built.kernel(c.schedule, name, c.program), c.schedule, "gensor"))   # (lowered by construct)
-      break
-    except BUILD_ERRORS as e:
-      log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
-  if not options and not tensor: return rules()
-  options += tensor
-  if not set(task.ops) & RULES_NEVER_WIN or len(options) == len(tensor): options.append(rules())
+  if always and tensor:
+    options = list(tensor)
+  else:
+    options = _constructed(task, built, name, compare, walked, stats)
+    if not options and not tensor: return rules()
+    options += tensor
+    if not set(task.ops) & RULES_NEVER_WIN or len(options) == len(tensor): options.append(rules())
   if len(options) == 1: return _kept(options[0], stats)
   t1 = time.perf_counter()
   try:
@@ -146,6 +132,32 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
              costs[best] * 1e6, min(costs[:-1]) * 1e6)
   return _kept(options[best], stats)
+
+
+def _constructed(task: Task, built: Builds, name: str, compare: bool, walked: Walked | None,
+                 stats: CompileStats) -> list[Built]:
+  """Gensor's schedule for ``task`` as :func:`_construct` compares it, built ([] where construction fails, finds
+  nothing valid or nothing that builds: logged)."""
+  from minicomp.search.strategies.gensor import COMPARE
+  t0 = time.perf_counter()
+  try:
+    sketches, res, seeded = construct_task(task, built.target, COMPARE if compare else 1, walked)   # (no more)
+    stats.seeded += seeded
+  except MinicompError as e:
+    log.info("task %s: Gensor construction failed (%s); using the rule-based schedule", task.key, e)
+    res = None
+  finally:
+    stats.construct += time.perf_counter() - t0
+  if res is not None and not res.candidates:
+    log.info("task %s: Gensor construction found no valid schedule (%s); using the rule-based schedule", task.key,
+             "; ".join(res.reasons[:3]) or "no sketch")
+  ranked = [] if res is None else kept_order(res, sketches, built, name, compare, stats, task.key)
+  for c in ranked:
+    try:
+      return [(built.kernel(c.schedule, name, c.program), c.schedule, "gensor")]   # (lowered by construct)
+    except BUILD_ERRORS as e:
+      log.info("task %s: a constructed schedule did not build (%s)", task.key, e)
+  return []
 
 
 def construct_task(task: Task, target: Target, keep: int, walked: Walked | None = None,
@@ -294,7 +306,7 @@ def choose_default(task: Task, target: Target, name: str, mode: str, built: Buil
   own, built = built is None, built or Builds(target)
   rules = lambda: build_rule_based(task.dag, built, name, task.key)   # noqa: E731 -- (built when needed)
   kernel, sched, origin = _construct(task, built, name, rules, stats, _TENSOR_CORES[mode], mode.startswith("compare"),
-                                     walked) if mode in _TENSOR_CORES else rules()
+                                     walked, mode.endswith(ALWAYS)) if mode in _TENSOR_CORES else rules()
   if own: stats.build, stats.nvrtc = built.seconds["lower_emit"], built.seconds["nvrtc"]
   key = cache.key(kernel, target.device)
   facts = cache.peek(key)
@@ -390,19 +402,24 @@ def _expected_work(task: Task) -> tuple[bool, int, int]:
   return bool(set(task.ops) & RULES_NEVER_WIN), min(longest, UNROLL_DEFAULT), task.flops
 
 
-_TENSOR_CORES = {f"{s}{t}": tc for s in ("gensor", "compare")        # Gensor's modes (_mode) -> tensor cores
-                 for t, tc in (("", "half"), ("+tf32", "tf32"), ("-fp32-pipes", "off"))}
+ALWAYS = "-tensor-cores-always"   # a mode's suffix under MINICOMP_TENSOR_CORES=always (_mode)
+_TENSOR_CORES = {f"{s}{t}{a}": tc for s in ("gensor", "compare")   # Gensor's modes (_mode) -> tensor cores
+                 for t, tc in (("", "half"), ("+tf32", "tf32"), ("-fp32-pipes", "off"))
+                 for a in ("", ALWAYS) if not (a and tc == "off")}
 
 
 def _mode(opts) -> str:
   """How default schedules are chosen, which the schedule cache keys its choices by: "rules", "gensor" (Gensor's
   candidates, and tensor-core ones for half matmuls), "gensor+tf32" (``precision="tf32"``: also for float32
   matmuls, on TF32) or "gensor-fp32-pipes" (``MINICOMP_TENSOR_CORES=0``: no tensor-core candidates); with
-  ``schedules="compare"`` the same three named "compare", "compare+tf32", "compare-fp32-pipes"."""
+  ``schedules="compare"`` the same three named "compare", "compare+tf32", "compare-fp32-pipes".
+  ``MINICOMP_TENSOR_CORES=always`` adds :data:`ALWAYS` to the first two of each: a task the tensor cores take keeps
+  one of their schedules, whatever the static model estimates for the FP32 pipes."""
   from minicomp.codegen.cache import switched_on
   if opts.schedules == "rules": return opts.schedules
   if not switched_on("MINICOMP_TENSOR_CORES"): return f"{opts.schedules}-fp32-pipes"
-  return f"{opts.schedules}+tf32" if opts.precision == "tf32" else opts.schedules
+  always = ALWAYS if os.environ.get("MINICOMP_TENSOR_CORES", "").strip().lower() == "always" else ""
+  return f"{opts.schedules}{'+tf32' if opts.precision == 'tf32' else ''}{always}"
 
 
 def _from_cache(b: TaskBuild, cache: ScheduleCache, built: Builds, tkey: str, stats: CompileStats, mode: str) -> bool:

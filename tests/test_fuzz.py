@@ -26,6 +26,16 @@ def test_onnx_mutants_are_matched_or_refused_cleanly():
     assert any(what in r["case"] for r in results), what  # loaded too), deep chains, non-finite feeds
 
 
+@pytest.mark.parametrize("precision", ["fp16", "tf32"])
+def test_tensor_core_layers_of_random_sizes_match_onnxruntime_in_reduced_precision(precision):
+  """``--precision``: MatMul / Gemm / Conv / attention layers of random sizes (a third mutated) compiled with
+  ``precision`` and the tensor cores wherever they apply, judged to the precision's tolerance."""
+  results = fuzz.run(16, seed=31, kinds=["onnx"], timeout_s=240, precision=precision)
+  counts = _check(results, 16)
+  assert counts["match"] >= 8
+  assert sum(r.get("tensor_cores", 0) > 0 and r["class"] == "match" for r in results) >= 3   # they ran, and agreed
+
+
 def test_every_saved_model_tamper_is_refused_or_harmless():
   import tamper
   n = len(tamper.CASES)
@@ -44,3 +54,17 @@ def test_mutator_is_deterministic_per_seed():
   m = fuzz.seed_models()["gemm"]
   a = [fuzz.mutate(m, np.random.default_rng(3)) for _ in range(2)]
   assert a[0] == a[1]
+
+
+def test_the_precision_judge_takes_rounding_and_refuses_errors():
+  """A --precision run's comparison: a few half ulps of the largest value pass, 1% does not, nor a NaN or an
+  infinity where the reference has a number."""
+  import numpy as np
+  ref = np.linspace(-3, 3, 64).reshape(8, 8)
+  assert fuzz._close(ref + 2 * 2.0 ** -10 * 3, ref, "fp16")
+  assert not fuzz._close(ref * 1.01, ref, "fp16")
+  assert fuzz._close(ref * 1.01, ref, "bf16")                 # (bfloat16's epsilon is 2^-7)
+  bad = ref.copy(); bad[2, 3] = np.nan
+  assert not fuzz._close(bad, ref, "tf32")
+  both = ref.copy(); both[0, 0] = np.inf
+  assert fuzz._close(both, both.copy(), "fp16") and not fuzz._close(both, ref, "fp16")

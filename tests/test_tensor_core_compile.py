@@ -230,6 +230,25 @@ def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
   assert off.stats.tensor_cores == 0 and "tensor cores" not in off.summary()
 
 
+def test_tensor_cores_always_keeps_them_where_the_static_model_prefers_the_fp32_pipes(tmp_path, monkeypatch):
+  """A small fp16 MatMul+Add+Relu (16 x 64 x 64) goes to the FP32 pipes by the static model on sm_86;
+  ``MINICOMP_TENSOR_CORES=always`` keeps its tensor-core schedule (the schedule cache keeps the two choices apart:
+  switched back, the FP32 kernel again), which computes numpy's result."""
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_SCHEDULE_CACHE", "1")
+  model, w, b = _mlp(16, 64, 64, np.float16, np.random.default_rng(0))
+  assert mc.compile(model, target="sm_86", progress=False, jobs=1).stats.tensor_cores == 0
+  monkeypatch.setenv("MINICOMP_TENSOR_CORES", "always")
+  cm = mc.compile(model, target="sm_86", progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1 and cm.stats.constructed == 0
+  x = np.random.default_rng(1).standard_normal((16, 64)).astype(np.float16)
+  ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+  out = cm.run({"x": x}, device="cpu")[0].astype(np.float64)
+  assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+  monkeypatch.delenv("MINICOMP_TENSOR_CORES")
+  assert mc.compile(model, target="sm_86", progress=False, jobs=1).stats.tensor_cores == 0
+
+
 def test_precision_tf32_puts_fp32_matmuls_on_tf32_tensor_cores(tmp_path, monkeypatch):
   """``precision="tf32"``: an fp32 MatMul+Add+Relu (256 x 256 x 512, where the static model finds TF32 faster on an
   A100) runs on m16n8k8.tf32, within TF32's rounding of numpy; without it, or on sm_75 (no TF32), the FP32 pipes."""

@@ -325,8 +325,8 @@ class CUDARenderer:
     if _aligned_base(st.index, v, n) is None: return False
     rest = map_loads(st.value, lambda x: const(0.0) if x in vec_loads else x)
     if v in free_vars(rest): return False   # the loop variable is used outside contiguous loads
-    if n == 8 and (st.buffer.stored_dtype not in _HALF or any(x.arg.stored_dtype not in _HALF for x in vec_loads)):
-      return False                              # 8 lanes: half only (16 bytes); 8 floats would be 32
+    if n == 8 and st.buffer.stored_dtype not in _HALF:
+      return False                # 8 lanes: into a half buffer only (16 bytes), from halves or floats (two float4)
     if st.async_copy and _copied(st.buffer, st.value) and st.value.arg.scope == "global":   # one cp.async of n values
       return self._cp_async(st, v, n, depth, out)
     if st.buffer.stored_dtype in _HALF or any(x.arg.stored_dtype in _HALF for x in vec_loads):
@@ -377,7 +377,8 @@ class CUDARenderer:
 
   def _vectorized_half(self, s: For, st: Store, n: int, vec_loads: dict, depth: int, out: list[str]) -> bool:
     """The vectorize loop of :meth:`_vectorized` when a half buffer takes part: each half load of n values is one
-    raw load (``unsigned int`` / ``uint2`` / ``uint4``) into an aligned array of n halves, converted lane by lane; a
+    raw load (``unsigned int`` / ``uint2`` / ``uint4``) into an aligned array of n halves, converted lane by lane, a
+    float load one float2 / float4 (8 floats into a half buffer, a float tile cast to half: two float4); a
     half store rounds each lane into such an array and writes it with one raw store (a half-to-half copy moves the
     raw bits); a float store (a shared tile) is one float2 / float4 store."""
     v = s.var
@@ -397,6 +398,12 @@ class CUDARenderer:
         out.append(f"{ind2}__align__({2 * n}) {C_TYPE[x.arg.stored_dtype]} mc_h{k}[{n}];")
         out.append(f"{ind2}*reinterpret_cast<{raw}*>(mc_h{k}) = {src(x)};")
         lane_of[x] = lambda lane, k=k, t=x.arg.stored_dtype: var(f"{_HALF[t][0]}(mc_h{k}[{lane}])", "float32")
+      elif n == 8:   # (a float tile cast to half: two 16-byte loads, the base aligned to 8 floats)
+        base = self.index(_aligned_base(x.src[0], v, n))
+        for h in (0, 1):
+          out.append(f"{ind2}const float4 mc_v{k}_{h} = *reinterpret_cast<const float4*>({x.arg.name} + "
+                     f"{base}{' + 4' if h else ''});")
+        lane_of[x] = lambda lane, k=k: var(f"mc_v{k}_{lane // 4}.{'xyzw'[lane % 4]}", "float32")
       else:
         out.append(f"{ind2}const float{n} mc_v{k} = *reinterpret_cast<const float{n}*>({x.arg.name} + "
                    f"{self.index(_aligned_base(x.src[0], v, n))});")

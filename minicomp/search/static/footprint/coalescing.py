@@ -3,7 +3,7 @@
 Each index is evaluated for the 32 lanes of the first warp (``threadIdx`` linearised x fastest,
 block 0) at a few loop iterations: every loop at 0, and each loop in turn at 1 and at its last
 value; the lanes of ``vectorize`` loops form one request where the emitter writes one vector access (2 or 4
-float32; 2, 4 or 8 float16 / bfloat16 values held as such). A global access gets the
+float32, 8 as two; 2, 4 or 8 float16 / bfloat16 values held as such). A global access gets the
 distinct 32-byte sectors and 128-byte lines per warp request and its efficiency (requested bytes
 over moved bytes); a shared access the largest number of distinct words one bank serves in a
 phase (1: no conflict).
@@ -47,8 +47,9 @@ def _lanes(kernel: LoopKernel) -> dict[str, np.ndarray]:
   return env
 
 
-# the vector widths the emitter writes as one access, by the type a buffer holds (codegen/cuda.py)
-VECTOR_WIDTHS = {"float32": (2, 4), "float16": (2, 4, 8), "bfloat16": (2, 4, 8)}
+# the vector widths the emitter writes as one access, by the type a buffer holds (codegen/cuda.py; 8 float32 values,
+# which a float tile cast into a half one fetches, as two float4 loads: their sectors are counted as one request's)
+VECTOR_WIDTHS = {"float32": (2, 4, 8), "float16": (2, 4, 8), "bfloat16": (2, 4, 8)}
 
 
 def _requests(a, lanes: dict[str, np.ndarray], widths: tuple[int, ...]):
