@@ -355,6 +355,25 @@ def test_rfactor_two_kernels(inner):
   assert len(k_.launches) == 2
 
 
+def test_rfactor_of_a_half_sum_keeps_float_partials():
+  """A float16 matmul's sum split in chunks: the partials are float32, as the sum accumulates (rounding each to
+  half would add an error per chunk), and the product matches numpy's to half an ulp of the largest output."""
+  wl = W.matmul(8, 16, 4096, dtype="float16")
+  s = mc.Schedule(wl.outputs)
+  C = wl.outputs[0]
+  ko, _ = s.split(C, s.reduce_axis(C)[0], 256)
+  rf = s.rfactor(C, ko)
+  assert s.state.stage(rf).tensor.dtype == "float32"
+  part, i, j = s.axis(rf)
+  s.bind(rf, part, "blockIdx.x"); s.bind(rf, s.fuse(rf, i, j), "threadIdx.x")
+  s.bind(C, s.fuse(C, *s.axis(C)), "threadIdx.x")
+  k = mc.build(s, "sm_86")
+  assert len(k.launches) == 2 and "float* __restrict__ C_rf" in k.source
+  a, b = (x.astype(np.float16) for x in wl.random_inputs())
+  ref = a.astype(np.float64) @ b.astype(np.float64)
+  assert np.abs(k(a, b, device="cpu").astype(np.float64) - ref).max() <= 2.0 ** -11 * np.abs(ref).max()
+
+
 @pytest.mark.parametrize("method", ["shuffle", "tree"])
 def test_rfactor_cross_thread(method):
   wl = W.row_sum(5, 3000)

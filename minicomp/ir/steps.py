@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from minicomp.errors import ScheduleError
 from minicomp.ir.expr import Expr, var
 from minicomp.ir.mma import INTRINSICS
-from minicomp.ir.ops import Op
+from minicomp.ir.ops import HALF_DTYPES, Op
 from minicomp.ir.state import (ANNOTATIONS, BLOCK_TAGS, INLINE, ROOT, THREAD_TAGS, Attach, Fuse, Split, State,
                                check_positive_factor, unique_name)
 from minicomp.ir.te import Tensor
@@ -452,10 +452,15 @@ class RfactorStep(Step):
     if K % f: body = select(kval < K, body, reduce_identity(red.combiner, t.dtype))
     axes_rf = (rf_var,) + t.axes
     others = tuple(a for a in red.axes if a.name != k_ax.name)
-    rf_body = Expr.make(Op.REDUCE, t.dtype, (body,), ReduceArg(red.combiner, (rest,) + others))
+    rf_dtype = t.dtype
+    if t.dtype in HALF_DTYPES:     # a half sum's partials are float, as it accumulates; a product's factors widened
+      rf_dtype = "float32"         # (the same float arithmetic, in the form a tensorized update takes)
+      wide = lambda e: e if e.dtype == rf_dtype else Expr.make(Op.CAST, rf_dtype, (e,))   # noqa: E731
+      body = Expr.make(Op.MUL, rf_dtype, tuple(map(wide, body.src))) if body.op is Op.MUL else wide(body)
+    rf_body = Expr.make(Op.REDUCE, rf_dtype, (body,), ReduceArg(red.combiner, (rest,) + others))
     names = {x.name for x in s.stages}
     rf_name = unique_name(names, f"{self.stage}.rf")
-    rf_t = Tensor(rf_name, (rf_ext,) + t.shape, t.dtype, axes_rf, rf_body, t.tag)
+    rf_t = Tensor(rf_name, (rf_ext,) + t.shape, rf_dtype, axes_rf, rf_body, t.tag)
     r = IterVar(var(self.iter), c_(rf_ext), "reduce")
     new_body = Expr.make(Op.REDUCE, t.dtype, (rf_t[(r,) + tuple(a.var for a in t.axes)],), ReduceArg(red.combiner, (r,), red.init))
     new_t = Tensor(t.name, t.shape, t.dtype, t.axes, new_body, t.tag)
