@@ -154,3 +154,21 @@ def test_info_lists_the_kernels_compile_makes(tmp_path, capsys):
   onnx.save(m, str(tmp_path / "m.onnx"))
   assert main(["info", str(tmp_path / "m.onnx")]) == 0
   assert "\n4 kernels (fused groups)" in capsys.readouterr().out
+
+
+def test_a_matmul_whose_shapes_do_not_multiply_is_refused_not_crashed_on():
+  """The fuzzer's case (benchmarks/fuzz.py --precision fp16, seed 23): a float16 x[32, 17] times a float32
+  W[32, 40] with a bias, compiled in fp16: the sibling search met the product before any shape was known for it
+  (KeyError: 'm'); now the MatMul refuses it, naming the node."""
+  import minicomp as mc
+  from onnx import TensorProto, numpy_helper
+  rng = np.random.default_rng(0)
+  g = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Add", ["m", "b"], ["y"], name="bias")],
+    "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [32, 17])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [32, 40])],
+    [numpy_helper.from_array(rng.standard_normal((32, 40)).astype(np.float32), "w"),
+     numpy_helper.from_array(rng.standard_normal(40).astype(np.float32), "b")])
+  model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+  with pytest.raises(mc.ShapeError, match="MatMul node 'mm'"):
+    mc.compile(model, target="sm_86", precision="fp16", progress=False)

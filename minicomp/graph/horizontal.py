@@ -81,7 +81,7 @@ def _sibling(g: Graph, n: Node, readers: dict[str, list[Node]]) -> _Sibling | No
     return None
   wv = g.values.get(w)
   if g.constant(x) is not None or x not in g.values or wv is None or not wv.is_const or wv.layout is not None \
-      or wv.const.ndim != 2:
+      or wv.const.ndim != 2 or n.outputs[0] not in g.values:   # (a value without a shape: an op refuses it later)
     return None
   weight = wv.const.T if n.op_type == "Gemm" and int(n.attrs.get("transB", 0)) else wv.const
   width = weight.shape[1]
