@@ -4,6 +4,12 @@ logs, each case classified.
 
     python benchmarks/fuzz.py --cases 5065 --kinds onnx:4000,tamper:65,log:1000   # the long run (benchmarks/README.md)
     python benchmarks/fuzz.py --cases 30 --kinds onnx,log                          # a quick look
+    python benchmarks/fuzz.py --cases 400 --kinds onnx --node-models 0 --precision fp16   # the tensor cores
+
+``--precision fp16|bf16|tf32`` fuzzes the reduced-precision path instead: MatMul / Gemm / Conv / attention layers of
+random sizes (:func:`tensor_core_seed`; a third of them mutated) compiled with that precision, compile's default
+schedules and ``MINICOMP_TENSOR_CORES=always``, judged against onnxruntime's float32 run to 8 of the type's
+epsilons of each output's largest value (a case whose feeds or reference pass float16's range is ``unchecked``).
 
 Every case runs in a worker process (so a crash is seen, not suffered) with a time limit, on the CPU
 simulator. A case is one of:
