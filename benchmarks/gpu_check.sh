@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of the open issues (45, 47, 48, 49) for a lent GPU machine with its own python3 (PyTorch,
+# The GPU checks of the open issues (47, 48; 45 and 49 resolved) for a lent GPU machine with its own python3 (PyTorch,
 # onnxruntime, jax, cuda-bindings there). Each step has its own time limit and writes its result to $OUT as it comes,
 # so a step that overruns costs only itself.
 #
@@ -14,9 +14,9 @@
 # Gensor's tensor-core constructions or not, per kernel of an fp16 ResNet-18 (issue 47) 90, then int8 tensor cores
 # or dp4a, every kernel call of an int8 BERT-tiny (issues 47, 49) 90.
 # Part b: every gpu-marked test 220, then `minicomp collect` on three fp32 tasks outside the eight until
-# ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed, 150), the whole
-# models (150), then ResNet-18, MobileNetV2 and BERT-tiny compiled with schedules="compare" against PyTorch (issue 45,
-# 50; the default's rows are in models.txt), then part a's other steps with less time (70 + 30, 70 + 70), then 30 conv
+# ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed, 120), BERT-base's
+# layer and the fp16 matmul 4096^3 against PyTorch, then the layer per call with and without tensor cores (issue 47;
+# 90 + 60), the whole models (150), then part a's other steps with less time (70 + 30, 60 + 60), then 30 conv
 # programs with their fetch loops as they are and staged through registers (40 + 40), then ResNet-18 with and without
 # split-K sketches (60), then `minicomp collect --model` of a ResNet-18's two heaviest layers (60): fourteen files.
 # islpy comes from .whl/ when the machine lacks it.
@@ -91,14 +91,16 @@ print('smoke: max |gpu - numpy| =', float(np.abs(got - wl.reference(*ins)).max()
     models 250
     measurements 100 40 90 ;;
   one)
-    gpu_tests 150
+    gpu_tests 120
+    # (issue 47, 2026-12-02: BERT-base's FFN with GELU on the tensor cores and float4 fetches of its float32 inputs,
+    # estimated 152.4 -> 95.5 us*; the layer and the matmul against PyTorch, then every call with and without them)
+    step "tensor cores against PyTorch" 90 tensor_cores.txt python3 benchmarks/tensor_cores.py --gpu --dtypes float16 \
+      --only bert matmul_4096
+    step "BERT-base's layer per call" 60 tensor_cores.txt python3 research/tc_choice_check.py --gpu \
+      --model bert_base_layer --all-calls
+    tail -n 20 "$OUT/tensor_cores.txt"
     models 150
-    # (issue 45: the default keeps Gensor's first candidate uncompared, schedules="compare" the full model's pick;
-    # the default's table is models.txt)
-    step "whole models, schedules=compare" 50 compare.txt env MINICOMP_CACHE_DIR=/tmp/mccache_compare python3 \
-      benchmarks/gpu_models.py --models resnet18 mobilenet_v2 bert_tiny --schedules compare
-    tail -n 6 "$OUT/compare.txt"
-    measurements 70 30 70
+    measurements 70 30 60
     staged_ab 40
     # (split-K sketches, not compile's default until a GPU times them: ResNet-18 at 64 x 64 with and without)
     step "split-K or not, per call" 60 split.txt python3 research/split_check.py --gpu --model resnet18

@@ -24,7 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import minicomp as mc  # noqa: E402
 from minicomp import zoo  # noqa: E402
 
-MODELS = {"resnet18": lambda: zoo.resnet18(hw=64), "bert_tiny": lambda: zoo.transformer_encoder(s=128, d=128, heads=2, ff=512)}
+MODELS = {"resnet18": lambda: zoo.resnet18(hw=64),
+          "bert_tiny": lambda: zoo.transformer_encoder(s=128, d=128, heads=2, ff=512),
+          "bert_base_layer": lambda: zoo.bert_tiny(s=128, layers=1, d=768, heads=12, ff=3072)}   # (tensor_cores.py's)
 
 
 def per_call(model, feeds, target: str, precision: str, gpu: bool, repeat: int, jobs: int | None = None):
