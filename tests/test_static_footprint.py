@@ -504,11 +504,12 @@ def test_column_classes_match_numpy_unique(seed):
   assert first.tolist() == f0.tolist() and sizes.tolist() == c0.tolist()
 
 
-@pytest.mark.parametrize("dtype, width", [("float32", 4), ("float16", 8), ("bfloat16", 8), ("float16", 4)])
+@pytest.mark.parametrize("dtype, width", [("float32", 4), ("float32", 8), ("float16", 8), ("bfloat16", 8),
+                                          ("float16", 4)])
 def test_a_vectorized_access_is_one_request_per_warp(dtype, width):
-  """The emitter writes a vectorize loop of 2 or 4 float32, or 2, 4 or 8 half values, as one access: the
-  coalescing model counts one warp request per vector, not one per element (it counted half vectors lane by
-  lane: 8x the L2 traffic of an 8-wide half fetch)."""
+  """The emitter writes a vectorize loop of 2 or 4 float32, or 2, 4 or 8 half values, as one access (8 float32 as
+  two): the coalescing model counts one warp request per vector, not one per element (it counted half vectors
+  lane by lane: 8x the L2 traffic of an 8-wide half fetch)."""
   A = mc.placeholder((8192,), dtype, name="A")
   B = mc.compute((8192,), lambda i: A[i] + 1.0, name="B")
   s = mc.Schedule([B])

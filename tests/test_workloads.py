@@ -286,8 +286,9 @@ def test_broadcast_chain_partially_inlined():
 # ---------------------------------------------------------------------------------------------
 # vectorization: float4 / float2 when the access is contiguous and provably aligned
 
-@pytest.mark.parametrize("width", [2, 4])
+@pytest.mark.parametrize("width", [2, 4, 8])
 def test_vectorize_elementwise(width):
+  """float2 / float4 loads and stores; 8 floats as two float4 of each (PTX v4 accesses, no scalar ones)."""
   wl = W.broadcast_chain(4, 16, 32)
   s = mc.Schedule(wl.outputs)
   for n in ("mul", "add", "relu"): s.compute_inline(n)
@@ -297,7 +298,10 @@ def test_vectorize_elementwise(width):
   fo, t = s.split(Z, fo, 64)
   s.bind(Z, fo, "blockIdx.x"); s.bind(Z, t, "threadIdx.x"); s.vectorize(Z, fv)
   k = run_and_check(wl, s)
-  assert f"reinterpret_cast<float{width}*>(out + " in k.source
+  assert f"reinterpret_cast<float{min(width, 4)}*>(out + " in k.source
+  if width == 8:
+    assert "vectorized (2 x float4)" in k.source and "st.global.v4.f32" in k.binary.ptx
+    assert "st.global.f32" not in k.binary.ptx
 
 
 def test_vectorize_falls_back_when_unaligned_or_guarded():

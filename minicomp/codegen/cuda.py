@@ -325,31 +325,36 @@ class CUDARenderer:
     if _aligned_base(st.index, v, n) is None: return False
     rest = map_loads(st.value, lambda x: const(0.0) if x in vec_loads else x)
     if v in free_vars(rest): return False   # the loop variable is used outside contiguous loads
-    if n == 8 and st.buffer.stored_dtype not in _HALF:
-      return False                # 8 lanes: into a half buffer only (16 bytes), from halves or floats (two float4)
-    if st.async_copy and _copied(st.buffer, st.value) and st.value.arg.scope == "global":   # one cp.async of n values
+    if st.async_copy and _copied(st.buffer, st.value) and st.value.arg.scope == "global" \
+        and n * st.buffer.element_bytes <= 16:   # one cp.async of n values
       return self._cp_async(st, v, n, depth, out)
     if st.buffer.stored_dtype in _HALF or any(x.arg.stored_dtype in _HALF for x in vec_loads):
       return self._vectorized_half(s, st, n, vec_loads, depth, out)
+    # floats only: one float2 / float4 access per load and for the store, 8 lanes two float4 (the base is aligned to
+    # 8 floats, so both halves are to 16 bytes; the static model counts them as one request, footprint/coalescing.py)
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
-    vt = f"float{n}"
-    out.append(f"{ind}{{  // {s.var}: vectorized ({vt})")
+    parts = 2 if n == 8 else 1
+    vt = f"float{n // parts}"
+    at = lambda e, h: f"{self.index(_aligned_base(e, v, n))}{f' + {4 * h}' if h else ''}"   # noqa: E731
+    name = lambda k, lane: f"mc_v{k}_{lane // 4}" if parts > 1 else f"mc_v{k}"             # noqa: E731
+    out.append(f"{ind}{{  // {s.var}: vectorized ({f'{parts} x ' if parts > 1 else ''}{vt})")
     for node, k in vec_loads.items():
-      base = self.index(_aligned_base(node.src[0], v, n))
-      out.append(f"{ind2}const {vt} mc_v{k} = *reinterpret_cast<const {vt}*>({node.arg.name} + {base});")
-    dst = f"*reinterpret_cast<{vt}*>({st.buffer.name} + {self.index(_aligned_base(st.index, v, n))})"
+      for h in range(parts):
+        out.append(f"{ind2}const {vt} {name(k, 4 * h)} = *reinterpret_cast<const {vt}*>({node.arg.name} + "
+                   f"{at(node.src[0], h)});")
+    dst = [f"*reinterpret_cast<{vt}*>({st.buffer.name} + {at(st.index, h)})" for h in range(parts)]
     if len(vec_loads) == 1 and st.value in vec_loads:   # a plain copy
-      out.append(f"{ind2}{dst} = mc_v0;")
+      out.extend(f"{ind2}{dst[h]} = {name(0, 4 * h)};" for h in range(parts))
       out.append(f"{ind}}}")
       return True
-    out.append(f"{ind2}{vt} mc_r;")
+    out.extend(f"{ind2}{vt} mc_r{h};" for h in range(parts))
     for lane in range(n):
-      comp = "xyzw"[lane]
-      val = map_loads(st.value, lambda x: var(f"mc_v{vec_loads[x]}.{comp}", "float32") if x in vec_loads else x)
+      comp = "xyzw"[lane % 4]
+      val = map_loads(st.value, lambda x: var(f"{name(vec_loads[x], lane)}.{comp}", "float32") if x in vec_loads else x)
       val = simplify(substitute(val, {v: const(lane)}), self.ranges)
       with self._shared([val], depth + 1, out):
-        out.append(f"{ind2}mc_r.{comp} = {self.expr(val)};")
-    out.append(f"{ind2}{dst} = mc_r;")
+        out.append(f"{ind2}mc_r{lane // 4}.{comp} = {self.expr(val)};")
+    out.extend(f"{ind2}{dst[h]} = mc_r{h};" for h in range(parts))
     out.append(f"{ind}}}")
     return True
 
