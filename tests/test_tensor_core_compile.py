@@ -249,6 +249,29 @@ def test_tensor_cores_always_keeps_them_where_the_static_model_prefers_the_fp32_
   assert mc.compile(model, target="sm_86", progress=False, jobs=1).stats.tensor_cores == 0
 
 
+@pytest.mark.parametrize("name, kwargs, precision", [("bert_tiny", {}, "fp16"), ("bert_tiny", {}, "bf16"),
+                                                    ("resnet18", {"hw": 32}, "tf32")])
+def test_zoo_models_with_every_layer_the_tensor_cores_take_on_them_match_onnxruntime(name, kwargs, precision,
+                                                                                      tmp_path, monkeypatch):
+  """Issue 47's model test: with ``MINICOMP_TENSOR_CORES=always`` every task a tensor-core schedule exists for runs
+  on one (BERT-tiny's six matmul tasks; ResNet-18's convolutions the template takes, one of them a one-warp kernel
+  whose threads have more than 64 copies in flight, which the simulator refused until 2026-12-02), and the model
+  agrees with onnxruntime's float32 run within 4 of the precision's epsilons of the output's largest value."""
+  import onnxruntime as ort
+  from minicomp import zoo
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_TENSOR_CORES", "always")
+  model, feeds = getattr(zoo, name)(**kwargs)
+  cm = mc.compile(model, target="sm_86", precision=precision, progress=False, jobs=1)
+  takes = sum(bool(tensor_core_schedules(t.dag, cm.target, tf32=precision == "tf32")) for t in cm.tasks)
+  assert takes >= 3 and cm.stats.tensor_cores == takes
+  got = cm.run(feeds, device="cpu")[0].astype(np.float64)
+  want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+  eps = 2.0 ** -7 if precision == "bf16" else 2.0 ** -10
+  assert np.abs(got - want).max() <= 4 * eps * np.abs(want).max()
+
+
 def test_precision_tf32_puts_fp32_matmuls_on_tf32_tensor_cores(tmp_path, monkeypatch):
   """``precision="tf32"``: an fp32 MatMul+Add+Relu (256 x 256 x 512, where the static model finds TF32 faster on an
   A100) runs on m16n8k8.tf32, within TF32's rounding of numpy; without it, or on sm_75 (no TF32), the FP32 pipes."""

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/mman.h>
+extern "C" void* realloc(void*, __SIZE_TYPE__) noexcept;   // (stdlib.h's abs would clash with the shim's)
 #if !defined(__x86_64__) || defined(MC_SIM_UCONTEXT)
 #include <ucontext.h>
 #define MC_SIM_USE_UCONTEXT 1
@@ -540,9 +541,10 @@ inline void ldmatrix(unsigned* r, const void* p, int count, bool trans) {
   }
   warp_sync(~0u);
 }
-constexpr int CP_PENDING = 64;  // copies one thread may have in flight
+// a thread's copies in flight: as many as it issues before a wait covers them (PTX sets no limit; a block of one warp
+// fetching three stages of tiles has over a hundred), in a queue that grows
 struct CpCopy { void* dst; unsigned char data[16]; int n; unsigned group; };
-struct CpState { unsigned long long block; unsigned committed, count; CpCopy q[CP_PENDING]; };
+struct CpState { unsigned long long block; unsigned committed, count, cap; CpCopy* q; };
 inline CpState cp_state[MAXT];
 inline CpState& cp_here() {  // this thread's copies in flight (none at the start of a block)
   CpState& s = cp_state[cur];
@@ -556,7 +558,12 @@ inline void cp_async(void* dst, const void* src, int n, bool valid) {
     fail_msg(m);
   }
   CpState& s = cp_here();
-  if (s.count == CP_PENDING) fail_msg("cp.async: more than 64 copies in flight in one thread");
+  if (s.count == s.cap) {
+    unsigned cap = s.cap ? 2 * s.cap : 64;
+    CpCopy* q = (CpCopy*)realloc(s.q, cap * sizeof(CpCopy));
+    if (!q) fail_msg("cp.async: out of memory for the copies in flight");
+    s.q = q; s.cap = cap;
+  }
   CpCopy& c = s.q[s.count++];
   c.dst = dst; c.n = n; c.group = s.committed;
   if (valid) __builtin_memcpy(c.data, src, n);
