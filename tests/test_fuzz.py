@@ -68,3 +68,8 @@ def test_the_precision_judge_takes_rounding_and_refuses_errors():
   assert not fuzz._close(bad, ref, "tf32")
   both = ref.copy(); both[0, 0] = np.inf
   assert fuzz._close(both, both.copy(), "fp16") and not fuzz._close(both, ref, "fp16")
+  # bfloat16 values (numpy's kind "V") are compared as numbers, to bfloat16's epsilon: they were compared bit for bit
+  import ml_dtypes
+  bf = ref.astype(ml_dtypes.bfloat16)
+  near = (ref + 2.0 ** -8).astype(ml_dtypes.bfloat16)
+  assert fuzz._close(near, bf) and fuzz._close(near, bf, "fp16") and not fuzz._close((ref * 1.2).astype(bf.dtype), bf)
