@@ -347,14 +347,15 @@ class CUDARenderer:
       out.extend(f"{ind2}{dst[h]} = {name(0, 4 * h)};" for h in range(parts))
       out.append(f"{ind}}}")
       return True
-    out.extend(f"{ind2}{vt} mc_r{h};" for h in range(parts))
+    res = lambda lane: f"mc_r{lane // 4}" if parts > 1 else "mc_r"                          # noqa: E731
+    out.extend(f"{ind2}{vt} {res(4 * h)};" for h in range(parts))
     for lane in range(n):
       comp = "xyzw"[lane % 4]
       val = map_loads(st.value, lambda x: var(f"{name(vec_loads[x], lane)}.{comp}", "float32") if x in vec_loads else x)
       val = simplify(substitute(val, {v: const(lane)}), self.ranges)
       with self._shared([val], depth + 1, out):
-        out.append(f"{ind2}mc_r{lane // 4}.{comp} = {self.expr(val)};")
-    out.extend(f"{ind2}{dst[h]} = mc_r{h};" for h in range(parts))
+        out.append(f"{ind2}{res(lane)}.{comp} = {self.expr(val)};")
+    out.extend(f"{ind2}{dst[h]} = {res(4 * h)};" for h in range(parts))
     out.append(f"{ind}}}")
     return True
 
