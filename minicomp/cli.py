@@ -133,6 +133,10 @@ def cmd_info(a) -> int:
   from minicomp.errors import ShapeError
   from minicomp.graph.partition import partition
   from minicomp.graph.registry import lookup
+  if Path(a.model).is_dir():       # a folder `minicomp compile` wrote: its kernels, as compile printed them
+    from minicomp.saved_model_load import load
+    print(load(a.model).summary())
+    return 0
   try:
     g = onnx_loader()(a.model, _parse_shapes(a.input_shape), check_ops=False)
   except ShapeError as e:
@@ -326,9 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
   shape_help = "a size for dynamic dims: an input's shape, NAME=D1,D2,..., or one dim by its name, DIM=N (repeatable)"
 
   pi = sub.add_parser("info", help="list a model's ops, whether each is supported, and the kernels it would compile to",
-                      description="Import an ONNX model (with constant folding) and report its ops and fused kernels. "
-                                  "Exit status 1 if some op is not supported.")
-  pi.add_argument("model", help="path to an .onnx file")
+                      description="Import an ONNX model (with constant folding) and report its ops and fused kernels "
+                                  "(exit status 1 if some op is not supported); or list the kernels of a folder "
+                                  "`minicomp compile` wrote.")
+  pi.add_argument("model", help="path to an .onnx file, or a compiled model's folder")
   pi.add_argument("--input-shape", action="append", help=shape_help)
   pi.set_defaults(fn=cmd_info)
 

@@ -84,3 +84,14 @@ def test_run_says_what_it_ran_on(tmp_path, capsys):
   capsys.readouterr()
   assert main(["run", str(tmp_path / "out"), "--input", f"x={tmp_path / 'x.npy'}", "--device", "cpu"]) == 0
   assert "ran on the CPU simulator" in capsys.readouterr().err
+
+
+def test_info_on_a_compiled_folder_lists_its_kernels(tmp_path, capsys):
+  """`minicomp info FOLDER` on what `minicomp compile -o FOLDER` wrote: the kernels as compile printed them (it said
+  "no ONNX file" before)."""
+  _, path = _dynamic(tmp_path)
+  assert main(["compile", str(path), "--input-shape", "batch=4", "-o", str(tmp_path / "out"), "-q"]) == 0
+  capsys.readouterr()
+  assert main(["info", str(tmp_path / "out")]) == 0
+  out = capsys.readouterr().out
+  assert "kernel calls" in out and "Add+Relu" in out and "target sm_86" in out
