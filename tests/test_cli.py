@@ -95,3 +95,12 @@ def test_info_on_a_compiled_folder_lists_its_kernels(tmp_path, capsys):
   assert main(["info", str(tmp_path / "out")]) == 0
   out = capsys.readouterr().out
   assert "kernel calls" in out and "Add+Relu" in out and "target sm_86" in out
+
+
+def test_run_without_its_inputs_says_how_to_give_them(tmp_path, capsys):
+  _, path = _dynamic(tmp_path)
+  assert main(["compile", str(path), "--input-shape", "batch=4", "-o", str(tmp_path / "out"), "-q"]) == 0
+  capsys.readouterr()
+  assert main(["run", str(tmp_path / "out")]) == 2
+  err = capsys.readouterr().err
+  assert "--input NAME=FILE.npy" in err and "x [4, 3] float32" in err
