@@ -208,10 +208,10 @@ def cmd_run(a) -> int:
   cm = load(a.compiled)
   if len(paths) > len(cm.output_names):
     raise UsageError(f"{len(paths)} --output files given for {len(cm.output_names)} output(s)")
-  missing = [i for i in cm.inputs if i.name not in {n for n, *_ in inputs}]
-  if missing:
-    raise UsageError("run needs --input NAME=FILE.npy for each model input; missing: "
-                     + ", ".join(f"{i.name} {list(i.shape)} {i.dtype}" for i in missing))
+  if cm.inputs and not inputs:
+    from minicomp.errors import FeedError
+    raise FeedError("feeds: none given; run needs --input NAME=FILE.npy for each model input: "
+                    + ", ".join(f"{i.name} {list(i.shape)} {i.dtype}" for i in cm.inputs))
   outs = cm.run(_load_feeds(inputs, cm.inputs), device=a.device)
   print(f"ran on {_device_line(a.device)}", file=sys.stderr)
   for k, (name, arr) in enumerate(zip(cm.output_names, outs)):

@@ -103,4 +103,4 @@ def test_run_without_its_inputs_says_how_to_give_them(tmp_path, capsys):
   capsys.readouterr()
   assert main(["run", str(tmp_path / "out")]) == 2
   err = capsys.readouterr().err
-  assert "--input NAME=FILE.npy" in err and "x [4, 3] float32" in err
+  assert "FeedError" in err and "--input NAME=FILE.npy" in err and "x [4, 3] float32" in err
