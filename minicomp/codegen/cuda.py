@@ -335,29 +335,37 @@ class CUDARenderer:
     ind, ind2 = self.indent * depth, self.indent * (depth + 1)
     parts = 2 if n == 8 else 1
     vt = f"float{n // parts}"
-    at = lambda e, h: f"{self.index(_aligned_base(e, v, n))}{f' + {4 * h}' if h else ''}"   # noqa: E731
-    name = lambda k, lane: f"mc_v{k}_{lane // 4}" if parts > 1 else f"mc_v{k}"             # noqa: E731
     out.append(f"{ind}{{  // {s.var}: vectorized ({f'{parts} x ' if parts > 1 else ''}{vt})")
-    for node, k in vec_loads.items():
-      for h in range(parts):
-        out.append(f"{ind2}const {vt} {name(k, 4 * h)} = *reinterpret_cast<const {vt}*>({node.arg.name} + "
-                   f"{at(node.src[0], h)});")
-    dst = [f"*reinterpret_cast<{vt}*>({st.buffer.name} + {at(st.index, h)})" for h in range(parts)]
+    loaded = {x: self._float_loads(x, k, v, n, ind2, out) for x, k in vec_loads.items()}
+    base = self.index(_aligned_base(st.index, v, n))
+    dst = [f"*reinterpret_cast<{vt}*>({st.buffer.name} + {base}{f' + {4 * h}' if h else ''})" for h in range(parts)]
     if len(vec_loads) == 1 and st.value in vec_loads:   # a plain copy
-      out.extend(f"{ind2}{dst[h]} = {name(0, 4 * h)};" for h in range(parts))
+      out.extend(f"{ind2}{d} = {r};" for d, r in zip(dst, loaded[st.value]))
       out.append(f"{ind}}}")
       return True
-    res = lambda lane: f"mc_r{lane // 4}" if parts > 1 else "mc_r"                          # noqa: E731
-    out.extend(f"{ind2}{vt} {res(4 * h)};" for h in range(parts))
+    res = [f"mc_r{h}" if parts > 1 else "mc_r" for h in range(parts)]
+    out.extend(f"{ind2}{vt} {r};" for r in res)
     for lane in range(n):
-      comp = "xyzw"[lane % 4]
-      val = map_loads(st.value, lambda x: var(f"{name(vec_loads[x], lane)}.{comp}", "float32") if x in vec_loads else x)
+      val = map_loads(st.value, lambda x: _lane(loaded[x], lane) if x in loaded else x)
       val = simplify(substitute(val, {v: const(lane)}), self.ranges)
       with self._shared([val], depth + 1, out):
-        out.append(f"{ind2}{res(lane)}.{comp} = {self.expr(val)};")
-    out.extend(f"{ind2}{dst[h]} = {res(4 * h)};" for h in range(parts))
+        out.append(f"{ind2}{res[lane // 4]}.{'xyzw'[lane % 4]} = {self.expr(val)};")
+    out.extend(f"{ind2}{d} = {r};" for d, r in zip(dst, res))
     out.append(f"{ind}}}")
     return True
+
+  def _float_loads(self, x: Expr, k: int, v: str, n: int, ind: str, out: list[str]) -> list[str]:
+    """Emit the vectorize loop's load ``x`` of ``n`` float32 values as one float2 / float4 (``mc_v{k}``), or 8 as two
+    float4 (``mc_v{k}_0``, ``_1``: the base is aligned to 8 floats, so both halves are to 16 bytes; the static model
+    counts them as one request, footprint/coalescing.py); the names, four lanes each (:func:`_lane`)."""
+    parts = 2 if n == 8 else 1
+    vt = f"float{n // parts}"
+    base = self.index(_aligned_base(x.src[0], v, n))
+    names = [f"mc_v{k}_{h}" if parts > 1 else f"mc_v{k}" for h in range(parts)]
+    for h, name in enumerate(names):
+      out.append(f"{ind}const {vt} {name} = *reinterpret_cast<const {vt}*>({x.arg.name} + {base}"
+                 f"{f' + {4 * h}' if h else ''});")
+    return names
 
   def _vectorized_bytes(self, s: For, st: Store, n: int, depth: int, out: list[str]) -> bool:
     """The vectorize loop of :meth:`_vectorized` when it copies 8-bit values (a fetch of an int8 / uint8 tile): one
@@ -404,16 +412,8 @@ class CUDARenderer:
         out.append(f"{ind2}__align__({2 * n}) {C_TYPE[x.arg.stored_dtype]} mc_h{k}[{n}];")
         out.append(f"{ind2}*reinterpret_cast<{raw}*>(mc_h{k}) = {src(x)};")
         lane_of[x] = lambda lane, k=k, t=x.arg.stored_dtype: var(f"{_HALF[t][0]}(mc_h{k}[{lane}])", "float32")
-      elif n == 8:   # (a float tile cast to half: two 16-byte loads, the base aligned to 8 floats)
-        base = self.index(_aligned_base(x.src[0], v, n))
-        for h in (0, 1):
-          out.append(f"{ind2}const float4 mc_v{k}_{h} = *reinterpret_cast<const float4*>({x.arg.name} + "
-                     f"{base}{' + 4' if h else ''});")
-        lane_of[x] = lambda lane, k=k: var(f"mc_v{k}_{lane // 4}.{'xyzw'[lane % 4]}", "float32")
-      else:
-        out.append(f"{ind2}const float{n} mc_v{k} = *reinterpret_cast<const float{n}*>({x.arg.name} + "
-                   f"{self.index(_aligned_base(x.src[0], v, n))});")
-        lane_of[x] = lambda lane, k=k: var(f"mc_v{k}.{'xyzw'[lane]}", "float32")
+      else:          # (8 floats: a float tile cast to half)
+        lane_of[x] = lambda lane, names=self._float_loads(x, k, v, n, ind2, out): _lane(names, lane)
     value = _unrounded(st.buffer, st.value)
     if dst_t in _HALF:
       out.append(f"{ind2}__align__({2 * n}) {C_TYPE[dst_t]} mc_o[{n}];")
@@ -785,6 +785,11 @@ _STMT = {Seq: CUDARenderer._seq, For: CUDARenderer._for, If: CUDARenderer._if, S
          Sync: CUDARenderer._sync, Comment: CUDARenderer._comment, CrossThreadReduce: CUDARenderer._cross_thread,
          Mma: CUDARenderer._mma, FragmentLoad: CUDARenderer._fragment_load, AsyncCommit: CUDARenderer._async_commit,
          AsyncWait: CUDARenderer._async_wait}
+
+
+def _lane(names: list[str], lane: int) -> Expr:
+  """Lane ``lane`` of a vector load :meth:`CUDARenderer._float_loads` emitted as ``names``, a float."""
+  return var(f"{names[lane // 4]}.{'xyzw'[lane % 4]}", "float32")
 
 
 def _aligned_base(index: Expr, v: str, n: int) -> Expr | None:
