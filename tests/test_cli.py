@@ -77,30 +77,30 @@ def test_a_bad_output_folder_is_refused_before_compiling(tmp_path, capsys, monke
   assert not list(tmp_path.glob(".*probe*"))
 
 
-def test_run_says_what_it_ran_on(tmp_path, capsys):
-  m, path = _dynamic(tmp_path)
-  assert main(["compile", str(path), "--input-shape", "batch=2", "-o", str(tmp_path / "out"), "-q"]) == 0
-  np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+def _compiled(tmp_path, capsys, batch: int) -> str:
+  """`minicomp compile` of :func:`_dynamic`'s model at ``batch`` into tmp_path/out (its output read away)."""
+  _, path = _dynamic(tmp_path)
+  assert main(["compile", str(path), "--input-shape", f"batch={batch}", "-o", str(tmp_path / "out"), "-q"]) == 0
   capsys.readouterr()
-  assert main(["run", str(tmp_path / "out"), "--input", f"x={tmp_path / 'x.npy'}", "--device", "cpu"]) == 0
+  return str(tmp_path / "out")
+
+
+def test_run_says_what_it_ran_on(tmp_path, capsys):
+  out = _compiled(tmp_path, capsys, 2)
+  np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+  assert main(["run", out, "--input", f"x={tmp_path / 'x.npy'}", "--device", "cpu"]) == 0
   assert "ran on the CPU simulator" in capsys.readouterr().err
 
 
 def test_info_on_a_compiled_folder_lists_its_kernels(tmp_path, capsys):
   """`minicomp info FOLDER` on what `minicomp compile -o FOLDER` wrote: the kernels as compile printed them (it said
   "no ONNX file" before)."""
-  _, path = _dynamic(tmp_path)
-  assert main(["compile", str(path), "--input-shape", "batch=4", "-o", str(tmp_path / "out"), "-q"]) == 0
-  capsys.readouterr()
-  assert main(["info", str(tmp_path / "out")]) == 0
+  assert main(["info", _compiled(tmp_path, capsys, 4)]) == 0
   out = capsys.readouterr().out
   assert "kernel calls" in out and "Add+Relu" in out and "target sm_86" in out
 
 
 def test_run_without_its_inputs_says_how_to_give_them(tmp_path, capsys):
-  _, path = _dynamic(tmp_path)
-  assert main(["compile", str(path), "--input-shape", "batch=4", "-o", str(tmp_path / "out"), "-q"]) == 0
-  capsys.readouterr()
-  assert main(["run", str(tmp_path / "out")]) == 2
+  assert main(["run", _compiled(tmp_path, capsys, 4)]) == 2
   err = capsys.readouterr().err
   assert "FeedError" in err and "--input NAME=FILE.npy" in err and "x [4, 3] float32" in err
