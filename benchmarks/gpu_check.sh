@@ -3,7 +3,7 @@
 # onnxruntime, jax, cuda-bindings there). Each step has its own time limit and writes its result to $OUT as it comes,
 # so a step that overruns costs only itself.
 #
-#   OUT=/tmp/out PART=one bash benchmarks/gpu_check.sh  # one call (limits add to ~13 min; a 10-min call cuts the last,
+#   OUT=/tmp/out PART=one bash benchmarks/gpu_check.sh  # one call (limits add to ~14 min; a 10-min call cuts the last,
 #                                                       # so its steps run in the issues' order)
 #   OUT=/tmp/out PART=a bash benchmarks/gpu_check.sh    # measurements (~8 minutes on an H200)
 #   OUT=/tmp/out PART=b bash benchmarks/gpu_check.sh    # the gpu-marked tests, then timings for calibration
@@ -15,10 +15,11 @@
 # or dp4a, every kernel call of an int8 BERT-tiny (issues 47, 49) 90.
 # Part b: every gpu-marked test 220, then `minicomp collect` on three fp32 tasks outside the eight until
 # ${B_SECONDS:-300} s have passed. Part one: the gpu-marked tests first (correctness before speed, 120), BERT-base's
-# layer and the fp16 matmul 4096^3 against PyTorch, then the layer per call with and without tensor cores (issue 47;
-# 90 + 60), the whole models (150), then part a's other steps with less time (70 + 30, 60 + 60), then 30 conv
-# programs with their fetch loops as they are and staged through registers (40 + 40), then ResNet-18 with and without
-# split-K sketches (60), then `minicomp collect --model` of a ResNet-18's two heaviest layers (60): fourteen files.
+# layer and the fp16 matmul 4096^3 against PyTorch, then the layer per call with and without tensor cores, then the
+# template's matmul in larger tiles (issue 47; 90 + 60 + 45), the whole models (150), then part a's other steps with
+# less time (70 + 30, 60 + 60), then 30 conv programs with their fetch loops as they are and staged through registers
+# (40 + 40), then ResNet-18 with and without split-K sketches (60), then `minicomp collect --model` of a ResNet-18's
+# two heaviest layers (60): fourteen files.
 # islpy comes from .whl/ when the machine lacks it.
 set -u
 OUT=${OUT:-/tmp/gpu_check}
@@ -98,6 +99,10 @@ print('smoke: max |gpu - numpy| =', float(np.abs(got - wl.reference(*ins)).max()
       --only bert matmul_4096
     step "BERT-base's layer per call" 60 tensor_cores.txt python3 research/tc_choice_check.py --gpu \
       --model bert_base_layer --all-calls
+    # (the fp16 matmul 4096^3 at 498 us reads 2.15 GB from L2 in 128 x 128 tiles, 4.3 TB/s: is L2 what bounds it?
+    # 256 x 128 and 128 x 256 tiles of 8 warps read 1.61 GB; 2026-12-02, research/README.md)
+    step "the template's larger tiles" 45 tensor_cores.txt python3 research/tc_kernel_variants.py --gpu --size 4096 \
+      --templates-only --repeat 10
     tail -n 20 "$OUT/tensor_cores.txt"
     models 150
     measurements 70 30 60

@@ -20,6 +20,7 @@ torch.matmul (cuBLAS) where torch is importable.
 
     python research/tc_kernel_variants.py --check
     python research/tc_kernel_variants.py --gpu --size 4096
+    python research/tc_kernel_variants.py --gpu --size 4096 --templates-only   # the template's tiles and cuBLAS
 """
 from __future__ import annotations
 
@@ -169,8 +170,10 @@ def close(out: np.ndarray, ref: np.ndarray) -> float:
 
 
 # compile's template with more pipeline stages than 48 KB of shared memory holds (dynamic shared memory, which the
-# template does not offer until timed): (warps m, warps n, instructions m, n per warp) -> stages
-DEEP = {(2, 4, 4, 4): (3, 4)}
+# template does not offer until timed): (warps m, warps n, instructions m, n per warp) -> stages. The 256 x 128 and
+# 128 x 256 tiles (8 warps of 64 x 64) read a quarter less from L2 than 128 x 128: 1.61 GB at 4096^3 against 2.15,
+# which the 128 x 128 tile's 498 us on an H200 (4.3 TB/s) suggests is what bounds it (2026-12-02)
+DEEP = {(2, 4, 4, 4): (3, 4), (4, 2, 4, 8): (2, 3), (2, 4, 4, 8): (2, 3)}
 
 
 def deep_templates(M: int, N: int, K: int, target):
@@ -208,7 +211,7 @@ def check(size=(256, 256, 128)) -> int:
   return 1 if bad else 0
 
 
-def gpu(size: int, repeat: int) -> int:
+def gpu(size: int, repeat: int, templates_only: bool = False) -> int:
   import minicomp as mc
   from minicomp import workloads as W
   from minicomp.codegen.driver import get_driver, gpu_arch
@@ -242,7 +245,7 @@ def gpu(size: int, repeat: int) -> int:
   wl = W.matmul(M, N, K, dtype="float16")
   scheds = tensor_core_schedules(ComputeDAG(wl.outputs), tgt)
   best = min(scheds, key=lambda sc: estimate(mc.build(sc, target=tgt), tgt).latency_s)
-  for ldm in ("0", "1"):          # element reads (as measured on 2026-11-29), then ldmatrix read ahead
+  for ldm in ("1",) if templates_only else ("0", "1"):   # element reads (as on 2026-11-29), then ldmatrix
     os.environ["MINICOMP_LDMATRIX"] = ldm
     k = mc.build(best, target=tgt)
     (call,) = k.plan.launches
@@ -266,7 +269,7 @@ def gpu(size: int, repeat: int) -> int:
       continue
     rows.append((name, s, err, f"{k.binary.resources.get(call.kernel, '')} dynamic={call.shared_bytes}B"))
     print(f"  {name} {s * 1e6:.1f} us", file=sys.stderr, flush=True)
-  for v in VARIANTS:
+  for v in [] if templates_only else VARIANTS:
     try:                # one variant that NVRTC or the driver refuses costs only its row
       binary = compile_cuda(source(v, M, N, K), arch)
       mod = drv.module_load(binary.cubin)
@@ -291,9 +294,10 @@ def gpu(size: int, repeat: int) -> int:
   except ImportError:
     pass
   cublas = rows[-1][1] if rows[-1][0].startswith("torch") else None
-  print(f"# python research/tc_kernel_variants.py --gpu --size {size}: {mc.gpu_status()}; fp16 {M}x{N}x{K}, "
+  print(f"# python research/tc_kernel_variants.py --gpu --size {size}{' --templates-only' if templates_only else ''}: "
+        f"{mc.gpu_status()}; fp16 {M}x{N}x{K}, "
         f"median of {repeat} (CUDA events, L2 flushed); err: max error in half-ulps of max |C| (<= 1 is right)")
-  print(f"| kernel | us | TFLOP/s | cuBLAS time / this | err | resources |\n|---|---|---|---|---|---|")
+  print("| kernel | us | TFLOP/s | cuBLAS time / this | err | resources |\n|---|---|---|---|---|---|")
   for name, s, err, res in rows:
     print(f"| {name} | {s * 1e6:.1f} | {flops / s / 1e12:.0f} | {cublas / s if cublas else float('nan'):.2f} | "
           f"{err:.2f} | {res} |")
@@ -306,9 +310,11 @@ def main() -> int:
   ap.add_argument("--gpu", action="store_true", help="check and time each on this machine's GPU")
   ap.add_argument("--size", type=int, default=4096)
   ap.add_argument("--repeat", type=int, default=20)
+  ap.add_argument("--templates-only", action="store_true", help="with --gpu: compile's template (ldmatrix) and "
+                  "DEEP's tiles beside cuBLAS, not the hand-written variants (timed on 2026-11-29)")
   a = ap.parse_args()
   if a.check: return check()
-  if a.gpu: return gpu(a.size, a.repeat)
+  if a.gpu: return gpu(a.size, a.repeat, a.templates_only)
   ap.print_help()
   return 2
 
