@@ -13,6 +13,7 @@ import minicomp as mc
 from minicomp import workloads as W
 from minicomp import zoo
 from minicomp.codegen import driver as D
+from minicomp.codegen import resident
 from minicomp.codegen.gpu_runtime import GpuModule, choose_image
 from minicomp.codegen.driver import DevicePtr, DeviceInfo, NoGPUError
 from onnx_harness import run_ort
@@ -105,10 +106,36 @@ def test_benchmark_table(fake_gpu, block):
   n = sum(len(cm.kernels[c.kernel].plan.launches) for c in cm.calls)
   assert r.median_s == pytest.approx(n * fake_gpu.launch_s)       # the fake clock: 10 us per launch
   assert sum(c[2] for c in r.calls) == pytest.approx(r.median_s)
-  assert fake_gpu.count("memset") == 2 * 3                          # L2 flushed before each timed run
+  # L2 flushed before each timed run: 3 end to end, 3 per call and one per-call run tried again with a longer delay
+  # (the fake's clock does not see the delay kernel's cycles, so it tries once and says so)
+  assert fake_gpu.count("memset") == 3 + 3 + 1
   text = str(r)
   assert "MEASURED" in text and "Fake GPU" in text and "end to end" in text
+  assert r.host_waits == 3 and "in 3 of 3 runs the GPU may have waited for the host" in text
   assert cm.benchmark(repeat=1, warmup=0, flush_l2=False).repeat == 1   # random feeds
+
+
+def test_per_call_times_start_after_the_host_has_queued_every_launch(fake_gpu, block, monkeypatch):
+  # A GPU's clock runs while the delay kernel spins: here 1 ns a cycle. The session holds the GPU back until the
+  # host has queued every launch of a run (so no event pair times a launch call), lengthening the delay until the
+  # host's queueing fits in it.
+  run = fake_gpu._run
+
+  def clocked(fn, grid, block, shared_bytes, args):
+    run(fn, grid, block, shared_bytes, args)
+    if fn[1] == "mc_delay": fake_gpu._clock += int(args[0]) * 1e-9
+  monkeypatch.setattr(fake_gpu, "_run", clocked)
+  cm = _fresh(block[0])
+  r = cm.benchmark(block[1], repeat=3, warmup=1)
+  assert r.host_waits == 0 and "may have waited" not in str(r)
+  assert sum(c[2] for c in r.calls) == pytest.approx(r.median_s)      # the kernels' own times, as before
+  names = [c[1] for c in fake_gpu.of("launch")]
+  delays = [c for c in fake_gpu.of("launch") if c[1] == "mc_delay"]
+  n = sum(len(cm.kernels[c.kernel].plan.launches) for c in cm.calls)
+  assert len(delays) >= 3 and all(names[i + 1] != "mc_delay" for i, x in enumerate(names[:-1]) if x == "mc_delay")
+  cycles = [int(c[4][0]) for c in delays]
+  assert cycles == sorted(cycles) and cycles[0] == resident.DELAY_START_CYCLES
+  assert names[-n - 1] == "mc_delay"            # the last run: the delay, then every launch of the model
 
 
 def test_benchmark_without_gpu_points_to_the_estimate(monkeypatch, block):

@@ -58,6 +58,9 @@ extern MC_HIDDEN uint3 threadIdx;  // the running fiber's index, set on every sw
 extern MC_HIDDEN uint3 blockIdx;
 extern MC_HIDDEN dim3 blockDim, gridDim;
 constexpr int warpSize = 32;
+// clock64(): the simulator has no clock. Each read advances one counter by 1,000 "cycles", so a kernel spinning
+// until it has moved on by N (the GPU runtime's delay kernel, gpu_runtime.GpuDelay) ends after N / 1,000 reads.
+inline long long clock64() { static long long t = 0; return t += 1000; }
 
 // ---- math: libm declarations instead of <math.h> (which costs ~0.2 s of compile time) ----
 extern "C" {

@@ -253,6 +253,30 @@ class L2Flush:
   def close(self) -> None: self._finalizer()
 
 
+DELAY_SOURCE = """extern "C" __global__ void mc_delay(long long cycles) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {}
+}
+"""
+
+
+class GpuDelay:
+  """Holds back a stream's later work on the GPU: one thread spins for ``cycles`` SM clock cycles (queued on the
+  stream). Queued ahead of a run's launches, it gives the host time to queue them all before the GPU reaches the
+  first, so each kernel is timed back to back with the one before rather than waiting for the host to launch it
+  (``resident.Session.benchmark``). The kernel is built with NVRTC for the driver's GPU on first use."""
+
+  def __init__(self, driver: Driver):
+    self.driver, self._fn, self._module = driver, None, None
+
+  def __call__(self, cycles: int, stream=None) -> None:
+    if self._fn is None:
+      from minicomp.codegen.nvrtc import compile_cuda
+      self._module = GpuModule(compile_cuda(DELAY_SOURCE, self.driver.info().arch), self.driver)
+      self._fn = self._module.function("mc_delay")
+    self.driver.launch(self._fn, (1, 1, 1), (1, 1, 1), 0, [np.int64(cycles)], stream)
+
+
 def time_plan(module: GpuModule, plan, inputs: Sequence[np.ndarray], min_total_s: float = 0.1,
               max_repeats: int = 1000, min_repeats: int = 3, flush: bool = True) -> list[float]:
   """Run times in seconds of the whole ``plan`` on ``inputs`` (real dtypes; uploaded once): one

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import statistics
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -26,9 +27,15 @@ from typing import Mapping
 import numpy as np
 
 from minicomp.codegen.driver import Driver, DriverError
-from minicomp.codegen.gpu_runtime import L2Flush, free_all, launch_failed, nbytes
+from minicomp.codegen.gpu_runtime import GpuDelay, L2Flush, free_all, launch_failed, nbytes
 from minicomp.ir.ops import NP_DTYPE
 from minicomp.model_parts import ViewStep
+
+# the per-call timing's delay (DeviceSession._per_launch): its first length (~0.1 ms at 2 GHz), the most it grows to
+# (~1 s), and the runs tried a repetition before its launches are taken as they came
+DELAY_START_CYCLES = 200_000
+DELAY_MAX_CYCLES = 2_000_000_000
+DELAY_TRIES = 4
 
 
 def _release(driver: Driver, ptrs: list[int], graphs: list) -> None:
@@ -187,14 +194,7 @@ class DeviceSession:
           self._queue(cuda_graph)
           drv.record(end, self.stream)
           total.append(drv.elapsed_s(start, end))
-        events = [drv.event() for _ in range(len(self.launches) + 1)]
-        per_launch = [[] for _ in self.launches]
-        for _ in range(repeat):   # events between launches: kernels see the L2 the previous ones left
-          if flush_l2: flush(self.stream)
-          drv.record(events[0], self.stream)
-          self._launch_all(events)
-          drv.sync(self.stream)
-          for k in range(len(self.launches)): per_launch[k].append(drv.elapsed_s(events[k], events[k + 1]))
+        per_launch, host_waits = self._per_launch(repeat, flush if flush_l2 else None)
       finally:
         flush.close()
     n_calls = len(self.model.calls)
@@ -204,7 +204,41 @@ class DeviceSession:
     calls = [("+".join(c.ops), c.task, statistics.median(ts), min(ts)) for c, ts in zip(self.model.calls, per_call)]
     return BenchmarkResult(str(drv.info()), self.model.name, statistics.median(total), min(total), repeat,
                            flush_l2, cuda_graph, calls,
-                           datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+                           datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), host_waits)
+
+  def _per_launch(self, repeat: int, flush) -> tuple[list[list[float]], int]:
+    """Each launch's times over ``repeat`` runs (events between launches: a kernel sees the L2 the ones before it
+    left), and how many runs' launches may have waited for the host. Python queues a launch in 5-10 us, longer than
+    many kernels run: left alone, the GPU would drain the queue and each later event pair would time the host's
+    launch call too (on an H200, 2026-11-30, BERT-tiny's first three calls measured 4.7 us and its later, like-sized
+    ones 11-19 us: what a drained queue looks like). So a
+    :class:`~minicomp.codegen.gpu_runtime.GpuDelay` holds the GPU back until every launch is queued, its length
+    grown (at most :data:`DELAY_TRIES` times a run) until it outlasts the host's queueing."""
+    drv = self.driver
+    delay, held_from = GpuDelay(drv), drv.event()
+    events = [drv.event() for _ in range(len(self.launches) + 1)]
+    per_launch: list[list[float]] = [[] for _ in self.launches]
+    cycles, last_held, grows, host_waits = DELAY_START_CYCLES, 0.0, True, 0
+    for _ in range(repeat):
+      for attempt in range(DELAY_TRIES):
+        if flush is not None: flush(self.stream)
+        drv.record(held_from, self.stream)
+        delay(cycles, self.stream)
+        t0 = time.perf_counter()
+        drv.record(events[0], self.stream)
+        self._launch_all(events)
+        host_s = time.perf_counter() - t0
+        drv.sync(self.stream)
+        held_s = drv.elapsed_s(held_from, events[0])
+        ok = host_s * 1.25 + 20e-6 < held_s
+        # (a backend whose delay does not lengthen with its cycles, the fake GPU's: no use trying again)
+        grows = grows and held_s > last_held * 1.1
+        if ok or not grows or attempt == DELAY_TRIES - 1: break
+        last_held = held_s
+        cycles = min(DELAY_MAX_CYCLES, int(cycles * max(2.0, 1.5 * (host_s + 20e-6) / max(held_s, 1e-9))))
+      host_waits += not ok
+      for k in range(len(self.launches)): per_launch[k].append(drv.elapsed_s(events[k], events[k + 1]))
+    return per_launch, host_waits
 
   def close(self) -> None:
     """Free every device buffer and graph of the session (also done when it is collected)."""
@@ -223,6 +257,7 @@ class BenchmarkResult:
   cuda_graph: bool
   calls: list = field(default_factory=list)   # (ops, task, median_s, min_s) per kernel call, launch order
   date: str = ""
+  host_waits: int = 0   # runs whose per-call times may include the host's launch calls (the GPU waited for them)
   is_estimate: bool = False
 
   def __str__(self) -> str:
@@ -235,4 +270,7 @@ class BenchmarkResult:
     for k, (ops, _task, med, mn) in enumerate(self.calls):
       rows.append(f"  {k:3d}  {ops[:40]:<40} {med * 1e6:10.2f} {mn * 1e6:10.2f} {100 * med / tot:5.1f}%")
     rows.append(f"  sum of kernel medians: {tot * 1e6:.1f} us over {len(self.calls)} kernel calls")
+    if self.host_waits:
+      rows.append(f"  note: in {self.host_waits} of {self.repeat} runs the GPU may have waited for the host between "
+                  "launches; those per-call times include the launch calls")
     return "\n".join(rows)
