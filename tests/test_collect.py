@@ -60,6 +60,26 @@ def test_half_programs_are_checked_against_a_float32_reference(h100, tmp_path):
   assert (done.timed, done.wrong) == (4, 0)
 
 
+def test_a_task_on_the_tensor_cores_collects_compiles_template_first(h100, tmp_path):
+  """Where the tensor cores take a task, half of its programs are compile's template in its tile sizes and pipeline
+  depths (the programs compile's choice is made from), the two compile builds first; all right in the simulator."""
+  from minicomp import target as TG
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules, tensor_core_variants
+  from minicomp.ir.dag import ComputeDAG
+  call = 'matmul(64, 128, 64, dtype="float16")'
+  out = tmp_path / "t.jsonl"
+  done = K.collect([call], per_task=6, out=out, progress=False)
+  rows = T.read(out)
+  assert (done.timed, done.wrong, done.failed) == (6, 0, 0)
+  dag = ComputeDAG(W.from_call(call).outputs)
+  tgt = TG.Target("h100")
+  family = [s.to_json() for s in tensor_core_variants(dag, tgt)]
+  assert len(family) > 3 and family[:2] == [s.to_json() for s in tensor_core_schedules(dag, tgt)]
+  assert [r.steps for r in rows[:3]] == family[:3]
+  assert all('"tensorize"' in f for f in family) and not any(r.steps in family for r in rows[3:])
+
+
 def test_results_agree_within_a_half_outputs_resolution():
   import numpy as np
   from minicomp.search.measure import results_agree

@@ -207,6 +207,31 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   return found
 
 
+def tensor_core_variants(dag: ComputeDAG, target: Target, tf32: bool = False) -> list[Schedule]:
+  """The template's whole family on ``dag``: every configuration of :data:`CONFIGS` whose tiles divide the task, on
+  sm_80+ in each pipeline depth of :data:`STAGES` whose tiles fit the shared memory the searches offer a block; the
+  two :func:`tensor_core_schedules` keeps first, then the rest, largest tile first. For timing them on a GPU
+  (``minicomp collect``): the programs compile's choice among the template's is made from."""
+  p = plan(dag, target, tf32)
+  if p is None: return []
+  first = tensor_core_schedules(dag, target, tf32)
+  seen = {s.to_json() for s in first}
+  out = list(first)
+  depths = STAGES if target.device.compute_capability >= CP_ASYNC_MIN_CC else (None,)
+  for cfg in (c for c in CONFIGS if p.fits(*c)):
+    for n in depths:
+      try:
+        s = _schedule(dag, p, *cfg, target, stages=n)
+      except (ScheduleError, LoweringError):
+        continue
+      padded = sum(int(b.size.arg) * b.element_bytes for k in s.lower().kernels for b in k.allocs if b.scope == "shared")
+      key = s.to_json()
+      if key in seen or padded > target.search_shared_bytes: continue
+      seen.add(key)
+      out.append(s)
+  return out
+
+
 def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, target: Target,
               stages: int | None = None) -> Schedule:
   """The schedule of one configuration; each shared tile is fetched ``FETCH_BYTES`` per thread at once,
@@ -343,4 +368,5 @@ def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=
   return s
 
 
-__all__ = ["CONFIGS", "KSTEP", "Plan", "intrinsic_for", "plan", "tensor_core_schedules", "tensor_core_sketch"]
+__all__ = ["CONFIGS", "KSTEP", "Plan", "intrinsic_for", "plan", "tensor_core_schedules", "tensor_core_sketch",
+           "tensor_core_variants"]

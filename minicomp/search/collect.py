@@ -3,7 +3,9 @@
 The tasks are workloads (``minicomp.workloads`` calls; by default :data:`STANDARD`, the tasks the shipped
 calibration was fitted on) or the layers of a user's own ONNX model (``model=``: its heaviest tasks as
 ``compile`` makes them, ``compiler.model_tasks``). For each, the programs are Gensor's construction's best few
-(the fast end, where a search chooses) and random valid programs drawn from the sketches (the spread). Each is
+(the fast end, where a search chooses) and random valid programs drawn from the sketches (the spread), and on a
+task the tensor cores take (half operands) compile's tensor-core template in its tile sizes and pipeline depths
+first (what compile chooses from there). Each is
 built for the GPU's arch, run once and checked against a numpy reference -- the workload's own (computed in
 float32 from half inputs), or for a model's task its tensor expressions evaluated by :mod:`minicomp.ir.reference`
 on the model's weights and random activations --, timed with CUDA events (the L2 flushed before every run; the
@@ -62,11 +64,14 @@ def _digest(task: str, steps: str) -> str:
 
 
 def programs(dag, name: str, target, per_task: int, seed: int) -> list[str]:
-  """Up to ``per_task`` distinct schedules (steps JSON) of a task: Gensor's best first, then random ones."""
+  """Up to ``per_task`` distinct schedules (steps JSON) of a task: on a task the tensor cores take, compile's
+  tensor-core template in its configurations (up to half of them: ``tensor_core_variants``); then Gensor's best,
+  then random ones."""
+  from minicomp.graph.tensor_core_schedules import tensor_core_variants
   from minicomp.search.annotate import sample_population
   from minicomp.search.sketch import generate_sketches
   from minicomp.search.strategies.gensor import construct
-  out: list[str] = []
+  out = [s.to_json() for s in tensor_core_variants(dag, target)[:max(1, per_task // 2)]]
   try:
     res = construct(dag, target, seed=seed, keep=max(1, per_task // CONSTRUCTED_SHARE))
     out += [c.schedule.to_json() for c in res.candidates]
