@@ -57,7 +57,7 @@ models() {  # LIMIT
   step "whole models against PyTorch and onnxruntime" "$1" models.txt python3 benchmarks/gpu_models.py --per-call
 }
 measurements() {  # PICKS_S PYTORCH_S CHOICE_S
-  local sel=benchmarks/results/strategies/gpu/picks_2026-11-30/gpu_selection.jsonl.gz
+  local sel=benchmarks/results/strategies/gpu/picks_2026-12-02/gpu_selection.jsonl.gz
   step "compile's picks of the eight tasks" "$1" picks.txt python3 benchmarks/strategies_gpu.py measure \
     --selection "$sel" --out "$OUT/picks" --deadline-s $(($1 - 20))
   step "the eight tasks through PyTorch" "$2" picks.txt python3 benchmarks/strategies_gpu.py pytorch --out "$OUT/picks"
