@@ -62,3 +62,28 @@ def test_bad_grid_sample_forms_are_named_errors():
   g.graph.input[1].type.tensor_type.shape.dim[3].dim_value = 3                  # a grid of 3 coordinates for 2 dims
   with pytest.raises(ModelError, match="GridSample"):
     mc.compile(g, target="sm_86", progress=False)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_a_grid_past_floats_range_is_out_of_bounds_not_undefined(mode):
+  """Grid coordinates of +-inf and +-1e30 (fuzz seed 45, 2026-12-02: a linear, align_corners GridSample answered
+  NaN for an infinite coordinate where ``"zeros"`` padding means 0; onnxruntime converts such coordinates to int64
+  as C leaves undefined and returns an arbitrary pixel mix, ONNX's reference raises): out of bounds, so 0 under
+  ``"zeros"`` and the edge's value under ``"border"`` (the output at +-1 with align_corners); a NaN coordinate gives
+  NaN where weights come from it (linear, cubic)."""
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+  grid = rng.uniform(-0.9, 0.9, (1, 2, 5, 2)).astype(np.float32)
+  grid[0, 0, :, 0] = [np.inf, -np.inf, 1e30, -1e30, np.nan]
+  grid[0, 1, :, 0] = [1.0, -1.0, 1.0, -1.0, 0.0]
+  grid[0, 1, :, 1] = grid[0, 0, :, 1]
+  for padding in ("zeros", "border"):
+    m = _model([1, 2, 3, 4], [1, 2, 5, 2], 16, mode=mode, padding_mode=padding, align_corners=1)
+    y = mc.compile(m, target="sm_86", progress=False).run({"x": x, "grid": grid})[0]
+    far, edge = y[:, :, 0, :4], y[:, :, 1, :4]
+    if padding == "zeros":
+      assert np.array_equal(far, np.zeros_like(far))
+    else:
+      np.testing.assert_allclose(far, edge, rtol=1e-6, atol=1e-6)
+    assert np.isnan(y[:, :, 0, 4]).all() == (mode != "nearest")
+    assert np.isfinite(y[:, :, 1]).all()

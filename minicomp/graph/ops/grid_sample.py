@@ -9,6 +9,10 @@ reflected at the borders until inside (``"reflection"``). Then the taps: the nea
 the next (linear, weights ``1 - t`` and ``t``), or ``floor(x) - 1 .. floor(x) + 2`` (cubic: Keys' kernel with
 ``a = -0.75``), their product over the dims; a tap outside the input reads 0 (``"zeros"``), the edge
 (``"border"``) or its reflection (``"reflection"``). Cubic takes at most two spatial dims.
+
+Past the grid's range (ONNX's reference fails on them; onnxruntime converts them to int64 as C leaves undefined):
+a coordinate of 1e30 or +-inf is out of bounds, so ``"zeros"`` gives 0 and ``"border"`` the edge; a NaN coordinate
+gives NaN in linear and cubic modes (its weights) and, in nearest mode, the padding's value (0 under ``"zeros"``).
 """
 from __future__ import annotations
 
@@ -40,6 +44,13 @@ def _reflect(x: Expr, lo: float, hi: float) -> Expr:
   below = select(even_lo, _f(lo) + r_lo, _f(hi) - r_lo)
   above = select(even_hi, _f(hi) - r_hi, _f(lo) + r_hi)
   return select(x < _f(lo), below, select(x > _f(hi), above, x))
+
+
+def _index(v: Expr, L: int) -> Expr:
+  """A whole-valued coordinate ``v`` of a dim of length ``L`` as an int32 index, clamped first to ``[-3, L + 2]``
+  (outside the input either way, cubic's taps included): a coordinate past int32's range (1e30, +-inf; NaN goes to
+  ``L + 2``) would otherwise convert as C leaves undefined (the GPU saturates, the simulator's x86 gives INT_MIN)."""
+  return cast(max_(min_(v, _f(L + 2.0)), _f(-3.0)), "int32")
 
 
 def _cubic(t: Expr) -> list[Expr]:
@@ -85,11 +96,13 @@ def grid_sample(ctx, x, grid):
       if padding == "reflection": v = _reflect(v, lo, hi)
       out.append(v)
     if mode == "nearest":
-      return cast(pixel(n, c, [cast(v, "int32") for v in out]), X.dtype)
+      return cast(pixel(n, c, [_index(v, L) for v, L in zip(out, dims)]), X.dtype)
     taps = []
-    for v in out:
+    for v, L in zip(out, dims):
       fl = call("floor", v)
-      i0, t = cast(fl, "int32"), v - fl
+      # (t = 0 where v is whole, +-inf among them: the taps of an infinite coordinate are all outside, and their
+      # weights stay finite, so "zeros" gives 0 there, not inf - inf = NaN; a NaN coordinate keeps NaN weights)
+      i0, t = _index(fl, L), select(eq(v, fl), _f(0.0), v - fl)
       w = [_f(1.0) - t, t] if mode == "linear" else _cubic(t)
       first = i0 if mode == "linear" else i0 - 1
       taps.append([(first + k, wk if acc == "float32" else cast(wk, acc)) for k, wk in enumerate(w)])
