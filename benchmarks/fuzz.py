@@ -477,6 +477,11 @@ def _judged(req: dict, info: dict) -> dict:
     # the two references disagree (a NaN in a MaxPool window: onnxruntime's vector max lets the value after it win,
     # ONNX's reference keeps it only where it comes first): no answer to judge minicomp's by
     return {"class": "unchecked", "why": "onnxruntime and ONNX's reference disagree with each other and with minicomp"}
+  if not second and any(np.asarray(v).dtype.kind == "f" and not np.isfinite(v).all() for v in feeds.values()):
+    # non-finite feeds that ONNX's reference cannot run (its GridSample converts an infinite coordinate to int and
+    # raises): onnxruntime alone is no judge there (it converts such coordinates to int64 as C leaves undefined;
+    # seed 45): the case is listed, not counted a wrong answer
+    return {"class": "unchecked", "why": "differs from onnxruntime on non-finite feeds ONNX's reference cannot run"}
   return {"class": "mismatch", "why": f"{len(outs)} outputs differ from the reference"}
 
 
