@@ -445,16 +445,17 @@ def test_compile_puts_a_convolution_on_the_tensor_cores(dtype, tmp_path, monkeyp
 
 
 def test_the_tensor_core_sketch_only_where_the_template_applies():
-  """generate_sketches adds one ``tensor_core_tiling`` sketch (warp tile, k-step, fetch widths and, for a matmul on
-  sm_80+, pipeline stages as choices) for a half matmul or channels-last convolution on sm_80, none for float32,
-  sm_70 or ONNX's weight order."""
+  """generate_sketches adds one ``tensor_core_tiling`` sketch (warps, warp tile, k-step, fetch widths and, for a
+  matmul on sm_80+, pipeline stages as choices) for a half matmul or channels-last convolution on sm_80, none for
+  float32, sm_70 or ONNX's weight order."""
   from minicomp import workloads as W
   from minicomp.search.sketch import generate_sketches
 
   def tc(wl, arch="sm_80"):
     return [s for s in generate_sketches(wl.outputs, arch) if "tensor_core_tiling" in s.rules]
   (mm,) = tc(W.matmul(64, 128, 96, dtype="float16"))
-  assert {c.var for c in mm.choices} == {"tc_mi", "tc_ni", "tc_ksteps", "tc_A_shared_vec", "tc_B_shared_vec", "tc_stages"}
+  assert {c.var for c in mm.choices} == {"tc_wm", "tc_wn", "tc_mi", "tc_ni", "tc_ksteps", "tc_A_shared_vec",
+                                        "tc_B_shared_vec", "tc_stages"}
   (conv,) = tc(W.conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype="bfloat16", channels_last_weights=True))
   assert "tc_stages" not in {c.var for c in conv.choices}     # (its taps are not pipelined: the k-step is a choice)
   (mm75,) = tc(W.matmul(64, 128, 96, dtype="float16"), "sm_75")
@@ -475,6 +476,9 @@ def test_tensor_core_sketch_samples_match_numpy(kind):
   (sk,) = [s for s in generate_sketches(wl.outputs, "sm_80") if "tensor_core_tiling" in s.rules]
   pop = sample_population([sk], 3, np.random.default_rng(1), "sm_80")
   assert len(pop) == 3 and len({c.key for c in pop}) == 3
+  # blocks of other warp counts than the template's 2 x 2 (the block tile is a choice: warps x warp tile)
+  more = sample_population([sk], 24, np.random.default_rng(2), "sm_80")
+  pop += [next(c for c in more if c.values["tc_wm"] * c.values["tc_wn"] == w) for w in (1, 8)]
   ins = wl.random_inputs()
   ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
   for c in pop:
@@ -482,6 +486,7 @@ def test_tensor_core_sketch_samples_match_numpy(kind):
     assert "mma.sync.aligned.m16n8k16" in kern.binary.ptx
     # a matmul's tiles are fetched ahead (its drawn stages); a convolution's k-steps lie inside its filter taps
     assert (f"mc_cp_async_wait<{c.values.get('tc_stages', 2) - 2}>();" in kern.source) == (kind == "matmul")
+    assert kern.plan.launches[0].block[0] == 32 * c.values["tc_wm"] * c.values["tc_wn"]
     out = kern(*ins, device="cpu").astype(np.float64)
     assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3, c.values
 

@@ -271,7 +271,7 @@ def _pipeline(s: Schedule, stages) -> bool:
   return True
 
 
-SKETCH_WARPS = (2, 2)        # the sketch's warps (rows, columns): a fixed block of 128 threads, which its fetches split
+SKETCH_WARPS = (1, 2, 4)     # the sketch's warps along the rows and along the columns (each a choice: 1 to 16 a block)
 SKETCH_TILES = (1, 2, 4)     # instructions per warp tile in rows (MI) and in columns (NI)
 SKETCH_STAGES = (2, 3, 4)    # the sketch's pipeline stages on sm_80+ (a draw whose tiles exceed 48 KB is redrawn)
 
@@ -279,8 +279,9 @@ SKETCH_STAGES = (2, 3, 4)    # the sketch's pipeline stages on sm_80+ (a draw wh
 def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedule, list[tuple]] | None:
   """The tensor-core template of ``dag`` with its sizes left open, for the search (``search/sketch_rules.py``):
   (a symbolic Schedule, [(variable, candidates, what)]), or None when the task does not qualify (:func:`plan`;
-  float32 tasks never: the sketch knows no precision). The warps are :data:`SKETCH_WARPS`; open are the warp tile
-  (MI, NI in :data:`SKETCH_TILES`), the k-step (half, one or two :data:`KSTEP`) and each shared tile's fetch width
+  float32 tasks never: the sketch knows no precision). Open are the warps along the rows and the columns (each of
+  :data:`SKETCH_WARPS`: the block tile is warps x warp tile), the warp tile (MI, NI in :data:`SKETCH_TILES`), the
+  k-step (half, one or two :data:`KSTEP`) and each shared tile's fetch width
   (up to 16 bytes); on sm_80+ also the pipeline's stages (:data:`SKETCH_STAGES`; a draw whose tiles then exceed the
   shared memory fails to build and is drawn again), for a matmul: a convolution's taps are pipelined only where
   their count is known (:func:`_pipeline`), which the sketch's variable k-step hides. ``new_var(base)`` makes a
@@ -294,6 +295,8 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
     v = new_var(base)
     choices.append((v, tuple(candidates), what))
     return v
+  wm = choose("tc_wm", SKETCH_WARPS, "warps along the rows")
+  wn = choose("tc_wn", SKETCH_WARPS, "warps along the columns")
   mi = choose("tc_mi", SKETCH_TILES, "warp tile rows (mma instructions)")
   ni = choose("tc_ni", SKETCH_TILES, "warp tile columns (mma instructions)")
   per = KSTEP // INTRINSICS[p.intr].k
@@ -302,17 +305,17 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   def width(src, name):
     most = FETCH_BYTES // DTYPE_BYTES[src.dtype]
     return choose(f"tc_{name}_vec", [v for v in (1, 2, 4, 8) if v <= most], f"fetch width of {name}")
-  s = _build(dag, p, *SKETCH_WARPS, mi, ni, width, ksteps)
+  s = _build(dag, p, wm, wn, mi, ni, width, ksteps)
   if target.device.compute_capability >= CP_ASYNC_MIN_CC:
     stages = choose("tc_stages", SKETCH_STAGES, "pipeline stages (cp.async buffers per shared tile)")
     if not _pipeline(s, stages): choices.pop()      # (a convolution: its k-step count is a variable of the sketch)
   return s, choices
 
 
-def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=None, pad: bool = True) -> Schedule:
+def _build(dag: ComputeDAG, p: Plan, wm, wn, mi, ni, width_of, ksteps=None, pad: bool = True) -> Schedule:
   """The schedule of ``p`` with warps ``wm`` x ``wn``, warp tiles of ``mi`` x ``ni`` instructions, each shared tile
   fetched ``width_of(source tensor, tile name)`` values at once and ``ksteps`` instructions' k per shared-memory
-  step (``KSTEP / k`` when None); ``mi``, ``ni``, the widths and ``ksteps`` may be variables
+  step (``KSTEP / k`` when None); the warps, ``mi``, ``ni``, the widths and ``ksteps`` may be variables
   (:func:`tensor_core_sketch`). ``pad=False`` leaves the tiles' rows unpadded (to size them)."""
   r, out, classes, intr, two_d = p.r, p.out, p.classes, p.intr, p.two_d
   s = Schedule(dag)
@@ -352,7 +355,6 @@ def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=
   per = max(1, KSTEP // INTRINSICS[intr].k) if ksteps is None else ksteps
   ko, k1, ki = s.split(local, inner, [per, step])
   s.reorder(local, *lby["batch"], *outer, ko, k1, lm, ln, lr, lc, ki)
-  threads = wm * wn * 32
   for src in [t.name for t in s.state.stage(local).tensor.inputs]:
     xs = s.cache_read(src, "shared", [local])
     s.compute_at(xs, local, ko)
@@ -360,7 +362,11 @@ def _build(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi, ni, width_of, ksteps=
     if pad and not two_d:   # rows an odd number of 16 bytes apart: the 8 rows an ldmatrix reads hit 8 bank groups
       eb = DTYPE_BYTES[s.state.stage(src).tensor.dtype]     # (8-bit rows: 32-byte multiples 16 bytes on, so a 16-byte
       s.storage_align(xs, len(s.state.stage(xs).tensor.shape) - 2, *((32, 16) if eb == 1 else (16, 8)))   # copy fits)
-    o, thr, v = s.split(xs, fuse(xs, s.loops(xs)), [threads, width])
+    if isinstance(wm, int) and isinstance(wn, int):
+      o, thr, v = s.split(xs, fuse(xs, s.loops(xs)), [wm * wn * 32, width])
+    else:                   # (a symbolic split factor is one variable: the block's threads split as its warps are)
+      o, a, b, c, v = s.split(xs, fuse(xs, s.loops(xs)), [wm, wn, 32, width])
+      thr = s.fuse(xs, a, b, c)
     s.bind(xs, thr, "threadIdx.x"); s.unroll(xs, o)
     if not isinstance(width, int) or width > 1: s.vectorize(xs, v)
   s.unroll(local, k1); s.unroll(local, lm); s.unroll(local, ln)
