@@ -264,7 +264,7 @@ class GpuDelay:
   """Holds back a stream's later work on the GPU: one thread spins for ``cycles`` SM clock cycles (queued on the
   stream). Queued ahead of a run's launches, it gives the host time to queue them all before the GPU reaches the
   first, so each kernel is timed back to back with the one before rather than waiting for the host to launch it
-  (``resident.Session.benchmark``). The kernel is built with NVRTC for the driver's GPU on first use."""
+  (``resident.DeviceSession.benchmark``). The kernel is built with NVRTC for the driver's GPU on first use."""
 
   def __init__(self, driver: Driver):
     self.driver, self._fn, self._module = driver, None, None

@@ -224,9 +224,8 @@ def tensor_core_variants(dag: ComputeDAG, target: Target, tf32: bool = False) ->
         s = _schedule(dag, p, *cfg, target, stages=n)
       except (ScheduleError, LoweringError):
         continue
-      padded = sum(int(b.size.arg) * b.element_bytes for k in s.lower().kernels for b in k.allocs if b.scope == "shared")
       key = s.to_json()
-      if key in seen or padded > target.search_shared_bytes: continue
+      if key in seen or _shared_bytes(s) > target.search_shared_bytes: continue
       seen.add(key)
       out.append(s)
   return out
@@ -248,11 +247,15 @@ def _schedule(dag: ComputeDAG, p: Plan, wm: int, wn: int, mi: int, ni: int, targ
   s = _build(dag, p, wm, wn, mi, ni, lambda src, name: widths.get(name, 1))
   if target.device.compute_capability >= CP_ASYNC_MIN_CC:
     if stages is None:
-      padded = sum(int(b.size.arg) * b.element_bytes for k in s.lower().kernels for b in k.allocs
-                   if b.scope == "shared")
-      stages = next((n for n in STAGES if n * padded <= target.search_shared_bytes), None)
+      one = _shared_bytes(s)
+      stages = next((n for n in STAGES if n * one <= target.search_shared_bytes), None)
     if stages: _pipeline(s, stages)
   return s
+
+
+def _shared_bytes(s: Schedule) -> int:
+  """The bytes of shared memory ``s``'s kernels allocate (padded rows and pipeline buffers included)."""
+  return sum(int(b.size.arg) * b.element_bytes for k in s.lower().kernels for b in k.allocs if b.scope == "shared")
 
 
 def _pipeline(s: Schedule, stages) -> bool:
