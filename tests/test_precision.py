@@ -22,7 +22,7 @@ from onnx import TensorProto
 import minicomp as mc
 from minicomp import workloads as W
 from minicomp import zoo
-from minicomp.errors import CompileError, ScheduleError
+from minicomp.errors import CompileError, ScheduleError, ShapeError
 from minicomp.graph.schedules import default_schedule
 from minicomp.ir.dag import ComputeDAG
 from minicomp.search.annotate import sample_population
@@ -250,6 +250,18 @@ def test_autocast_leaves_a_model_already_in_its_type_alone():
   y = mc.compile(half, schedules="rules", progress=False, precision="bf16").run(feeds, device="cpu")[0]
   assert y.dtype == np.float16
   _close(y, run_ort(half, feeds)[0], "bfloat16")
+
+
+def test_an_error_about_an_autocast_graph_output_names_the_models_output():
+  """autocast computes a half graph output under another name and casts it back; an error about it names the
+  model's output (here a declared output shape that contradicts the MatMul's)."""
+  b = zoo._B(0)
+  x = np.ones((3, 4), np.float32)
+  y = b.op("MatMul", ["x", b.w(4, 5)])
+  model = b.model({"x": x}, [y])
+  model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 6
+  with pytest.raises(ShapeError, match=rf"output '{y}' \(computed as '{y}_float16'\) has shape \(3, 5\)"):
+    mc.compile(model, schedules="rules", progress=False, precision="fp16")
 
 
 def test_unknown_precision_is_a_compile_error():

@@ -53,6 +53,33 @@ def test_state_print_lists_loops():
   assert "for i.0 in 0..8  @blockIdx.x" in text and "for i.1 in 0..8" in text
 
 
+def test_print_shows_the_extents_bound_inference_gives():
+  """A stage computed inside another prints the region one iteration of its attach loop needs, as lowering builds
+  it (the 4 x 4 tile of a thread, not the 64 x 48 matrix); ``str(s.state)`` keeps the extents as scheduled."""
+  wl = W.matmul(64, 48, 40)
+  s = mc.Schedule(wl.outputs)
+  cl = s.cache_write("C", "local")
+  i0, i1 = s.split("C", "ax0", 4)
+  j0, j1 = s.split("C", "ax1", 4)
+  s.reorder("C", i0, j0, i1, j1)
+  s.compute_at(cl, "C", j0)
+  s.unroll(cl, "i")
+  assert "for i in 0..4  @unroll" in str(s) and "for j in 0..4\n" in str(s)
+  assert "for i in 0..64  @unroll" in str(s.state) and "for j in 0..48\n" in str(s.state)
+  assert [b.size.arg for b in s.lower().kernels[0].allocs] == [16]        # what the print says: 4 x 4 registers
+
+
+def test_print_of_a_schedule_lowering_refuses_shows_the_extents_as_scheduled():
+  A = mc.placeholder((64, 32), name="A")
+  B = mc.compute((64, 32), lambda i, j: A[i, j] * 2, name="B")
+  C = mc.compute((64, 32), lambda i, j: B[i, 31 - j] + 1, name="C")
+  s = mc.Schedule([B, C])
+  s.compute_at(B, C, "j")                  # an output computed where it is not read elementwise: lowering refuses
+  with pytest.raises(mc.ScheduleError, match="not elementwise"):
+    s.lower()
+  assert str(s) == str(s.state) and "Stage B (at C.j)\n  for i in 0..64\n    for j in 0..32" in str(s)
+
+
 def test_steps_return_new_names():
   wl = W.matmul(64, 64, 64)
   s = mc.Schedule(wl.outputs)

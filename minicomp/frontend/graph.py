@@ -46,6 +46,13 @@ class Graph:
   opset: int
   name: str = "model"
   boundary: dict[str, str] = field(default_factory=dict)  # input/output -> its half dtype (computed in float32)
+  aliases: dict[str, str] = field(default_factory=dict)   # a value a pass renamed -> the model's value it computes
+
+  def describe(self, value: str) -> str:
+    """``value`` quoted for an error message, with the model's own name where a pass renamed it (a graph output that
+    precision's autocast computes as ``'y_float16'`` reads ``'y' (computed as 'y_float16')``)."""
+    model = self.aliases.get(value)
+    return repr(value) if model is None else f"{model!r} (computed as {value!r})"
 
   def producer(self, value: str) -> Node | None:
     for n in self.nodes:

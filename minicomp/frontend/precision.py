@@ -137,6 +137,7 @@ def autocast(g: Graph, half: str) -> Graph:
     return "float32" if "float32" in runtime else half
 
   outputs = set(g.outputs)
+  aliases = dict(g.aliases)
   top = float(finfo(half).max)
   for n in g.nodes:
     want = node_type(n)
@@ -156,9 +157,11 @@ def autocast(g: Graph, half: str) -> Graph:
         values[outs[k]] = Value(outs[k], v.shape, want)
         after.append(Node(fresh(f"autocast_{name}"), "Cast", [outs[k]], [name], {"to": DTYPE_TO_ONNX[v.dtype]}))
         casts[name, want] = outs[k]                # its readers in the graph read it before the cast
+        aliases[outs[k]] = name
       else:
         values[name] = Value(name, v.shape, want)
     nodes.append(Node(n.name, n.op_type, ins, outs, dict(n.attrs), n.domain))
     nodes.extend(after)
-  out = Graph(nodes, values, list(g.inputs), list(g.outputs), g.opset, g.name, boundary=dict(g.boundary))
+  out = Graph(nodes, values, list(g.inputs), list(g.outputs), g.opset, g.name, boundary=dict(g.boundary),
+              aliases=aliases)
   return out

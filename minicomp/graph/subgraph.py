@@ -49,8 +49,9 @@ def nodes_to_te(g: Graph, nodes: Sequence[Node], outputs: Sequence[str] | None =
         env[i] = _stored(ctx, v.const, v.layout)
         args.append(env[i]); continue
       if v is not None and v.is_const: args.append(v.const); continue
-      if i in produced: raise ModelError(f"node {n.name!r} reads {i!r} before it is produced")
-      if v is None or v.shape is None: raise ShapeError(f"no static shape for value {i!r} entering node {n.name!r}")
+      if i in produced: raise ModelError(f"node {n.name!r} reads {g.describe(i)} before it is produced")
+      if v is None or v.shape is None:
+        raise ShapeError(f"no static shape for value {g.describe(i)} entering node {n.name!r}")
       ph = te.placeholder(v.shape, v.dtype, name=_unique("x", names))   # the model's name stays in the graph
       inputs[i] = ph
       env[i] = ph
@@ -68,8 +69,8 @@ def nodes_to_te(g: Graph, nodes: Sequence[Node], outputs: Sequence[str] | None =
       expect = g.values.get(name)
       got = tuple(val.shape)
       if expect is not None and expect.shape is not None and tuple(expect.shape) != got:
-        raise ShapeError(f"{n.op_type} node {n.name!r}: output {name!r} has shape {got}, ONNX shape inference says "
-                         f"{tuple(expect.shape)}")
+        raise ShapeError(f"{n.op_type} node {n.name!r}: output {g.describe(name)} has shape {got}, "
+                         f"ONNX shape inference says {tuple(expect.shape)}")
     kinds[n.name] = d.kind
   want = outputs if outputs is not None else [o for n in nodes for o in n.outputs if o]
   return SubgraphTE(inputs, {o: env[o] for o in want}, consts, kinds)

@@ -67,6 +67,20 @@ class _Lowerer(NestBuilder):
   # ----------------------------------------------------------------------------------------
   def run(self) -> Program:
     s = self.s
+    self._infer_bounds()
+    for i in self.info.values(): i.kernel = self._kernel_root(i.st.name)
+    self._make_buffers()
+    kernels = [self._kernel(n) for n, i in self.info.items() if i.st.attach.kind == "root"]
+    for k in kernels: k.index_dtype = choose_index_dtype(k)
+    temps = [i.buffer for i in self.info.values() if i.buffer.role == "temp" and i.buffer.scope == "global"]
+    outs = [self.info[o].buffer for o in s.outputs]
+    ins = [self.in_buffers[st.name] for st in s.stages if st.is_placeholder]
+    shapes = {c_ident(st.name): st.tensor.shape for st in s.stages}
+    return Program(kernels, ins, outs, temps, shapes)
+
+  def _infer_bounds(self) -> None:
+    """Check the attach points, inline, and infer every stage's region and loop extents (consumers first)."""
+    s = self.s
     for st in s.stages:
       if st.attach.kind == "at":
         t = s.stage(st.attach.stage)
@@ -89,15 +103,6 @@ class _Lowerer(NestBuilder):
     for name in reversed(list(self.info)):
       self._infer(self.info[name])
       self._plan_vthreads(self.info[name])
-    for i in self.info.values(): i.kernel = self._kernel_root(i.st.name)
-    self._make_buffers()
-    kernels = [self._kernel(n) for n, i in self.info.items() if i.st.attach.kind == "root"]
-    for k in kernels: k.index_dtype = choose_index_dtype(k)
-    temps = [i.buffer for i in self.info.values() if i.buffer.role == "temp" and i.buffer.scope == "global"]
-    outs = [self.info[o].buffer for o in s.outputs]
-    ins = [self.in_buffers[st.name] for st in s.stages if st.is_placeholder]
-    shapes = {c_ident(st.name): st.tensor.shape for st in s.stages}
-    return Program(kernels, ins, outs, temps, shapes)
 
   # ----------------------------------------------------------------------------------------
   def _inline(self) -> dict[str, Expr]:
@@ -506,6 +511,15 @@ def choose_index_dtype(k: LoopKernel) -> str:
 def lower(state: State, name: str = "default") -> Program:
   """Lower a schedule state to a loop-nest Program."""
   return _Lowerer(state, name).run()
+
+
+def inferred_extents(state: State) -> dict[str, dict[str, Expr]]:
+  """Each compute stage's loop extents after bound inference, as lowering builds them ({stage: {loop: extent}}; an
+  inlined stage has none): a stage computed inside another covers the region one iteration of its attach loop needs,
+  not its whole shape. Raises what lowering raises for a schedule that cannot be lowered."""
+  low = _Lowerer(state, "default")
+  low._infer_bounds()
+  return {n: {it: i.leaf_ext[it] for it in i.st.leaves} for n, i in low.info.items()}
 
 
 def renamed(prog: Program, name: str) -> Program:

@@ -15,11 +15,11 @@ example that tests/test_schedule_docs.py runs; the code is some 150 lines.)
 >>> ko, ki = s.split(C, "k", 8)            # -> ("k.0", "k.1")
 >>> AS = s.cache_read(A, "shared", [C])    # -> stage name "A.shared"
 >>> s.compute_at(AS, C, ko)
->>> print(s)
+>>> print(s)                               # A.shared: the 1 x 8 slice of A one (i, j, k.0) reads
 Placeholder: A
 Stage A.shared (at C.k.0) scope=shared
-  for ax0 in 0..64
-    for ax1 in 0..64
+  for ax0 in 0..1
+    for ax1 in 0..8
 Placeholder: B
 Stage C
   for i.0 in 0..4  @blockIdx.x
@@ -35,17 +35,20 @@ same schedule and lowers to the same program:
 >>> mc.Schedule.from_json([C], s.to_json()).to_json() == s.to_json()
 True
 
-The printed state (``print(s)``, ``str(s.state)``) lists each stage's loops outer to inner with
-their extents and annotations; a stage computed inside another shows its full extents there,
-and lowering shrinks them to the region one iteration of the attach loop needs.
+The printed schedule (``print(s)``) lists each stage's loops outer to inner with their extents and
+annotations, the extents after bound inference: a stage computed inside another covers the region one
+iteration of its attach loop needs, as lowering builds it. ``str(s.state)`` prints the extents as
+scheduled (such a stage over its whole shape), and so does ``print(s)`` for a schedule that cannot be
+lowered yet.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from minicomp.errors import ScheduleError
+from minicomp.errors import MinicompError, ScheduleError
 from minicomp.ir.expr import Expr
 from minicomp.ir.dag import ComputeDAG
+from minicomp.ir.lower import inferred_extents
 from minicomp.ir.state import State
 from minicomp.ir import steps as S
 
@@ -128,8 +131,12 @@ class Schedule:
     """An independent schedule with the same stages and steps (later primitives on either leave the other alone)."""
     return Schedule(self.dag, self.state.copy())
   def __str__(self) -> str:
-    """The printed state: each stage's loops, outer to inner, with extents and annotations."""
-    return str(self.state)
+    """The printed state: each stage's loops, outer to inner, with extents and annotations. The extents are
+    bound inference's, as lowering builds the loops (a stage computed inside another over the region one iteration
+    of its attach loop needs); a schedule that cannot be lowered yet prints its extents as scheduled."""
+    try: extents = inferred_extents(self.state)
+    except MinicompError: extents = None
+    return self.state.format(extents)
 
   def _do(self, step: S.Step):
     return S.apply_step(self.state, step)
@@ -638,8 +645,8 @@ class Schedule:
     Placeholder: B
     Stage C.local (at C.ax0.0.ax1.0.fused) scope=local
       for k.0 in 0..2
-        for i in 0..16
-          for j in 0..8
+        for i in 0..2
+          for j in 0..2
             for k.1 in 0..16
     Stage C
       for ax0.0.ax1.0.fused in 0..32  @threadIdx.x
@@ -651,8 +658,8 @@ class Schedule:
     Placeholder: B
     Stage C.local (at C.ax0.0.ax1.0.fused) scope=local
       for k.0 in 0..2
-        for i in 0..16  @mma.sync m16n8k16_f16
-          for j in 0..8
+        for i in 0..2  @mma.sync m16n8k16_f16
+          for j in 0..2
             for k.1 in 0..16
     Stage C
       for ax0.0.ax1.0.fused in 0..32  @threadIdx.x
@@ -660,7 +667,8 @@ class Schedule:
           for ax1.1 in 0..2
 
     One warp (32 threads: lane ``4 g + t`` = ``ax0.0 * 4 + ax1.0``) computes C; ``C.local``'s loops ``i`` and ``j``
-    cover the lane's 2 x 2 box (rows ``2 g + r``, columns ``2 t + c``) once bound inference has sized them.
+    cover the lane's 2 x 2 box (rows ``2 g + r``, columns ``2 t + c``), as bound inference sizes them and
+    ``print(s)`` shows: the lane's part of the warp's 16 x 8 tile.
     """
     self._do(S.TensorizeStep(_name(t), _name(loop), intrinsic))
 
@@ -710,8 +718,8 @@ class Schedule:
     >>> print(s)
     Placeholder: A
     Stage A.shared (at C.k.0) scope=shared
-      for ax0 in 0..64
-        for ax1 in 0..64
+      for ax0 in 0..1
+        for ax1 in 0..8
     Placeholder: B
     Stage C
       for i in 0..64
@@ -722,8 +730,8 @@ class Schedule:
     >>> print(s)
     Placeholder: A
     Stage A.shared (at C.k.0) scope=shared
-      for ax0 in 0..64
-        for ax1 in 0..64
+      for ax0 in 0..1
+        for ax1 in 0..8
     Placeholder: B
     Stage C
       for i in 0..64
@@ -843,10 +851,10 @@ class Schedule:
       for i in 0..64
         for j in 0..32
     >>> s.compute_at(B, C, "i")
-    >>> print(s)
+    >>> print(s)                       # B's loops as lowering builds them: one row per iteration of C's i
     Placeholder: A
     Stage B (at C.i)
-      for i in 0..64
+      for i in 0..1
         for j in 0..32
     Stage C
       for i in 0..64
@@ -938,8 +946,8 @@ class Schedule:
     >>> print(s)
     Placeholder: A
     Stage B (at C.j)
-      for i in 0..64
-        for j in 0..32
+      for i in 0..1
+        for j in 0..1
     Stage C
       for i in 0..64
         for j in 0..32
@@ -1110,8 +1118,8 @@ class Schedule:
     >>> print(s)
     Placeholder: A
     Stage A.shared (at C.k.0) scope=shared
-      for ax0 in 0..64
-        for ax1 in 0..64
+      for ax0 in 0..1
+        for ax1 in 0..8
     Placeholder: B
     Stage C
       for i in 0..64

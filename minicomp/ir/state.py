@@ -147,11 +147,16 @@ class State:
     return False
 
   def __str__(self) -> str:
-    """Readable loop structure, one stage per block (the Ansor-style state print)."""
+    return self.format()
+
+  def format(self, extents: dict[str, dict[str, Expr]] | None = None) -> str:
+    """Readable loop structure, one stage per block (the Ansor-style state print). A loop's extent is taken from
+    ``extents`` (``{stage: {loop: extent}}``, lowering's bound inference: ``Schedule.__str__``) where it has one,
+    else the extent as scheduled (a stage computed inside another: over its whole shape)."""
     lines = []
     for s in self.stages:
       if s.is_placeholder: lines.append(f"Placeholder: {s.name}"); continue
-      ext = s.leaf_extents()
+      ext = {**s.leaf_extents(), **(extents or {}).get(s.name, {})}
       head = f"Stage {s.name}" + ("" if s.attach == ROOT else f" ({s.attach})") + (f" scope={s.scope}" if s.scope else "")
       lines.append(head)
       for d, it in enumerate(s.leaves):
