@@ -87,14 +87,9 @@ def _one(task: str, steps: str) -> list:
 
 def efficiency(f, dev, per_round) -> float:
   """The memory efficiency of launch facts ``f`` with ``per_round`` bytes a thread in flight (None: the model's)."""
-  from minicomp.search.static import model as M
+  from minicomp.search.static.model import memory_efficiency
   warps = np.ceil(f.threads_per_block / dev.warp_size)
-  on_sm = np.ceil(f.blocks / dev.sm_count)
-  resident = min(f.blocks_per_sm, on_sm) * warps
-  if resident <= 0: return 1.0
-  bpc = dev.dram_bandwidth_gbs * 1e9 / (dev.boost_clock_mhz * 1e6) / dev.sm_count
-  mlp = M.MLP_LOADS_PER_WARP * 128 / dev.warp_size if per_round is None else max(per_round, 1.0)
-  return float(min(1.0, resident * dev.warp_size * mlp / (M.DRAM_LATENCY_CYCLES * bpc)))
+  return float(memory_efficiency(min(f.blocks_per_sm, np.ceil(f.blocks / dev.sm_count)) * warps, dev, per_round))
 
 
 def tasks_with(rows, mlp: dict, form: str):

@@ -161,10 +161,7 @@ def unit_times(f: LaunchFacts, dev) -> tuple[dict[str, float], float, int]:
     pipes["tensor"] = sum(warp_instr(cls) * TENSOR_FMAS[cls][0]
                           / max(dev.tensor_fma_per_clock_per_sm(TENSOR_FMAS[cls][1]), 1e-9) for cls in tensor)
   pipes["barrier"] = warp_instr("bar_sync")
-  resident = np.minimum(f.blocks_per_sm, on_sm) * warps
-  bytes_per_cycle_sm = dev.dram_bandwidth_gbs * 1e9 / clock / dev.sm_count
-  warps_needed = max(1.0, DRAM_LATENCY_CYCLES * bytes_per_cycle_sm / (128 * MLP_LOADS_PER_WARP))
-  eff_mem = np.where(resident > 0, np.minimum(1.0, resident / warps_needed), 1.0)
+  eff_mem = memory_efficiency(np.minimum(f.blocks_per_sm, on_sm) * warps, dev)
   busy_sms = np.minimum(f.blocks, dev.sm_count)
   dram_s = f.dram_bytes / (dev.dram_bandwidth_gbs * 1e9)
   l2_bytes = f.l2_bytes + f.local_bytes_per_thread * f.threads_per_block * f.blocks
@@ -172,6 +169,17 @@ def unit_times(f: LaunchFacts, dev) -> tuple[dict[str, float], float, int]:
   out = {k: _plain(v / clock) for k, v in pipes.items()}
   out.update({"l2": _plain(l2_s / eff_mem), "dram": _plain(dram_s / eff_mem)})
   return out, _plain(eff_mem), _plain(on_sm, int)
+
+
+def memory_efficiency(resident_warps, dev, bytes_per_thread: float | None = None):
+  """The share of the DRAM / L2 bandwidth ``resident_warps`` warps on an SM draw (Little's law): the bytes in flight
+  that hide :data:`DRAM_LATENCY_CYCLES` at the SM's share of the bandwidth, over what the warps hold in flight;
+  each warp holds :data:`MLP_LOADS_PER_WARP` 128-byte loads, or ``bytes_per_thread`` a lane where given
+  (research/memory_parallelism.py reads it from the PTX). 1 for no resident warp (no launch)."""
+  bytes_per_cycle_sm = dev.dram_bandwidth_gbs * 1e9 / (dev.boost_clock_mhz * 1e6) / dev.sm_count
+  per_warp = 128 * MLP_LOADS_PER_WARP if bytes_per_thread is None else dev.warp_size * max(bytes_per_thread, 1.0)
+  warps_needed = max(1.0, DRAM_LATENCY_CYCLES * bytes_per_cycle_sm / per_warp)
+  return np.where(resident_warps > 0, np.minimum(1.0, resident_warps / warps_needed), 1.0)
 
 
 def _plain(x, kind=float):
