@@ -41,6 +41,7 @@ KERNELS = {
   "conv3x3_56x56x64": lambda dt: W.conv2d(1, 64, 56, 56, 64, 3, pad=1, dtype=dt, channels_last_weights=True),
 }
 MODELS = {"bert": ("bert_base_layer (s128)", "bert_tiny", {"s": 128, "layers": 1, "d": 768, "heads": 12, "ff": 3072}),
+          "vit": ("vit_base_layer (s197)", "bert_tiny", {"s": 197, "layers": 1, "d": 768, "heads": 12, "ff": 3072}),
           "resnet18": ("resnet18 (64x64)", "resnet18", {"hw": 64})}
 
 

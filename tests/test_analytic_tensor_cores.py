@@ -3,7 +3,6 @@ not lower (the tensorized loops need their sizes), so each point is lowered on i
 kernel: mma.sync instructions on the tensor pipe, fragment reads from shared memory, not the scalar loops the Mma
 statement keeps for the interpreter. Gensor's walks and Tuna search the sketch with it."""
 import numpy as np
-import pytest
 
 import minicomp as mc
 from minicomp import workloads as W
@@ -44,13 +43,26 @@ def test_a_point_counts_mma_instructions_not_the_scalar_loops():
   assert m._points and len(m._points) == 1 and m([values])[0] == cost     # (lowered once per point)
 
 
-def test_a_point_whose_tiles_do_not_divide_the_task_is_invalid():
-  dag, sk, tgt = _tc_sketch(M=48, N=256, K=256)      # 48 rows: a warp tile of 2 x 2 instructions x 2 warps is 64
+def test_a_point_whose_tiles_overhang_the_task_counts_the_padded_instructions():
+  dag, sk, tgt = _tc_sketch(M=48, N=256, K=256)      # 48 rows: a warp tile of 4 instructions is 64 (lowering pads)
   m = sketch_model(sk, tgt)
   values = {n: 1 for n in m.names}
   values.update({c.var: c.candidates[0] for c in sk.choices})
   values.update({"tc_mi": 4})
-  assert not m.valid([values])[0] and m([values])[0] == np.inf
+  assert m.valid([values])[0] and np.isfinite(m([values])[0])
+  (f,) = m.facts([values])[0]
+  assert f.per_thread["tensor_k16"] == 4 * values["tc_ni"] * 256 // 16    # the overhanging rows' instructions too
+
+
+def test_a_point_whose_k_steps_overhang_the_reduction_counts_them_whole():
+  dag, sk, tgt = _tc_sketch(M=64, N=256, K=48)       # k-steps of 2 instructions (32): the second half past k's end
+  m = sketch_model(sk, tgt)
+  values = {n: 1 for n in m.names}
+  values.update({c.var: c.candidates[0] for c in sk.choices})
+  values.update({"tc_ksteps": 2})
+  assert m.valid([values])[0]
+  (f,) = m.facts([values])[0]
+  assert f.per_thread["tensor_k16"] == values["tc_mi"] * values["tc_ni"] * 64 // 16
 
 
 def test_the_analytic_estimates_follow_the_full_model_on_sampled_points():

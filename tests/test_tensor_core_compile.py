@@ -138,12 +138,164 @@ def test_tensor_core_schedules_only_where_they_apply():
   assert tensor_core_schedules(dag(W.matmul(64, 64, 64)), mc.Target("sm_80")) == []            # float32
   assert tensor_core_schedules(dag(W.matmul(64, 64, 64, dtype="float16")), mc.Target("sm_70")) == []
   assert tensor_core_schedules(dag(W.matmul(64, 64, 64, dtype="bfloat16")), mc.Target("sm_75")) == []
-  assert tensor_core_schedules(dag(W.matmul(64, 64, 40, dtype="float16")), mc.Target("sm_80")) == []   # k % 32
+  # k of 8 (half an m16n8k16's): padded, the reduction would double
+  assert tensor_core_schedules(dag(W.matmul(64, 64, 8, dtype="float16")), mc.Target("sm_80")) == []
+  # tiles past the task's edge are computed whole, but not where that would more than add half its products
+  assert tensor_core_schedules(dag(W.matmul(3, 5, 16, dtype="float16")), mc.Target("sm_80")) == []
   assert tensor_core_schedules(dag(W.softmax(64, 128, dtype="float16")), mc.Target("sm_80")) == []
   # a convolution only with channels-last weights (in ONNX's order a k-step's weights lie 9 apart)
   assert tensor_core_schedules(dag(W.conv2d(1, 32, 8, 8, 32, 3, pad=1, dtype="float16")), mc.Target("sm_80")) == []
   on_turing = tensor_core_schedules(dag(W.matmul(64, 64, 64, dtype="float16")), mc.Target("sm_75"))
   assert on_turing and all("m16n8k8_f16" in s.to_json() for s in on_turing)
+
+
+OVERHANG = {   # tasks no tile of the template divides (the tiles overhang their rows, their columns or both)
+  "matmul_100x40x64": lambda W, dt: W.matmul(100, 40, 64, dtype=dt),
+  "matmul_197x200x48": lambda W, dt: W.matmul(197, 200, 48, dtype=dt),      # a ViT's tokens; k-steps of 16
+  "matmul_100x48x197": lambda W, dt: W.matmul(100, 48, 197, dtype=dt),      # attention's P x V: k padded to 208
+  "matmul_bias_relu_130x72x96": lambda W, dt: W.matmul(130, 72, 96, bias_relu=True, dtype=dt),
+  "batch_matmul_3x50x24x16": lambda W, dt: W.batch_matmul(3, 50, 24, 16, dtype=dt),
+  "conv2d_2x32x10x16_f40": lambda W, dt: W.conv2d(2, 32, 10, 16, 40, 3, pad=1, dtype=dt, channels_last_weights=True),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(OVERHANG))
+def test_tiles_that_overhang_the_task_are_computed_whole_and_stored_within_it(name, dtype):
+  """Rows or columns that no tile divides: the warps compute the whole tile on zero-filled operand tiles and store
+  only what lies inside the output (lower.py ``_computes_padding``). Against numpy in the simulator, for sm_80
+  (cp.async) and sm_75 (synchronous fetches, m16n8k8). The rows are no multiple of a warp's 16 (the convolution's
+  10 rows of pixels no multiple of the 4 a 2 x 2-warp tile takes)."""
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import plan, tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  wl = OVERHANG[name](W, dtype)
+  ins = wl.random_inputs(seed=3)
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  bits = 10 if dtype == "float16" else 7
+  for arch in ("sm_80", "sm_75") if dtype == "float16" else ("sm_80",):
+    dag = ComputeDAG(wl.outputs)
+    p = plan(dag, mc.Target(arch))
+    assert (p.row_ext[-2] % 4 if p.two_d else p.rows % 16), "no overhang: the tiles divide the task"
+    scheds = tensor_core_schedules(dag, mc.Target(arch))
+    assert scheds
+    for s in scheds:
+      k = mc.build(s, target=arch)
+      assert "mma.sync.aligned" in k.binary.ptx
+      out = k(*ins, device="cpu").astype(np.float64)
+      assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3, (name, arch)
+
+
+@pytest.mark.parametrize("kind", ["matmul", "batch_matmul"])
+def test_random_overhanging_tiles_match_numpy(kind, monkeypatch):
+  """Random tile configurations on random sizes that no tile need divide (rows 9-150, columns 5-100, k 16-100: k
+  padded to whole instructions), random arch of sm_75 / sm_80 / sm_86 / sm_90, against numpy in the simulator;
+  sizes whose padding the template refuses (over MAX_PADDING) are drawn again. 16 built per kind."""
+  import zlib
+  import minicomp.graph.tensor_core_schedules as T
+  from minicomp import workloads as W
+  from minicomp.ir.dag import ComputeDAG
+  rng = np.random.default_rng(zlib.crc32(kind.encode()))
+  built = 0
+  while built < 16:
+    cfg = tuple(int(x) for x in rng.integers(1, 3, 4))
+    monkeypatch.setattr(T, "CONFIGS", (cfg,))
+    m, n, k = int(rng.integers(9, 151)), int(rng.integers(5, 101)), int(rng.integers(16, 101))
+    wl = W.matmul(m, n, k, dtype="float16") if kind == "matmul" else W.batch_matmul(2, m, n, k, dtype="float16")
+    arch = str(rng.choice(["sm_75", "sm_80", "sm_86", "sm_90"]))
+    scheds = T.tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target(arch))
+    if not scheds: continue
+    kern = mc.build(scheds[0], target=arch)
+    assert "mma.sync.aligned" in kern.binary.ptx
+    ins = wl.random_inputs(seed=int(rng.integers(1 << 30)))
+    ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+    out = kern(*ins, device="cpu").astype(np.float64)
+    assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3, (kind, cfg, m, n, k, arch)
+    built += 1
+
+
+def test_an_overhanging_tile_is_fetched_with_zeros_and_never_reads_past_the_tensor():
+  """A 100 x 40 x 64 fp16 matmul in 16 x 8 tiles: rows 100-111 of A's last tile are zeros. On sm_80 each 16-byte
+  fetch is one cp.async whose condition is the row bound (false: zeros, the source not read); on sm_75 the copy runs
+  only under that condition and zeros are stored otherwise; no vector load of A is issued outside it. The loop-IR
+  interpreter, which raises on reading shared memory nothing wrote, computes numpy's result."""
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  from minicomp.ir.interp import run_program
+  wl = W.matmul(100, 40, 64, dtype="float16")
+  ins = wl.random_inputs(seed=0)
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  for arch in ("sm_80", "sm_75"):
+    (s,) = tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target(arch))
+    src = mc.build(s, target=arch).source
+    a_fetch = [line for line in src.splitlines()
+               if "reinterpret_cast<const uint4*>(A +" in line or "mc_cp_async_16(A" in line]
+    if arch == "sm_80":
+      assert a_fetch and all(line.rstrip().endswith("< 100);  // A_shared_ax0_ax1_fused_2: vectorized")
+                             for line in a_fetch), a_fetch
+    else:
+      lines = src.splitlines()
+      at = lines.index(next(line for line in lines if "reinterpret_cast<const uint4*>(A +" in line))
+      assert "< 100) {" in lines[at - 2] and "mc_zero" in "\n".join(lines[at:at + 5])
+    got = np.asarray(run_program(s.lower(), *ins), np.float64)
+    assert np.abs(got - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+
+
+@pytest.mark.parametrize("batch, rows", [(1, 197), (2, 197), (2, 100)])
+def test_row_axes_that_do_not_fuse_evenly_are_tiled_one_by_one(batch, rows):
+  """A (batch, tokens) matmul whose tokens are no multiple of 16: an axis of extent 1 and the outer row axes go
+  to the blocks, so a lane's box is its 2 x 2 accumulators (fused with the tokens, bound inference sized it to all
+  197 rows, or could not size it at all), and the tokens' tiles overhang them. Against numpy in the simulator."""
+  from minicomp.graph.tensor_core_schedules import plan, tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  A = mc.placeholder((batch, rows, 64), "float16", name="A")
+  B = mc.placeholder((64, 40), "float16", name="B")
+  k = mc.reduce_axis(64, name="k")
+  C = mc.compute((batch, rows, 40), lambda b, i, j: mc.sum(A[b, i, k] * B[k, j], axis=k), name="C")
+  dag = ComputeDAG([C])
+  assert plan(dag, mc.Target("sm_80")).classes == ("batch", "row", "col")
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((batch, rows, 64)).astype(np.float16), rng.standard_normal((64, 40)).astype(np.float16)
+  ref = np.einsum("bik,kj->bij", a.astype(np.float64), b.astype(np.float64))
+  scheds = tensor_core_schedules(dag, mc.Target("sm_80"))
+  assert scheds
+  for sched in scheds:
+    kern = mc.build(sched, target="sm_80")
+    (acc,) = [x for x in kern.program.kernels[0].allocs if x.scope == "local"]
+    assert int(acc.size.arg) <= 64            # the accumulators: a lane's part of its warp tile, not all the rows
+    out = kern(a, b, device="cpu").astype(np.float64)
+    assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+
+
+def test_a_1x1_convolution_on_a_14x14_image_runs_on_the_tensor_cores(tmp_path, monkeypatch):
+  """A ResNet-50 bottleneck's 1 x 1 convolution at 14 x 14 (196 pixels, no multiple of 16; each row of 14 pixels a
+  tile of 16) in fp16, against numpy."""
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_TENSOR_CORES", "always")
+  rng = np.random.default_rng(0)
+  model, w, b = _conv(64, 32, 14, np.float16, rng, k=1)
+  cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1
+  x = rng.standard_normal((1, 64, 14, 14)).astype(np.float16)
+  out = cm.run({"x": x}, device="cpu")[0].astype(np.float64)
+  ref = np.maximum(np.einsum("fc,chw->fhw", w[:, :, 0, 0].astype(np.float64), x[0].astype(np.float64))
+                   + b.astype(np.float64)[:, None, None], 0)[None]
+  assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+
+
+def test_compile_puts_a_matmul_of_197_rows_on_the_tensor_cores(tmp_path, monkeypatch):
+  """A ViT's 197 tokens (no tile of 16 rows divides them) in fp16: MatMul+Add+Relu on the tensor cores, against
+  numpy."""
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_TENSOR_CORES", "always")
+  model, w, b = _mlp(197, 64, 96, np.float16, np.random.default_rng(0))
+  cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1
+  x = np.random.default_rng(1).standard_normal((197, 64)).astype(np.float16)
+  out = cm.run({"x": x}, device="cpu")[0].astype(np.float64)
+  ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+  assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
 
 
 def _gelu_matmul(dtype: str, second_output: bool = False):

@@ -14,11 +14,11 @@ from test_tensor_core import _gpu
 TYPES = {"m16n8k16_f16": "float16", "m16n8k16_bf16": "bfloat16", "m16n8k8_f16": "float16", "m16n8k8_tf32": "float32"}
 
 
-def tensorized_matmul(intr: str, M=64, N=64, K=64, lanes=("g", "t"), k_split=None, mi=1, ni=1):
+def tensorized_matmul(intr: str, M=64, N=64, K=64, lanes=("g", "t"), k_split=None, mi=1, ni=1, staged=True):
   """C = A @ B with 128 threads a block (2 x 2 warps), each warp ``mi`` x ``ni`` tiles of 16 x 8 per k-step: rows
   ``i = block + wm (16 mi) + g (2 mi) + 2 m + r`` and columns ``j = block + wn (8 ni) + t (2 ni) + 2 n + c``, so
   lane 4 g + t holds a (2 mi) x (2 ni) box; A and B staged in shared memory per k-step. ``lanes`` orders g and t
-  inside the thread index."""
+  inside the thread index; ``staged=False`` reads them from global memory instead."""
   from minicomp import workloads as W
   dtype = TYPES[intr]
   wl = W.matmul(M, N, K, dtype=dtype)
@@ -38,7 +38,7 @@ def tensorized_matmul(intr: str, M=64, N=64, K=64, lanes=("g", "t"), k_split=Non
   cn, cc = s.split(CL, cj, 2)
   k0, k1 = s.split(CL, ck, k_split or tc.INTRINSICS[intr].k)
   s.reorder(CL, k0, cm, cn, cr, cc, k1)
-  for X in (A, B):
+  for X in (A, B) if staged else ():
     XS = s.cache_read(X, "shared", [CL])
     s.compute_at(XS, CL, k0)
     s.bind(XS, s.split(XS, s.fuse(XS, *s.loops(XS)), 128)[1], "threadIdx.x")
@@ -221,14 +221,29 @@ def test_tensorize_replays_from_json_and_prints():
   ("arch", "mma.sync m16n8k16_f16 needs sm_80 or newer; sm_75 does not have it"),
 ])
 def test_tensorize_refuses_what_mma_cannot_compute(case, message):
-  """Lanes in the wrong order (t outside g), a reduction loop of the wrong extent, tiles that do not divide the
-  matrix (a guard inside the tensorized loops), an arch without the instruction: ScheduleError naming the step."""
+  """Lanes in the wrong order (t outside g), a reduction loop of the wrong extent, k-steps that do not divide the
+  reduction with operands read from global memory (a guard inside the tensorized loops: staged in shared tiles, k
+  is padded instead, below), an arch without the instruction: ScheduleError naming the step."""
   from minicomp.errors import ScheduleError
   with pytest.raises(ScheduleError, match=message):
     if case == "lanes": mc.build(tensorized_matmul("m16n8k16_f16", lanes=("t", "g"))[1], target="sm_86")
     elif case == "k_extent": mc.build(tensorized_matmul("m16n8k16_f16", k_split=8)[1], target="sm_86")
-    elif case == "guard": mc.build(tensorized_matmul("m16n8k16_f16", K=56)[1], target="sm_86")
+    elif case == "guard": mc.build(tensorized_matmul("m16n8k16_f16", K=56, staged=False)[1], target="sm_86")
     else: mc.build(tensorized_matmul("m16n8k16_f16")[1], target="sm_75")
+
+
+def test_a_reduction_no_k_step_divides_runs_padded_on_zero_filled_tiles():
+  """K = 56 in k-steps of 16: the last step runs whole on tiles holding zeros past k = 56 (lower.py
+  ``_computes_padding``), in the simulator and in the loop-IR interpreter (which raises on reading what nothing
+  wrote), against numpy."""
+  from minicomp.ir.interp import run_program
+  wl, s = tensorized_matmul("m16n8k16_f16", M=32, N=16, K=56)
+  a, b = wl.random_inputs(seed=2)
+  a32, b32 = a.astype(np.float32), b.astype(np.float32)
+  ref = a32.astype(np.float64) @ b32.astype(np.float64)
+  tol = _matmul_tolerance("m16n8k16_f16", a32, b32, ref)
+  assert (np.abs(mc.build(s, target="sm_86")(a, b, device="cpu").astype(np.float64) - ref) <= tol).all()
+  assert (np.abs(run_program(s.lower(), a, b).astype(np.float64) - ref) <= tol).all()
 
 
 def test_tensorize_step_checks():

@@ -90,6 +90,14 @@ def _stored(buf) -> bool:
   return buf.stored_dtype in _HALF
 
 
+def _branch_loads(e: Expr) -> set[Expr]:
+  """The loads of ``e`` inside a ``select``'s branches (C evaluates them only where the select picks them)."""
+  out: set[Expr] = set()
+  for n in walk(e):
+    if n.op is Op.SELECT: out |= {x for b in n.src[1:] for x in walk(b) if x.op is Op.LOAD}
+  return out
+
+
 def _copied(buf, value: Expr) -> bool:
   """``value`` is an element read from a buffer that holds the type ``buf`` holds: stored as it is (raw bits)."""
   return value.op is Op.LOAD and value.arg.stored_dtype == buf.stored_dtype
@@ -323,6 +331,7 @@ class CUDARenderer:
           return False
         vec_loads.setdefault(node, len(vec_loads))
     if _aligned_base(st.index, v, n) is None: return False
+    if vec_loads.keys() & _branch_loads(st.value): return self._zero_filled(s, st, n, depth, out)
     rest = map_loads(st.value, lambda x: const(0.0) if x in vec_loads else x)
     if v in free_vars(rest): return False   # the loop variable is used outside contiguous loads
     if st.async_copy and _copied(st.buffer, st.value) and st.value.arg.scope == "global" \
@@ -381,12 +390,39 @@ class CUDARenderer:
                f"  // {v}: vectorized ({n} bytes)")
     return True
 
-  def _cp_async(self, st: Store, v: str, n: int, depth: int, out: list[str]) -> bool:
+  def _cp_async(self, st: Store, v: str, n: int, depth: int, out: list[str], valid: Expr | None = None) -> bool:
     """The vectorize loop over ``v`` of ``n`` values that ``st`` copies raw from global memory, both sides aligned,
-    as one cp.async of their bytes."""
+    as one cp.async of their bytes (zeros where ``valid`` is false: the source is then not read)."""
     out.append(f"{self.indent * depth}mc_cp_async_{n * st.buffer.element_bytes}({st.buffer.name} + "
                f"{self.index(_aligned_base(st.index, v, n))}, {st.value.arg.name} + "
-               f"{self.index(_aligned_base(st.value.src[0], v, n))}, true);  // {v}: vectorized")
+               f"{self.index(_aligned_base(st.value.src[0], v, n))}, "
+               f"{'true' if valid is None else self.index(valid)});  // {v}: vectorized")
+    return True
+
+  def _zero_filled(self, s: For, st: Store, n: int, depth: int, out: list[str]) -> bool:
+    """A vectorize loop whose contiguous loads sit in a ``select`` branch: read only where the select picks them.
+    ``tile[i] = c ? x : 0`` with ``c`` the same for every lane (a tile that overhangs its tensor, lower.py
+    ``_Info.fill``) is one cp.async that writes zeros where ``c`` is false, in an asynchronous copy, else
+    ``if (c) <the vectorized copy> else <vectorized zeros>``; any other select (one lane's condition) is scalar
+    (False), each lane reading behind its own condition. (Vectorized as other loops are, the loads would be issued
+    for every lane whatever the select says: past the tensor's end.)"""
+    v, value = s.var, st.value
+    if value.op is not Op.SELECT or v in free_vars(value.src[0]): return False
+    cond, x, zero = value.src
+    if not (zero.op is Op.CONST and zero.arg == 0): return False
+    if st.async_copy and _copied(st.buffer, x) and x.arg.scope == "global" and n * st.buffer.element_bytes <= 16:
+      return self._cp_async(replace(st, value=x), v, n, depth, out, valid=cond)
+    ind, ind2 = self.indent * depth, self.indent * (depth + 1)
+    out.append(f"{ind}if ({self.index(cond)}) {{")
+    self.stmt(replace(s, body=replace(st, value=x)), depth + 1, out)
+    out.append(f"{ind}}} else {{")
+    raw = _RAW.get(n * st.buffer.element_bytes)
+    if raw is None: self.stmt(replace(s, body=replace(st, value=zero)), depth + 1, out)
+    else:
+      out.append(f"{ind2}const {raw} mc_zero = {{}};  // {v}: vectorized ({n} zeros)")
+      out.append(f"{ind2}*reinterpret_cast<{raw}*>({st.buffer.name} + {self.index(_aligned_base(st.index, v, n))}) = "
+                 "mc_zero;")
+    out.append(f"{ind}}}")
     return True
 
   def _vectorized_half(self, s: For, st: Store, n: int, vec_loads: dict, depth: int, out: list[str]) -> bool:

@@ -25,7 +25,9 @@ a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only:
   innermost and split into k-steps of ``KSTEP`` where it divides (the other reduction axes loop around them, so a
   step reads 32 channels at one filter tap: a box bound inference sizes exactly), else all of them fused
   (staged through shared memory, fetched by the whole block) and the intrinsic's k, unrolls the warp tile and
-  tensorizes the innermost (r, c, k) loops.
+  tensorizes the innermost (r, c, k) loops. A reduction that ``KSTEP`` does not divide (a matmul's k of 16 or 48)
+  takes k-steps of one instruction; a matmul's k that is no whole number of instructions (197 keys of attention's
+  P x V) is padded to one, its last k-step computed on zero-filled tiles (a convolution's is not offered).
 
 On sm_80+ the shared tiles are fetched ahead with ``cp.async`` (``Schedule.pipeline``: 3 stages where they fit 48 KB,
 else 2): a matmul's k-steps, and a convolution's taps and k-steps fused into one loop where it is long enough
@@ -33,10 +35,11 @@ else 2): a matmul's k-steps, and a convolution's taps and k-steps fused into one
 (2026-11-29, research/tc_kernel_variants.py) 3 stages made a hand-written 128 x 64 fp16 matmul 1.12x faster and 2
 stages on a 128 x 128 tile 1.43x.
 
-``CONFIGS`` are the (warps in rows, warps in columns, MI, NI) offered, largest tile first; one that does not
-divide the task's rows and columns is skipped. Of the others, the largest tile that still gives every SM of the
-target a block and the next larger one are built (``MAX_CANDIDATES``); one whose lowering fails (a lane box that
-bound inference cannot size, too much shared memory) is dropped. The static model picks among the ones that
+``CONFIGS`` are the (warps in rows, warps in columns, MI, NI) offered, largest tile first; one whose tiles overhang
+the task by more than :data:`MAX_PADDING` is skipped (:meth:`Plan.fits`: the overhang is computed, not stored).
+Of the others, the largest tile that still gives every SM of the target a block and the next larger one are built
+(``MAX_CANDIDATES``); one whose lowering fails (a lane box that bound inference cannot size, too much shared memory)
+is dropped. The static model picks among the ones that
 build and Gensor's FP32 candidates (``compiler._construct``). :func:`tensor_core_sketch` is the same template with
 its warp tile, k-step and fetch widths left open, the tuners' sketch (``search/sketch_rules.py``).
 """
@@ -62,6 +65,7 @@ from minicomp.target import Target
 CONFIGS = ((2, 4, 4, 4), (2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2), (2, 2, 1, 1), (1, 1, 1, 1))
 KSTEP = 32                  # reduction elements per shared-memory step (two m16n8k16 per warp tile)
 MAX_CANDIDATES = 2
+MAX_PADDING = 0.5           # the most products a tile overhanging the task may add, relative to the task's (Plan.fits)
 FETCH_BYTES = 16            # bytes a thread copies to shared memory at once (one 16-byte access: 8 halves, 4 floats)
 STAGES = (3, 2)             # pipeline stages offered on sm_80+ (cp.async), the most that fit the shared memory first
 # a convolution's taps x k-steps below which its tiles stay synchronous: on an H200 (2026-11-29, fp16, research/
@@ -137,6 +141,7 @@ class Plan:
   classes: tuple[str, ...]
   intr: str
   two_d: bool
+  k_padding: float       # the reduction's length in whole instructions over its own (1.0: no padding)
   rows: int
   cols: int
   batch: int
@@ -145,11 +150,27 @@ class Plan:
   row_ext: tuple[int, ...]
 
   def fits(self, wm: int, wn: int, mi: int, ni: int) -> bool:
-    """Whether the configuration's tiles divide the task (no guard inside the tensorized loops)."""
-    if self.two_d:
-      return not (self.row_ext[-2] % (wm * 2 * mi) or self.cols % (wn * 8 * ni) or self.inner_col % (2 * ni))
-    return not (self.rows % (wm * 16 * mi) or self.cols % (wn * 8 * ni) or self.inner_row % (2 * mi)
-                or self.inner_col % (2 * ni))
+    """Whether the configuration takes the task. Its tiles may overhang the rows and the columns where each is one
+    axis (a matmul's; a 2-D tile's rows of pixels): the overhang is computed and not stored (lowering's
+    ``_computes_padding``), where it adds, with the reduction's padding to whole instructions, at most
+    :data:`MAX_PADDING` to the task's products. Several row (or
+    column) axes fused into one must divide exactly: a lane's rows would otherwise straddle two rows of the axis
+    before, a region bound inference cannot size as the fragments need."""
+    bm = wm * (2 if self.two_d else 16) * mi
+    rows = self.row_ext[-2] if self.two_d else self.rows
+    if not self.two_d and self.inner_row != self.rows and (self.rows % bm or self.inner_row % (2 * mi)): return False
+    if self.inner_col != self.cols and (self.cols % (wn * 8 * ni) or self.inner_col % (2 * ni)): return False
+    padded = _padded(rows, bm) * _padded(self.cols, wn * 8 * ni) * self.k_padding
+    return padded <= (1 + MAX_PADDING) * rows * self.cols
+
+  def blocks(self, wm: int, wn: int, mi: int, ni: int) -> int:
+    """The thread blocks the configuration launches."""
+    rows = -(-self.row_ext[-2] // (wm * 2 * mi)) * math.prod(self.row_ext[:-2]) * (self.row_ext[-1] // 8) \
+      if self.two_d else -(-self.rows // (wm * 16 * mi))
+    return self.batch * rows * -(-self.cols // (wn * 8 * ni))
+
+
+def _padded(n: int, tile: int) -> int: return -(-n // tile) * tile
 
 
 def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
@@ -171,16 +192,34 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
   out = r.name if r.name in outs else epilogue_output(dag, r, outs)
   if classes is None or out is None: return None
   shape = [int(a.extent.arg) for a in r.axes]
+  # an axis of extent 1 goes with the batch (blocks): fused into the rows, it hides their extent from bound
+  # inference behind a // and a % (a lane's box of a (1, 197)-row matmul sized to all 197 rows)
+  classes = ["batch" if n == 1 else c for c, n in zip(classes, shape)]
+  if "row" not in classes or "col" not in classes: return None
   k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
-  if k % (KSTEP // per): return None
+  k_step = INTRINSICS[intr_name].k // per     # an instruction's k (in dot4 terms for the 8-bit types)
+  # k past the reduction's end is computed on zeros (lower.py _computes_padding): one reduction axis only (a
+  # convolution's taps and channels fused would put the zeros amid the taps), within MAX_PADDING
+  if k % k_step and (len(r.reduce_axes) > 1 or _padded(k, k_step) > (1 + MAX_PADDING) * k): return None
   # a convolution (several reduction axes) only when a k-step's values lie side by side in one operand: in ONNX's
   # weight order they lie a filter's taps apart and the FP32 pipes win (docs/tensor_cores.md)
   longest = sorted(r.reduce_axes, key=lambda a: int(a.extent.arg))[-1]    # as _build orders them
   if len(r.reduce_axes) > 1 and not _k_step_contiguous(*ops, longest.name): return None
-  row_ext = tuple(s for s, c in zip(shape, classes) if c == "row" and s > 1)
+  row_ext = tuple(s for s, c in zip(shape, classes) if c == "row")
   # two row axes (a convolution's output rows and columns): a warp's 16 fragment rows are 8 columns x 2 rows of
   # pixels (g along the columns, r and the register tile along the rows), so a block's tile is a 2-D box
-  return Plan(r.name, out, tuple(classes), intr_name, len(row_ext) >= 2 and row_ext[-1] % 8 == 0,
+  two_d = len(row_ext) >= 2 and row_ext[-1] % 8 == 0
+  for kind, frag in (("row", 16), ("col", 8)):
+    # several row (column) axes whose innermost is neither a multiple of a fragment's 16 rows (8 columns) nor a
+    # divisor of 8: fused, a lane's rows would straddle rows of the axis before irregularly, a region bound
+    # inference cannot size; the outer ones go with the batch (blocks) and the innermost alone is tiled, its tiles
+    # overhanging it (a batch of 2 x 197 tokens; a 14 x 14 image's rows of pixels)
+    axes = [d for d, c in enumerate(classes) if c == kind]
+    inner = shape[axes[-1]] if axes else 0
+    if len(axes) > 1 and inner % frag and 8 % inner and not (kind == "row" and two_d):
+      for d in axes[:-1]: classes[d] = "batch"
+  row_ext = tuple(s for s, c in zip(shape, classes) if c == "row")
+  return Plan(r.name, out, tuple(classes), intr_name, two_d, _padded(k, k_step) / k,
               math.prod(s for s, c in zip(shape, classes) if c == "row"),
               math.prod(s for s, c in zip(shape, classes) if c == "col"),
               math.prod(s for s, c in zip(shape, classes) if c == "batch"),
@@ -195,7 +234,7 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   if p is None: return []
   fits = [c for c in CONFIGS if p.fits(*c)]
   # the largest tile that still gives every SM a block, and the next larger one (fewer, busier blocks)
-  blocks = [p.batch * p.rows // (wm * 16 * mi) * p.cols // (wn * 8 * ni) for wm, wn, mi, ni in fits]
+  blocks = [p.blocks(*c) for c in fits]
   first = next((i for i, b in enumerate(blocks) if b >= target.device.sm_count), len(fits) - 1)
   found = []
   for wm, wn, mi, ni in fits[max(first - 1, 0):]:
@@ -353,9 +392,12 @@ def _build(dag: ComputeDAG, p: Plan, wm, wn, mi, ni, width_of, ksteps=None, pad:
   ln, lc = s.split(local, fuse(local, lby["col"]), 2)
   # k-steps of KSTEP along the longest reduction axis when it divides, the others loops around them (each step
   # then reads a box bound inference sizes exactly: 32 channels at one filter tap); else over all of them fused
+  # (k-steps of fewer instructions where KSTEP does not divide the reduction: a matmul's k of 16 or 48)
   outer, inner = (red[:-1], red[-1]) if ext[red[-1]] % KSTEP == 0 else ([], fuse(local, red))
   step = INTRINSICS[intr].k // INTRINSICS[intr].k_per_term    # (8-bit: dot4 terms of 4 k each)
+  k_ext = ext[red[-1]] if outer else math.prod(ext.values())
   per = max(1, KSTEP // INTRINSICS[intr].k) if ksteps is None else ksteps
+  while isinstance(per, int) and per > 1 and k_ext % (per * step): per //= 2
   ko, k1, ki = s.split(local, inner, [per, step])
   s.reorder(local, *lby["batch"], *outer, ko, k1, lm, ln, lr, lc, ki)
   for src in [t.name for t in s.state.stage(local).tensor.inputs]:

@@ -47,6 +47,7 @@ class _Info:
   cvar: dict[str, str] = field(default_factory=dict)       # leaf iter -> C variable name
   root_val: dict[str, Expr] = field(default_factory=dict)  # root axis -> value in loop variables
   preds: list[Expr] = field(default_factory=list)
+  fill: list[Expr] = field(default_factory=list)   # where the stage stores its value, else zero (_computes_padding)
   buffer: Buffer | None = None
   strides: list[Expr] = field(default_factory=list)
   vdims: list[tuple[str, Expr]] = field(default_factory=list)   # injected virtual-thread dims: (C var, extent)
@@ -100,6 +101,7 @@ class _Lowerer(NestBuilder):
     self._name_vars()
     self.loop_vars = {c for i in self.info.values() for c in i.cvar.values()}
     self._vt_pending: dict[str, list[str]] = {}
+    self._zero_fill: set[str] = set()         # tiles a padding tensorized stage reads (_computes_padding)
     for name in reversed(list(self.info)):
       self._infer(self.info[name])
       self._plan_vthreads(self.info[name])
@@ -206,6 +208,7 @@ class _Lowerer(NestBuilder):
     # a loop of extent 1 is no loop: its variable is 0 everywhere
     val: dict[str, Expr] = {it: const(0) if _is_one(i.leaf_ext[it]) else var(i.cvar[it]) for it in st.leaves}
     preds: list[Expr] = []
+    tiles = self._computes_padding(i) if st.attach.kind == "at" else None
     for r in reversed(st.relations):
       if isinstance(r, Split):
         v = val[r.children[0]]
@@ -214,7 +217,8 @@ class _Lowerer(NestBuilder):
         prod = const(1)
         for f in r.factors: prod = prod * as_expr(f)
         divisible = simplify(i.leaf_ext[r.parent] % prod)
-        if not (divisible.is_const and divisible.arg == 0): preds.append(v < i.leaf_ext[r.parent])
+        padded = tiles is not None and st.kind(r.parent) == "reduce"     # (k past the end: zeros from the tiles)
+        if not (divisible.is_const and divisible.arg == 0) and not padded: preds.append(v < i.leaf_ext[r.parent])
       else:
         exts = [i.leaf_ext[p] for p in r.parents]
         for k, p in enumerate(r.parents):
@@ -222,13 +226,31 @@ class _Lowerer(NestBuilder):
           for e in exts[k + 1:]: stride = stride * e
           v = val[r.child] // stride
           val[p] = v if k == 0 else v % exts[k]
+    self._zero_fill |= tiles or set()
+    within = []          # the region's points inside the tensor: only those are computed (or filled with zero)
     for d, a in enumerate(t.axes):
       v = simplify(_expand(val[a.name], i.radix[d]) + i.lo[d], self.ranges)
       i.root_val[a.name] = v
-      if st.attach.kind == "at":
-        preds += [v < int(t.shape[d]), v >= 0]
+      if st.attach.kind == "at" and tiles is None:
+        within += [v < int(t.shape[d]), v >= 0]
     for a in t.reduce_axes: i.root_val[a.name] = simplify(val[a.name], self.ranges)
-    i.preds = [p for p in (simplify(p, self.ranges) for p in preds) if not (p.is_const and p.arg)]
+    if st.name in self._zero_fill: i.fill = _not_proven(within, self.ranges)
+    else: preds += within
+    i.preds = _not_proven(preds, self.ranges)
+
+  def _computes_padding(self, i: _Info) -> set[str] | None:
+    """The shared tiles tensorized stage ``i`` reads where it computes its whole register box, past the tensor's
+    edge too; None where it does not. A warp's ``mma.sync`` needs every lane, so a tile that overhangs the tensor
+    (rows or columns not a multiple of the block's) is computed whole, and only its consumers' stores are guarded.
+    Only where every value it reads comes from a shared tile: bound inference sized those to the whole box, so
+    reading past the edge stays inside the buffer, and they store zeros where they overhang their own tensor
+    (``_Info.fill``), so the rows and columns past the edge are sums of zeros, never stored. Its reduction runs
+    whole k-steps too: past the reduction's end both operands' tiles hold zeros (a split of k that does not divide
+    adds no guard), which add nothing."""
+    st = i.st
+    if not st.tensorize or i.scope != "local": return None
+    reads = {n.arg.name for n in walk(i.body) if n.op is Op.LOAD} - {st.name}
+    return reads if all(self.s.stage(r).scope == "shared" for r in reads) else None
 
   def _plan_vthreads(self, t: _Info) -> None:
     """Virtual-thread injection (TVM's InjectVirtualThread, by loop motion).
@@ -331,7 +353,8 @@ class _Lowerer(NestBuilder):
         e = const(m)
       radix = _strided(idxs[d], rng, self.ranges) if i.scope == "local" else None
       if radix: e = const(math.prod(n for _, n in radix))     # (its start: the reads' base, not clamped to 0)
-      elif e.is_const and e.arg >= shape[d].arg: l, e = const(0), shape[d]
+      elif e.is_const and e.arg >= shape[d].arg and st.name not in self._zero_fill:   # (a padded tile keeps its
+        l, e = const(0), shape[d]                                                      # overhang: _computes_padding)
       lo.append(l); ext.append(e); i.radix.append(radix)
     return lo, ext
 
@@ -406,6 +429,11 @@ class _Lowerer(NestBuilder):
 
 # ------------------------------------------------------------------------------------------
 # Strided register regions
+
+def _not_proven(conds: list[Expr], ranges: dict) -> list[Expr]:
+  """``conds`` simplified, without those the ranges prove true."""
+  return [c for c in (simplify(c, ranges) for c in conds) if not (c.is_const and c.arg)]
+
 
 def _strided(idxs: list[Expr], rng: dict, ranges: dict) -> tuple[tuple[int, int], ...] | None:
   """The radix of a register region read with gaps, or None. When every read of a dim is ``base + sum(c_k v_k)``

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from minicomp.errors import ScheduleError
-from minicomp.ir.expr import Expr, all_of, as_expr, cast, const, free_vars, max_, min_, var, walk
+from minicomp.ir.expr import Expr, all_of, as_expr, cast, const, free_vars, max_, min_, select, var, walk
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import (AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma,
                               Seq, Store, Sync, map_stmts, stmt_parts, walk_scoped, walk_stmts)
@@ -244,7 +244,9 @@ class NestBuilder:
     idx = self._flat(i, [i.root_val[a.name] for a in t.axes])
     value = self._rewrite_loads(substitute(i.body.src[0] if red else i.body, i.root_val))
     value = simplify(value, self.ranges)
-    if red is None: return Store(i.buffer, idx, value), None, None
+    if red is None:      # (a tile that overhangs its tensor under a padding mma: zeros there, lower.py)
+      if i.fill: value = select(all_of(*i.fill), value, const(0, value.dtype))
+      return Store(i.buffer, idx, value), None, None
     if not ct:
       init_v = red.init if red.init is not None else reduce_identity(red.combiner, t.dtype)
       if i.buffer.stored_dtype in HALF_DTYPES:      # (a half tensor's shared tile and registers hold floats)
