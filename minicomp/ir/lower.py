@@ -209,6 +209,7 @@ class _Lowerer(NestBuilder):
     val: dict[str, Expr] = {it: const(0) if _is_one(i.leaf_ext[it]) else var(i.cvar[it]) for it in st.leaves}
     preds: list[Expr] = []
     tiles = self._computes_padding(i) if st.attach.kind == "at" else None
+    pad_k = tiles is not None and _every_read_spans(i.body, {a.name for a in t.reduce_axes})
     for r in reversed(st.relations):
       if isinstance(r, Split):
         v = val[r.children[0]]
@@ -217,7 +218,7 @@ class _Lowerer(NestBuilder):
         prod = const(1)
         for f in r.factors: prod = prod * as_expr(f)
         divisible = simplify(i.leaf_ext[r.parent] % prod)
-        padded = tiles is not None and st.kind(r.parent) == "reduce"     # (k past the end: zeros from the tiles)
+        padded = pad_k and st.kind(r.parent) == "reduce"     # (k past the end: zeros from both operands' tiles)
         if not (divisible.is_const and divisible.arg == 0) and not padded: preds.append(v < i.leaf_ext[r.parent])
       else:
         exts = [i.leaf_ext[p] for p in r.parents]
@@ -245,8 +246,9 @@ class _Lowerer(NestBuilder):
     Only where every value it reads comes from a shared tile: bound inference sized those to the whole box, so
     reading past the edge stays inside the buffer, and they store zeros where they overhang their own tensor
     (``_Info.fill``), so the rows and columns past the edge are sums of zeros, never stored. Its reduction runs
-    whole k-steps too: past the reduction's end both operands' tiles hold zeros (a split of k that does not divide
-    adds no guard), which add nothing."""
+    whole k-steps too where every operand reads every reduction axis: past the reduction's end both operands' tiles
+    hold zeros (a split of k that does not divide adds no guard), which add nothing (an operand that did not read k
+    would give its own values there, and 0 x inf is NaN)."""
     st = i.st
     if not st.tensorize or i.scope != "local": return None
     reads = {n.arg.name for n in walk(i.body) if n.op is Op.LOAD} - {st.name}
@@ -429,6 +431,11 @@ class _Lowerer(NestBuilder):
 
 # ------------------------------------------------------------------------------------------
 # Strided register regions
+
+def _every_read_spans(body: Expr, axes: set[str]) -> bool:
+  """Whether every load of ``body`` indexes with all of ``axes``."""
+  return all(axes <= {v for e in n.src for v in free_vars(e)} for n in walk(body) if n.op is Op.LOAD)
+
 
 def _not_proven(conds: list[Expr], ranges: dict) -> list[Expr]:
   """``conds`` simplified, without those the ranges prove true."""
