@@ -62,17 +62,19 @@ def test_constructed_schedule_matches_numpy(name):
   assert res.costs == sorted(res.costs)
 
 
-def test_a_prime_extent_is_walked_as_a_padded_one_and_stays_correct():
-  """A loop of 197 iterations (a ViT's tokens: prime, its only tiles 1 and 197) is tiled as 224 = 32 x 7, the tiles
+def test_a_prime_extent_is_tiled_as_a_padded_one_and_stays_correct():
+  """A loop of 197 iterations (a ViT's tokens: prime, its only tiles 1 and 197) is tiled as 224 = 32 x 7 (the
+  sketch's tile group, which every search draws from), the tiles
   overhanging it behind lowering's guards; extents with a divisor from 8 to 64, or up to 64, stay as they are.
   A 197 x 96 x 64 matmul's construction tiles its rows in pieces that do not divide 197, and matches numpy."""
-  assert [G.walk_extent(n) for n in (197, 194, 1000, 196, 61, 128)] == [224, 224, 1000, 196, 61, 128]
+  from minicomp.search.sketch_types import tile_extent
+  assert [tile_extent(n) for n in (197, 194, 1000, 196, 61, 128)] == [224, 224, 1000, 196, 61, 128]
   wl = W.matmul(197, 96, 64)
   dag = ComputeDAG(wl.outputs)
   res = construct(dag, "sm_86", seed=0)
   assert res.candidates, res.reasons
   cand = res.candidates[0]
-  rows = next(g for g in generate_sketches(dag, as_target("sm_86"))[cand.sketch_index].tiles if g.extent == 197)
+  rows = next(g for g in generate_sketches(dag, as_target("sm_86"))[cand.sketch_index].tiles if g.extent == 224)
   assert 197 % np.prod([cand.values[v] for v in rows.vars]) != 0
   kern = build(cand.schedule, "sm_86")
   ins = wl.random_inputs(1)

@@ -41,7 +41,7 @@ from minicomp.ir.expr import Expr, var
 from minicomp.ir.ops import Op
 from minicomp.ir.schedule import Schedule
 from minicomp.ir.state import BLOCK_TAGS, INLINE, ROOT, THREAD_TAGS
-from minicomp.search.sketch_types import Choice, Decision, SketchInfo, SketchRule, TileGroup
+from minicomp.search.sketch_types import Choice, Decision, SketchInfo, SketchRule, TileGroup, tile_extent
 
 TILE_STRUCTURE = "SSSRRSRS"        # Ansor's gpu_multi_level_tiling_structure
 SPATIAL_LEVELS, REDUCE_LEVELS = 5, 3
@@ -123,7 +123,7 @@ def _tile_spatial(s: Schedule, info: SketchInfo, stage: str, levels: int, vars_o
     if vars_of is not None: vs = vars_of[a.name]
     else:
       vs = tuple(info.new_var(f"{stage}_{a.name}_{k}").arg for k in range(1, levels))
-      info.tiles.append(TileGroup(stage, a.name, n, vs, "spatial"))
+      info.tiles.append(TileGroup(stage, a.name, tile_extent(n), vs, "spatial"))
     made[a.name] = vs
     parts = s.split(stage, a.name, [var(v) for v in vs])
     for k, p in enumerate(parts): per_level[k].append(p)
@@ -333,7 +333,7 @@ def _tile_with_fusion(s: Schedule, info: SketchInfo, name: str, out: str) -> Non
   vars_of = {}
   for a, n in zip(st.tensor.axes, int_dims(st.tensor.shape)):
     vs = tuple(info.new_var(f"{name}_{a.name}_{k}").arg for k in range(1, SPATIAL_LEVELS))
-    info.tiles.append(TileGroup(name, a.name, n, vs, "spatial"))
+    info.tiles.append(TileGroup(name, a.name, tile_extent(n), vs, "spatial"))
     vars_of[a.name] = vs
   by_pos = {oa.name: vars_of[a.name] for oa, a in zip(out_st.tensor.axes, st.tensor.axes)}
   levels, _ = _tile_spatial(s, info, out, SPATIAL_LEVELS, by_pos)
@@ -359,7 +359,7 @@ def _tile_reduce(s: Schedule, info: SketchInfo, name: str) -> list[list[str]]:
   levels = [[] for _ in range(REDUCE_LEVELS)]
   for a in st.tensor.reduce_axes:
     vs = tuple(info.new_var(f"{name}_{a.name}_{k}").arg for k in range(1, REDUCE_LEVELS))
-    info.tiles.append(TileGroup(name, a.name, int(a.extent.arg), vs, "reduce"))
+    info.tiles.append(TileGroup(name, a.name, tile_extent(int(a.extent.arg)), vs, "reduce"))
     parts = s.split(name, a.name, [var(v) for v in vs])
     for k, p in enumerate(parts): levels[k].append(p)
   return levels

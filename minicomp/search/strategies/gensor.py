@@ -60,12 +60,12 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from minicomp.errors import MinicompError
-from minicomp.search.annotate import Candidate, check_values, divisors, make_candidate, prime_factors
+from minicomp.search.annotate import Candidate, check_values, make_candidate, prime_factors
 from minicomp.search.sketch import generate_sketches
 from minicomp.search.sketch_types import Sketch, TileGroup
 from minicomp.search.static.analytic import UNROLL_DEFAULT, SketchModel, sketch_model
@@ -126,18 +126,6 @@ def _moves(group: TileGroup, level: str) -> list[tuple[int, int, str]]:
   return []
 
 
-def walk_extent(n: int) -> int:
-  """The extent a walk tiles a loop of ``n`` iterations as: ``n``, unless it is over 64 and has no divisor from 8 to
-  64 (a prime such as a ViT's 197 tokens, whose only tiles would be 1 and 197: the float32 ViT-B layer on the H100,
-  766.1 us* against 380.3 for 196 tokens); then the first multiple of 32, 16 or 8 at most a sixth above it (197 ->
-  224 = 32 x 7: that layer 410.8 us*; 208 = 16 x 13, an eighth, gave 502.4). Its tiles then overhang the loop, which
-  lowering guards (a split that does not divide)."""
-  if n <= 64 or any(8 <= d <= 64 for d in divisors(n)): return n
-  for m in (32, 16, 8):
-    if -(-n // m) * m <= n * 7 / 6: return -(-n // m) * m
-  return n
-
-
 @functools.lru_cache(maxsize=4096)
 def _distinct_primes(n: int) -> tuple[int, ...]:
   return tuple(dict.fromkeys(prime_factors(n)))
@@ -149,7 +137,7 @@ class SketchWalker:
   def __init__(self, sketch: Sketch, target: Target, model: SketchModel | None = None):
     self.sketch, self.target = sketch, target
     self.model = model or sketch_model(sketch, target)
-    self.groups = [replace(g, extent=walk_extent(g.extent)) for g in sketch.tiles]
+    self.groups = list(sketch.tiles)
     self.costs: dict[tuple, float] = {}
     self.evaluations = 0
 
