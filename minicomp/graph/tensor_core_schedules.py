@@ -39,9 +39,9 @@ stages on a 128 x 128 tile 1.43x.
 the task by more than :data:`MAX_PADDING` is skipped (:meth:`Plan.fits`: the overhang is computed, not stored).
 Of the others, the largest tile that still gives every SM of the target a block and the next larger one are built
 (``MAX_CANDIDATES``); one whose lowering fails (a lane box that bound inference cannot size, too much shared memory)
-is dropped. The static model picks among the ones that
-build and Gensor's FP32 candidates (``compiler._construct``). :func:`tensor_core_sketch` is the same template with
-its warp tile, k-step and fetch widths left open, the tuners' sketch (``search/sketch_rules.py``).
+is dropped. The static model picks among the ones that build and Gensor's FP32 candidates (``compiler._construct``).
+:func:`tensor_core_sketch` is the same template with its warp tile, k-step and fetch widths left open, the tuners'
+sketch (``search/sketch_rules.py``).
 """
 from __future__ import annotations
 
@@ -153,9 +153,10 @@ class Plan:
     """Whether the configuration takes the task. Its tiles may overhang the rows and the columns where each is one
     axis (a matmul's; a 2-D tile's rows of pixels): the overhang is computed and not stored (lowering's
     ``_computes_padding``), where it adds, with the reduction's padding to whole instructions, at most
-    :data:`MAX_PADDING` to the task's products. Several row (or
-    column) axes fused into one must divide exactly: a lane's rows would otherwise straddle two rows of the axis
-    before, a region bound inference cannot size as the fragments need."""
+    :data:`MAX_PADDING` to the task's products. Several row (or column) axes fused into one (:func:`plan` leaves them
+    fused where the innermost is a multiple of 16 rows or 8 columns, or divides 8) must divide exactly: a lane's rows
+    would otherwise straddle two rows of the axis before, a region bound inference cannot size as the fragments
+    need."""
     bm = wm * (2 if self.two_d else 16) * mi
     rows = self.row_ext[-2] if self.two_d else self.rows
     if not self.two_d and self.inner_row != self.rows and (self.rows % bm or self.inner_row % (2 * mi)): return False
