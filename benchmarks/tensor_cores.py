@@ -14,8 +14,9 @@ Per workload, dtype and device: the ESTIMATE (no GPU) of the best tensor-core sc
 ``graph/tensor_core_schedules.py`` and of the best of Gensor's constructed FP32-pipe candidates (what
 ``compile`` compares, ``compiler._construct``), their ratio, and the seconds each took to construct and build.
 Two models are compiled whole (autocast with ``precision="fp16"`` / ``"bf16"``), with and without tensor-core
-candidates: a BERT-base layer (``zoo.bert_tiny(layers=1, d=768, heads=12, ff=3072)``, sequence 128) and ResNet-18
-at 64 x 64 (``zoo.resnet18(hw=64)``). Workloads: matmul 4096^3; conv 3x3, 64 -> 64 channels on 56 x 56, its weights
+candidates: a BERT-base layer (``zoo.bert_tiny(layers=1, d=768, heads=12, ff=3072)``, sequence 128), a ViT-B layer
+(the same at 197 tokens) and ResNet-18 at 64 x 64 (``zoo.resnet18(hw=64)``) and at 224 x 224 (its 14 x 14 and 7 x 7
+stages: output rows no multiple of 8 pixels). Workloads: matmul 4096^3; conv 3x3, 64 -> 64 channels on 56 x 56, its weights
 channels-last as ``compile`` stores them for the tensor cores (graph/layout.py).
 """
 from __future__ import annotations
@@ -39,10 +40,14 @@ from minicomp import workloads as W  # noqa: E402
 KERNELS = {
   "matmul_4096": lambda dt: W.matmul(4096, 4096, 4096, dtype=dt),
   "conv3x3_56x56x64": lambda dt: W.conv2d(1, 64, 56, 56, 64, 3, pad=1, dtype=dt, channels_last_weights=True),
+  # ResNet's later stages: rows of 14 and 7 pixels, in 2-D tiles of 16 and 8 that overhang them
+  "conv3x3_14x14x256": lambda dt: W.conv2d(1, 256, 14, 14, 256, 3, pad=1, dtype=dt, channels_last_weights=True),
+  "conv3x3_7x7x512": lambda dt: W.conv2d(1, 512, 7, 7, 512, 3, pad=1, dtype=dt, channels_last_weights=True),
 }
 MODELS = {"bert": ("bert_base_layer (s128)", "bert_tiny", {"s": 128, "layers": 1, "d": 768, "heads": 12, "ff": 3072}),
           "vit": ("vit_base_layer (s197)", "bert_tiny", {"s": 197, "layers": 1, "d": 768, "heads": 12, "ff": 3072}),
-          "resnet18": ("resnet18 (64x64)", "resnet18", {"hw": 64})}
+          "resnet18": ("resnet18 (64x64)", "resnet18", {"hw": 64}),
+          "resnet18_224": ("resnet18 (224x224)", "resnet18", {"hw": 224})}
 
 
 def _best(scheds, tgt):
@@ -111,6 +116,8 @@ def _print_table(rows: list[list[str]]) -> None:
 TORCH = {   # the same workloads through PyTorch: (input shapes, call)
   "matmul_4096": ([(4096, 4096), (4096, 4096)], lambda F, a, b: a @ b),
   "conv3x3_56x56x64": ([(1, 64, 56, 56), (64, 64, 3, 3)], lambda F, x, w: F.conv2d(x, w, padding=1)),
+  "conv3x3_14x14x256": ([(1, 256, 14, 14), (256, 256, 3, 3)], lambda F, x, w: F.conv2d(x, w, padding=1)),
+  "conv3x3_7x7x512": ([(1, 512, 7, 7), (512, 512, 3, 3)], lambda F, x, w: F.conv2d(x, w, padding=1)),
 }
 
 

@@ -156,6 +156,10 @@ OVERHANG = {   # tasks no tile of the template divides (the tiles overhang their
   "matmul_bias_relu_130x72x96": lambda W, dt: W.matmul(130, 72, 96, bias_relu=True, dtype=dt),
   "batch_matmul_3x50x24x16": lambda W, dt: W.batch_matmul(3, 50, 24, 16, dtype=dt),
   "conv2d_2x32x10x16_f40": lambda W, dt: W.conv2d(2, 32, 10, 16, 40, 3, pad=1, dtype=dt, channels_last_weights=True),
+  # rows of 14 and 7 pixels: 2-D tiles 16 and 8 pixels wide, overhanging the image's right edge (and its bottom)
+  "conv2d_2x32x14x14_f16": lambda W, dt: W.conv2d(2, 32, 14, 14, 16, 3, pad=1, dtype=dt, channels_last_weights=True),
+  "conv2d_1x32x7x7_f24": lambda W, dt: W.conv2d(1, 32, 7, 7, 24, 3, pad=1, dtype=dt, channels_last_weights=True),
+  "conv1x1_1x64x7x7_f40": lambda W, dt: W.conv2d(1, 64, 7, 7, 40, 1, dtype=dt, channels_last_weights=True),
 }
 
 
@@ -176,7 +180,7 @@ def test_tiles_that_overhang_the_task_are_computed_whole_and_stored_within_it(na
   for arch in ("sm_80", "sm_75") if dtype == "float16" else ("sm_80",):
     dag = ComputeDAG(wl.outputs)
     p = plan(dag, mc.Target(arch))
-    assert (p.row_ext[-2] % 4 if p.two_d else p.rows % 16), "no overhang: the tiles divide the task"
+    assert (p.row_ext[-2] % 4 or p.row_ext[-1] % 8 if p.two_d else p.rows % 16), "no overhang: the tiles divide it"
     scheds = tensor_core_schedules(dag, mc.Target(arch))
     assert scheds
     for s in scheds:
@@ -240,6 +244,24 @@ def test_an_overhanging_tile_is_fetched_with_zeros_and_never_reads_past_the_tens
       assert "< 100) {" in lines[at - 2] and "mc_zero" in "\n".join(lines[at:at + 5])
     got = np.asarray(run_program(s.lower(), *ins), np.float64)
     assert np.abs(got - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+
+
+def test_pixel_tiles_past_the_image_edge_never_read_past_the_input():
+  """A 3 x 3 convolution on 7 x 7 pixels (padding 1) in 2-D tiles 8 pixels wide: the last column of tiles lies past
+  the padded input's right edge. Its shared tiles store zeros there and the loop-IR interpreter, which raises on
+  reading memory nothing wrote, computes numpy's result; the tiles were 8 wide (the plan's 2-D rows)."""
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import plan, tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  from minicomp.ir.interp import run_program
+  wl = W.conv2d(1, 32, 7, 7, 16, 3, pad=1, dtype="float16", channels_last_weights=True)
+  ins = wl.random_inputs(seed=1)
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  dag = ComputeDAG(wl.outputs)
+  assert plan(dag, mc.Target("sm_80")).two_d
+  (s, *_) = tensor_core_schedules(dag, mc.Target("sm_80"))
+  got = np.asarray(run_program(s.lower(), *ins), np.float64)
+  assert np.abs(got - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
 
 
 @pytest.mark.parametrize("batch, rows", [(1, 197), (2, 197), (2, 100)])
@@ -540,7 +562,7 @@ def _conv(c: int, f: int, hw: int, dtype, rng, group: int = 1, k: int = 3, strid
 def test_channels_last_weights_only_for_convolutions_the_tensor_cores_take():
   """graph/layout.py stores a Conv's weights (O, K.., I) when group is 1, the filter is larger than 1 x 1, the
   input channels are a multiple of the k-step, the type has an mma.sync on the target, strides are 1 and output
-  rows a multiple of 8 pixels; else unchanged."""
+  rows a multiple of 8 pixels or padded to one within MAX_PADDING (14 and 7 pixels; not 4 or 5); else unchanged."""
   from minicomp.frontend.onnx_import import load_onnx
   from minicomp.graph.layout import channels_last_weights
   rng = np.random.default_rng(0)
@@ -557,6 +579,9 @@ def test_channels_last_weights_only_for_convolutions_the_tensor_cores_take():
   assert stored(_conv(32, 16, 8, np.float32, rng)[0], tf32=True) == (0, 2, 3, 1)    # ... unless on TF32
   assert stored(_conv(32, 16, 16, np.float16, rng, stride=2)[0]) is None             # strided: the template loses
   assert stored(_conv(32, 16, 4, np.float16, rng)[0]) is None                        # rows of 4 pixels: no 2-D tiles
+  assert stored(_conv(32, 16, 14, np.float16, rng)[0]) == (0, 2, 3, 1)               # 14 pixels: 2-D tiles of 16
+  assert stored(_conv(32, 16, 7, np.float16, rng)[0]) == (0, 2, 3, 1)                # 7 pixels: tiles of 8
+  assert stored(_conv(32, 16, 5, np.float16, rng)[0]) is None                        # 5 in tiles of 8: too much padding
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "tf32"])

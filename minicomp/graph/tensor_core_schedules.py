@@ -18,9 +18,10 @@ a matmul's i, a convolution's batch and output pixels), **columns** (``y`` only:
   (rows padded to an odd multiple of 16 bytes: ``storage_align``) serves to ``ldmatrix`` without bank conflicts.
   (Rows ``g (2 MI) + 2 m + r``, which this replaced on 2026-11-29, put a fragment's rows 2 MI tile rows apart:
   8-way conflicts for MI = 4, the H200's 64 TFLOP/s of benchmarks/README.md.) With two row axes whose last is a
-  multiple of 8 (a convolution's output pixels), the rows are tiled in two dimensions instead: ``g`` along the
-  last axis (8 columns of pixels), warp, ``m`` and ``r`` along the one before, so a block's input tile is a 2-D
-  box (not padded);
+  multiple of 8 (a convolution's output pixels), or padded to one within :data:`MAX_PADDING` where that beats a row
+  at a time (:func:`pixel_tiles_fit`: rows of 14 or 7 pixels), the rows are tiled in two dimensions instead: ``g``
+  along the last axis (8 columns of pixels), warp, ``m`` and ``r`` along the one before, so a block's input tile is
+  a 2-D box (not padded);
 - computes ``R`` in registers at the thread loop, its longest reduction axis (a convolution's input channels)
   innermost and split into k-steps of ``KSTEP`` where it divides (the other reduction axes loop around them, so a
   step reads 32 channels at one filter tap: a box bound inference sizes exactly), else all of them fused
@@ -157,21 +158,38 @@ class Plan:
     fused where the innermost is a multiple of 16 rows or 8 columns, or divides 8) must divide exactly: a lane's rows
     would otherwise straddle two rows of the axis before, a region bound inference cannot size as the fragments
     need."""
-    bm = wm * (2 if self.two_d else 16) * mi
-    rows = self.row_ext[-2] if self.two_d else self.rows
-    if not self.two_d and self.inner_row != self.rows and (self.rows % bm or self.inner_row % (2 * mi)): return False
+    if not self.two_d and self.inner_row != self.rows and (self.rows % (wm * 16 * mi) or self.inner_row % (2 * mi)):
+      return False
     if self.inner_col != self.cols and (self.cols % (wn * 8 * ni) or self.inner_col % (2 * ni)): return False
-    padded = _padded(rows, bm) * _padded(self.cols, wn * 8 * ni) * self.k_padding
+    rows = self.row_ext[-2] * self.row_ext[-1] if self.two_d else self.rows
+    padded_rows = _padded(self.row_ext[-2], wm * 2 * mi) * _padded(self.row_ext[-1], 8) if self.two_d \
+      else _padded(rows, wm * 16 * mi)
+    padded = padded_rows * _padded(self.cols, wn * 8 * ni) * self.k_padding
     return padded <= (1 + MAX_PADDING) * rows * self.cols
 
   def blocks(self, wm: int, wn: int, mi: int, ni: int) -> int:
     """The thread blocks the configuration launches."""
-    rows = -(-self.row_ext[-2] // (wm * 2 * mi)) * math.prod(self.row_ext[:-2]) * (self.row_ext[-1] // 8) \
+    rows = -(-self.row_ext[-2] // (wm * 2 * mi)) * math.prod(self.row_ext[:-2]) * -(-self.row_ext[-1] // 8) \
       if self.two_d else -(-self.rows // (wm * 16 * mi))
     return self.batch * rows * -(-self.cols // (wn * 8 * ni))
 
 
 def _padded(n: int, tile: int) -> int: return -(-n // tile) * tile
+
+
+def pixel_tiles_fit(width: int, window: bool = True) -> bool:
+  """Whether output rows of ``width`` pixels take the 2-D pixel tiles (8 pixels of a row a fragment's lane groups):
+  a multiple of 8, or padded to one (the last tile's columns past the edge computed on zeros) within
+  :data:`MAX_PADDING` (14 -> 16 and 7 -> 8 do; 5 -> 8 does not) where such tiles beat tiling one row at a time: the
+  rows are read through a ``window`` (a filter wider than a pixel, whose halo a 2-D box shares) or are fewer than 16
+  (a row alone would be padded to a fragment's 16). So a batch of 2 x 197 tokens is not tiled in 2-D."""
+  if width % 8 == 0: return True
+  return _padded(width, 8) <= (1 + MAX_PADDING) * width and (window or width < 16)
+
+
+def _windowed(e, axis: str, reduce: set[str]) -> bool:
+  """Whether the read in ``e`` indexes ``axis`` together with a reduction axis (a convolution's ``ow + kw``)."""
+  return any(axis in fv and fv & reduce for n in walk(e) if n.op is Op.LOAD for fv in map(free_vars, n.src))
 
 
 def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
@@ -209,7 +227,9 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
   row_ext = tuple(s for s, c in zip(shape, classes) if c == "row")
   # two row axes (a convolution's output rows and columns): a warp's 16 fragment rows are 8 columns x 2 rows of
   # pixels (g along the columns, r and the register tile along the rows), so a block's tile is a 2-D box
-  two_d = len(row_ext) >= 2 and row_ext[-1] % 8 == 0
+  inner = next(a.name for a, c in zip(reversed(r.axes), reversed(classes)) if c == "row")
+  window = any(_windowed(e, inner, {a.name for a in r.reduce_axes}) for e in ops)
+  two_d = len(row_ext) >= 2 and pixel_tiles_fit(row_ext[-1], window)
   for kind, frag in (("row", 16), ("col", 8)):
     # several row (column) axes whose innermost is neither a multiple of a fragment's 16 rows (8 columns) nor a
     # divisor of 8: fused, a lane's rows would straddle rows of the axis before irregularly, a region bound
@@ -420,5 +440,5 @@ def _build(dag: ComputeDAG, p: Plan, wm, wn, mi, ni, width_of, ksteps=None, pad:
   return s
 
 
-__all__ = ["CONFIGS", "KSTEP", "Plan", "intrinsic_for", "plan", "tensor_core_schedules", "tensor_core_sketch",
-           "tensor_core_variants"]
+__all__ = ["CONFIGS", "KSTEP", "Plan", "intrinsic_for", "pixel_tiles_fit", "plan", "tensor_core_schedules",
+           "tensor_core_sketch", "tensor_core_variants"]
