@@ -13,11 +13,12 @@ without a GPU it says so and stops.
 Per workload, dtype and device: the ESTIMATE (no GPU) of the best tensor-core schedule of
 ``graph/tensor_core_schedules.py`` and of the best of Gensor's constructed FP32-pipe candidates (what
 ``compile`` compares, ``compiler._construct``), their ratio, and the seconds each took to construct and build.
-Two models are compiled whole (autocast with ``precision="fp16"`` / ``"bf16"``), with and without tensor-core
+Models are compiled whole (autocast with ``precision="fp16"`` / ``"bf16"``), with and without tensor-core
 candidates: a BERT-base layer (``zoo.bert_tiny(layers=1, d=768, heads=12, ff=3072)``, sequence 128), a ViT-B layer
-(the same at 197 tokens) and ResNet-18 at 64 x 64 (``zoo.resnet18(hw=64)``) and at 224 x 224 (its 14 x 14 and 7 x 7
-stages: output rows no multiple of 8 pixels). Workloads: matmul 4096^3; conv 3x3, 64 -> 64 channels on 56 x 56, its weights
-channels-last as ``compile`` stores them for the tensor cores (graph/layout.py).
+(the same at 197 tokens) and ResNet-18 at 64 x 64 (``zoo.resnet18(hw=64)``) and at 224 x 224 (its 28 x 28, 14 x 14
+and 7 x 7 stages: output rows no multiple of 8 pixels). Workloads: matmul 4096^3; ResNet's 3 x 3 convolutions on
+56 x 56 x 64, 14 x 14 x 256 and 7 x 7 x 512, their weights channels-last as ``compile`` stores them for the tensor
+cores (graph/layout.py).
 """
 from __future__ import annotations
 

@@ -685,3 +685,59 @@ def test_random_search_measures_tensor_core_programs(tmp_path):
   tc = ['"tensorize"' in json.dumps(r["steps"]) for r in recs]
   assert len(recs) == 8 and any(tc) and not all(tc)
   assert all(r["error"] == "ok" and r["cost_s"] > 0 for r in recs)
+
+
+SPLIT = {   # small outputs of long reductions: a split-K candidate (partial sums in chunks, a kernel adding them)
+  "conv2d_1x64x7x7_f32": lambda W, dt: W.conv2d(1, 64, 7, 7, 32, 3, pad=1, dtype=dt, channels_last_weights=True),
+  "matmul_bias_relu_64x48x256": lambda W, dt: W.matmul(64, 48, 256, bias_relu=True, dtype=dt),
+  "batch_matmul_2x32x16x128": lambda W, dt: W.batch_matmul(2, 32, 16, 128, dtype=dt),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(SPLIT))
+def test_a_split_reduction_on_the_tensor_cores_matches_numpy(name, dtype, monkeypatch):
+  """The split-K candidate (``_split_choice``, ``_split``): two kernels, the first tensorized over chunks of the
+  reduction's longest axis (float32 partial sums), the second adding them with the epilogue (bias, ReLU). Against
+  numpy in the simulator, for sm_80 (cp.async) and, in float16, sm_75. (Sizes the simulator runs quickly, so the
+  blocks aimed at and a chunk's least products are lowered for them to be split.)"""
+  import minicomp.graph.tensor_core_schedules as T
+  from minicomp import workloads as W
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  monkeypatch.setattr(T, "SPLIT_BLOCKS_PER_SM", 0.1)
+  monkeypatch.setattr(T, "SPLIT_MIN_K", 64)
+  wl = SPLIT[name](W, dtype)
+  ins = wl.random_inputs(seed=5)
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  bits = 10 if dtype == "float16" else 7
+  for arch in ("sm_80", "sm_75") if dtype == "float16" else ("sm_80",):
+    split = [s for s in tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target(arch)) if len(s.lower().kernels) == 2]
+    assert len(split) == 1, "one split-K candidate"
+    k = mc.build(split[0], target=arch)
+    assert "mma.sync.aligned" in k.binary.ptx and ".rf" in str(split[0])
+    out = k(*ins, device="cpu").astype(np.float64)
+    assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3, (name, arch)
+
+
+def test_split_k_only_where_the_tiles_leave_sms_idle():
+  """``_split_choice`` on the H100 (132 SMs): ResNet's 3 x 3 convolution on 7 x 7 x 512 and BERT-base's FFN matmul
+  are split into at most SPLIT_MAX_CHUNKS chunks of whole k-steps, into at least 1.5 blocks an SM; a 4096^3 matmul,
+  whose tiles fill the GPU, is not."""
+  import dataclasses
+  from minicomp import workloads as W
+  from minicomp.graph import tensor_core_schedules as T
+  from minicomp.ir.dag import ComputeDAG
+  tgt = mc.Target("h100")
+
+  def choice(wl):
+    dag = ComputeDAG(wl.outputs)
+    p = T.plan(dag, tgt)
+    fits = [c for c in T.CONFIGS if p.fits(*c)]
+    return p, T._split_choice(dag, p, fits, tgt)
+  for wl, k in ((W.conv2d(1, 512, 7, 7, 512, 3, pad=1, dtype="float16", channels_last_weights=True), 512),
+                (W.matmul(128, 768, 3072, dtype="float16"), 3072)):
+    p, (q, cfg) = choice(wl)
+    assert 2 <= q.split <= T.SPLIT_MAX_CHUNKS and (k // q.split) % T.KSTEP == 0
+    assert dataclasses.replace(p, batch=p.batch * q.split).blocks(*cfg) >= 1.5 * 132 > p.blocks(*cfg)
+  assert choice(W.matmul(4096, 4096, 4096, dtype="float16"))[1] is None

@@ -46,6 +46,7 @@ sketch (``search/sketch_rules.py``).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -66,6 +67,14 @@ from minicomp.target import Target
 CONFIGS = ((2, 4, 4, 4), (2, 2, 4, 4), (2, 2, 2, 4), (2, 2, 2, 2), (2, 2, 1, 2), (2, 2, 1, 1), (1, 1, 1, 1))
 KSTEP = 32                  # reduction elements per shared-memory step (two m16n8k16 per warp tile)
 MAX_CANDIDATES = 2
+# split-K (_split_choice): the most chunks, and the blocks per SM aimed at. By the static model on the H100
+# (2026-12-02, fp16), ResNet's 3 x 3 convolutions on 28 x 28 to 7 x 7 and BERT-base's FFN matmul (128 x 768,
+# k = 3072) ran fastest split into 2-4 blocks an SM; more chunks than 8 wrote partial sums that cost more than the
+# blocks gained (the matmul's 32 chunks of 128 x 128: 42.6 us* against 19.2 in 8 chunks of 64 x 64)
+SPLIT_MAX_CHUNKS = 8
+SPLIT_BLOCKS_PER_SM = 1.5
+SPLIT_MIN_K = 256           # products a chunk sums at least (8 k-steps: a pipeline of fewer barely fills)
+SPLIT_THREADS = 256         # threads a block of the kernel that adds a split reduction's partial sums
 MAX_PADDING = 0.5           # the most products a tile overhanging the task may add, relative to the task's (Plan.fits)
 FETCH_BYTES = 16            # bytes a thread copies to shared memory at once (one 16-byte access: 8 halves, 4 floats)
 STAGES = (3, 2)             # pipeline stages offered on sm_80+ (cp.async), the most that fit the shared memory first
@@ -149,6 +158,7 @@ class Plan:
   inner_row: int
   inner_col: int
   row_ext: tuple[int, ...]
+  split: int = 0         # chunks the reduction's longest axis is split into (split-K: :func:`_split`); 0: none
 
   def fits(self, wm: int, wn: int, mi: int, ni: int) -> bool:
     """Whether the configuration takes the task. Its tiles may overhang the rows and the columns where each is one
@@ -187,6 +197,11 @@ def pixel_tiles_fit(width: int, window: bool = True) -> bool:
   return _padded(width, 8) <= (1 + MAX_PADDING) * width and (window or width < 16)
 
 
+def _longest(r):
+  """``r``'s longest reduction axis (the first of the longest), the one :func:`_build` steps through innermost."""
+  return sorted(r.reduce_axes, key=lambda a: int(a.extent.arg))[-1]
+
+
 def _windowed(e, axis: str, reduce: set[str]) -> bool:
   """Whether the read in ``e`` indexes ``axis`` together with a reduction axis (a convolution's ``ow + kw``)."""
   return any(axis in fv and fv & reduce for n in walk(e) if n.op is Op.LOAD for fv in map(free_vars, n.src))
@@ -198,6 +213,14 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
   reds = [t for t in dag.tensors if t.reduce_axes]
   if len(dag.outputs) != 1 or len(reds) != 1 or not has_data_reuse(reds[0]): return None
   r = reds[0]
+  outs = {t.name for t in dag.outputs}
+  out = r.name if r.name in outs else epilogue_output(dag, r, outs)
+  return None if out is None else _plan(r, out, target, tf32)
+
+
+def _plan(r, out: str, target: Target, tf32: bool) -> Plan | None:
+  """:func:`plan` of the reduction tensor ``r`` whose result reaches the stage ``out`` (``r`` itself, or its
+  epilogue's output; a split reduction's partial sums, :func:`_split`)."""
   if r.reduce.combiner != "sum": return None
   ops = _operands(r)
   if ops is None: return None
@@ -207,9 +230,7 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
   per = INTRINSICS[intr_name].k_per_term     # (the 8-bit types: a sum of dot4 terms, four steps of k each)
   if (per > 1) != (r.body.src[0].op is Op.CALL): return None
   classes = _classes(r, *ops)
-  outs = {t.name for t in dag.outputs}
-  out = r.name if r.name in outs else epilogue_output(dag, r, outs)
-  if classes is None or out is None: return None
+  if classes is None: return None
   shape = [int(a.extent.arg) for a in r.axes]
   # an axis of extent 1 goes with the batch (blocks): fused into the rows, it hides their extent from bound
   # inference behind a // and a % (a lane's box of a (1, 197)-row matmul sized to all 197 rows)
@@ -222,7 +243,7 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
   if k % k_step and (len(r.reduce_axes) > 1 or _padded(k, k_step) > (1 + MAX_PADDING) * k): return None
   # a convolution (several reduction axes) only when a k-step's values lie side by side in one operand: in ONNX's
   # weight order they lie a filter's taps apart and the FP32 pipes win (docs/tensor_cores.md)
-  longest = sorted(r.reduce_axes, key=lambda a: int(a.extent.arg))[-1]    # as _build orders them
+  longest = _longest(r)
   if len(r.reduce_axes) > 1 and not _k_step_contiguous(*ops, longest.name): return None
   row_ext = tuple(s for s, c in zip(shape, classes) if c == "row")
   # two row axes (a convolution's output rows and columns): a warp's 16 fragment rows are 8 columns x 2 rows of
@@ -249,22 +270,46 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
 
 
 def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -> list[Schedule]:
-  """Up to :data:`MAX_CANDIDATES` tensor-core schedules of ``dag`` (see the module docstring); [] when the task
-  does not qualify (:func:`plan`)."""
+  """Up to :data:`MAX_CANDIDATES` tensor-core schedules of ``dag`` (see the module docstring), the last a split-K
+  one where the tiles would leave SMs idle (:func:`_split_choice`); [] when the task does not qualify
+  (:func:`plan`)."""
   p = plan(dag, target, tf32)
   if p is None: return []
   fits = [c for c in CONFIGS if p.fits(*c)]
   # the largest tile that still gives every SM a block, and the next larger one (fewer, busier blocks)
   blocks = [p.blocks(*c) for c in fits]
   first = next((i for i, b in enumerate(blocks) if b >= target.device.sm_count), len(fits) - 1)
+  split = _split_choice(dag, p, fits, target)
   found = []
   for wm, wn, mi, ni in fits[max(first - 1, 0):]:
+    if len(found) == MAX_CANDIDATES: break
     try:
       found.append(_schedule(dag, p, wm, wn, mi, ni, target))
     except (ScheduleError, LoweringError):   # (a step this task's stages do not allow: no candidate of this shape)
       continue
-    if len(found) == MAX_CANDIDATES: break
+  if split is not None:
+    try:
+      found.append(_schedule(dag, split[0], *split[1], target))
+    except (ScheduleError, LoweringError):
+      pass
   return found
+
+
+def _split_choice(dag: ComputeDAG, p: Plan, fits: list, target: Target) -> tuple[Plan, tuple] | None:
+  """(the plan with its reduction split, the configuration) of the split-K candidate, or None: the largest tile
+  that up to :data:`SPLIT_MAX_CHUNKS` chunks of the reduction's longest axis (a power of two, each chunk a multiple
+  of ``KSTEP`` and at least :data:`SPLIT_MIN_K` products long) make :data:`SPLIT_BLOCKS_PER_SM` blocks an SM, in
+  the fewest such chunks; only where the largest tile that fits the task gives fewer blocks than that, and not for
+  the 8-bit types (their sums stay integers)."""
+  r = next(t for t in dag.tensors if t.name == p.r)
+  n = int(_longest(r).extent.arg)
+  sms = SPLIT_BLOCKS_PER_SM * target.device.sm_count
+  if INTRINSICS[p.intr].integer or not fits or p.k_padding != 1 or p.blocks(*fits[0]) >= sms: return None
+  k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
+  counts = [c for c in (2 ** e for e in range(1, SPLIT_MAX_CHUNKS.bit_length()))
+            if n % c == 0 and n // c % KSTEP == 0 and k // c >= SPLIT_MIN_K]
+  blocks = lambda cfg, c: dataclasses.replace(p, batch=p.batch * c).blocks(*cfg)    # noqa: E731
+  return next(((dataclasses.replace(p, split=c), cfg) for cfg in fits for c in counts if blocks(cfg, c) >= sms), None)
 
 
 def tensor_core_variants(dag: ComputeDAG, target: Target, tf32: bool = False) -> list[Schedule]:
@@ -375,15 +420,35 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   return s, choices
 
 
+def _split(s: Schedule, p: Plan) -> Plan:
+  """Split ``p``'s reduction into ``p.split`` chunks of its longest axis (split-K, as cuBLAS and cuDNN do for
+  small outputs of long reductions): a stage of float32 partial sums, one per chunk (``Schedule.rfactor``), whose
+  chunks are more blocks, and a kernel of :data:`SPLIT_THREADS`-thread blocks in which each thread adds one
+  output's partials and applies the epilogue. The plan of the partial sums' stage: the chunks its first axis, a
+  batch axis."""
+  t = s.state.stage(p.r).tensor
+  ax = _longest(t)
+  ko, _ = s.split(p.r, ax.name, [int(ax.extent.arg) // p.split])
+  rf = s.rfactor(p.r, ko)
+  final = p.out
+  axes = s.axis(final)
+  blk, thr = s.split(final, s.fuse(final, *axes) if len(axes) > 1 else axes[0], [SPLIT_THREADS])
+  s.bind(final, blk, "blockIdx.x")
+  s.bind(final, thr, "threadIdx.x")
+  if final != p.r: s.compute_at(p.r, final, thr)
+  return dataclasses.replace(p, r=rf, out=rf, classes=("batch", *p.classes), batch=p.batch * p.split, split=0)
+
+
 def _build(dag: ComputeDAG, p: Plan, wm, wn, mi, ni, width_of, ksteps=None, pad: bool = True) -> Schedule:
   """The schedule of ``p`` with warps ``wm`` x ``wn``, warp tiles of ``mi`` x ``ni`` instructions, each shared tile
   fetched ``width_of(source tensor, tile name)`` values at once and ``ksteps`` instructions' k per shared-memory
   step (``KSTEP / k`` when None); the warps, ``mi``, ``ni``, the widths and ``ksteps`` may be variables
   (:func:`tensor_core_sketch`). ``pad=False`` leaves the tiles' rows unpadded (to size them)."""
-  r, out, classes, intr, two_d = p.r, p.out, p.classes, p.intr, p.two_d
   s = Schedule(dag)
   for t in dag.tensors:
-    if not t.is_placeholder and t.name != out and not t.reduce_axes: s.compute_inline(t.name)
+    if not t.is_placeholder and t.name != p.out and not t.reduce_axes: s.compute_inline(t.name)
+  if p.split: p = _split(s, p)
+  r, out, classes, intr, two_d = p.r, p.out, p.classes, p.intr, p.two_d
   local = r if r != out else s.cache_write(out, "local")
   ax = s.axis(out)
   by = {c: [a for a, k in zip(ax, classes) if k == c] for c in ("batch", "row", "col")}

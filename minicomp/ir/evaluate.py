@@ -108,6 +108,28 @@ def fold_table(xp=np, wide: bool = False) -> dict[Op, Callable]:
   return out
 
 
+@functools.lru_cache(maxsize=8192)
+def _compiled(e: Expr) -> Callable | None:
+  from minicomp.ir.rewrite import compile_fold
+  try:
+    return compile_fold([e], fold_table(np), "evaluate")
+  except ExprError:          # (a read: no rule without a loads callback; evaluate words the error)
+    return None
+
+
+def evaluate_again(e: Expr, env: dict[str, Any]) -> Any:
+  """``evaluate(e, env)`` with numpy and no loads, through a straight-line function of ``env`` compiled once per
+  expression (``rewrite.compile_fold``: the same rules, so the same values): for expressions evaluated again and
+  again on new arrays (the static model's enumerations of access instances), where ``fold``'s walk per call cost
+  more than the numpy work. Errors are :func:`evaluate`'s."""
+  run = _compiled(e)
+  if run is None: return evaluate(e, env)
+  try:
+    return run(env)[0]
+  except ExprError:
+    return evaluate(e, env)
+
+
 def _with_loads(xp, loads: Callable) -> dict[Op, Callable]:
   return fold_table(xp) | {Op.LOAD: lambda env, n, k: loads(n, list(k))}
 

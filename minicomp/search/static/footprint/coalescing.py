@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from minicomp.errors import ExprError
-from minicomp.ir.evaluate import evaluate
+from minicomp.ir.evaluate import evaluate_again
 from minicomp.ir.loop import LoopKernel
 from minicomp.search.static.footprint.isl_build import HW_TAGS
 
@@ -65,9 +65,9 @@ def _requests(a, lanes: dict[str, np.ndarray], widths: tuple[int, ...]):
       env = {**lanes, **{lp.var: 0 for lp in a.loops}, **s, **c}
       mask = np.ones(nl, bool)
       for cond in a.conds:
-        try: mask &= np.broadcast_to(np.asarray(evaluate(cond, env), bool), (nl,))
+        try: mask &= np.broadcast_to(np.asarray(evaluate_again(cond, env), bool), (nl,))
         except ExprError: pass                 # a data-dependent condition: assume taken
-      idx.append(np.broadcast_to(np.asarray(evaluate(a.index, env), np.int64), (nl,)))
+      idx.append(np.broadcast_to(np.asarray(evaluate_again(a.index, env), np.int64), (nl,)))
       act.append(mask); lid.append(np.arange(nl))
     yield np.concatenate(act), np.concatenate(idx), np.concatenate(lid)
 

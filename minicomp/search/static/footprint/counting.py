@@ -20,7 +20,7 @@ import math
 import islpy as isl
 import numpy as np
 
-from minicomp.ir.evaluate import evaluate
+from minicomp.ir.evaluate import evaluate_again
 from minicomp.ir.expr import Expr, free_vars
 from minicomp.ir.loop import LoopKernel
 from minicomp.ir.ops import Op
@@ -243,7 +243,7 @@ def _class_sum(count: DistinctCounter, ms, keep: int, fixed: list[int], rest: li
   size = env[next(iter(tags))].size
   sig = [np.zeros(size, np.int64)]
   for k, lo, hi in atoms:        # K' + R' <op> 0 reads K' only through its clip to [-hi - 1, -lo + 1]
-    v = np.broadcast_to(np.asarray(evaluate(k, env), np.int64), (size,))
+    v = np.broadcast_to(np.asarray(evaluate_again(k, env), np.int64), (size,))
     sig.append(np.clip(v, None if hi is None else -hi - 1, None if lo is None else -lo + 1))
   first, sizes = _column_classes(np.stack(sig))
   if len(first) > SUM_CLASSES_LIMIT: return None

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from minicomp.errors import ExprError
-from minicomp.ir.evaluate import evaluate
+from minicomp.ir.evaluate import evaluate_again
 from minicomp.ir.linear import bounds
 from minicomp.search.static.footprint.isl_build import AccessMap
 
@@ -81,7 +81,7 @@ def _chunks(m: AccessMap, fix: dict[int, int], keep: int, values: dict[int, list
     full = lambda x, dt, shape=shape: np.broadcast_to(np.asarray(x, dt), shape).reshape(-1)
     mask = np.ones(math.prod(shape), bool)
     for c in m.access.conds:
-      try: mask &= full(evaluate(c, env), bool)
+      try: mask &= full(evaluate_again(c, env), bool)
       except ExprError: pass                     # data-dependent: taken (as isl over-approximates)
     yield env, mask, full
 
@@ -150,7 +150,7 @@ def _keys(fixes, keep: int, values: dict[int, list[int]] | None = None, count: b
     for env, mask, full in _chunks(m, fix, keep, values):
       kept = sum((np.asarray(env[names[p]], np.int64) - radix[p][0]) * strides[p] for p in range(keep))
       if m.affine_index:
-        keys = full(np.asarray(evaluate(m.access.index, env), np.int64) - radix[-1][0] + kept, np.int64)[mask]
+        keys = full(np.asarray(evaluate_again(m.access.index, env), np.int64) - radix[-1][0] + kept, np.int64)[mask]
       else:                                      # a gather: every element of the buffer
         size = int(m.access.buffer.size.arg)
         kk = _sorted_unique(full(kept, np.int64)[mask])
@@ -189,7 +189,7 @@ def distinct_rows(fixes, keep: int, values: dict[int, list[int]] | None = None) 
     for env, mask, full in _chunks(m, fix, keep, values):
       kept = np.stack([full(env[names[p]], np.int64) for p in range(keep)] + [np.zeros(mask.size, np.int64)])[:keep, mask]
       if m.affine_index:
-        addr = full(evaluate(m.access.index, env), np.int64)[mask]
+        addr = full(evaluate_again(m.access.index, env), np.int64)[mask]
       else:                                      # a gather: every element of the buffer
         size = int(m.access.buffer.size.arg)
         kept = np.repeat(np.unique(kept, axis=1), size, axis=1)

@@ -31,7 +31,7 @@ import islpy as isl
 import numpy as np
 
 from minicomp.errors import FootprintError
-from minicomp.ir.evaluate import evaluate
+from minicomp.ir.evaluate import evaluate_again
 from minicomp.ir.expr import Expr, free_vars, var, walk
 from minicomp.ir.rewrite import substitute
 from minicomp.ir.loop import AsyncCommit, AsyncWait, Buffer, Comment, CrossThreadReduce, For, FragmentLoad, If, LoopKernel, Mma, Seq, Store, Sync, walk_scoped
@@ -197,7 +197,7 @@ class AccessMap:
     for c in self.domain_conds:
       vs = free_vars(c)
       if vs and all(v in env for v in vs) and any(names[k] in vs for k in part):
-        mask &= np.broadcast_to(np.asarray(evaluate(c, env), bool), shape)
+        mask &= np.broadcast_to(np.asarray(evaluate_again(c, env), bool), shape)
     inside = int(mask.sum())
     return inside if grid <= ENUM_PART_LIMIT else int(round(inside / SAMPLE_POINTS * grid))
 

@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from minicomp.errors import ExprError
-from minicomp.ir.evaluate import evaluate
+from minicomp.ir.evaluate import evaluate_again
 from minicomp.ir.expr import free_vars
 from minicomp.ir.linear import linear
 from minicomp.ir.ops import Op
@@ -123,7 +123,7 @@ def _conjuncts(conds) -> list:
 
 def _holds(c, env: dict) -> bool:
   """A condition over fixed dimensions; one that cannot be evaluated is taken (as enumeration takes it)."""
-  try: return bool(evaluate(c, env))
+  try: return bool(evaluate_again(c, env))
   except ExprError: return True
 
 
@@ -140,7 +140,7 @@ def _grid(pieces, ps: list[int], m: AccessMap, const_env: dict):
   total, mask = None, np.ones(shape, bool)
   try:
     for is_cond, e, coef, _ in pieces:
-      x = np.asarray(evaluate(e, env))
+      x = np.asarray(evaluate_again(e, env))
       if is_cond: mask &= x.astype(bool)
       else: total = (0 if total is None else total) + coef * x.astype(np.int64)
   except ExprError:
