@@ -741,3 +741,30 @@ def test_split_k_only_where_the_tiles_leave_sms_idle():
     assert 2 <= q.split <= T.SPLIT_MAX_CHUNKS and (k // q.split) % T.KSTEP == 0
     assert dataclasses.replace(p, batch=p.batch * q.split).blocks(*cfg) >= 1.5 * 132 > p.blocks(*cfg)
   assert choice(W.matmul(4096, 4096, 4096, dtype="float16"))[1] is None
+
+
+def test_compile_runs_saves_and_replays_a_split_k_kernel(tmp_path, monkeypatch):
+  """An fp16 MatMul+Add+Relu (32 x 256 x 48) whose only tensor-core candidate is the split-K one (the unsplit
+  ones switched off, the thresholds lowered for its small size), kept with ``MINICOMP_TENSOR_CORES=always``: two
+  kernels for the task (partial sums, then their sum with bias and ReLU), numpy's result; saved and loaded the
+  same; compiled again, replayed from the schedule cache (the partial sums' stage ``.rf`` renamed with the task's
+  stages) to the same kernels."""
+  import minicomp.graph.tensor_core_schedules as T
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_SCHEDULE_CACHE", "1")
+  monkeypatch.setenv("MINICOMP_TENSOR_CORES", "always")
+  monkeypatch.setattr(T, "MAX_CANDIDATES", 0)
+  monkeypatch.setattr(T, "SPLIT_BLOCKS_PER_SM", 0.1)
+  monkeypatch.setattr(T, "SPLIT_MIN_K", 64)
+  model, w, b = _mlp(32, 256, 48, np.float16, np.random.default_rng(0))
+  cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
+  (k,) = cm.kernels
+  assert cm.stats.tensor_cores == 1 and [n for n, _, _ in k.launches] == ["task0_matmul_rf", "task0_relu"]
+  assert "mma.sync.aligned" in k.binary.ptx
+  x = np.random.default_rng(1).standard_normal((32, 256)).astype(np.float16)
+  out = cm.run({"x": x}, device="cpu")[0]
+  ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+  assert np.abs(out.astype(np.float64) - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3
+  np.testing.assert_array_equal(mc.load(cm.save(tmp_path / "saved")).run({"x": x}, device="cpu")[0], out)
+  again = mc.compile(model, target="sm_80", progress=False, jobs=1)
+  assert again.stats.cached == 1 and [k.source for k in again.kernels] == [k.source for k in cm.kernels]
