@@ -768,3 +768,29 @@ def test_compile_runs_saves_and_replays_a_split_k_kernel(tmp_path, monkeypatch):
   np.testing.assert_array_equal(mc.load(cm.save(tmp_path / "saved")).run({"x": x}, device="cpu")[0], out)
   again = mc.compile(model, target="sm_80", progress=False, jobs=1)
   assert again.stats.cached == 1 and [k.source for k in again.kernels] == [k.source for k in cm.kernels]
+
+
+def test_the_split_k_sketch_samples_match_numpy(monkeypatch):
+  """Where compile's template offers split-K, generate_sketches adds a second tensor-core sketch on the reduction
+  split the same way (its rules name ``tensor_core_split_k``; compile's construction walks neither); random draws
+  build two kernels and compute numpy's result in the simulator. (A size the simulator runs quickly, the thresholds
+  lowered for it to be split; BERT-base's FFN matmul on the H100 gets it as it is.)"""
+  import minicomp.graph.tensor_core_schedules as T
+  from minicomp import workloads as W
+  from minicomp.compiler import constructed_sketches
+  from minicomp.search.annotate import sample_population
+  from minicomp.search.sketch import generate_sketches
+  big = [s.rules for s in generate_sketches(W.matmul(128, 768, 3072, dtype="float16").outputs, "h100")]
+  assert ("tensor_core_tiling", "tensor_core_split_k") in big
+  monkeypatch.setattr(T, "SPLIT_BLOCKS_PER_SM", 0.1)
+  monkeypatch.setattr(T, "SPLIT_MIN_K", 64)
+  wl = W.matmul(32, 48, 256, bias_relu=True, dtype="float16")
+  (sk,) = [s for s in generate_sketches(wl.outputs, "sm_80") if "tensor_core_split_k" in s.rules]
+  assert not any("tensor_core_tiling" in s.rules for s in constructed_sketches(wl.outputs, mc.Target("sm_80")))
+  ins = wl.random_inputs()
+  ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
+  for c in sample_population([sk], 3, np.random.default_rng(4), "sm_80"):
+    kern = mc.build(c.schedule, target="sm_80")
+    assert len(kern.launches) == 2 and "mma.sync.aligned.m16n8k16" in kern.binary.ptx
+    out = kern(*ins, device="cpu").astype(np.float64)
+    assert np.abs(out - ref).max() <= 2.0 ** -11 * np.abs(ref).max() + 1e-3, c.values

@@ -40,7 +40,9 @@ stages on a 128 x 128 tile 1.43x.
 the task by more than :data:`MAX_PADDING` is skipped (:meth:`Plan.fits`: the overhang is computed, not stored).
 Of the others, the largest tile that still gives every SM of the target a block and the next larger one are built
 (``MAX_CANDIDATES``); one whose lowering fails (a lane box that bound inference cannot size, too much shared memory)
-is dropped. The static model picks among the ones that build and Gensor's FP32 candidates (``compiler._construct``).
+is dropped. Where the largest tile that fits leaves SMs idle, a split-K candidate is added (:func:`_split_choice`,
+:func:`_split`: float32 partial sums per chunk of the reduction, then a kernel adding them with the epilogue). The
+static model picks among the ones that build and Gensor's FP32 candidates (``compiler._construct``).
 :func:`tensor_core_sketch` is the same template with its warp tile, k-step and fetch widths left open, the tuners'
 sketch (``search/sketch_rules.py``).
 """
@@ -384,7 +386,8 @@ SKETCH_TILES = (1, 2, 4)     # instructions per warp tile in rows (MI) and in co
 SKETCH_STAGES = (2, 3, 4)    # the sketch's pipeline stages on sm_80+ (a draw whose tiles exceed 48 KB is redrawn)
 
 
-def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedule, list[tuple]] | None:
+def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var, split: bool = False) \
+    -> tuple[Schedule, list[tuple]] | None:
   """The tensor-core template of ``dag`` with its sizes left open, for the search (``search/sketch_rules.py``):
   (a symbolic Schedule, [(variable, candidates, what)]), or None when the task does not qualify (:func:`plan`;
   float32 tasks never: the sketch knows no precision). Open are the warps along the rows and the columns (each of
@@ -394,9 +397,14 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var) -> tuple[Schedu
   shared memory fails to build and is drawn again), for a matmul: a convolution's taps are pipelined only where
   their count is known (:func:`_pipeline`), which the sketch's variable k-step hides. ``new_var(base)`` makes a
   fresh variable. A draw whose tiles do not divide the task fails to lower (a guard inside the tensorized loops)
-  and is drawn again."""
+  and is drawn again. ``split``: the template on the reduction split as compile's split-K candidate splits it
+  (:func:`_split_choice`'s chunks; None where it offers none)."""
   p = plan(dag, target)
   if p is None or INTRINSICS[p.intr].integer: return None     # (8-bit: compile's template only, not searched yet)
+  if split:
+    found = _split_choice(dag, p, [c for c in CONFIGS if p.fits(*c)], target)
+    if found is None: return None
+    p = found[0]
   choices = []
 
   def choose(base: str, candidates, what: str):

@@ -484,8 +484,9 @@ class MultiLevelTiling(SketchRule):
 class TensorCoreTiling(SketchRule):
   """Not Ansor's (it has no tensor cores): for a task whose reduction goes on the tensor cores (half operands,
   graph/tensor_core_schedules.py ``plan``), one more sketch: compile's tensor-core template with its warp tile,
-  k-step and fetch widths left open as choices. Applied once, to the untouched first state; the other rules still
-  derive their sketches from that state."""
+  k-step and fetch widths left open as choices; and, where compile's template offers split-K (tiles that leave SMs
+  idle), a second one on the reduction split as it splits it. Applied once, to the untouched first state; the other
+  rules still derive their sketches from that state."""
   name = "tensor_core_tiling"
 
   def condition(self, ctx, s, i, info):
@@ -493,13 +494,16 @@ class TensorCoreTiling(SketchRule):
 
   def apply(self, ctx, s, i, info):   # (no sketch where the task does not qualify: tensor_core_sketch's None)
     from minicomp.graph.tensor_core_schedules import tensor_core_sketch
-    new = info.copy()
-    made = tensor_core_sketch(ctx.dag, ctx.target, new.new_var)
-    if made is None: return []
-    sched, choices = made
-    new.choices += [Choice(v.arg, cands, what) for v, cands, what in choices]
-    new.applied.append(self.name)
-    return [(sched, -1, new)]
+    out = []
+    for split in (False, True):       # (and split-K, where compile's template offers it: tiles leaving SMs idle)
+      new = info.copy()
+      made = tensor_core_sketch(ctx.dag, ctx.target, new.new_var, split)
+      if made is None: continue
+      sched, choices = made
+      new.choices += [Choice(v.arg, cands, what) for v, cands, what in choices]
+      new.applied += [self.name, "tensor_core_split_k"] if split else [self.name]
+      out.append((sched, -1, new))
+    return out
 
 
 class SkipStage(SketchRule):
