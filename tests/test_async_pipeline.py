@@ -151,7 +151,7 @@ def test_the_tensor_core_template_is_pipelined_where_cp_async_exists(target, pip
     assert stages == [{}, {}]
     return
   if target == "sm_80":         # 128 x 128 and 128 x 64 tiles (108 SMs); on sm_90's 132, 128 x 64 and 64 x 64
-    assert [list(x.values()) for x in stages] == [[2], [3]]
+    assert [list(x.values()) for x in stages][:2] == [[2], [3]]      # (then a split-K one: 64 blocks < 1.5 / SM)
   assert all(list(x.values()) in ([2], [3]) for x in stages)
   for s, n in zip(scheds, stages):
     k = mc.build(s, target=target)
@@ -172,6 +172,7 @@ def test_a_convolution_pipelines_its_taps_and_k_steps_as_one_loop(channels, pipe
   ins = wl.random_inputs()
   ref = wl.reference(*[a.astype(np.float32) for a in ins]).astype(np.float64)
   for s in tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("sm_80")):
+    if any(st.name.endswith(".rf") for st in s.state.stages): continue   # (split-K: 2 of 4 k-steps a chunk)
     pipes = [dict(st.pipeline) for st in s.state.stages if st.tensorize][0]
     assert list(pipes) == (["ry.rx.rc.0.fused"] if piped else [])
     k = mc.build(s, target="sm_80")
