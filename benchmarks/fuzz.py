@@ -117,7 +117,7 @@ def tensor_core_seed(kind: str, rng: np.random.Generator) -> tuple[onnx.ModelPro
                   [_w("w", k, n), _w("b", n), const("sqrt2", 2 ** 0.5), const("one", 1.0), const("half", 0.5)]), \
         f"{m}x{k} @ {k}x{n}"
   if kind == "tc_conv_relu":
-    c, o, hw, kh = pick(32, 64, 32, 16), pick(32, 64, 8, 24), pick(8, 16, 5, 12), pick(3, 3, 1)
+    c, o, hw, kh = pick(32, 64, 32, 16), pick(32, 64, 8, 24), pick(8, 16, 5, 12, 14, 7), pick(3, 3, 1)
     stride, pad = pick(1, 1, 2), kh // 2
     out = (hw + 2 * pad - kh) // stride + 1
     return _model([N("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, strides=[stride] * 2, name="conv"),
