@@ -102,6 +102,10 @@ print('smoke: max |gpu - numpy| =', float(np.abs(got - wl.reference(*ins)).max()
     # (2026-12-02: a ViT's 197 tokens, which no tile divides, on the tensor cores: 1327.2 -> 112.2 us* estimated)
     step "a ViT-B layer against PyTorch" 60 tensor_cores.txt python3 benchmarks/tensor_cores.py --gpu --dtypes float16 \
       --only vit
+    # (2026-12-02: ResNet's 3 x 3 convolutions on 14 x 14 and 7 x 7 in 2-D tiles overhanging the image, split-K:
+    # estimated 15.4 and 19.0 us*; the FP32 pipes 16.7 and 39.5)
+    step "ResNet's late convolutions against cuDNN" 45 tensor_cores.txt python3 benchmarks/tensor_cores.py --gpu \
+      --dtypes float16 --only conv3x3_14x14x256 conv3x3_7x7x512
     # (the fp16 matmul 4096^3 at 498 us reads 2.15 GB from L2 in 128 x 128 tiles, 4.3 TB/s: is L2 what bounds it?
     # 256 x 128 and 128 x 256 tiles of 8 warps read 1.61 GB; 2026-12-02, research/README.md)
     step "the template's larger tiles" 45 tensor_cores.txt python3 research/tc_kernel_variants.py --gpu --size 4096 \
