@@ -160,6 +160,9 @@ OVERHANG = {   # tasks no tile of the template divides (the tiles overhang their
   "conv2d_2x32x14x14_f16": lambda W, dt: W.conv2d(2, 32, 14, 14, 16, 3, pad=1, dtype=dt, channels_last_weights=True),
   "conv2d_1x32x7x7_f24": lambda W, dt: W.conv2d(1, 32, 7, 7, 24, 3, pad=1, dtype=dt, channels_last_weights=True),
   "conv1x1_1x64x7x7_f40": lambda W, dt: W.conv2d(1, 64, 7, 7, 40, 1, dtype=dt, channels_last_weights=True),
+  # input channels no multiple of 32: k-steps of one instruction (16 channels at one filter tap)
+  "conv2d_1x16x12x12_f24": lambda W, dt: W.conv2d(1, 16, 12, 12, 24, 3, pad=1, dtype=dt, channels_last_weights=True),
+  "conv2d_1x48x7x7_f16": lambda W, dt: W.conv2d(1, 48, 7, 7, 16, 3, pad=1, dtype=dt, channels_last_weights=True),
 }
 
 
@@ -561,8 +564,9 @@ def _conv(c: int, f: int, hw: int, dtype, rng, group: int = 1, k: int = 3, strid
 
 def test_channels_last_weights_only_for_convolutions_the_tensor_cores_take():
   """graph/layout.py stores a Conv's weights (O, K.., I) when group is 1, the filter is larger than 1 x 1, the
-  input channels are a multiple of the k-step, the type has an mma.sync on the target, strides are 1 and output
-  rows a multiple of 8 pixels or padded to one within MAX_PADDING (14 and 7 pixels; not 4 or 5); else unchanged."""
+  input channels are a multiple of 16 (an instruction's k), the type has an mma.sync on the target, strides are 1
+  and output rows a multiple of 8 pixels or padded to one within MAX_PADDING (14 and 7 pixels; not 4 or 5); else
+  unchanged."""
   from minicomp.frontend.onnx_import import load_onnx
   from minicomp.graph.layout import channels_last_weights
   rng = np.random.default_rng(0)
@@ -572,7 +576,8 @@ def test_channels_last_weights_only_for_convolutions_the_tensor_cores_take():
     return g.values["W"].layout
   assert stored(_conv(32, 16, 8, np.float16, rng)[0]) == (0, 2, 3, 1)
   assert stored(_conv(32, 16, 8, np.float16, rng)[0], "sm_70") is None              # no mma.sync used there
-  assert stored(_conv(16, 16, 8, np.float16, rng)[0]) is None                       # 16 channels: not a k-step
+  assert stored(_conv(16, 16, 8, np.float16, rng)[0]) == (0, 2, 3, 1)               # 16 channels: one instruction's k
+  assert stored(_conv(8, 16, 8, np.float16, rng)[0]) is None                        # 8: not
   assert stored(_conv(64, 16, 8, np.float16, rng, group=2)[0]) is None
   assert stored(_conv(32, 16, 8, np.float16, rng, k=1)[0]) is None                  # 1 x 1: already channels-last
   assert stored(_conv(32, 16, 8, np.float32, rng)[0]) is None                       # float32 ...

@@ -9,8 +9,8 @@ them transposed, and the kernels read them through a view in ONNX's order (``sub
 schedule inlines.
 
 :func:`channels_last_weights` stores them so for each convolution the tensor cores can take: ``group`` 1, a
-filter larger than 1 (a 1 x 1 filter is already channels-last), input channels a multiple of the schedules' k-step
-(``KSTEP``), input and weights of one type that has an mma.sync intrinsic on the target (float16, bfloat16; float32
+filter larger than 1 (a 1 x 1 filter is already channels-last), input channels a multiple of an instruction's k
+(16: the schedules' k-steps are ``KSTEP`` channels where that divides them, else one instruction's), input and weights of one type that has an mma.sync intrinsic on the target (float16, bfloat16; float32
 with ``precision="tf32"``), constant weights read by convolutions only; and where the template's 2-D tiles of
 output pixels apply and win: unit strides and dilations, output rows a multiple of 8 pixels or padded to one within
 the template's ``MAX_PADDING`` (rows of 14 or 7 pixels in tiles of 16 or 8: ``pixel_tiles_fit``). Elsewhere the order
@@ -33,7 +33,7 @@ def _takes_tensor_cores(g: Graph, n: Node, target: Target, tf32: bool) -> bool:
   if n.op_type != "Conv" or n.domain not in ("", "ai.onnx") or len(n.inputs) < 2: return False
   x, w = (g.values.get(i) for i in n.inputs[:2])
   if x is None or w is None or not w.is_const or w.layout is not None or w.const.ndim < 3: return False
-  if int(n.attrs.get("group", 1)) != 1 or w.const.shape[1] % KSTEP or all(k == 1 for k in w.const.shape[2:]):
+  if int(n.attrs.get("group", 1)) != 1 or w.const.shape[1] % (KSTEP // 2) or all(k == 1 for k in w.const.shape[2:]):
     return False
   y = g.values.get(n.outputs[0])
   if any(int(v) != 1 for k in ("strides", "dilations") for v in n.attrs.get(k, ())) or y is None \
