@@ -156,7 +156,7 @@ OVERHANG = {   # tasks no tile of the template divides (the tiles overhang their
   "matmul_bias_relu_130x72x96": lambda W, dt: W.matmul(130, 72, 96, bias_relu=True, dtype=dt),
   "batch_matmul_3x50x24x16": lambda W, dt: W.batch_matmul(3, 50, 24, 16, dtype=dt),
   "conv2d_2x32x10x16_f40": lambda W, dt: W.conv2d(2, 32, 10, 16, 40, 3, pad=1, dtype=dt, channels_last_weights=True),
-  # rows of 14 and 7 pixels: 2-D tiles 16 and 8 pixels wide, overhanging the image's right edge (and its bottom)
+  # rows of 14 and 7 pixels: 2-D tiles 8 pixels wide, the last overhanging the image's right edge (and its bottom)
   "conv2d_2x32x14x14_f16": lambda W, dt: W.conv2d(2, 32, 14, 14, 16, 3, pad=1, dtype=dt, channels_last_weights=True),
   "conv2d_1x32x7x7_f24": lambda W, dt: W.conv2d(1, 32, 7, 7, 24, 3, pad=1, dtype=dt, channels_last_weights=True),
   "conv1x1_1x64x7x7_f40": lambda W, dt: W.conv2d(1, 64, 7, 7, 40, 1, dtype=dt, channels_last_weights=True),
