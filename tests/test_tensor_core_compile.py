@@ -841,3 +841,24 @@ def test_random_split_k_schedules_match_numpy(kind):
     bits = 10 if dt == "float16" else 7
     assert np.abs(out - ref).max() <= 2.0 ** -(bits + 1) * np.abs(ref).max() + 1e-3, (kind, cfg, chunks, m, n, k, arch)
     built += 1
+
+
+def test_a_split_reduction_on_tf32_matches_numpy(monkeypatch):
+  """Split-K of float32 tasks on TF32 (``precision="tf32"``'s template: m16n8k8 on sm_80): a matmul with bias and
+  ReLU and a convolution on 7 x 7 pixels, two kernels each, within TF32's rounding (2^-10 of the sum of |products|)
+  of numpy's float64 result, and not float32's exact one."""
+  import minicomp.graph.tensor_core_schedules as T
+  from minicomp import workloads as W
+  from minicomp.ir.dag import ComputeDAG
+  monkeypatch.setattr(T, "SPLIT_BLOCKS_PER_SM", 0.4)
+  monkeypatch.setattr(T, "SPLIT_MIN_K", 64)
+  for wl in (W.matmul(48, 40, 256, bias_relu=True), W.conv2d(1, 128, 7, 7, 24, 3, pad=1, channels_last_weights=True)):
+    (s,) = [s for s in T.tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("sm_80"), tf32=True)
+            if any(st.name.endswith(".rf") for st in s.state.stages)]
+    k = mc.build(s, target="sm_80")
+    assert len(k.launches) == 2 and "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in k.binary.ptx
+    ins = wl.random_inputs(seed=2)
+    ref = wl.reference(*[a.astype(np.float64) for a in ins]).astype(np.float64)
+    bound = wl.reference(*[np.abs(a).astype(np.float64) for a in ins]).astype(np.float64)
+    out = k(*ins, device="cpu").astype(np.float64)
+    assert (np.abs(out - ref) <= 2.0 ** -10 * np.abs(bound) + 1e-5).all() and np.abs(out - ref).max() > 1e-5
