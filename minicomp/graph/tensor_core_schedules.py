@@ -222,7 +222,7 @@ def plan(dag: ComputeDAG, target: Target, tf32: bool = False) -> Plan | None:
 
 def _plan(r, out: str, target: Target, tf32: bool) -> Plan | None:
   """:func:`plan` of the reduction tensor ``r`` whose result reaches the stage ``out`` (``r`` itself, or its
-  epilogue's output; a split reduction's partial sums, :func:`_split`)."""
+  epilogue's output)."""
   if r.reduce.combiner != "sum": return None
   ops = _operands(r)
   if ops is None: return None
