@@ -10,11 +10,13 @@ schedule inlines.
 
 :func:`channels_last_weights` stores them so for each convolution the tensor cores can take: ``group`` 1, a
 filter larger than 1 (a 1 x 1 filter is already channels-last), input channels a multiple of an instruction's k
-(16: the schedules' k-steps are ``KSTEP`` channels where that divides them, else one instruction's), input and weights of one type that has an mma.sync intrinsic on the target (float16, bfloat16; float32
-with ``precision="tf32"``), constant weights read by convolutions only; and where the template's 2-D tiles of
-output pixels apply and win: unit strides and dilations, output rows a multiple of 8 pixels or padded to one within
-the template's ``MAX_PADDING`` (rows of 14 or 7 pixels in tiles of 16 or 8: ``pixel_tiles_fit``). Elsewhere the order
-costs the FP32-pipe kernels that keep the layer: a ResNet-18's strided and 4x4 / 2x2 layers stayed there, and
+(16: the schedules' k-steps are ``KSTEP`` channels where that divides them, else one instruction's), input and
+weights of one type that has an mma.sync intrinsic on the target (float16, bfloat16; float32 with
+``precision="tf32"``), constant weights read by convolutions only; and where the template's 2-D tiles of output
+pixels apply and win: unit strides and dilations, output rows a multiple of 8 pixels or padded to one within the
+template's ``MAX_PADDING`` (rows of 14 or 7 pixels in tiles 8 wide: ``pixel_tiles_fit``, as the plan decides it).
+Elsewhere the order costs the FP32-pipe kernels that keep the layer: a ResNet-18's strided and 4x4 / 2x2 layers
+stayed there, and
 its 2x2 layers' cross-thread reductions, which read a filter's weights along (I, KH, KW), read them 512 apart in
 channels-last order (the fp16 model at 64 x 64 on an H100: 334.2 us with every such conv transposed, 303.4 with
 none, by the static model). ``compile`` calls it (the ``layout`` phase) in the modes that offer tensor-core
@@ -37,7 +39,7 @@ def _takes_tensor_cores(g: Graph, n: Node, target: Target, tf32: bool) -> bool:
     return False
   y = g.values.get(n.outputs[0])
   if any(int(v) != 1 for k in ("strides", "dilations") for v in n.attrs.get(k, ())) or y is None \
-      or not pixel_tiles_fit(int(y.shape[-1])):
+      or not pixel_tiles_fit(int(y.shape[-1]), window=w.const.shape[-1] > 1):
     return False
   return x.dtype == w.dtype and intrinsic_for(w.dtype, target, tf32) is not None
 

@@ -179,6 +179,10 @@ class Plan:
     padded = padded_rows * _padded(self.cols, wn * 8 * ni) * self.k_padding
     return padded <= (1 + MAX_PADDING) * rows * self.cols
 
+  def configs(self) -> list[tuple[int, int, int, int]]:
+    """The configurations of :data:`CONFIGS` that take the task (:meth:`fits`), largest tile first."""
+    return [c for c in CONFIGS if self.fits(*c)]
+
   def blocks(self, wm: int, wn: int, mi: int, ni: int) -> int:
     """The thread blocks the configuration launches."""
     rows = -(-self.row_ext[-2] // (wm * 2 * mi)) * math.prod(self.row_ext[:-2]) * -(-self.row_ext[-1] // 8) \
@@ -277,11 +281,11 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   (:func:`plan`)."""
   p = plan(dag, target, tf32)
   if p is None: return []
-  fits = [c for c in CONFIGS if p.fits(*c)]
+  fits = p.configs()
   # the largest tile that still gives every SM a block, and the next larger one (fewer, busier blocks)
   blocks = [p.blocks(*c) for c in fits]
   first = next((i for i, b in enumerate(blocks) if b >= target.device.sm_count), len(fits) - 1)
-  split = _split_choice(dag, p, fits, target)
+  split = _split_choice(dag, p, target)
   found = []
   for wm, wn, mi, ni in fits[max(first - 1, 0):]:
     if len(found) == MAX_CANDIDATES: break
@@ -297,7 +301,7 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   return found
 
 
-def _split_choice(dag: ComputeDAG, p: Plan, fits: list, target: Target) -> tuple[Plan, tuple] | None:
+def _split_choice(dag: ComputeDAG, p: Plan, target: Target) -> tuple[Plan, tuple] | None:
   """(the plan with its reduction split, the configuration) of the split-K candidate, or None: the largest tile
   that up to :data:`SPLIT_MAX_CHUNKS` chunks of the reduction's longest axis (a power of two, each chunk a multiple
   of ``KSTEP`` and at least :data:`SPLIT_MIN_K` products long) make :data:`SPLIT_BLOCKS_PER_SM` blocks an SM, in
@@ -306,6 +310,7 @@ def _split_choice(dag: ComputeDAG, p: Plan, fits: list, target: Target) -> tuple
   r = next(t for t in dag.tensors if t.name == p.r)
   n = int(_longest(r).extent.arg)
   sms = SPLIT_BLOCKS_PER_SM * target.device.sm_count
+  fits = p.configs()
   if INTRINSICS[p.intr].integer or not fits or p.k_padding != 1 or p.blocks(*fits[0]) >= sms: return None
   k = math.prod(int(a.extent.arg) for a in r.reduce_axes)
   counts = [c for c in (2 ** e for e in range(1, SPLIT_MAX_CHUNKS.bit_length()))
@@ -325,7 +330,7 @@ def tensor_core_variants(dag: ComputeDAG, target: Target, tf32: bool = False) ->
   seen = {s.to_json() for s in first}
   out = list(first)
   depths = STAGES if target.device.compute_capability >= CP_ASYNC_MIN_CC else (None,)
-  for cfg in (c for c in CONFIGS if p.fits(*c)):
+  for cfg in p.configs():
     for n in depths:
       try:
         s = _schedule(dag, p, *cfg, target, stages=n)
@@ -402,7 +407,7 @@ def tensor_core_sketch(dag: ComputeDAG, target: Target, new_var, split: bool = F
   p = plan(dag, target)
   if p is None or INTRINSICS[p.intr].integer: return None     # (8-bit: compile's template only, not searched yet)
   if split:
-    found = _split_choice(dag, p, [c for c in CONFIGS if p.fits(*c)], target)
+    found = _split_choice(dag, p, target)
     if found is None: return None
     p = found[0]
   choices = []
