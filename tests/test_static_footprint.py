@@ -307,6 +307,39 @@ def test_sampled_sums_are_estimates_close_to_exact(monkeypatch):
     assert b.thread_sum == pytest.approx(tr.distinct(rows, addrs, 6), rel=0.3), b.name
 
 
+@pytest.mark.parametrize("name", ["mm_tiled_bias", "mm_vthread", "conv_shared", "conv_global", "softmax_tree",
+                                  "vectorized"])
+def test_sums_by_classes_first_match_brute_force(name, monkeypatch):
+  """Per-block and per-thread sums over many instances go by classes of equal counts before counting every block at
+  once (fewer instances enumerated): exact, as the simulator's trace says, and taken that way somewhere."""
+  import minicomp.search.static.footprint.counting as C
+  monkeypatch.setattr(C, "SUM_ENUM_LIMIT", 0)
+  taken, orig = [], C._class_sum
+  monkeypatch.setattr(C, "_class_sum", lambda *a: taken.append(orig(*a)) or taken[-1])
+  for k in PROGRAMS[name]().lower().kernels:
+    dm = check_against_brute_force(k)
+    assert all(b.sums_exact for b in dm.buffers)
+  assert any(t is not None for t in taken)
+
+
+def test_a_tensor_core_convolution_sums_its_blocks_by_classes(monkeypatch):
+  """A tensor-core convolution over 14 x 14 pixels (tiles overhanging the image, its blocks fused into one index):
+  the per-block sums by classes of blocks equal counting every block at once, and classes are what is taken."""
+  import minicomp.search.static.footprint.counting as C
+  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
+  from minicomp.ir.dag import ComputeDAG
+  wl = W.conv2d(1, 64, 14, 14, 64, 3, pad=1, dtype="float16", channels_last_weights=True)
+  k = tensor_core_schedules(ComputeDAG(wl.outputs), mc.Target("sm_80"))[0].lower().kernels[0]
+  taken, orig = [], C._class_sum
+  monkeypatch.setattr(C, "_class_sum", lambda *a: taken.append(orig(*a)) or taken[-1])
+  by_classes = data_movement(k)
+  assert sum(t is not None for t in taken) >= 2                 # the weights' and the input's block sums
+  monkeypatch.setattr(C, "_class_sum", lambda *a: None if a[2] == 3 else orig(*a))   # all blocks at once, as before
+  at_once = data_movement(k)
+  assert by_classes.buffers == at_once.buffers and by_classes.levels == at_once.levels
+  assert all(b.sums_exact for b in at_once.buffers) and by_classes.counts != at_once.counts
+
+
 # ---------------------------------------------------------------------------------------------
 # gathers, Algorithm 2 capacities
 

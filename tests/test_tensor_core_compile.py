@@ -407,6 +407,33 @@ def test_compile_puts_an_fp16_matmul_on_the_tensor_cores(tmp_path, monkeypatch):
   assert off.stats.tensor_cores == 0 and "tensor cores" not in off.summary()
 
 
+def test_compile_builds_the_tiles_the_analytic_model_ranks_first_and_every_split_k_one(tmp_path, monkeypatch):
+  """Of the template's tiles for a task, compile builds (NVRTC) and estimates in full only the one the analytic model
+  estimates fastest, lowered once; a split-K schedule always. The FFN matmuls of an fp16 BERT-base layer on the H100
+  have two tiles and a split-K schedule each."""
+  from minicomp import zoo
+  from minicomp.codegen.kernel import Builds
+  from minicomp.compiler import _tensor_core_options, model_tasks
+  from minicomp.graph.tensor_core_schedules import is_split_k, tensor_core_schedules
+  from minicomp.search.static.analytic import schedule_seconds
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  tgt = mc.Target("h100")
+  model, _ = zoo.bert_tiny(s=128, layers=1, d=768, heads=12, ff=3072)
+  task = next(t for t, _ in model_tasks(model, tgt, precision="fp16") if "Erf" in t.ops)   # (768 -> 3072, GELU)
+  scheds = tensor_core_schedules(task.dag, tgt)
+  tiles = [s for s in scheds if not is_split_k(s)]
+  assert len(tiles) == 2 and len(scheds) == 3
+  secs = [schedule_seconds(s, tgt) for s in tiles]
+  assert all(0 < x < 1e-3 for x in secs) and secs[0] != secs[1]
+  import minicomp.codegen.kernel as K
+  lowered, lower = [], K.lower_checked
+  monkeypatch.setattr(K, "lower_checked", lambda s, *a: lowered.append(s) or lower(s, *a))
+  built = Builds(tgt)
+  got = [s for _, s, how in _tensor_core_options(task, built, "t", "half")]
+  assert [x.to_json() for x in got] == [tiles[secs.index(min(secs))].to_json(), scheds[-1].to_json()]
+  assert len(built._kernels) == 2 and len(lowered) == 3     # (the two tiles to rank them, the split-K one to build it)
+
+
 def test_tensor_cores_always_keeps_them_where_the_static_model_prefers_the_fp32_pipes(tmp_path, monkeypatch):
   """A small fp16 MatMul+Add+Relu (16 x 64 x 64) goes to the FP32 pipes by the static model on sm_86;
   ``MINICOMP_TENSOR_CORES=always`` keeps its tensor-core schedule (the schedule cache keeps the two choices apart:

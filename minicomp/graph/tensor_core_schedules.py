@@ -301,6 +301,11 @@ def tensor_core_schedules(dag: ComputeDAG, target: Target, tf32: bool = False) -
   return found
 
 
+def is_split_k(s: Schedule) -> bool:
+  """Whether ``s`` is a split-K schedule (:func:`_split`: its reduction rfactored into partial sums)."""
+  return any(st.kind == "rfactor" for st in s.state.steps)
+
+
 def _split_choice(dag: ComputeDAG, p: Plan, target: Target) -> tuple[Plan, tuple] | None:
   """(the plan with its reduction split, the configuration) of the split-K candidate, or None: the largest tile
   that up to :data:`SPLIT_MAX_CHUNKS` chunks of the reduction's longest axis (a power of two, each chunk a multiple
@@ -518,5 +523,5 @@ def _build(dag: ComputeDAG, p: Plan, wm, wn, mi, ni, width_of, ksteps=None, pad:
   return s
 
 
-__all__ = ["CONFIGS", "KSTEP", "Plan", "intrinsic_for", "pixel_tiles_fit", "plan", "tensor_core_schedules",
-           "tensor_core_sketch", "tensor_core_variants"]
+__all__ = ["CONFIGS", "KSTEP", "Plan", "intrinsic_for", "is_split_k", "pixel_tiles_fit", "plan",
+           "tensor_core_schedules", "tensor_core_sketch", "tensor_core_variants"]

@@ -60,6 +60,7 @@ off, as expressions of the sketch's variables, what :class:`~.model.LaunchFacts`
   wavefronts and latency; the scalar loops it keeps for the interpreter are not counted. A tensorized sketch does
   not lower symbolically (the tensorized loops' checks need concrete sizes): :func:`sketch_model` gives it a
   :class:`PointwiseModel`, which lowers each point's program on its own, once, and counts it the same way.
+  :func:`schedule_seconds` costs one concrete schedule so (compile ranks the tensor-core template's tiles with it).
 
 Data movement to DRAM is compulsory (every global buffer once), and L2 -> SM traffic is the
 sectors of the global requests, as in the full model. The facts then go through the same
@@ -663,4 +664,18 @@ def sketch_model(sketch, target: Target, unroll: int = UNROLL_DEFAULT):
     return PointwiseModel(sketch, target, unroll)
 
 
-__all__ = ["PointwiseModel", "SketchModel", "UNROLL_DEFAULT", "sketch_model"]
+@dataclass(frozen=True)
+class _Concrete:
+  """A concrete schedule in a sketch's place: no parameters, no tiles to stretch."""
+  schedule: object
+  tiles: tuple = ()
+
+
+def schedule_seconds(schedule, target: Target, program=None) -> float:
+  """The analytic model's estimate of one concrete schedule (``program``: its lowered program, lowered here when not
+  given), no NVRTC build; ``inf`` where it breaks a resource limit. Raises what lowering raises."""
+  return float(SketchModel(_Concrete(schedule), target, program=program if program is not None else schedule.lower())(
+    [{}])[0])
+
+
+__all__ = ["PointwiseModel", "SketchModel", "UNROLL_DEFAULT", "schedule_seconds", "sketch_model"]

@@ -160,11 +160,12 @@ def sum_unique(count: DistinctCounter, ms, keep: int) -> tuple[float, bool]:
 
   A kept index the accesses are translation-invariant in (every access ``c * index + rest``
   with the same ``c``, no condition on it) contributes its extent as a factor, counted at 0.
-  When the other kept indices still span more than :data:`SUM_EXACT_LIMIT` combinations and
-  the instances are too many to enumerate, the sum is taken by classes of equal counts
-  (:func:`_class_sum`), or as the instance count of one injective access. Failing those, it
-  is estimated from the first and the last block (where bound guards cut tiles short), the
-  first standing for all but the last, with every thread (or the first and last thread too).
+  When the instances are too many to enumerate at once, the sum is taken by classes of equal
+  counts (:func:`_class_sum`; over at most :data:`SUM_EXACT_LIMIT` key combinations only where
+  there are at most half as many classes, else by counting all the keys at once), or as the
+  instance count of one injective access. Failing those, it is estimated from the first and the
+  last block (where bound guards cut tiles short), the first standing for all but the last, with
+  every thread (or the first and last thread too).
   """
   if not ms: return 0, True
   kernel = count.kernel
@@ -176,11 +177,14 @@ def sum_unique(count: DistinctCounter, ms, keep: int) -> tuple[float, bool]:
     if len(cs) == 1 and None not in cs: factor *= e; fixed.append(p)
     else: rest.append(p)
   fix = {p: 0 for p in fixed}
-  if (math.prod(len(kept_span(ms, p)) for p in rest) <= SUM_EXACT_LIMIT
-      or sum(instances(m, keep, fix) for m in ms) <= SUM_ENUM_LIMIT):
-    return factor * count(ms, keep, tuple(fixed)), True
-  exact = _class_sum(count, ms, keep, fixed, rest)
+  if sum(instances(m, keep, fix) for m in ms) <= SUM_ENUM_LIMIT: return factor * count(ms, keep, tuple(fixed)), True
+  # classes first: a tensor-core kernel's blocks, fused into one index, are few but each reads a long k loop, and one
+  # count per class (often one class for a weight tile) enumerates a fraction of what counting them all at once would
+  keys = math.prod(len(kept_span(ms, p)) for p in rest)
+  exact = _class_sum(count, ms, keep, fixed, rest, SUM_CLASSES_LIMIT if keys > SUM_EXACT_LIMIT else keys // 2) \
+    if keys > 1 else None
   if exact is not None: return factor * exact, True
+  if keys <= SUM_EXACT_LIMIT: return factor * count(ms, keep, tuple(fixed)), True
   shapes = {_shape(m): m for m in ms}
   if len(shapes) == 1:                 # one access, injective: the sum is its number of instances
     m = next(iter(shapes.values()))
@@ -207,14 +211,15 @@ def sum_unique(count: DistinctCounter, ms, keep: int) -> tuple[float, bool]:
   return factor * total, False
 
 
-def _class_sum(count: DistinctCounter, ms, keep: int, fixed: list[int], rest: list[int]) -> int | None:
+def _class_sum(count: DistinctCounter, ms, keep: int, fixed: list[int], rest: list[int],
+               most: int = SUM_CLASSES_LIMIT) -> int | None:
   """The exact sum over the ``rest`` kept indices by classes of equal counts, or None.
 
   When every index is ``K(kept indices) + R(other dims)`` with the same ``K`` for all the
   accesses (a translation of the key's elements) and every condition a boolean combination of
   comparisons ``K'(kept) + R'(other) <op> 0`` (bound guards), two keys whose values ``K'`` agree
   once clipped to the range ``-R'`` can take have equally many distinct elements: one count
-  per class, weighted by the class size.
+  per class, weighted by the class size. None also where there are more than ``most`` classes.
   """
   tags = {HW_TAGS[p]: p for p in rest}
   if math.prod(len(kept_span(ms, p)) for p in rest) > 1 << 20: return None
@@ -246,7 +251,7 @@ def _class_sum(count: DistinctCounter, ms, keep: int, fixed: list[int], rest: li
     v = np.broadcast_to(np.asarray(evaluate_again(k, env), np.int64), (size,))
     sig.append(np.clip(v, None if hi is None else -hi - 1, None if lo is None else -lo + 1))
   first, sizes = _column_classes(np.stack(sig))
-  if len(first) > SUM_CLASSES_LIMIT: return None
+  if len(first) > most: return None
   return sum(int(n) * count(ms, 0, tuple(fixed), tuple((p, int(env[HW_TAGS[p]][i])) for p in rest))
              for i, n in zip(first, sizes))
 
