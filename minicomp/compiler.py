@@ -106,13 +106,17 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
   ``schedules="compare"`` builds them (research/quick_choice.py: what comparing buys and costs).
   ``walked``: the walk of a task of the same domain, whose best states this task ranks instead of walking (or,
   where it holds none yet, where this task's walk is kept for the next). ``always``: where the task has tensor-core
-  schedules, the fastest of them by the static model, nothing else built (``MINICOMP_TENSOR_CORES=always``)."""
+  schedules, the fastest of them by the static model, nothing else built (``MINICOMP_TENSOR_CORES=always``). A
+  tensor-core schedule estimated faster than any FP32-pipe kernel could be is kept without constructing one
+  (:func:`_below_fp32_floor`)."""
   from minicomp.search.static.estimate import estimate
   tgt = built.target
   tensor = _tensor_core_options(task, built, name, tensor_cores)
   if always and tensor:
     options = list(tensor)
   else:
+    fast = _below_fp32_floor(task, tensor, tgt, stats)
+    if fast is not None: return _kept(fast, stats)
     options = _constructed(task, built, name, compare, walked, stats)
     if not options and not tensor: return rules()
     options += tensor
@@ -132,6 +136,30 @@ def _construct(task: Task, built: Builds, name: str, rules: Callable[[], Built],
     log.info("task %s: the rule-based schedule (%.2f us, estimate) beats Gensor's (%.2f us): kept", task.key,
              costs[best] * 1e6, min(costs[:-1]) * 1e6)
   return _kept(options[best], stats)
+
+
+def _below_fp32_floor(task: Task, tensor: list[Built], target: Target, stats: CompileStats) -> Built | None:
+  """The fastest of ``tensor`` by the static model where it is estimated below ``model.fp32_floor`` of the task's
+  multiply-adds: no FP32-pipe schedule, Gensor's or the rules', could be estimated faster, so neither is constructed
+  or built (a ResNet's or a BERT's half-precision layers on the H100); else None."""
+  if not tensor: return None
+  from minicomp.search.static.estimate import estimate
+  from minicomp.search.static.model import fp32_floor
+  (r,) = [t for t in task.dag.tensors if t.reduce_axes]     # (tensor-core schedules exist for one reduction only)
+  products = math.prod(int(d) for d in r.shape) * math.prod(int(a.extent.arg) for a in r.reduce_axes)
+  t0 = time.perf_counter()
+  try:
+    costs = [estimate(k, target).latency_s for k, _, _ in tensor]
+  except MinicompError:
+    return None                                 # (_construct compares them with the others, and says so)
+  finally:
+    stats.estimate += time.perf_counter() - t0
+  best = min(range(len(costs)), key=costs.__getitem__)
+  floor = fp32_floor(products, target.device)
+  if costs[best] >= floor: return None
+  log.info("task %s: a tensor-core schedule (%.2f us, estimate) beats any FP32-pipe one (at least %.2f us): kept "
+           "without construction", task.key, costs[best] * 1e6, floor * 1e6)
+  return tensor[best]
 
 
 def _constructed(task: Task, built: Builds, name: str, compare: bool, walked: Walked | None,

@@ -161,3 +161,28 @@ def test_register_spills_are_l2_traffic():
   spilled = launch_time(_facts(local_bytes_per_thread=1000.0), dev, calibration=None)
   extra = 1000.0 * 256 * 132 / (L2_BW_FACTOR * dev.dram_bandwidth_gbs * 1e9)
   assert spilled.parts["l2_s"] - base.parts["l2_s"] == pytest.approx(extra / spilled.efficiency["memory"])
+
+
+@pytest.mark.parametrize("target", ["rtx3090", "h100"])
+def test_no_fp32_kernel_is_estimated_below_the_fp32_floor(target):
+  """``fp32_floor``: the least the model can estimate an FP32-pipe kernel of so many multiply-adds at (compile keeps a
+  tensor-core schedule below it without constructing an FP32 one). A well tiled SGEMM and Gensor's construction of
+  a convolution sit above it, and near it only where the kernel is compute bound; the H100's calibration weighs the
+  FP32 pipes by its fitted weight (above 1: no timed program came near FP32 peak)."""
+  import test_workloads as T
+  from minicomp.search.static.calibration import active
+  from minicomp.search.static.model import LAUNCH_OVERHEAD_S, fp32_floor
+  from minicomp.search.strategies.gensor import construct
+  dev = Target(target).device
+  n = 2048
+  floor = fp32_floor(n ** 3, dev)
+  e = estimate(mc.build(T.mm_tiled_shared(W.matmul(n, n, n), tile=128, thread=8, kt=8), target), target).latency_s
+  assert floor <= e <= 4 * floor
+  plain = fp32_floor(n ** 3, dev, calibration=None)
+  cal = active(dev)
+  assert plain - LAUNCH_OVERHEAD_S == pytest.approx(n ** 3 / (dev.fp32_peak_flops / 2), rel=1e-9)
+  weight = cal.weights["fp32"] if cal is not None else 1.0
+  assert (floor - LAUNCH_OVERHEAD_S) == pytest.approx(weight * (plain - LAUNCH_OVERHEAD_S), rel=1e-9)
+  wl = W.conv2d(1, 64, 28, 28, 64, 3, pad=1)
+  c = construct(mc.ComputeDAG(wl.outputs), Target(target)).candidates[0]
+  assert estimate(mc.build(c.schedule, target), target).latency_s >= fp32_floor(28 * 28 * 64 * 64 * 9, dev)

@@ -434,6 +434,26 @@ def test_compile_builds_the_tiles_the_analytic_model_ranks_first_and_every_split
   assert len(built._kernels) == 2 and len(lowered) == 3     # (the two tiles to rank them, the split-K one to build it)
 
 
+def test_a_tensor_core_schedule_below_the_fp32_floor_is_kept_without_constructing(tmp_path, monkeypatch, caplog):
+  """BERT-base's FFN matmul (128 x 768 x 3072, fp16, MatMul+Add+Relu here) on the H100: its tensor-core schedule is
+  estimated below what any FP32-pipe kernel of its 302 million multiply-adds could be (the calibrated FP32 weight
+  times the pipes' peak), so compile keeps it without Gensor's walk or the rules' kernel. A 64 x 256 x 128 one on
+  the A100 is not (the floor is 3.2 us, the launch and 0.2 us of FMAs): Gensor constructs, the static model compares."""
+  import logging
+  monkeypatch.setenv("MINICOMP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setenv("MINICOMP_SCHEDULE_CACHE", "0")
+  model, _, _ = _mlp(128, 768, 3072, np.float16, np.random.default_rng(0))
+  with caplog.at_level(logging.INFO, logger="minicomp"):
+    cm = mc.compile(model, target="h100", progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1 and cm.stats.constructed == 0 and cm.stats.construct == 0
+  assert "beats any FP32-pipe one" in caplog.text
+  caplog.clear()
+  model, _, _ = _fp16_mlp()
+  with caplog.at_level(logging.INFO, logger="minicomp"):
+    cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
+  assert cm.stats.tensor_cores == 1 and cm.stats.construct > 0 and "beats any FP32-pipe one" not in caplog.text
+
+
 def test_tensor_cores_always_keeps_them_where_the_static_model_prefers_the_fp32_pipes(tmp_path, monkeypatch):
   """A small fp16 MatMul+Add+Relu (16 x 64 x 64) goes to the FP32 pipes by the static model on sm_86;
   ``MINICOMP_TENSOR_CORES=always`` keeps its tensor-core schedule (the schedule cache keeps the two choices apart:

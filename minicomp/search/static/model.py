@@ -227,6 +227,19 @@ def launch_time(f: LaunchFacts, dev, calibration="active") -> LaunchEstimate:
                         {"memory": eff_mem}, bound, on_sm)
 
 
+def fp32_floor(products: int, dev, calibration="active") -> float:
+  """The least this model can estimate any kernel at (seconds, launch overhead included) that computes
+  ``products`` multiply-adds on the FP32 pipes, one an FMA lane: its ``fp32`` unit at no fewer instructions spread
+  evenly over every SM, weighed as the calibration weighs it (a p-norm of weighted units is at least any one of
+  them, for every p > 0; the uncalibrated maximum too). ``compile`` skips Gensor's construction for a task whose
+  tensor-core schedule is estimated below it: no FP32-pipe kernel could be estimated faster."""
+  if calibration == "active":
+    from minicomp.search.static.calibration import active
+    calibration = active(dev)
+  weight = calibration.weights.get("fp32", 1.0) if calibration is not None else 1.0
+  return weight * products / (dev.sm_count * dev.fp32_lanes_per_sm * dev.boost_clock_mhz * 1e6) + LAUNCH_OVERHEAD_S
+
+
 def launch_times(f: LaunchFacts, dev, calibration=None) -> np.ndarray:
   """:func:`launch_time`'s latency (seconds) of many programs at once: ``f``'s numbers are numpy arrays, one value
   per program (the analytic model's; ``calibration`` a :class:`.calibration.Calibration` or None)."""
