@@ -9,7 +9,9 @@ logs, each case classified.
 ``--precision fp16|bf16|tf32`` fuzzes the reduced-precision path instead: MatMul / Gemm / Conv / attention layers of
 random sizes (:func:`tensor_core_seed`; a third of them mutated) compiled with that precision, compile's default
 schedules and ``MINICOMP_TENSOR_CORES=always``, judged against onnxruntime's float32 run to 8 of the type's
-epsilons of each output's largest value (a case whose feeds or reference pass float16's range is ``unchecked``).
+epsilons of each output's largest value (a case whose feeds or reference pass float16's range is ``unchecked``),
+or, failing that, to no more than the error of onnxruntime's run with every float result rounded to the type
+(:func:`_rounded_every_op`: a long chain of activations drifts past the first bound without a fault; since seed 54).
 
 Every case runs in a worker process (so a crash is seen, not suffered) with a time limit, on the CPU
 simulator. A case is one of:
@@ -470,6 +472,8 @@ def _judged(req: dict, info: dict) -> dict:
     return {"class": "mismatch", "why": "differs from ONNX's reference evaluator (onnxruntime rejects it)"}
   with np.load(req["ref"]) as z: ref = [z[f"arr_{k}"] for k in range(len(z.files))]
   if same(ref): return {"class": "match", "why": ""}
+  if prec and op == "onnx" and _within_rounding(outs, ref, _rounded_every_op(for_reference(data), feeds, prec)):
+    return {"class": "match", "why": f"within the error of onnxruntime's run with every result rounded to {prec}"}
   second = _onnx_reference(for_reference(data), feeds) if op == "onnx" else []
   if second and same(second):      # onnxruntime's Relu(NaN) is 0, ONNX's is NaN
     return {"class": "match", "why": "agrees with ONNX's reference evaluator, not onnxruntime (NaN/inf handling)"}
@@ -483,6 +487,56 @@ def _judged(req: dict, info: dict) -> dict:
     # seed 45): the case is listed, not counted a wrong answer
     return {"class": "unchecked", "why": "differs from onnxruntime on non-finite feeds ONNX's reference cannot run"}
   return {"class": "mismatch", "why": f"{len(outs)} outputs differ from the reference"}
+
+
+ROUNDED_TYPE = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
+
+
+def _rounded_every_op(data: bytes, feeds: dict, precision: str) -> list:
+  """onnxruntime's outputs of the model with its float32 inputs and every float32 result of its graph rounded to the
+  ``precision``'s type (a Cast there and back after each node): the error of a computation that stores each result
+  in that type, which minicomp does only between its kernels. [] where that cannot be run (tf32: no such type)."""
+  import onnxruntime as ort
+  if precision not in ROUNDED_TYPE: return []
+  try:
+    m = onnx.shape_inference.infer_shapes(onnx.load_from_string(data))
+    g = m.graph
+    floats = {v.name for v in list(g.input) + list(g.value_info) + list(g.output)
+              if v.type.tensor_type.elem_type == TensorProto.FLOAT}
+    nodes = []
+    for n in g.node:
+      rounded = [o for o in n.output if o in floats]
+      copy = onnx.NodeProto()
+      copy.CopyFrom(n)
+      copy.output[:] = [o + "__unrounded" if o in floats else o for o in n.output]
+      nodes.append(copy)
+      for o in rounded:
+        nodes.append(helper.make_node("Cast", [o + "__unrounded"], [o + "__narrow"], to=ROUNDED_TYPE[precision]))
+        nodes.append(helper.make_node("Cast", [o + "__narrow"], [o], to=TensorProto.FLOAT))
+    del g.node[:]
+    g.node.extend(nodes)
+    narrow = {TensorProto.FLOAT16: np.float16}.get(ROUNDED_TYPE[precision])
+    if narrow is None:
+      import ml_dtypes
+      narrow = ml_dtypes.bfloat16
+    fed = {k: v.astype(narrow).astype(np.float32) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    so = ort.SessionOptions(); so.log_severity_level = 4
+    return list(ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, fed))
+  except Exception:   # noqa: BLE001 (no such run: the strict judgement stands)
+    return []
+
+
+def _within_rounding(outs: list, ref: list, rounded: list) -> bool:
+  """Whether every float output of minicomp's is off the float32 reference by no more than the every-op-rounded run
+  is (and finite where it is): a long chain of activations in a half type drifts that far without a fault."""
+  if not rounded or len(rounded) != len(ref) or len(outs) != len(ref): return False
+  for a, b, r in zip(outs, ref, rounded):
+    a, b, r = (np.asarray(x, np.float64) for x in (a, b, r))
+    if a.shape != b.shape or r.shape != b.shape or not np.array_equal(np.isfinite(a), np.isfinite(b)): return False
+    fb = np.isfinite(b)
+    if not fb.any(): continue
+    if not np.isfinite(r[fb]).all() or np.abs(a[fb] - b[fb]).max() > np.abs(r[fb] - b[fb]).max(): return False
+  return True
 
 
 def _onnx_reference(data: bytes, feeds: dict) -> list:

@@ -75,6 +75,37 @@ def test_the_precision_judge_takes_rounding_and_refuses_errors():
   assert fuzz._close(near, bf) and fuzz._close(near, bf, "fp16") and not fuzz._close((ref * 1.2).astype(bf.dtype), bf)
 
 
+def test_a_long_chain_in_a_half_type_is_judged_by_the_run_rounded_after_every_op():
+  """Seed 54's case 40 (2026-12-03, bf16): 300 activations after an attention drift 1.7x past 8 epsilons of the
+  largest output, less than onnxruntime's run does with each result rounded to bfloat16. That run is the second
+  judge: it rounds the inputs and every float result (here each of 40 Tanh, a numpy replica), and an answer off by
+  more than it is still a mismatch."""
+  import ml_dtypes
+  import numpy as np
+  from onnx import TensorProto, helper
+  nodes, x = [], "x"
+  for k in range(40):
+    nodes.append(helper.make_node("Tanh", [x], [f"t{k}"]))
+    x = f"t{k}"
+  nodes.append(helper.make_node("Identity", [x], ["y"]))
+  g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+  data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+  feeds = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32) * 3}
+  bf = lambda v: v.astype(ml_dtypes.bfloat16).astype(np.float32)   # noqa: E731
+  want = bf(feeds["x"])
+  for _ in range(40): want = bf(np.tanh(want))
+  (got,) = fuzz._rounded_every_op(data, feeds, "bf16")
+  np.testing.assert_allclose(got, want, rtol=2.0 ** -8, atol=0)
+  exact = feeds["x"].astype(np.float64)
+  for _ in range(40): exact = np.tanh(exact)
+  half_way = exact + (got - exact) / 2
+  assert fuzz._within_rounding([half_way], [exact], [got]) and fuzz._within_rounding([got], [exact], [got])
+  assert not fuzz._within_rounding([exact + 2 * (got - exact) + 1e-3], [exact], [got])
+  assert not fuzz._within_rounding([np.where(exact > 0, np.nan, exact)], [exact], [got])
+  assert fuzz._rounded_every_op(data, feeds, "tf32") == []                 # (no type to round to: the strict judge)
+
+
 def test_non_finite_feeds_only_onnxruntime_runs_are_unchecked_not_judged(tmp_path):
   """Seed 45's case 2186 (2026-12-02): ONNX's GridSample test with non-finite feeds. ONNX's reference raises on an
   infinite grid coordinate and onnxruntime converts it to int64 as C leaves undefined, so no reference judges
