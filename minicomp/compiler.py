@@ -146,6 +146,7 @@ def _below_fp32_floor(task: Task, tensor: list[Built], target: Target, stats: Co
   from minicomp.search.static.estimate import estimate
   from minicomp.search.static.model import fp32_floor
   (r,) = [t for t in task.dag.tensors if t.reduce_axes]     # (tensor-core schedules exist for one reduction only)
+  if not r.dtype.startswith("float"): return None          # (integer FP32-pipe kernels take 4 products a dp4a)
   products = math.prod(int(d) for d in r.shape) * math.prod(int(a.extent.arg) for a in r.reduce_axes)
   t0 = time.perf_counter()
   try:

@@ -452,6 +452,12 @@ def test_a_tensor_core_schedule_below_the_fp32_floor_is_kept_without_constructin
   with caplog.at_level(logging.INFO, logger="minicomp"):
     cm = mc.compile(model, target="sm_80", progress=False, jobs=1)
   assert cm.stats.tensor_cores == 1 and cm.stats.construct > 0 and "beats any FP32-pipe one" not in caplog.text
+  # integer products: an FP32-pipe kernel takes four a dp4a, so the floor does not hold and is not asked
+  from types import SimpleNamespace
+  from minicomp import workloads as W
+  from minicomp.compiler import CompileStats, _below_fp32_floor
+  task = SimpleNamespace(dag=mc.ComputeDAG(W.matmul(4096, 4096, 4096, dtype="int8").outputs), key="int8")
+  assert _below_fp32_floor(task, [(None, None, "tensor cores")], mc.Target("h100"), CompileStats()) is None
 
 
 def test_tensor_cores_always_keeps_them_where_the_static_model_prefers_the_fp32_pipes(tmp_path, monkeypatch):
