@@ -232,8 +232,8 @@ def fp32_floor(products: int, dev, calibration="active") -> float:
   ``products`` floating-point multiply-adds on the FP32 pipes, one an FMA lane (not integer ones: a dp4a takes
   four; nor packed half2 or sm_100's paired FMAs, which minicomp does not emit): its ``fp32`` unit at no fewer
   instructions spread evenly over every SM, weighed as the calibration weighs it (a p-norm of weighted units is at
-  least any one of them, for every p > 0; the uncalibrated maximum too). ``compile`` skips Gensor's construction for a task whose
-  tensor-core schedule is estimated below it: no FP32-pipe kernel could be estimated faster."""
+  least any one of them, for every p > 0; the uncalibrated maximum too). ``compile`` skips Gensor's construction for
+  a task whose tensor-core schedule is estimated below it: no FP32-pipe kernel could be estimated faster."""
   if calibration == "active":
     from minicomp.search.static.calibration import active
     calibration = active(dev)
