@@ -489,7 +489,7 @@ def _judged(req: dict, info: dict) -> dict:
   return {"class": "mismatch", "why": f"{len(outs)} outputs differ from the reference"}
 
 
-ROUNDED_TYPE = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
+ROUNDED_TYPE = {"fp16": (TensorProto.FLOAT16, "float16"), "bf16": (TensorProto.BFLOAT16, "bfloat16")}   # (ONNX, name)
 
 
 def _rounded_every_op(data: bytes, feeds: dict, precision: str) -> list:
@@ -497,7 +497,9 @@ def _rounded_every_op(data: bytes, feeds: dict, precision: str) -> list:
   ``precision``'s type (a Cast there and back after each node): the error of a computation that stores each result
   in that type, which minicomp does only between its kernels. [] where that cannot be run (tf32: no such type)."""
   import onnxruntime as ort
+  from minicomp.ir.ops import NP_DTYPE
   if precision not in ROUNDED_TYPE: return []
+  onnx_type, name = ROUNDED_TYPE[precision]
   try:
     m = onnx.shape_inference.infer_shapes(onnx.load_from_string(data))
     g = m.graph
@@ -511,15 +513,11 @@ def _rounded_every_op(data: bytes, feeds: dict, precision: str) -> list:
       copy.output[:] = [o + "__unrounded" if o in floats else o for o in n.output]
       nodes.append(copy)
       for o in rounded:
-        nodes.append(helper.make_node("Cast", [o + "__unrounded"], [o + "__narrow"], to=ROUNDED_TYPE[precision]))
+        nodes.append(helper.make_node("Cast", [o + "__unrounded"], [o + "__narrow"], to=onnx_type))
         nodes.append(helper.make_node("Cast", [o + "__narrow"], [o], to=TensorProto.FLOAT))
     del g.node[:]
     g.node.extend(nodes)
-    narrow = {TensorProto.FLOAT16: np.float16}.get(ROUNDED_TYPE[precision])
-    if narrow is None:
-      import ml_dtypes
-      narrow = ml_dtypes.bfloat16
-    fed = {k: v.astype(narrow).astype(np.float32) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    fed = {k: v.astype(NP_DTYPE[name]).astype(np.float32) if v.dtype == np.float32 else v for k, v in feeds.items()}
     so = ort.SessionOptions(); so.log_severity_level = 4
     return list(ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, fed))
   except Exception:   # noqa: BLE001 (no such run: the strict judgement stands)

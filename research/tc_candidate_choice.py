@@ -18,7 +18,6 @@ import json
 import math
 import sys
 import time
-from types import SimpleNamespace
 
 MODELS = {   # (zoo function, its arguments, precision)
   "resnet18_224": ("resnet18", {"hw": 224}, "fp16"),
@@ -35,8 +34,8 @@ def collect(args) -> None:
   from minicomp import zoo
   from minicomp.codegen.kernel import build
   from minicomp.compiler import model_tasks
-  from minicomp.graph.tensor_core_schedules import tensor_core_schedules
-  from minicomp.search.static.analytic import SketchModel
+  from minicomp.graph.tensor_core_schedules import is_split_k, tensor_core_schedules
+  from minicomp.search.static.analytic import schedule_seconds
   from minicomp.search.static.estimate import estimate
   from minicomp.target import as_target
   seen = set()
@@ -53,10 +52,10 @@ def collect(args) -> None:
           if not scheds: continue
           row = {"target": tname, "model": mname, "task": "+".join(dict.fromkeys(t.ops))[:40], "key": t.key,
                  "analytic": [], "full": [], "analytic_s": [], "full_s": [],
-                 "split": [any(st.kind == "rfactor" for st in x.state.steps) for x in scheds]}
+                 "split": [is_split_k(x) for x in scheds]}
           for s in scheds:
             t0 = time.perf_counter()
-            try: a = float(SketchModel(SimpleNamespace(schedule=s, tiles=()), tgt, program=s.lower())([{}])[0])
+            try: a = schedule_seconds(s, tgt)
             except mc.MinicompError: a = math.inf
             t1 = time.perf_counter()
             try: full = estimate(build(s, tgt), tgt).latency_s
